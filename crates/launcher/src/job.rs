@@ -1,0 +1,519 @@
+//! The root of the control tree: the one owner of the job's state. It starts the top
+//! proxies, routes stdin and signals down, collects exits, and alone decides when the job
+//! ends and with which status.
+//!
+//! ```text
+//!  link readers ──Up (control)──►┐                       ┌──► link pumps ──► proxies
+//!  link readers ──Output──► output thread (bounded)      │
+//!  stdin thread ──chunks (credit window)──► Root ──Down──┘
+//!  signals, SIGCHLD, timeout ─────────────► Root
+//! ```
+
+use std::collections::{HashMap, HashSet};
+use std::ffi::OsString;
+use std::time::Duration;
+
+use nix::sys::signal::Signal;
+use pmi_wire::control::{Down, Job, Launch, NodePlan, StdinTarget, Up};
+use pmi_wire::ids::ExitOutcome;
+use rlaunch_proxy::link::{self, ChildState, LinkEvent};
+use rlaunch_proxy::procs;
+use tokio::signal::unix::{signal, SignalKind};
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+
+use crate::output::{self, Chunk, OutputEvent};
+use crate::stdin;
+
+/// Stdin chunks in flight (sent, not yet written into every target rank).
+const STDIN_WINDOW: usize = 8;
+/// A second Ctrl-C within this time kills the job.
+const DOUBLE_INTERRUPT: Duration = Duration::from_secs(5);
+/// After the kill grace, how long proxies get to report before rlaunch kills them.
+const PROXY_GRACE: Duration = Duration::from_secs(5);
+
+/// Everything the root needs to run a job.
+pub struct Plan {
+    pub job: Job,
+    /// The proxies rlaunch starts itself, each with its subtree.
+    pub roots: Vec<NodePlan>,
+    /// Host name of each node, by node index.
+    pub node_hosts: Vec<String>,
+    /// Node index of each rank.
+    pub rank_node: Vec<u32>,
+    pub proxy_exe: OsString,
+    pub prepend_rank: bool,
+    pub print_all_exit_codes: bool,
+    pub timeout: Option<Duration>,
+}
+
+/// Why the job ended early, in the order things happened; the first one decides the exit
+/// status.
+#[derive(Debug, Clone)]
+enum Cause {
+    RankFailed {
+        rank: u32,
+        pid: u32,
+        outcome: ExitOutcome,
+    },
+    TimedOut(Duration),
+    Interrupted,
+    LostProxy {
+        host: String,
+        reason: String,
+    },
+    StdoutClosed,
+}
+
+/// What a link to a top proxy reports (its output goes straight to the writer thread).
+struct Event {
+    child: usize,
+    event: LinkEvent,
+}
+
+struct Child {
+    state: ChildState,
+    down: mpsc::UnboundedSender<Down>,
+    /// Ranks of its subtree that read stdin.
+    stdin_ranks: usize,
+}
+
+struct Root {
+    plan: Plan,
+    children: Vec<Child>,
+    child_by_pid: HashMap<i32, usize>,
+    outcomes: Vec<Option<(u32, ExitOutcome)>>,
+    causes: Vec<Cause>,
+    terminating: bool,
+    last_interrupt: Option<Instant>,
+    /// Kill the proxies themselves if they have not finished by then.
+    proxy_deadline: Option<Instant>,
+    timeout_at: Option<Instant>,
+    stdin_seq: u64,
+    /// Per chunk in flight, the acknowledgements still missing.
+    stdin_pending: HashMap<u64, usize>,
+    stdin_open: bool,
+}
+
+/// Runs the job to the end; returns rlaunch's exit status.
+pub async fn run(plan: Plan) -> i32 {
+    procs::become_subreaper();
+    let (events_tx, mut events) = mpsc::unbounded_channel();
+    let (output_tx, output_rx) = mpsc::channel(output::QUEUE);
+    let (output_events_tx, mut output_events) = mpsc::unbounded_channel();
+    let writer = output::Writer::new(plan.prepend_rank);
+    let writer = std::thread::spawn(move || writer.run(output_rx, output_events_tx));
+
+    let mut sigchld = signal(SignalKind::child()).expect("SIGCHLD handler");
+    let mut forwarded = ForwardedSignals::new();
+
+    let mut root = Root {
+        timeout_at: plan.timeout.map(|t| Instant::now() + t),
+        outcomes: vec![None; plan.job.size as usize],
+        children: Vec::new(),
+        child_by_pid: HashMap::new(),
+        causes: Vec::new(),
+        terminating: false,
+        last_interrupt: None,
+        proxy_deadline: None,
+        stdin_seq: 0,
+        stdin_pending: HashMap::new(),
+        stdin_open: plan.job.stdin != StdinTarget::None,
+        plan,
+    };
+    let mut readers = root.start_proxies(&events_tx, &output_tx);
+    drop(output_tx);
+    let mut stdin = if root.stdin_open {
+        stdin::start()
+    } else {
+        None
+    };
+    if stdin.is_none() && root.stdin_open {
+        root.stdin_open = false;
+        root.broadcast(Down::StdinEof);
+    }
+
+    while !root.finished() {
+        let stdin_ready = root.stdin_open && root.stdin_pending.len() < STDIN_WINDOW;
+        let timeout_at = root.timeout_at;
+        let proxy_deadline = root.proxy_deadline;
+        tokio::select! {
+            ev = events.recv() => match ev {
+                Some(ev) => root.handle(ev),
+                None => break,
+            },
+            Some(OutputEvent::StdoutClosed) = output_events.recv() => {
+                root.fail(Cause::StdoutClosed);
+            }
+            chunk = stdin::next(&mut stdin), if stdin_ready => root.stdin_chunk(chunk),
+            _ = sigchld.recv() => root.reap(),
+            sig = forwarded.recv() => root.on_signal(sig),
+            _ = sleep_until(timeout_at), if timeout_at.is_some() => {
+                root.timeout_at = None;
+                let after = root.plan.timeout.unwrap_or_default();
+                root.fail(Cause::TimedOut(after));
+            }
+            _ = sleep_until(proxy_deadline), if proxy_deadline.is_some() => root.kill_proxies(),
+        }
+    }
+
+    for r in &mut readers {
+        r.abort();
+    }
+    for r in readers {
+        let _ = r.await;
+    }
+    let _ = tokio::task::spawn_blocking(move || writer.join()).await;
+    procs::kill_descendants(&HashSet::new());
+    root.report()
+}
+
+async fn sleep_until(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// The signals rlaunch forwards to the ranks.
+struct ForwardedSignals {
+    streams: Vec<(Signal, tokio::signal::unix::Signal)>,
+}
+
+impl ForwardedSignals {
+    fn new() -> ForwardedSignals {
+        let wanted = [
+            Signal::SIGINT,
+            Signal::SIGTERM,
+            Signal::SIGHUP,
+            Signal::SIGQUIT,
+            Signal::SIGUSR1,
+            Signal::SIGUSR2,
+            Signal::SIGTSTP,
+            Signal::SIGCONT,
+        ];
+        let streams = wanted
+            .into_iter()
+            .map(|s| {
+                (
+                    s,
+                    signal(SignalKind::from_raw(s as i32)).expect("signal handler"),
+                )
+            })
+            .collect();
+        ForwardedSignals { streams }
+    }
+
+    async fn recv(&mut self) -> Signal {
+        std::future::poll_fn(|cx| {
+            for (sig, stream) in &mut self.streams {
+                if stream.poll_recv(cx).is_ready() {
+                    return std::task::Poll::Ready(*sig);
+                }
+            }
+            std::task::Poll::Pending
+        })
+        .await
+    }
+}
+
+impl Root {
+    fn start_proxies(
+        &mut self,
+        events: &mpsc::UnboundedSender<Event>,
+        output: &mpsc::Sender<Chunk>,
+    ) -> Vec<tokio::task::JoinHandle<()>> {
+        let mut readers = Vec::new();
+        let roots = std::mem::take(&mut self.plan.roots);
+        for node in &roots {
+            let stdin_ranks = node
+                .walk()
+                .iter()
+                .flat_map(|n| &n.ranks)
+                .filter(|r| self.plan.job.stdin.includes(r.rank))
+                .count();
+            let (down_tx, down_rx) = mpsc::unbounded_channel();
+            let idx = self.children.len();
+            let state =
+                match link::spawn_proxy(&self.plan.job.bootstrap, &node.host, &self.plan.proxy_exe)
+                {
+                    Ok(process) => {
+                        self.child_by_pid.insert(process.pid, idx);
+                        let launch = Launch {
+                            job: self.plan.job.clone(),
+                            node: node.clone(),
+                        };
+                        let _ = down_tx.send(Down::Launch(Box::new(launch)));
+                        let state = ChildState::new(node.host.clone(), process.pid);
+                        let (output, events) = (output.clone(), events.clone());
+                        readers.push(tokio::spawn(link::run_link(
+                            process,
+                            down_rx,
+                            move |event| route(idx, event, output.clone(), events.clone()),
+                        )));
+                        state
+                    }
+                    Err(e) => {
+                        let reason = format!("cannot start its launcher: {e}");
+                        self.causes.push(Cause::LostProxy {
+                            host: node.host.clone(),
+                            reason,
+                        });
+                        ChildState::failed(node.host.clone())
+                    }
+                };
+            self.children.push(Child {
+                state,
+                down: down_tx,
+                stdin_ranks,
+            });
+        }
+        self.plan.roots = roots;
+        readers
+    }
+
+    fn broadcast(&self, down: Down) {
+        for c in self.children.iter().filter(|c| !c.state.lost) {
+            let _ = c.down.send(down.clone());
+        }
+    }
+
+    fn handle(&mut self, Event { child, event }: Event) {
+        match event {
+            LinkEvent::Greeted(g) => tracing::debug!(host = %g.host, pid = g.pid, "proxy up"),
+            LinkEvent::Up(up) => self.handle_up(child, up),
+            LinkEvent::Stderr(text) => self.children[child].state.add_stderr(&text),
+            LinkEvent::Closed(error) => {
+                if let Some(reason) = self.children[child].state.on_link_closed(error) {
+                    let host = self.children[child].state.host.clone();
+                    self.fail(Cause::LostProxy { host, reason });
+                }
+            }
+        }
+    }
+
+    fn handle_up(&mut self, child: usize, up: Up) {
+        match up {
+            Up::RankExited { rank, pid, outcome } => {
+                let Some(slot) = self.outcomes.get_mut(rank as usize) else {
+                    tracing::warn!(rank, "exit report for an unknown rank");
+                    return;
+                };
+                *slot = Some((pid, outcome));
+                tracing::debug!(rank, pid, %outcome, "rank ended");
+                if !outcome.is_success() {
+                    self.fail(Cause::RankFailed { rank, pid, outcome });
+                }
+            }
+            Up::StdinAck { seq } => {
+                if let Some(left) = self.stdin_pending.get_mut(&seq) {
+                    *left -= 1;
+                    if *left == 0 {
+                        self.stdin_pending.remove(&seq);
+                    }
+                }
+            }
+            Up::ProxyLost { host, reason } => self.fail(Cause::LostProxy { host, reason }),
+            Up::NodeDone { .. } => self.children[child].state.done = true,
+            Up::Started { node } => tracing::debug!(node, "node started its ranks"),
+            Up::Greeting { .. } | Up::Output { .. } | Up::OutputEnd { .. } => {}
+        }
+    }
+
+    /// Records why the job must end; the first cause starts the teardown.
+    fn fail(&mut self, cause: Cause) {
+        tracing::debug!(?cause, "job failing");
+        let first = self.causes.is_empty();
+        self.causes.push(cause);
+        if first {
+            self.terminate(Duration::from_millis(self.plan.job.kill_grace_ms));
+        }
+    }
+
+    fn terminate(&mut self, grace: Duration) {
+        self.broadcast(Down::Terminate {
+            grace_ms: grace.as_millis() as u64,
+        });
+        let deadline = Instant::now() + grace + PROXY_GRACE;
+        if !self.terminating || self.proxy_deadline.is_some_and(|d| d > deadline) {
+            self.proxy_deadline = Some(deadline);
+        }
+        self.terminating = true;
+    }
+
+    fn kill_proxies(&mut self) {
+        self.proxy_deadline = None;
+        for c in self.children.iter().filter(|c| !c.state.reaped()) {
+            tracing::warn!(host = %c.state.host, "proxy did not finish; killing it");
+            procs::signal_pid(c.state.pid, Signal::SIGKILL);
+        }
+    }
+
+    fn on_signal(&mut self, sig: Signal) {
+        tracing::debug!(%sig, "signal");
+        match sig {
+            Signal::SIGINT => {
+                let now = Instant::now();
+                if self
+                    .last_interrupt
+                    .is_some_and(|t| now - t < DOUBLE_INTERRUPT)
+                {
+                    eprintln!("rlaunch: interrupted again; killing the job");
+                    self.causes.push(Cause::Interrupted);
+                    self.terminate(Duration::ZERO);
+                    return;
+                }
+                self.last_interrupt = Some(now);
+                self.broadcast(Down::Signal { signo: sig as i32 });
+            }
+            Signal::SIGTSTP => {
+                self.broadcast(Down::Signal { signo: sig as i32 });
+                // Stop ourselves too, as the shell expects; SIGCONT resumes us and the ranks.
+                let _ = nix::sys::signal::raise(Signal::SIGSTOP);
+            }
+            _ => self.broadcast(Down::Signal { signo: sig as i32 }),
+        }
+    }
+
+    fn stdin_chunk(&mut self, chunk: Option<Vec<u8>>) {
+        match chunk {
+            Some(data) => {
+                self.stdin_seq += 1;
+                let seq = self.stdin_seq;
+                let mut expected = 0;
+                for c in self
+                    .children
+                    .iter()
+                    .filter(|c| !c.state.lost && c.stdin_ranks > 0)
+                {
+                    expected += c.stdin_ranks;
+                    let _ = c.down.send(Down::Stdin {
+                        seq,
+                        data: data.clone(),
+                    });
+                }
+                if expected > 0 {
+                    self.stdin_pending.insert(seq, expected);
+                }
+            }
+            None => {
+                self.stdin_open = false;
+                self.broadcast(Down::StdinEof);
+            }
+        }
+    }
+
+    fn reap(&mut self) {
+        for (pid, outcome) in procs::reap_ended() {
+            let Some(&child) = self.child_by_pid.get(&pid) else {
+                continue;
+            };
+            if let Some(reason) = self.children[child].state.on_exit(outcome) {
+                let host = self.children[child].state.host.clone();
+                self.fail(Cause::LostProxy { host, reason });
+            }
+        }
+    }
+
+    fn finished(&self) -> bool {
+        self.children.iter().all(|c| c.state.settled())
+    }
+
+    fn rank_host(&self, rank: u32) -> &str {
+        let node = self.plan.rank_node[rank as usize] as usize;
+        &self.plan.node_hosts[node]
+    }
+
+    fn describe(&self, rank: u32, pid: u32, outcome: ExitOutcome) -> String {
+        let host = self.rank_host(rank);
+        match outcome {
+            ExitOutcome::SpawnFailed { errno } => {
+                let segment = self.segment_of(rank);
+                let exe = String::from_utf8_lossy(&self.plan.job.segments[segment].exe);
+                format!("cannot start {exe} on {host}: {}", errno_text(errno))
+            }
+            _ => format!("rank {rank} (pid {pid} on {host}) {outcome}"),
+        }
+    }
+
+    fn segment_of(&self, rank: u32) -> usize {
+        self.plan
+            .roots
+            .iter()
+            .flat_map(|r| r.walk())
+            .flat_map(|n| n.ranks.iter())
+            .find(|r| r.rank == rank)
+            .map_or(0, |r| r.segment as usize)
+    }
+
+    /// Prints why the job failed and returns the exit status.
+    fn report(&self) -> i32 {
+        if self.plan.print_all_exit_codes {
+            for (rank, outcome) in self.outcomes.iter().enumerate() {
+                let rank = rank as u32;
+                match outcome {
+                    Some((pid, outcome)) => {
+                        eprintln!("rlaunch: {}", self.describe(rank, *pid, *outcome))
+                    }
+                    None => eprintln!(
+                        "rlaunch: rank {rank} (on {}) did not report an exit",
+                        self.rank_host(rank)
+                    ),
+                }
+            }
+        }
+        let Some(cause) = self.causes.first() else {
+            return 0;
+        };
+        match cause {
+            Cause::RankFailed { rank, pid, outcome } => {
+                if !self.plan.print_all_exit_codes {
+                    eprintln!("rlaunch: {}", self.describe(*rank, *pid, *outcome));
+                }
+                outcome.exit_code()
+            }
+            Cause::TimedOut(after) => {
+                eprintln!(
+                    "rlaunch: the job timed out after {} s and was killed",
+                    after.as_secs_f64()
+                );
+                124
+            }
+            Cause::Interrupted => 130,
+            Cause::LostProxy { host, reason } => {
+                eprintln!("rlaunch: lost proxy on {host} ({reason})");
+                255
+            }
+            Cause::StdoutClosed => 141,
+        }
+    }
+}
+
+fn errno_text(errno: i32) -> String {
+    let text = std::io::Error::from_raw_os_error(errno).to_string();
+    // "No such file or directory (os error 2)" reads better without the number.
+    match text.rfind(" (os error") {
+        Some(i) => text[..i].to_string(),
+        None => text,
+    }
+}
+
+/// Output goes to the writer thread (waiting when it is full: that is the backpressure),
+/// everything else to the root.
+async fn route(
+    child: usize,
+    event: LinkEvent,
+    output: mpsc::Sender<Chunk>,
+    events: mpsc::UnboundedSender<Event>,
+) -> bool {
+    match event {
+        LinkEvent::Up(Up::Output { rank, stream, data }) => output
+            .send(Chunk::Data { rank, stream, data })
+            .await
+            .is_ok(),
+        LinkEvent::Up(Up::OutputEnd { rank, stream }) => {
+            output.send(Chunk::End { rank, stream }).await.is_ok()
+        }
+        event => events.send(Event { child, event }).is_ok(),
+    }
+}

@@ -1,0 +1,194 @@
+//! `rlaunch`: parse the command line, build the plan, run the job, exit with its status.
+
+mod cli;
+mod job;
+mod output;
+mod plan;
+mod stdin;
+
+use std::ffi::OsString;
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use cli::{Cli, LauncherKind};
+use pmi_wire::control::{Bootstrap, Job, RankPlan, Segment, StdinTarget};
+
+/// Exit status for command-line errors.
+const EXIT_USAGE: i32 = 2;
+/// Exit status when rlaunch itself cannot run the job.
+const EXIT_INTERNAL: i32 = 255;
+
+fn main() {
+    let cli = Cli::parse_args();
+    if cli.verbose > 0 && std::env::var_os("RLAUNCH_LOG").is_none() {
+        let level = if cli.verbose == 1 { "info" } else { "debug" };
+        // Before any thread exists; the proxies inherit it.
+        std::env::set_var("RLAUNCH_LOG", level);
+    }
+    rlaunch_proxy::init_logging("rlaunch");
+    let plan = match build_plan(&cli) {
+        Ok(plan) => plan,
+        Err(PlanError::Usage(msg)) => {
+            eprintln!("rlaunch: {msg}");
+            std::process::exit(EXIT_USAGE);
+        }
+        Err(PlanError::Setup(msg)) => {
+            eprintln!("rlaunch: {msg}");
+            std::process::exit(EXIT_INTERNAL);
+        }
+    };
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    let code = runtime.block_on(job::run(plan));
+    std::process::exit(code);
+}
+
+enum PlanError {
+    Usage(String),
+    Setup(String),
+}
+
+fn build_plan(cli: &Cli) -> Result<job::Plan, PlanError> {
+    let usage = PlanError::Usage;
+    let own_host = hostname::get()
+        .map(|h| h.to_string_lossy().into_owned())
+        .unwrap_or_else(|_| "localhost".into());
+    let size = cli.np.unwrap_or(1);
+    if size == 0 {
+        return Err(usage("-n must be at least 1".into()));
+    }
+    let hosts = match &cli.hosts {
+        Some(list) => plan::parse_host_list(list).map_err(usage)?,
+        None => vec![plan::Host {
+            name: own_host.clone(),
+            slots: size,
+        }],
+    };
+    let all_local = hosts.iter().all(|h| plan::is_local(&h.name, &own_host));
+    let bootstrap = match (cli.launcher, all_local) {
+        (Some(LauncherKind::Fork), _) | (None, true) => Bootstrap::Fork,
+        (kind, _) => {
+            let program = if kind == Some(LauncherKind::Rsh) {
+                "rsh"
+            } else {
+                "ssh"
+            };
+            Bootstrap::Remote {
+                argv: vec![program.to_string(), "-x".into(), "-oBatchMode=yes".into()],
+                proxy_path: proxy_exe()
+                    .map_err(PlanError::Setup)?
+                    .to_string_lossy()
+                    .into_owned(),
+            }
+        }
+    };
+    let stdin = match cli.stdin.as_str() {
+        "all" => StdinTarget::All,
+        "none" => StdinTarget::None,
+        r => match r.parse::<u32>() {
+            Ok(rank) if rank < size => StdinTarget::Rank(rank),
+            Ok(rank) => {
+                return Err(usage(format!(
+                    "--stdin {rank}: the job has only {size} ranks"
+                )))
+            }
+            Err(_) => {
+                return Err(usage(format!(
+                    "--stdin {r}: expected a rank number, 'all' or 'none'"
+                )))
+            }
+        },
+    };
+    if !(cli.kill_grace.is_finite() && cli.kill_grace >= 0.0) {
+        return Err(usage(format!(
+            "--kill-grace {}: expected seconds",
+            cli.kill_grace
+        )));
+    }
+    let timeout = cli.timeout().map_err(usage)?;
+
+    let (exe, args) = cli
+        .command
+        .split_first()
+        .ok_or_else(|| usage("no program given".into()))?;
+    let wdir = std::env::current_dir()
+        .map_err(|e| PlanError::Setup(format!("cannot read the current directory: {e}")))?;
+    let segment = Segment {
+        exe: exe.as_bytes().to_vec(),
+        args: args.iter().map(|a| a.as_bytes().to_vec()).collect(),
+        env: Vec::new(),
+        wdir: wdir.into_os_string().into_vec(),
+    };
+    let placed = plan::place_block(&hosts, size);
+    let mut rank_node = vec![0u32; size as usize];
+    let mut node_hosts = Vec::new();
+    let nodes = placed
+        .into_iter()
+        .enumerate()
+        .map(|(i, (host, ranks))| {
+            for &r in &ranks {
+                rank_node[r as usize] = i as u32;
+            }
+            node_hosts.push(host.clone());
+            (
+                host,
+                ranks
+                    .into_iter()
+                    .map(|rank| RankPlan { rank, segment: 0 })
+                    .collect(),
+            )
+        })
+        .collect();
+    let roots = plan::build_tree(nodes, cli.tree_width);
+    tracing::debug!(
+        nodes = node_hosts.len(),
+        depth = plan::depth(&roots),
+        "plan ready"
+    );
+
+    let job = Job {
+        jobid: job_id(),
+        size,
+        segments: vec![segment],
+        env: std::env::vars_os()
+            .map(|(k, v)| (k.into_vec(), v.into_vec()))
+            .collect(),
+        stdin,
+        kill_grace_ms: (cli.kill_grace * 1000.0) as u64,
+        bootstrap,
+    };
+    Ok(job::Plan {
+        job,
+        roots,
+        node_hosts,
+        rank_node,
+        proxy_exe: proxy_exe().map_err(PlanError::Setup)?,
+        prepend_rank: cli.prepend_rank,
+        print_all_exit_codes: cli.print_all_exit_codes,
+        timeout,
+    })
+}
+
+/// The `rlaunch-proxy` installed next to this `rlaunch`.
+fn proxy_exe() -> Result<OsString, String> {
+    let me = std::env::current_exe().map_err(|e| format!("cannot find my own executable: {e}"))?;
+    let proxy = me.with_file_name("rlaunch-proxy");
+    if !proxy.is_file() {
+        return Err(format!(
+            "cannot find rlaunch-proxy at {} (install it next to rlaunch)",
+            proxy.display()
+        ));
+    }
+    Ok(proxy.into_os_string())
+}
+
+/// Unique per run: also the PMI kvsname, so short and free of spaces.
+fn job_id() -> String {
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
+    format!("rlaunch_{}_{:08x}", std::process::id(), nanos)
+}

@@ -1,0 +1,381 @@
+//! The control channel between a parent (launcher or proxy) and a child proxy.
+//!
+//! ```text
+//! child -> parent:  HELLO(magic, version)  then Up frames
+//! parent -> child:  HELLO(magic, version)  then Down frames (Launch first)
+//! frame:            u32 BE length | u8 tag | body        (length counts tag + body)
+//!   tag 0: a bincode-encoded message (Up or Down)
+//!   tag 1: rank output (Up) or stdin data (Down), raw bytes after a small fixed header
+//! ```
+//!
+//! The hello is raw bytes, not bincode, so that two binaries that disagree about the message
+//! encoding still agree on how to say "wrong version". Over ssh a remote shell may print before
+//! the proxy runs: [`scan_hello`] finds the magic and reports what came before it.
+//!
+//! Output and stdin data use their own tag so that bulk bytes are copied once, not serialised
+//! element by element through serde.
+
+use serde::{de::DeserializeOwned, Deserialize, Serialize};
+
+use crate::ids::{ExitOutcome, Stream};
+
+/// First bytes on every control channel, in both directions.
+pub const MAGIC: [u8; 8] = *b"\x7fRLAUNCH";
+/// Bumped whenever a frame changes meaning.
+pub const PROTOCOL_VERSION: u32 = 1;
+/// Length of the raw hello: magic + u32 BE version.
+pub const HELLO_LEN: usize = MAGIC.len() + 4;
+/// Largest frame either side accepts; checked before any allocation.
+pub const MAX_FRAME_LEN: usize = 64 << 20;
+/// How much a peer may print before its hello before we give up looking for it.
+pub const MAX_PREAMBLE: usize = 64 << 10;
+
+const TAG_MSG: u8 = 0;
+const TAG_DATA: u8 = 1;
+
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum FrameError {
+    #[error("frame of {len} bytes exceeds the limit of {MAX_FRAME_LEN} bytes")]
+    TooLarge { len: usize },
+    #[error("empty frame")]
+    Empty,
+    #[error("unknown frame tag {0}")]
+    UnknownTag(u8),
+    #[error("malformed frame: {0}")]
+    Malformed(String),
+    #[error("no rlaunch hello in the first {MAX_PREAMBLE} bytes")]
+    NoHello,
+}
+
+/// The raw hello this side sends.
+pub fn hello() -> [u8; HELLO_LEN] {
+    let mut out = [0u8; HELLO_LEN];
+    out[..MAGIC.len()].copy_from_slice(&MAGIC);
+    out[MAGIC.len()..].copy_from_slice(&PROTOCOL_VERSION.to_be_bytes());
+    out
+}
+
+/// What [`scan_hello`] found at the start of a stream.
+#[derive(Debug, PartialEq, Eq)]
+pub struct HelloFound {
+    /// Bytes before the magic (a chatty login shell, an error from ssh).
+    pub preamble_len: usize,
+    /// The peer's protocol version.
+    pub version: u32,
+    /// Bytes consumed up to and including the hello.
+    pub consumed: usize,
+}
+
+/// Looks for the hello in what has arrived so far. `Ok(None)` means "need more bytes".
+pub fn scan_hello(buf: &[u8]) -> Result<Option<HelloFound>, FrameError> {
+    let Some(at) = buf.windows(MAGIC.len()).position(|w| w == MAGIC) else {
+        if buf.len() > MAX_PREAMBLE {
+            return Err(FrameError::NoHello);
+        }
+        return Ok(None);
+    };
+    let end = at + HELLO_LEN;
+    if buf.len() < end {
+        return Ok(None);
+    }
+    let version = u32::from_be_bytes(buf[at + MAGIC.len()..end].try_into().expect("4 bytes"));
+    Ok(Some(HelloFound { preamble_len: at, version, consumed: end }))
+}
+
+/// Reads the length of the frame at the start of `buf`, checking the limit before anyone
+/// allocates. `Ok(None)`: the length itself has not arrived yet.
+pub fn frame_len(buf: &[u8]) -> Result<Option<usize>, FrameError> {
+    let Some(head) = buf.get(..4) else { return Ok(None) };
+    let len = u32::from_be_bytes(head.try_into().expect("4 bytes")) as usize;
+    if len > MAX_FRAME_LEN {
+        return Err(FrameError::TooLarge { len });
+    }
+    if len == 0 {
+        return Err(FrameError::Empty);
+    }
+    Ok(Some(len))
+}
+
+/// A message that travels in frames.
+pub trait Frame: Sized {
+    /// Appends one complete frame (length prefix included) to `out`.
+    fn encode(&self, out: &mut Vec<u8>);
+    /// Decodes the body of one frame (the bytes after the length prefix).
+    fn decode_body(body: &[u8]) -> Result<Self, FrameError>;
+}
+
+/// Decodes one frame from the start of `buf`: `Ok(None)` for every strict prefix of a frame,
+/// otherwise the message and the number of bytes it took.
+pub fn decode<M: Frame>(buf: &[u8]) -> Result<Option<(M, usize)>, FrameError> {
+    let Some(len) = frame_len(buf)? else { return Ok(None) };
+    let Some(body) = buf.get(4..4 + len) else { return Ok(None) };
+    Ok(Some((M::decode_body(body)?, 4 + len)))
+}
+
+fn bincode_config() -> impl bincode::config::Config {
+    bincode::config::standard().with_limit::<MAX_FRAME_LEN>()
+}
+
+fn encode_msg<T: Serialize>(msg: &T, out: &mut Vec<u8>) {
+    let start = out.len();
+    out.extend_from_slice(&[0, 0, 0, 0, TAG_MSG]);
+    bincode::serde::encode_into_std_write(msg, out, bincode_config())
+        .expect("encoding into a Vec cannot fail");
+    patch_len(out, start);
+}
+
+fn patch_len(out: &mut [u8], start: usize) {
+    let len = (out.len() - start - 4) as u32;
+    out[start..start + 4].copy_from_slice(&len.to_be_bytes());
+}
+
+fn decode_msg<T: DeserializeOwned>(body: &[u8]) -> Result<T, FrameError> {
+    let (msg, used) = bincode::serde::decode_from_slice(body, bincode_config())
+        .map_err(|e| FrameError::Malformed(e.to_string()))?;
+    if used != body.len() {
+        return Err(FrameError::Malformed(format!(
+            "{} trailing bytes after the message",
+            body.len() - used
+        )));
+    }
+    Ok(msg)
+}
+
+fn split_tag(body: &[u8]) -> Result<(u8, &[u8]), FrameError> {
+    body.split_first().map(|(t, rest)| (*t, rest)).ok_or(FrameError::Empty)
+}
+
+fn take<const N: usize>(body: &[u8], what: &str) -> Result<[u8; N], FrameError> {
+    body.get(..N)
+        .and_then(|b| b.try_into().ok())
+        .ok_or_else(|| FrameError::Malformed(format!("short {what}")))
+}
+
+/// Parent to child.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum Down {
+    /// Everything the proxy needs: the job and its own subtree. Sent once, right after hello.
+    Launch(Box<Launch>),
+    /// A chunk of the launcher's stdin for the ranks named by [`Job::stdin`]. Each receiving
+    /// rank's proxy answers [`Up::StdinAck`] with the same `seq` once the chunk is written, so
+    /// that the launcher keeps only a bounded number of chunks in flight.
+    Stdin { seq: u64, data: Vec<u8> },
+    /// The launcher's stdin reached end of file.
+    StdinEof,
+    /// Forward this signal to every rank (its process group).
+    Signal { signo: i32 },
+    /// Abort: SIGTERM every rank's group, wait `grace_ms`, then SIGKILL what is left.
+    Terminate { grace_ms: u64 },
+}
+
+/// Child to parent. Proxies relay their children's frames unchanged.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum Up {
+    /// Who is on the other end; the first frame after the hello.
+    Greeting { host: String, pid: u32 },
+    /// All of this node's ranks have been started (or failed to start).
+    Started { node: u32 },
+    /// Bytes a rank wrote.
+    Output { rank: u32, stream: Stream, data: Vec<u8> },
+    /// A rank's stream reached end of file.
+    OutputEnd { rank: u32, stream: Stream },
+    /// A rank ended; sent the moment it is reaped.
+    RankExited { rank: u32, pid: u32, outcome: ExitOutcome },
+    /// A stdin chunk has been written to one rank.
+    StdinAck { seq: u64 },
+    /// A proxy below lost one of its children.
+    ProxyLost { host: String, reason: String },
+    /// Every rank of this node has ended and its output has been sent.
+    NodeDone { node: u32 },
+}
+
+impl Frame for Down {
+    fn encode(&self, out: &mut Vec<u8>) {
+        match self {
+            Down::Stdin { seq, data } => {
+                let start = out.len();
+                out.extend_from_slice(&[0, 0, 0, 0, TAG_DATA]);
+                out.extend_from_slice(&seq.to_be_bytes());
+                out.extend_from_slice(data);
+                patch_len(out, start);
+            }
+            other => encode_msg(other, out),
+        }
+    }
+
+    fn decode_body(body: &[u8]) -> Result<Self, FrameError> {
+        match split_tag(body)? {
+            (TAG_MSG, rest) => decode_msg(rest),
+            (TAG_DATA, rest) => {
+                let seq = u64::from_be_bytes(take::<8>(rest, "stdin header")?);
+                Ok(Down::Stdin { seq, data: rest[8..].to_vec() })
+            }
+            (tag, _) => Err(FrameError::UnknownTag(tag)),
+        }
+    }
+}
+
+impl Frame for Up {
+    fn encode(&self, out: &mut Vec<u8>) {
+        match self {
+            Up::Output { rank, stream, data } => {
+                let start = out.len();
+                out.extend_from_slice(&[0, 0, 0, 0, TAG_DATA]);
+                out.extend_from_slice(&rank.to_be_bytes());
+                out.push(*stream as u8);
+                out.extend_from_slice(data);
+                patch_len(out, start);
+            }
+            other => encode_msg(other, out),
+        }
+    }
+
+    fn decode_body(body: &[u8]) -> Result<Self, FrameError> {
+        match split_tag(body)? {
+            (TAG_MSG, rest) => decode_msg(rest),
+            (TAG_DATA, rest) => {
+                let head = take::<5>(rest, "output header")?;
+                let rank = u32::from_be_bytes(head[..4].try_into().expect("4 bytes"));
+                let stream = Stream::from_u8(head[4])
+                    .ok_or_else(|| FrameError::Malformed(format!("bad stream {}", head[4])))?;
+                Ok(Up::Output { rank, stream, data: rest[5..].to_vec() })
+            }
+            (tag, _) => Err(FrameError::UnknownTag(tag)),
+        }
+    }
+}
+
+/// What one proxy is told to do.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Launch {
+    pub job: Job,
+    /// This proxy's node and, below it, the nodes it must start itself.
+    pub node: NodePlan,
+}
+
+/// The parts of a job that every proxy needs.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Job {
+    /// Unique per launcher run; also the PMI kvsname.
+    pub jobid: String,
+    /// Number of ranks in the job.
+    pub size: u32,
+    /// One per MPMD segment; [`RankPlan::segment`] indexes here.
+    pub segments: Vec<Segment>,
+    /// The environment every rank starts from (the launcher's, by default).
+    pub env: Vec<(Vec<u8>, Vec<u8>)>,
+    /// Which ranks read the launcher's stdin; the others read /dev/null.
+    pub stdin: StdinTarget,
+    /// Between SIGTERM and SIGKILL when the job is torn down.
+    pub kill_grace_ms: u64,
+    /// How a proxy starts its child proxies.
+    pub bootstrap: Bootstrap,
+}
+
+/// One executable of an MPMD command line.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Segment {
+    pub exe: Vec<u8>,
+    pub args: Vec<Vec<u8>>,
+    /// Set on top of [`Job::env`] for this segment's ranks.
+    pub env: Vec<(Vec<u8>, Vec<u8>)>,
+    /// Working directory of the ranks.
+    pub wdir: Vec<u8>,
+}
+
+/// A node of the control tree.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NodePlan {
+    /// Index in the launcher's host list; also the node id in `PMI_process_mapping`.
+    pub index: u32,
+    pub host: String,
+    pub ranks: Vec<RankPlan>,
+    /// Nodes this node's proxy starts and relays for.
+    pub children: Vec<NodePlan>,
+}
+
+impl NodePlan {
+    /// Every node in this subtree, this one first.
+    pub fn walk(&self) -> Vec<&NodePlan> {
+        let mut out = vec![self];
+        let mut i = 0;
+        while i < out.len() {
+            out.extend(out[i].children.iter());
+            i += 1;
+        }
+        out
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RankPlan {
+    pub rank: u32,
+    pub segment: u32,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum StdinTarget {
+    None,
+    All,
+    Rank(u32),
+}
+
+impl StdinTarget {
+    pub fn includes(self, rank: u32) -> bool {
+        match self {
+            StdinTarget::None => false,
+            StdinTarget::All => true,
+            StdinTarget::Rank(r) => r == rank,
+        }
+    }
+}
+
+/// How a proxy starts the proxies below it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Bootstrap {
+    /// On this machine, whatever the host name says.
+    Fork,
+    /// `argv... HOST PROXY_PATH` with the channel on the remote command's stdin/stdout.
+    Remote { argv: Vec<String>, proxy_path: String },
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn roundtrip<M: Frame + PartialEq + std::fmt::Debug>(msg: M) {
+        let mut buf = Vec::new();
+        msg.encode(&mut buf);
+        for cut in 0..buf.len() {
+            assert_eq!(decode::<M>(&buf[..cut]).unwrap().map(|(_, n)| n), None, "prefix {cut}");
+        }
+        let (back, used) = decode::<M>(&buf).unwrap().unwrap();
+        assert_eq!(used, buf.len());
+        assert_eq!(back, msg);
+    }
+
+    #[test]
+    fn frames_roundtrip_and_prefixes_are_incomplete() {
+        roundtrip(Up::Output { rank: 7, stream: Stream::Stderr, data: b"a\nb".to_vec() });
+        roundtrip(Up::RankExited { rank: 1, pid: 99, outcome: ExitOutcome::Signaled(11) });
+        roundtrip(Down::Stdin { seq: 3, data: vec![0, 255, 10] });
+        roundtrip(Down::Terminate { grace_ms: 1000 });
+    }
+
+    #[test]
+    fn oversized_length_is_refused_before_allocation() {
+        let buf = [0xff, 0xff, 0xff, 0xff, 0];
+        assert!(matches!(decode::<Up>(&buf), Err(FrameError::TooLarge { .. })));
+    }
+
+    #[test]
+    fn hello_is_found_after_a_preamble() {
+        let mut buf = b"Welcome to n1\n".to_vec();
+        assert_eq!(scan_hello(&buf).unwrap(), None);
+        buf.extend_from_slice(&hello());
+        let found = scan_hello(&buf).unwrap().unwrap();
+        assert_eq!(found.preamble_len, 14);
+        assert_eq!(found.version, PROTOCOL_VERSION);
+        assert_eq!(found.consumed, buf.len());
+    }
+}

@@ -1,0 +1,95 @@
+//! Small shared vocabulary: how a rank ended, which stream a byte came from.
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+/// How a rank ended. Never a raw wait status.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ExitOutcome {
+    /// It called exit with this code.
+    Exited(i32),
+    /// It was killed by this signal.
+    Signaled(i32),
+    /// It never ran: exec (or chdir) failed with this errno.
+    SpawnFailed { errno: i32 },
+}
+
+impl ExitOutcome {
+    pub fn is_success(self) -> bool {
+        self == ExitOutcome::Exited(0)
+    }
+
+    /// The exit code rlaunch uses when this outcome decides the job's status: the code itself,
+    /// 128 + signal, or the shell's 127 (not found) / 126 (not executable) for spawn failures.
+    pub fn exit_code(self) -> i32 {
+        match self {
+            ExitOutcome::Exited(code) => code,
+            ExitOutcome::Signaled(sig) => 128 + sig,
+            ExitOutcome::SpawnFailed { errno } if errno == ENOENT => 127,
+            ExitOutcome::SpawnFailed { .. } => 126,
+        }
+    }
+}
+
+const ENOENT: i32 = 2;
+
+impl fmt::Display for ExitOutcome {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self {
+            ExitOutcome::Exited(code) => write!(f, "exited with code {code}"),
+            ExitOutcome::Signaled(sig) => {
+                write!(f, "was killed by signal {sig} ({})", signal_name(sig))
+            }
+            ExitOutcome::SpawnFailed { errno } => {
+                write!(f, "could not be started: {}", std::io::Error::from_raw_os_error(errno))
+            }
+        }
+    }
+}
+
+/// The conventional name of a Linux signal number.
+pub fn signal_name(sig: i32) -> String {
+    const NAMES: [&str; 32] = [
+        "", "SIGHUP", "SIGINT", "SIGQUIT", "SIGILL", "SIGTRAP", "SIGABRT", "SIGBUS", "SIGFPE",
+        "SIGKILL", "SIGUSR1", "SIGSEGV", "SIGUSR2", "SIGPIPE", "SIGALRM", "SIGTERM", "SIGSTKFLT",
+        "SIGCHLD", "SIGCONT", "SIGSTOP", "SIGTSTP", "SIGTTIN", "SIGTTOU", "SIGURG", "SIGXCPU",
+        "SIGXFSZ", "SIGVTALRM", "SIGPROF", "SIGWINCH", "SIGIO", "SIGPWR", "SIGSYS",
+    ];
+    match NAMES.get(sig as usize) {
+        Some(name) if sig > 0 => (*name).to_string(),
+        _ => format!("SIGRT{sig}"),
+    }
+}
+
+/// Which of a rank's output streams.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[repr(u8)]
+pub enum Stream {
+    Stdout = 1,
+    Stderr = 2,
+}
+
+impl Stream {
+    pub fn from_u8(b: u8) -> Option<Stream> {
+        match b {
+            1 => Some(Stream::Stdout),
+            2 => Some(Stream::Stderr),
+            _ => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn outcomes_map_to_shell_exit_codes() {
+        assert_eq!(ExitOutcome::Exited(7).exit_code(), 7);
+        assert_eq!(ExitOutcome::Signaled(11).exit_code(), 139);
+        assert_eq!(ExitOutcome::SpawnFailed { errno: 2 }.exit_code(), 127);
+        assert_eq!(ExitOutcome::SpawnFailed { errno: 13 }.exit_code(), 126);
+        assert_eq!(ExitOutcome::Signaled(11).to_string(), "was killed by signal 11 (SIGSEGV)");
+    }
+}

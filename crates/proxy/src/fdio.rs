@@ -1,0 +1,141 @@
+//! Async reads and writes on any pollable file descriptor: pipes, sockets, ttys.
+//!
+//! tokio's own types each want one kind of fd; the control channel is a socketpair under
+//! fork and a pair of pipes under ssh, and rank stdio is pipes. One small type serves them all.
+
+use std::io;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::pin::Pin;
+use std::task::{ready, Context, Poll};
+
+use nix::fcntl::{fcntl, FcntlArg, OFlag};
+use nix::libc;
+use tokio::io::unix::AsyncFd;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+
+/// A non-blocking fd registered with the tokio reactor.
+pub struct FdStream {
+    fd: AsyncFd<OwnedFd>,
+}
+
+impl FdStream {
+    /// Takes ownership of `fd` and makes it non-blocking. Fails for fds epoll cannot watch
+    /// (regular files).
+    pub fn new(fd: OwnedFd) -> io::Result<FdStream> {
+        set_nonblocking(&fd)?;
+        // SAFETY: the OwnedFd stays open, and is the same fd, for as long as the AsyncFd owns it.
+        let fd = unsafe { AsyncFd::register(fd) }.map_err(|e| e.into_parts().1)?;
+        Ok(FdStream { fd })
+    }
+
+    pub fn as_raw_fd(&self) -> i32 {
+        self.fd.get_ref().as_raw_fd()
+    }
+}
+
+pub fn set_nonblocking(fd: &impl AsRawFd) -> io::Result<()> {
+    let flags = fcntl(fd.as_raw_fd(), FcntlArg::F_GETFL).map_err(io::Error::from)?;
+    let flags = OFlag::from_bits_retain(flags) | OFlag::O_NONBLOCK;
+    fcntl(fd.as_raw_fd(), FcntlArg::F_SETFL(flags)).map_err(io::Error::from)?;
+    Ok(())
+}
+
+impl AsyncRead for FdStream {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        loop {
+            let mut guard = ready!(self.fd.poll_read_ready(cx))?;
+            // SAFETY: read(2) writes at most `unfilled.len()` bytes into the uninitialised
+            // tail and we mark exactly the bytes it reports as filled.
+            let unfilled = unsafe { buf.unfilled_mut() };
+            let res = guard.try_io(|fd| {
+                let n = unsafe {
+                    libc::read(fd.as_raw_fd(), unfilled.as_mut_ptr().cast(), unfilled.len())
+                };
+                if n < 0 {
+                    Err(io::Error::last_os_error())
+                } else {
+                    Ok(n as usize)
+                }
+            });
+            match res {
+                Ok(Ok(n)) => {
+                    unsafe { buf.assume_init(n) };
+                    buf.advance(n);
+                    return Poll::Ready(Ok(()));
+                }
+                Ok(Err(e)) => return Poll::Ready(Err(e)),
+                Err(_would_block) => continue,
+            }
+        }
+    }
+}
+
+impl AsyncWrite for FdStream {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        data: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        loop {
+            let mut guard = ready!(self.fd.poll_write_ready(cx))?;
+            let res = guard.try_io(|fd| {
+                let n = unsafe { libc::write(fd.as_raw_fd(), data.as_ptr().cast(), data.len()) };
+                if n < 0 {
+                    Err(io::Error::last_os_error())
+                } else {
+                    Ok(n as usize)
+                }
+            });
+            match res {
+                Ok(r) => return Poll::Ready(r),
+                Err(_would_block) => continue,
+            }
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+}
+
+impl FdStream {
+    /// Reads what the pipe holds right now, up to `max` bytes, into a buffer of exactly that
+    /// size: hundreds of idle ranks then cost no buffer memory. Empty means end of file.
+    pub async fn read_available(&mut self, max: usize) -> io::Result<Vec<u8>> {
+        loop {
+            let mut guard = self.fd.readable().await?;
+            let res = guard.try_io(|fd| {
+                let raw = fd.as_raw_fd();
+                let mut pending: libc::c_int = 0;
+                // SAFETY: FIONREAD writes one int.
+                let rc = unsafe { libc::ioctl(raw, libc::FIONREAD, &mut pending) };
+                let want = if rc == 0 && pending > 0 {
+                    (pending as usize).min(max)
+                } else {
+                    512
+                };
+                let mut buf = Vec::<u8>::with_capacity(want);
+                // SAFETY: read(2) fills at most `want` bytes of the allocation; we set the
+                // length to what it reports.
+                let n = unsafe { libc::read(raw, buf.as_mut_ptr().cast(), want) };
+                if n < 0 {
+                    return Err(io::Error::last_os_error());
+                }
+                unsafe { buf.set_len(n as usize) };
+                Ok(buf)
+            });
+            match res {
+                Ok(r) => return r,
+                Err(_would_block) => continue,
+            }
+        }
+    }
+}

@@ -1,0 +1,67 @@
+//! rlaunch-proxy: one per node. It starts the node's ranks and the proxies below it in the
+//! control tree, relays their output, stdin, signals and exits, and cleans up after them.
+//!
+//! ```text
+//!            parent (rlaunch or a proxy)
+//!                 │ control channel = this process's stdin/stdout
+//!          ┌──────┴───────┐
+//!          │ rlaunch-proxy │── rank, rank, ...   (own process group each, piped stdio)
+//!          └──────┬───────┘
+//!          child proxies (fork or ssh), same protocol
+//! ```
+//!
+//! Start reading at [`node::serve`]. [`link`] and [`procs`] are shared with the launcher,
+//! which is the root of the same tree.
+
+pub mod fdio;
+pub mod link;
+pub mod node;
+pub mod procs;
+pub mod rank;
+
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+
+/// Moves the control channel off stdin/stdout (so nothing the proxy or a library prints can
+/// corrupt it) and points fds 0 and 1 at /dev/null.
+pub fn take_stdio_channel() -> io::Result<(OwnedFd, OwnedFd)> {
+    use nix::fcntl::{fcntl, FcntlArg};
+    let dup = |fd: i32| -> io::Result<OwnedFd> {
+        let new = fcntl(fd, FcntlArg::F_DUPFD_CLOEXEC(3)).map_err(io::Error::from)?;
+        // SAFETY: `new` was just created and is owned by nobody else.
+        Ok(unsafe { OwnedFd::from_raw_fd(new) })
+    };
+    let input = dup(0)?;
+    let output = dup(1)?;
+    let null = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/null")?;
+    for fd in [0, 1] {
+        nix::unistd::dup2(null.as_raw_fd(), fd).map_err(io::Error::from)?;
+    }
+    Ok((input, output))
+}
+
+/// Sets up logging to stderr: `RLAUNCH_LOG` = error|warn|info|debug|trace (default warn).
+pub fn init_logging(prefix: &'static str) {
+    let level = std::env::var("RLAUNCH_LOG")
+        .ok()
+        .and_then(|v| v.parse::<tracing::Level>().ok())
+        .unwrap_or(tracing::Level::WARN);
+    let _ = tracing_subscriber::fmt()
+        .with_max_level(level)
+        .with_writer(io::stderr)
+        .with_target(false)
+        .without_time()
+        .with_ansi(false)
+        .fmt_fields(tracing_subscriber::fmt::format::DefaultFields::new())
+        .event_format(
+            tracing_subscriber::fmt::format()
+                .with_target(false)
+                .without_time()
+                .compact(),
+        )
+        .try_init();
+    let _ = prefix;
+}

@@ -1,0 +1,366 @@
+//! Links between a parent (the launcher or a proxy) and the proxies it starts.
+//!
+//! ```text
+//!  parent                                   child proxy
+//!  spawn_proxy()  ── fork or ssh ──────────► rlaunch-proxy (stdin/stdout = channel)
+//!  write hello ────────────────────────────► read hello, check version
+//!  read hello, Greeting ◄─────────────────── write hello, Greeting
+//!  Down frames (Launch first) ─────────────► dispatcher
+//!  Up frames ◄────────────────────────────── upstream pump
+//! ```
+
+use std::ffi::OsStr;
+use std::io;
+use std::os::fd::OwnedFd;
+use std::os::unix::process::CommandExt;
+use std::process::{Command, Stdio};
+
+use nix::sys::socket::{socketpair, AddressFamily, SockFlag, SockType};
+use pmi_wire::control::{self, Bootstrap, Down, Frame, Up, PROTOCOL_VERSION};
+use pmi_wire::io::{FrameReader, ReadError};
+use tokio::io::AsyncWriteExt;
+use tokio::sync::mpsc;
+
+use crate::fdio::FdStream;
+
+/// A started child proxy, before the handshake.
+pub struct ProxyProcess {
+    pub pid: i32,
+    /// The child's stdout: its Up frames.
+    pub from_child: FdStream,
+    /// The child's stdin: our Down frames.
+    pub to_child: FdStream,
+    /// The remote launcher's stderr (ssh's complaints), quoted when the host fails.
+    pub stderr: Option<FdStream>,
+}
+
+/// Starts the proxy for `host`. `proxy_exe` is this machine's proxy binary, used by fork.
+pub fn spawn_proxy(
+    bootstrap: &Bootstrap,
+    host: &str,
+    proxy_exe: &OsStr,
+) -> io::Result<ProxyProcess> {
+    let mut cmd;
+    let remote = match bootstrap {
+        Bootstrap::Fork => {
+            cmd = Command::new(proxy_exe);
+            false
+        }
+        Bootstrap::Remote { argv, proxy_path } => {
+            let (prog, args) = argv.split_first().ok_or_else(|| {
+                io::Error::new(io::ErrorKind::InvalidInput, "empty launcher command")
+            })?;
+            cmd = Command::new(prog);
+            cmd.args(args).arg(host).arg(proxy_path);
+            true
+        }
+    };
+    let (ours, theirs) = socketpair(
+        AddressFamily::Unix,
+        SockType::Stream,
+        None,
+        SockFlag::SOCK_CLOEXEC,
+    )
+    .map_err(io::Error::from)?;
+    cmd.stdin(Stdio::from(theirs.try_clone()?))
+        .stdout(Stdio::from(theirs));
+    cmd.stderr(if remote {
+        Stdio::piped()
+    } else {
+        Stdio::inherit()
+    });
+    // Its own process group: a Ctrl-C at the terminal reaches rlaunch alone, which forwards it.
+    // SAFETY: setpgid is async-signal-safe.
+    unsafe {
+        cmd.pre_exec(|| {
+            nix::unistd::setpgid(nix::unistd::Pid::from_raw(0), nix::unistd::Pid::from_raw(0))
+                .map_err(io::Error::from)
+        });
+    }
+    let mut child = cmd.spawn()?;
+    let stderr = child
+        .stderr
+        .take()
+        .map(|e| FdStream::new(OwnedFd::from(e)))
+        .transpose()?;
+    let to_child = FdStream::new(ours.try_clone()?)?;
+    Ok(ProxyProcess {
+        pid: child.id() as i32,
+        from_child: FdStream::new(ours)?,
+        to_child,
+        stderr,
+    })
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum LinkError {
+    #[error("its proxy speaks protocol version {theirs}, this rlaunch speaks version {ours}: install the same rlaunch version on every host")]
+    Version { theirs: u32, ours: u32 },
+    #[error("{0}")]
+    Read(#[from] ReadError),
+    #[error("the proxy's first frame was not a greeting")]
+    NoGreeting,
+    #[error("{0}")]
+    Io(#[from] io::Error),
+}
+
+/// What a child proxy said about itself.
+#[derive(Debug, Clone)]
+pub struct Greeting {
+    pub host: String,
+    pub pid: u32,
+    /// What the remote side printed before the hello (login banners, shell noise).
+    pub preamble: Vec<u8>,
+}
+
+/// Reads the child's hello and greeting.
+pub async fn read_greeting(reader: &mut FrameReader<FdStream>) -> Result<Greeting, LinkError> {
+    let (found, preamble) = reader.read_hello().await?;
+    if found.version != PROTOCOL_VERSION {
+        return Err(LinkError::Version {
+            theirs: found.version,
+            ours: PROTOCOL_VERSION,
+        });
+    }
+    match reader.next::<Up>().await? {
+        Some(Up::Greeting { host, pid }) => Ok(Greeting {
+            host,
+            pid,
+            preamble,
+        }),
+        _ => Err(LinkError::NoGreeting),
+    }
+}
+
+/// Writes frames to `out` until every sender is gone. Control messages go first; bulk data
+/// (bounded, so its senders feel backpressure) fills the rest of each write. Messages that are
+/// ready together are written with one syscall.
+pub async fn pump<M: Frame>(
+    mut out: FdStream,
+    hello: bool,
+    mut control: mpsc::UnboundedReceiver<M>,
+    mut data: Option<mpsc::Receiver<M>>,
+) -> io::Result<()> {
+    const BATCH: usize = 256 << 10;
+    let mut buf = Vec::with_capacity(64 << 10);
+    if hello {
+        buf.extend_from_slice(&control::hello());
+    }
+    let mut control_open = true;
+    loop {
+        if buf.is_empty() {
+            if !control_open && data.is_none() {
+                return Ok(());
+            }
+            enum Got<M> {
+                Control(Option<M>),
+                Data(Option<M>),
+            }
+            let got = tokio::select! {
+                biased;
+                m = control.recv(), if control_open => Got::Control(m),
+                m = recv_data(&mut data) => Got::Data(m),
+            };
+            match got {
+                Got::Control(Some(m)) | Got::Data(Some(m)) => m.encode(&mut buf),
+                Got::Control(None) => control_open = false,
+                Got::Data(None) => data = None,
+            }
+            if buf.is_empty() {
+                continue;
+            }
+        }
+        while buf.len() < BATCH {
+            if let Ok(m) = control.try_recv() {
+                m.encode(&mut buf);
+            } else if let Some(m) = data.as_mut().and_then(|d| d.try_recv().ok()) {
+                m.encode(&mut buf);
+            } else {
+                break;
+            }
+        }
+        out.write_all(&buf).await?;
+        buf.clear();
+        if buf.capacity() > BATCH * 2 {
+            buf.shrink_to(64 << 10);
+        }
+    }
+}
+
+async fn recv_data<M>(data: &mut Option<mpsc::Receiver<M>>) -> Option<M> {
+    match data {
+        Some(rx) => rx.recv().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// The parent's view of one child proxy. A child is lost when its link closes or its process
+/// ends before it said NodeDone; the verdict waits for both events, because a proxy that
+/// finished cleanly exits right after its last frame and SIGCHLD may overtake that frame.
+pub struct ChildState {
+    pub host: String,
+    /// Its process (the proxy under fork, the ssh client under ssh); -1 if it never started.
+    pub pid: i32,
+    /// It said NodeDone: its subtree is finished.
+    pub done: bool,
+    /// Lost, and reported.
+    pub lost: bool,
+    exit: Option<pmi_wire::ids::ExitOutcome>,
+    link_closed: bool,
+    link_error: Option<String>,
+    /// The last bytes the remote launcher (ssh) printed on stderr.
+    stderr_tail: Vec<u8>,
+}
+
+impl ChildState {
+    pub fn new(host: String, pid: i32) -> ChildState {
+        ChildState {
+            host,
+            pid,
+            done: false,
+            lost: false,
+            exit: None,
+            link_closed: false,
+            link_error: None,
+            stderr_tail: Vec::new(),
+        }
+    }
+
+    /// A child that could not even be started.
+    pub fn failed(host: String) -> ChildState {
+        let mut c = ChildState::new(host, -1);
+        c.lost = true;
+        c.link_closed = true;
+        c.exit = Some(pmi_wire::ids::ExitOutcome::Exited(127));
+        c
+    }
+
+    pub fn reaped(&self) -> bool {
+        self.exit.is_some()
+    }
+
+    /// Finished one way or the other, and nothing more will come from it.
+    pub fn settled(&self) -> bool {
+        (self.done || self.lost) && self.reaped()
+    }
+
+    pub fn add_stderr(&mut self, text: &[u8]) {
+        self.stderr_tail.extend_from_slice(text);
+        if self.stderr_tail.len() > 4096 {
+            self.stderr_tail.drain(..self.stderr_tail.len() - 4096);
+        }
+    }
+
+    /// Its process ended. Returns why it is lost, if it now is.
+    pub fn on_exit(&mut self, outcome: pmi_wire::ids::ExitOutcome) -> Option<String> {
+        self.exit = Some(outcome);
+        self.verdict()
+    }
+
+    /// Its link closed (with an error, or at end of file). Returns why it is lost, if it
+    /// now is.
+    pub fn on_link_closed(&mut self, error: Option<String>) -> Option<String> {
+        self.link_closed = true;
+        self.link_error = error;
+        self.verdict()
+    }
+
+    fn verdict(&mut self) -> Option<String> {
+        if self.done || self.lost || !self.link_closed {
+            return None;
+        }
+        // A broken link says more than the exit status (a version mismatch, say), but an
+        // exit after a clean end of file is the story.
+        let mut reason = match (&self.link_error, self.exit) {
+            (Some(err), _) => err.clone(),
+            (None, Some(outcome)) => format!("its proxy {outcome}"),
+            (None, None) => return None,
+        };
+        self.lost = true;
+        let tail = String::from_utf8_lossy(&self.stderr_tail);
+        if let Some(last) = tail.lines().rev().find(|l| !l.trim().is_empty()) {
+            reason = format!("{reason}: {}", last.trim());
+        }
+        Some(reason)
+    }
+}
+
+/// What a link to a child proxy reports to its owner.
+pub enum LinkEvent {
+    /// The handshake succeeded.
+    Greeted(Greeting),
+    Up(Up),
+    /// Bytes the remote launcher printed on stderr.
+    Stderr(Vec<u8>),
+    /// The link is gone: `Some` error, or `None` at a clean end of file.
+    Closed(Option<String>),
+}
+
+/// Drives the link to one child proxy: writes `down` to it, reads its hello and frames and
+/// its launcher's stderr, and hands each to `deliver` (which may wait: that is how output
+/// backpressure travels up). Stops when the link closes or `deliver` returns false.
+pub async fn run_link<F, Fut>(
+    process: ProxyProcess,
+    down: mpsc::UnboundedReceiver<Down>,
+    mut deliver: F,
+) where
+    F: FnMut(LinkEvent) -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let ProxyProcess {
+        from_child,
+        to_child,
+        mut stderr,
+        ..
+    } = process;
+    tokio::spawn(async move {
+        if let Err(e) = pump(to_child, true, down, None).await {
+            tracing::debug!("writing to a child proxy failed: {e}");
+        }
+    });
+    let mut reader = FrameReader::new(from_child);
+    let mut greeted = false;
+    let error = loop {
+        let next = tokio::select! {
+            text = read_stderr(&mut stderr) => match text {
+                Some(text) => LinkEvent::Stderr(text),
+                None => { stderr = None; continue; }
+            },
+            r = async {
+                if greeted { reader.next::<Up>().await.map(|o| o.map(LinkEvent::Up)).map_err(LinkError::from) }
+                else { read_greeting(&mut reader).await.map(|g| Some(LinkEvent::Greeted(g))) }
+            } => match r {
+                Ok(Some(ev)) => ev,
+                Ok(None) => break None,
+                Err(e) => break Some(e.to_string()),
+            },
+        };
+        greeted |= matches!(next, LinkEvent::Greeted(_));
+        if !deliver(next).await {
+            return;
+        }
+    };
+    // What ssh said last is often the whole story of a failed host: collect it first.
+    let drain = async {
+        while stderr.is_some() {
+            match read_stderr(&mut stderr).await {
+                Some(text) => {
+                    deliver(LinkEvent::Stderr(text)).await;
+                }
+                None => stderr = None,
+            }
+        }
+    };
+    let _ = tokio::time::timeout(std::time::Duration::from_secs(1), drain).await;
+    deliver(LinkEvent::Closed(error)).await;
+}
+
+async fn read_stderr(stderr: &mut Option<FdStream>) -> Option<Vec<u8>> {
+    match stderr {
+        Some(s) => match s.read_available(4096).await {
+            Ok(t) if !t.is_empty() => Some(t),
+            _ => None,
+        },
+        None => std::future::pending().await,
+    }
+}

@@ -1,0 +1,112 @@
+//! Process bookkeeping shared by the launcher and the proxies: reaping, process groups,
+//! descendant sweeps, subreaping.
+
+use std::collections::{HashMap, HashSet};
+
+use nix::errno::Errno;
+use nix::sys::signal::{kill, killpg, Signal};
+use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
+use nix::unistd::Pid;
+use pmi_wire::ids::ExitOutcome;
+
+/// Reaps every child that has ended, known or adopted. One owner per process calls this (on
+/// SIGCHLD), so no exit is ever stolen from another waiter.
+pub fn reap_ended() -> Vec<(i32, ExitOutcome)> {
+    let mut out = Vec::new();
+    loop {
+        match waitpid(Pid::from_raw(-1), Some(WaitPidFlag::WNOHANG)) {
+            Ok(WaitStatus::Exited(pid, code)) => {
+                out.push((pid.as_raw(), ExitOutcome::Exited(code)))
+            }
+            Ok(WaitStatus::Signaled(pid, sig, _)) => {
+                out.push((pid.as_raw(), ExitOutcome::Signaled(sig as i32)))
+            }
+            Ok(WaitStatus::StillAlive) | Err(Errno::ECHILD) => return out,
+            Ok(_) => continue,
+            Err(Errno::EINTR) => continue,
+            Err(e) => {
+                tracing::warn!("waitpid failed: {e}");
+                return out;
+            }
+        }
+    }
+}
+
+/// Makes orphaned descendants (a rank's daemonized grandchild) ours to reap and kill.
+pub fn become_subreaper() {
+    // SAFETY: prctl with integer arguments only.
+    let rc = unsafe { nix::libc::prctl(nix::libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) };
+    if rc != 0 {
+        tracing::warn!(
+            "cannot become a child subreaper: {}",
+            std::io::Error::last_os_error()
+        );
+    }
+}
+
+/// Sends `sig` to a process group, ignoring groups that are already gone.
+pub fn signal_group(pgid: i32, sig: Signal) {
+    match killpg(Pid::from_raw(pgid), sig) {
+        Ok(()) | Err(Errno::ESRCH) => {}
+        Err(e) => tracing::debug!("killpg({pgid}, {sig}) failed: {e}"),
+    }
+}
+
+pub fn signal_pid(pid: i32, sig: Signal) {
+    match kill(Pid::from_raw(pid), sig) {
+        Ok(()) | Err(Errno::ESRCH) => {}
+        Err(e) => tracing::debug!("kill({pid}, {sig}) failed: {e}"),
+    }
+}
+
+/// Every live descendant of this process, except the subtrees rooted at `spare` (child
+/// proxies, which clean up their own). Read from /proc, so it also finds processes that left
+/// their group and session.
+pub fn descendants(spare: &HashSet<i32>) -> Vec<i32> {
+    let mut children: HashMap<i32, Vec<i32>> = HashMap::new();
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    for entry in dir.flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|s| s.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            continue;
+        };
+        // "pid (comm) state ppid ...": comm may hold spaces and parentheses.
+        let Some(rest) = stat.rfind(')').map(|i| &stat[i + 1..]) else {
+            continue;
+        };
+        let mut fields = rest.split_whitespace();
+        let state = fields.next();
+        let ppid = fields.next().and_then(|p| p.parse::<i32>().ok());
+        if let (Some(state), Some(ppid)) = (state, ppid) {
+            if state != "Z" && state != "X" {
+                children.entry(ppid).or_default().push(pid);
+            }
+        }
+    }
+    let mut out = Vec::new();
+    let mut stack = vec![std::process::id() as i32];
+    while let Some(pid) = stack.pop() {
+        for &child in children.get(&pid).into_iter().flatten() {
+            if !spare.contains(&child) {
+                out.push(child);
+                stack.push(child);
+            }
+        }
+    }
+    out
+}
+
+/// SIGKILLs every descendant outside `spare`.
+pub fn kill_descendants(spare: &HashSet<i32>) {
+    for pid in descendants(spare) {
+        signal_pid(pid, Signal::SIGKILL);
+    }
+}

@@ -1,0 +1,155 @@
+//! One rank: how it is started, and the tasks that carry its output and stdin.
+
+use std::ffi::OsStr;
+use std::io;
+use std::os::fd::OwnedFd;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::process::CommandExt;
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+
+use pmi_wire::control::{Job, Segment, Up};
+use pmi_wire::ids::Stream;
+use tokio::io::AsyncWriteExt;
+use tokio::sync::mpsc;
+
+use crate::fdio::FdStream;
+
+/// Largest chunk of output sent in one frame.
+pub const OUTPUT_CHUNK: usize = 128 << 10;
+
+/// Where a rank sits, for its environment.
+pub struct Placement<'a> {
+    pub rank: u32,
+    pub local_id: usize,
+    pub local_count: usize,
+    pub host: &'a str,
+}
+
+/// A rank that is running.
+pub struct Started {
+    pub pid: i32,
+    pub stdout: FdStream,
+    pub stderr: FdStream,
+    pub stdin: Option<FdStream>,
+}
+
+/// Starts one rank in its own process group, with piped stdout/stderr and, if it reads the
+/// launcher's stdin, a piped stdin (else /dev/null). Returns the errno if it cannot run.
+pub fn spawn(
+    job: &Job,
+    segment: &Segment,
+    at: &Placement,
+    gets_stdin: bool,
+) -> Result<Started, i32> {
+    let mut cmd = Command::new(OsStr::from_bytes(&segment.exe));
+    cmd.args(segment.args.iter().map(|a| OsStr::from_bytes(a)));
+    cmd.env_clear();
+    for (k, v) in job.env.iter().chain(&segment.env) {
+        cmd.env(OsStr::from_bytes(k), OsStr::from_bytes(v));
+    }
+    cmd.env("PMI_RANK", at.rank.to_string())
+        .env("PMI_SIZE", job.size.to_string())
+        .env("MPI_LOCALRANKID", at.local_id.to_string())
+        .env("MPI_LOCALNRANKS", at.local_count.to_string())
+        .env("MPIR_CVAR_CH3_INTERFACE_HOSTNAME", at.host)
+        .env("GFORTRAN_UNBUFFERED_PRECONNECTED", "y");
+    if !segment.wdir.is_empty() {
+        cmd.current_dir(OsStr::from_bytes(&segment.wdir));
+    }
+    cmd.stdin(if gets_stdin {
+        Stdio::piped()
+    } else {
+        Stdio::null()
+    })
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped());
+    let parent = std::process::id() as i32;
+    // SAFETY: only async-signal-safe calls (setpgid, prctl, getppid) between fork and exec.
+    unsafe {
+        cmd.pre_exec(move || {
+            use nix::libc;
+            if libc::setpgid(0, 0) != 0 {
+                return Err(io::Error::last_os_error());
+            }
+            // Backstop: if this proxy dies without cleaning up, the kernel kills the rank.
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0);
+            if libc::getppid() != parent {
+                libc::_exit(137);
+            }
+            let mut none: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut none);
+            libc::sigprocmask(libc::SIG_SETMASK, &none, std::ptr::null_mut());
+            Ok(())
+        });
+    }
+    let mut child = cmd
+        .spawn()
+        .map_err(|e| e.raw_os_error().unwrap_or(nix::libc::EIO))?;
+    let wrap =
+        |fd: OwnedFd| FdStream::new(fd).map_err(|e| e.raw_os_error().unwrap_or(nix::libc::EIO));
+    Ok(Started {
+        pid: child.id() as i32,
+        stdout: wrap(child.stdout.take().expect("piped").into())?,
+        stderr: wrap(child.stderr.take().expect("piped").into())?,
+        stdin: child.stdin.take().map(|s| wrap(s.into())).transpose()?,
+    })
+}
+
+/// Carries one output stream of a rank upstream until end of file. The bounded `data`
+/// channel is the backpressure: when the launcher's reader is slow, this task waits, the
+/// pipe fills, and the rank blocks in write.
+pub async fn relay_output(rank: u32, stream: Stream, mut fd: FdStream, data: mpsc::Sender<Up>) {
+    loop {
+        match fd.read_available(OUTPUT_CHUNK).await {
+            Ok(chunk) if chunk.is_empty() => break,
+            Ok(chunk) => {
+                if data
+                    .send(Up::Output {
+                        rank,
+                        stream,
+                        data: chunk,
+                    })
+                    .await
+                    .is_err()
+                {
+                    break;
+                }
+            }
+            Err(e) => {
+                tracing::debug!(rank, ?stream, "output read failed: {e}");
+                break;
+            }
+        }
+    }
+    let _ = data.send(Up::OutputEnd { rank, stream }).await;
+}
+
+/// What the dispatcher sends a rank's stdin feeder.
+pub enum StdinChunk {
+    Data { seq: u64, data: Arc<[u8]> },
+    Eof,
+}
+
+/// Writes the launcher's stdin into one rank, acknowledging each chunk once written (or
+/// dropped, when the rank has closed its stdin) so the launcher can send more.
+pub async fn feed_stdin(
+    mut fd: Option<FdStream>,
+    mut chunks: mpsc::UnboundedReceiver<StdinChunk>,
+    acks: mpsc::UnboundedSender<Up>,
+) {
+    while let Some(chunk) = chunks.recv().await {
+        match chunk {
+            StdinChunk::Data { seq, data } => {
+                if let Some(f) = fd.as_mut() {
+                    if let Err(e) = f.write_all(&data).await {
+                        tracing::debug!("rank stopped reading stdin: {e}");
+                        fd = None;
+                    }
+                }
+                let _ = acks.send(Up::StdinAck { seq });
+            }
+            StdinChunk::Eof => fd = None,
+        }
+    }
+}

@@ -1,0 +1,243 @@
+//! Checking what `rankprog flood` wrote after it went through the launcher's stdio relay.
+//!
+//! A flood line is 64 bytes: `r<rank, 6 digits> <seq, 12 digits> `, 42 padding bytes
+//! (`b'a' + (rank + seq + i) % 26` for the i-th), `\n`. Lines of different ranks may
+//! interleave, but each line must arrive whole, and each rank's lines in order from 0 with
+//! none missing. With `rlaunch -l`, a line may start with `[<rank>] `.
+
+use std::collections::BTreeMap;
+
+/// Bytes in one flood line, newline included.
+pub const FLOOD_LINE_LEN: usize = 64;
+
+const HEAD_LEN: usize = 21;
+
+/// Line `seq` of rank `rank`, exactly as `rankprog flood` writes it.
+pub fn flood_line(rank: u32, seq: u64) -> [u8; FLOOD_LINE_LEN] {
+    let mut line = [0; FLOOD_LINE_LEN];
+    let head = format!("r{rank:06} {seq:012} ");
+    line[..HEAD_LEN].copy_from_slice(head.as_bytes());
+    let base = u64::from(rank) + seq;
+    for (i, b) in line[HEAD_LEN..FLOOD_LINE_LEN - 1].iter_mut().enumerate() {
+        *b = b'a' + ((base + i as u64) % 26) as u8;
+    }
+    line[FLOOD_LINE_LEN - 1] = b'\n';
+    line
+}
+
+/// How many lines `rankprog flood <bytes>` writes: bytes rounded up to whole lines.
+pub fn flood_lines(bytes: u64) -> u64 {
+    bytes.div_ceil(FLOOD_LINE_LEN as u64)
+}
+
+/// What [`scan_flood`] found in an intact output.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct FloodReport {
+    /// Lines received from each rank.
+    pub lines: BTreeMap<u32, u64>,
+    /// Lines that carried a `[<rank>] ` prefix.
+    pub prefixed: u64,
+}
+
+impl FloodReport {
+    pub fn total_lines(&self) -> u64 {
+        self.lines.values().sum()
+    }
+
+    /// Whether every line carried its `[<rank>] ` prefix (as with `rlaunch -l`).
+    pub fn all_prefixed(&self) -> bool {
+        self.prefixed == self.total_lines()
+    }
+}
+
+/// Checks that `output` holds only whole flood lines, each rank's in order from 0 without
+/// gaps, and counts them.
+pub fn scan_flood(output: &[u8]) -> Result<FloodReport, String> {
+    let mut report = FloodReport::default();
+    let mut offset = 0;
+    for (number, line) in output.split_inclusive(|&b| b == b'\n').enumerate() {
+        let at = format!("line {} (byte {offset})", number + 1);
+        offset += line.len();
+        if line.last() != Some(&b'\n') {
+            return Err(format!("{at}: output ends inside a line: {}", show(line)));
+        }
+        let (prefix, body) = split_prefix(line);
+        let (rank, seq) =
+            parse_head(body).ok_or_else(|| format!("{at}: not a flood line: {}", show(line)))?;
+        if body != flood_line(rank, seq) {
+            return Err(format!("{at}: damaged line: {}", show(line)));
+        }
+        if let Some(prefix_rank) = prefix {
+            if prefix_rank != rank {
+                return Err(format!(
+                    "{at}: prefix [{prefix_rank}] on a line of rank {rank}: {}",
+                    show(line)
+                ));
+            }
+            report.prefixed += 1;
+        }
+        let expected = report.lines.entry(rank).or_insert(0);
+        if seq != *expected {
+            return Err(format!(
+                "{at}: rank {rank} line {seq} where line {expected} was due (lines lost, \
+                 repeated or reordered)"
+            ));
+        }
+        *expected += 1;
+    }
+    Ok(report)
+}
+
+/// [`scan_flood`], and every rank in `0..ranks` (and no other) sent all the lines of
+/// `rankprog flood <bytes_per_rank>`.
+pub fn check_flood(output: &[u8], ranks: u32, bytes_per_rank: u64) -> Result<FloodReport, String> {
+    let report = scan_flood(output)?;
+    let want = flood_lines(bytes_per_rank);
+    if let Some(stranger) = report.lines.keys().find(|&&r| r >= ranks) {
+        return Err(format!(
+            "lines from rank {stranger}, but there are {ranks} ranks"
+        ));
+    }
+    for rank in 0..ranks {
+        let got = report.lines.get(&rank).copied().unwrap_or(0);
+        if got != want {
+            return Err(format!("rank {rank} sent {got} lines of {want}"));
+        }
+    }
+    Ok(report)
+}
+
+/// Splits a `[<rank>] ` prefix off a line, if there is one.
+fn split_prefix(line: &[u8]) -> (Option<u32>, &[u8]) {
+    let parsed = (|| {
+        let rest = line.strip_prefix(b"[")?;
+        let close = rest.iter().position(|&b| b == b']')?;
+        let rank = std::str::from_utf8(&rest[..close]).ok()?.parse().ok()?;
+        let body = rest[close + 1..].strip_prefix(b" ")?;
+        Some((Some(rank), body))
+    })();
+    parsed.unwrap_or((None, line))
+}
+
+fn parse_head(body: &[u8]) -> Option<(u32, u64)> {
+    if body.len() != FLOOD_LINE_LEN || body[0] != b'r' || body[7] != b' ' || body[20] != b' ' {
+        return None;
+    }
+    let digits = |range: std::ops::Range<usize>| {
+        let text = std::str::from_utf8(&body[range]).ok()?;
+        text.bytes().all(|b| b.is_ascii_digit()).then_some(text)
+    };
+    let rank = digits(1..7)?.parse().ok()?;
+    let seq = digits(8..20)?.parse().ok()?;
+    Some((rank, seq))
+}
+
+/// A line for an error message, escaped and cut short.
+fn show(line: &[u8]) -> String {
+    const MAX: usize = 100;
+    let cut = &line[..line.len().min(MAX)];
+    let more = if line.len() > MAX { "..." } else { "" };
+    format!("\"{}\"{more}", cut.escape_ascii())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Ranks' lines interleaved round-robin, as a relay may deliver them.
+    fn interleaved(ranks: u32, lines: u64, prefix: bool) -> Vec<u8> {
+        let mut out = Vec::new();
+        for seq in 0..lines {
+            for rank in 0..ranks {
+                if prefix {
+                    out.extend_from_slice(format!("[{rank}] ").as_bytes());
+                }
+                out.extend_from_slice(&flood_line(rank, seq));
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn line_format() {
+        let line = flood_line(3, 42);
+        assert_eq!(&line[..HEAD_LEN], b"r000003 000000000042 ");
+        assert_eq!(line[HEAD_LEN], b'a' + 45 % 26);
+        assert_eq!(line.len(), 64);
+        assert_eq!(line.iter().filter(|&&b| b == b'\n').count(), 1);
+        assert_eq!(flood_lines(0), 0);
+        assert_eq!(flood_lines(1), 1);
+        assert_eq!(flood_lines(128), 2);
+        assert_eq!(flood_lines(129), 3);
+    }
+
+    #[test]
+    fn accepts_intact_interleaved_output() {
+        let report = check_flood(&interleaved(3, 50, false), 3, 50 * 64).unwrap();
+        assert_eq!(report.total_lines(), 150);
+        assert_eq!(report.prefixed, 0);
+        assert!(check_flood(b"", 2, 0).is_ok());
+    }
+
+    #[test]
+    fn accepts_rank_prefixes() {
+        let report = check_flood(&interleaved(12, 10, true), 12, 640).unwrap();
+        assert!(report.all_prefixed());
+        let wrong = [b"[1] ".as_slice(), &flood_line(0, 0)].concat();
+        let err = scan_flood(&wrong).unwrap_err();
+        assert!(err.contains("prefix [1] on a line of rank 0"), "{err}");
+    }
+
+    #[test]
+    fn rejects_a_damaged_byte() {
+        let mut out = interleaved(2, 10, false);
+        out[5 * 64 + 30] ^= 1;
+        let err = scan_flood(&out).unwrap_err();
+        assert!(err.starts_with("line 6 "), "{err}");
+    }
+
+    #[test]
+    fn rejects_mixed_lines() {
+        let mut out = interleaved(2, 4, false);
+        out.splice(64 + 32..64 + 32, flood_line(1, 9));
+        assert!(scan_flood(&out).is_err());
+    }
+
+    #[test]
+    fn rejects_gaps_repeats_and_reordering() {
+        let out = interleaved(2, 10, false);
+        let mut gap = out.clone();
+        gap.drain(4 * 64..5 * 64);
+        let err = scan_flood(&gap).unwrap_err();
+        assert!(err.contains("rank 0 line 3 where line 2 was due"), "{err}");
+
+        let mut repeat = out.clone();
+        repeat.splice(0..0, flood_line(0, 0));
+        assert!(scan_flood(&repeat).is_err());
+
+        let mut swapped = out;
+        swapped[..64].copy_from_slice(&flood_line(0, 1));
+        swapped[2 * 64..3 * 64].copy_from_slice(&flood_line(0, 0));
+        assert!(scan_flood(&swapped).is_err());
+    }
+
+    #[test]
+    fn rejects_truncation_and_missing_ranks() {
+        let out = interleaved(2, 10, false);
+        let err = scan_flood(&out[..out.len() - 1]).unwrap_err();
+        assert!(err.contains("ends inside a line"), "{err}");
+        let err = check_flood(&out[..out.len() - 64], 2, 640).unwrap_err();
+        assert_eq!(err, "rank 1 sent 9 lines of 10");
+        let err = check_flood(&out, 3, 640).unwrap_err();
+        assert_eq!(err, "rank 2 sent 0 lines of 10");
+        let err = check_flood(&out, 1, 640).unwrap_err();
+        assert_eq!(err, "lines from rank 1, but there are 1 ranks");
+    }
+
+    #[test]
+    fn rejects_foreign_lines() {
+        let out = [flood_line(0, 0).as_slice(), b"hello\n"].concat();
+        let err = scan_flood(&out).unwrap_err();
+        assert!(err.contains("not a flood line: \"hello\\n\""), "{err}");
+    }
+}

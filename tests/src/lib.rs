@@ -1,0 +1,141 @@
+//! Harness for rlaunch's integration tests (`tests/tests/*.rs`): they run the real, built
+//! binaries with `rankprog` as the rank program, and never leak a process.
+//!
+//! ```text
+//!   test ──Run / Job──► rlaunch ──► rlaunch-proxy ──► rankprog (ranks)
+//!    ▲                     │ RLAUNCH_TEST_TAG=<unique> travels in every environment,
+//!    └── stdout lines, ────┘ so /proc finds (and Drop kills) whatever the run started
+//!        exit status
+//! ```
+//!
+//! * [`Run`] builds one run of `rlaunch` (or of any program) with its arguments, environment,
+//!   stdin and timeout; [`Run::run`] returns an [`Outcome`], [`Run::spawn`] a live [`Job`].
+//!   A test synchronizes on lines (`rankprog ... ready ...` and [`Job::wait_for_ready`]),
+//!   never on sleeps.
+//! * [`Tag`] marks a run's processes; [`tagged_processes`] and [`wait_until_no_tagged`] find
+//!   them, so a test can check that nothing outlives the launcher. When the `Job` or `Outcome`
+//!   holding a tag drops, every process still carrying it is SIGKILLed.
+//! * [`check_flood`] checks the output of `rankprog flood`, [`fnv1a64`] the answer of
+//!   `rankprog stdin-sum`, [`tempdir`] gives a directory removed on drop.
+//!
+//! `rankprog`'s script language is documented in `src/bin/rankprog.rs`.
+//!
+//! The binaries are looked up next to the test executable, in the target directory of the
+//! running profile. `cargo test -p rlaunch-tests` builds `rankprog` but not `rlaunch`: run
+//! `cargo build --workspace` first.
+//!
+//! ```no_run
+//! use rlaunch_tests::{rankprog_str, Run};
+//!
+//! let out = Run::new(&["-n", "2", &rankprog_str(), "@1", "exit", "3"]).run();
+//! out.assert_code(3);
+//! ```
+
+mod flood;
+mod procs;
+mod run;
+mod tempdir;
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+pub use flood::{check_flood, flood_line, flood_lines, scan_flood, FloodReport, FLOOD_LINE_LEN};
+pub use procs::{
+    tagged_processes, wait_until_no_tagged, wait_until_tagged, Tag, TaggedProcess, TAG_VAR,
+};
+pub use run::{Job, Outcome, Run, DEFAULT_TIMEOUT};
+pub use tempdir::{tempdir, TempDir};
+
+/// The `rlaunch` executable.
+pub fn rlaunch() -> PathBuf {
+    built_binary("rlaunch", "cargo build --workspace")
+}
+
+/// The `rlaunch-proxy` executable.
+pub fn proxy() -> PathBuf {
+    built_binary("rlaunch-proxy", "cargo build --workspace")
+}
+
+/// The `rankprog` helper (this package's binary).
+pub fn rankprog() -> PathBuf {
+    built_binary("rankprog", "cargo build -p rlaunch-tests")
+}
+
+/// [`rankprog`] as a string, for argument lists.
+pub fn rankprog_str() -> String {
+    path_str(rankprog())
+}
+
+/// [`proxy`] as a string, for argument lists.
+pub fn proxy_str() -> String {
+    path_str(proxy())
+}
+
+fn path_str(path: PathBuf) -> String {
+    path.into_os_string()
+        .into_string()
+        .unwrap_or_else(|p| panic!("the target directory is not UTF-8: {p:?}"))
+}
+
+/// Tests run as `target/<profile>/deps/<test>-<hash>` (unit tests of this crate included);
+/// cargo puts the binaries in `target/<profile>/`.
+fn built_binary(name: &str, build: &str) -> PathBuf {
+    let exe = std::env::current_exe()
+        .unwrap_or_else(|e| panic!("cannot locate the test executable: {e}"));
+    let mut dir = exe
+        .parent()
+        .unwrap_or_else(|| panic!("the test executable {} has no directory", exe.display()))
+        .to_path_buf();
+    if dir.ends_with("deps") {
+        dir.pop();
+    }
+    let path = dir.join(format!("{name}{}", std::env::consts::EXE_SUFFIX));
+    assert!(
+        path.is_file(),
+        "error: {name} is not built: {} does not exist; run `{build}` before the tests",
+        path.display()
+    );
+    path
+}
+
+/// FNV-1a, 64 bits: the hash `rankprog stdin-sum` prints.
+pub fn fnv1a64(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |hash, &b| {
+        (hash ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+    })
+}
+
+/// The line `rankprog stdin-sum` prints after reading `input`, newline included.
+pub fn stdin_sum_line(input: &[u8]) -> String {
+    format!("stdin {} {:016x}\n", input.len(), fnv1a64(input))
+}
+
+/// A name no other run, test process or earlier test run uses: pid, counter, clock.
+fn unique_id() -> String {
+    // A process-wide counter: the one piece of shared state the harness needs, since tests
+    // run on parallel threads and must not share tags or directories.
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    format!("{}-{n}-{nanos}", std::process::id())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fnv_matches_known_values() {
+        assert_eq!(fnv1a64(b""), 0xcbf2_9ce4_8422_2325);
+        assert_eq!(fnv1a64(b"a"), 0xaf63_dc4c_8601_ec8c);
+        assert_eq!(stdin_sum_line(b"abc"), "stdin 3 e71fa2190541574b\n");
+    }
+
+    #[test]
+    fn unique_ids_differ() {
+        assert_ne!(unique_id(), unique_id());
+    }
+}
