@@ -27,13 +27,7 @@ Exit status:
 )]
 pub struct Cli {
     /// Number of ranks to start.
-    #[arg(
-        short = 'n',
-        long = "np",
-        visible_alias = "n",
-        value_name = "N",
-        help_heading = "Job"
-    )]
+    #[arg(short = 'n', long = "np", visible_alias = "n", value_name = "N", help_heading = "Job")]
     pub np: Option<u32>,
 
     /// Hosts to run on, with optional slot counts: `a,b:2,c`.
@@ -61,12 +55,7 @@ pub struct Cli {
     pub print_all_exit_codes: bool,
 
     /// Seconds between SIGTERM and SIGKILL when the job is torn down.
-    #[arg(
-        long,
-        value_name = "SECONDS",
-        default_value_t = 1.0,
-        help_heading = "Job"
-    )]
+    #[arg(long, value_name = "SECONDS", default_value_t = 1.0, help_heading = "Job")]
     pub kill_grace: f64,
 
     /// Kill the job after this many seconds (exit 124). Also MPIEXEC_TIMEOUT.

@@ -51,17 +51,10 @@ pub struct Plan {
 /// status.
 #[derive(Debug, Clone)]
 enum Cause {
-    RankFailed {
-        rank: u32,
-        pid: u32,
-        outcome: ExitOutcome,
-    },
+    RankFailed { rank: u32, pid: u32, outcome: ExitOutcome },
     TimedOut(Duration),
     Interrupted,
-    LostProxy {
-        host: String,
-        reason: String,
-    },
+    LostProxy { host: String, reason: String },
     StdoutClosed,
 }
 
@@ -123,11 +116,7 @@ pub async fn run(plan: Plan) -> i32 {
     };
     let mut readers = root.start_proxies(&events_tx, &output_tx);
     drop(output_tx);
-    let mut stdin = if root.stdin_open {
-        stdin::start()
-    } else {
-        None
-    };
+    let mut stdin = if root.stdin_open { stdin::start() } else { None };
     if stdin.is_none() && root.stdin_open {
         root.stdin_open = false;
         root.broadcast(Down::StdinEof);
@@ -194,12 +183,7 @@ impl ForwardedSignals {
         ];
         let streams = wanted
             .into_iter()
-            .map(|s| {
-                (
-                    s,
-                    signal(SignalKind::from_raw(s as i32)).expect("signal handler"),
-                )
-            })
+            .map(|s| (s, signal(SignalKind::from_raw(s as i32)).expect("signal handler")))
             .collect();
         ForwardedSignals { streams }
     }
@@ -239,10 +223,7 @@ impl Root {
                 {
                     Ok(process) => {
                         self.child_by_pid.insert(process.pid, idx);
-                        let launch = Launch {
-                            job: self.plan.job.clone(),
-                            node: node.clone(),
-                        };
+                        let launch = Launch { job: self.plan.job.clone(), node: node.clone() };
                         let _ = down_tx.send(Down::Launch(Box::new(launch)));
                         let state = ChildState::new(node.host.clone(), process.pid);
                         let (output, events) = (output.clone(), events.clone());
@@ -255,18 +236,11 @@ impl Root {
                     }
                     Err(e) => {
                         let reason = format!("cannot start its launcher: {e}");
-                        self.causes.push(Cause::LostProxy {
-                            host: node.host.clone(),
-                            reason,
-                        });
+                        self.causes.push(Cause::LostProxy { host: node.host.clone(), reason });
                         ChildState::failed(node.host.clone())
                     }
                 };
-            self.children.push(Child {
-                state,
-                down: down_tx,
-                stdin_ranks,
-            });
+            self.children.push(Child { state, down: down_tx, stdin_ranks });
         }
         self.plan.roots = roots;
         readers
@@ -331,9 +305,7 @@ impl Root {
     }
 
     fn terminate(&mut self, grace: Duration) {
-        self.broadcast(Down::Terminate {
-            grace_ms: grace.as_millis() as u64,
-        });
+        self.broadcast(Down::Terminate { grace_ms: grace.as_millis() as u64 });
         let deadline = Instant::now() + grace + PROXY_GRACE;
         if !self.terminating || self.proxy_deadline.is_some_and(|d| d > deadline) {
             self.proxy_deadline = Some(deadline);
@@ -354,10 +326,7 @@ impl Root {
         match sig {
             Signal::SIGINT => {
                 let now = Instant::now();
-                if self
-                    .last_interrupt
-                    .is_some_and(|t| now - t < DOUBLE_INTERRUPT)
-                {
+                if self.last_interrupt.is_some_and(|t| now - t < DOUBLE_INTERRUPT) {
                     eprintln!("rlaunch: interrupted again; killing the job");
                     self.causes.push(Cause::Interrupted);
                     self.terminate(Duration::ZERO);
@@ -381,16 +350,9 @@ impl Root {
                 self.stdin_seq += 1;
                 let seq = self.stdin_seq;
                 let mut expected = 0;
-                for c in self
-                    .children
-                    .iter()
-                    .filter(|c| !c.state.lost && c.stdin_ranks > 0)
-                {
+                for c in self.children.iter().filter(|c| !c.state.lost && c.stdin_ranks > 0) {
                     expected += c.stdin_ranks;
-                    let _ = c.down.send(Down::Stdin {
-                        seq,
-                        data: data.clone(),
-                    });
+                    let _ = c.down.send(Down::Stdin { seq, data: data.clone() });
                 }
                 if expected > 0 {
                     self.stdin_pending.insert(seq, expected);
@@ -507,10 +469,9 @@ async fn route(
     events: mpsc::UnboundedSender<Event>,
 ) -> bool {
     match event {
-        LinkEvent::Up(Up::Output { rank, stream, data }) => output
-            .send(Chunk::Data { rank, stream, data })
-            .await
-            .is_ok(),
+        LinkEvent::Up(Up::Output { rank, stream, data }) => {
+            output.send(Chunk::Data { rank, stream, data }).await.is_ok()
+        }
         LinkEvent::Up(Up::OutputEnd { rank, stream }) => {
             output.send(Chunk::End { rank, stream }).await.is_ok()
         }

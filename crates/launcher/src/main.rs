@@ -37,10 +37,8 @@ fn main() {
             std::process::exit(EXIT_INTERNAL);
         }
     };
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("tokio runtime");
+    let runtime =
+        tokio::runtime::Builder::new_current_thread().enable_all().build().expect("tokio runtime");
     let code = runtime.block_on(job::run(plan));
     std::process::exit(code);
 }
@@ -61,26 +59,16 @@ fn build_plan(cli: &Cli) -> Result<job::Plan, PlanError> {
     }
     let hosts = match &cli.hosts {
         Some(list) => plan::parse_host_list(list).map_err(usage)?,
-        None => vec![plan::Host {
-            name: own_host.clone(),
-            slots: size,
-        }],
+        None => vec![plan::Host { name: own_host.clone(), slots: size }],
     };
     let all_local = hosts.iter().all(|h| plan::is_local(&h.name, &own_host));
     let bootstrap = match (cli.launcher, all_local) {
         (Some(LauncherKind::Fork), _) | (None, true) => Bootstrap::Fork,
         (kind, _) => {
-            let program = if kind == Some(LauncherKind::Rsh) {
-                "rsh"
-            } else {
-                "ssh"
-            };
+            let program = if kind == Some(LauncherKind::Rsh) { "rsh" } else { "ssh" };
             Bootstrap::Remote {
                 argv: vec![program.to_string(), "-x".into(), "-oBatchMode=yes".into()],
-                proxy_path: proxy_exe()
-                    .map_err(PlanError::Setup)?
-                    .to_string_lossy()
-                    .into_owned(),
+                proxy_path: proxy_exe().map_err(PlanError::Setup)?.to_string_lossy().into_owned(),
             }
         }
     };
@@ -90,29 +78,19 @@ fn build_plan(cli: &Cli) -> Result<job::Plan, PlanError> {
         r => match r.parse::<u32>() {
             Ok(rank) if rank < size => StdinTarget::Rank(rank),
             Ok(rank) => {
-                return Err(usage(format!(
-                    "--stdin {rank}: the job has only {size} ranks"
-                )))
+                return Err(usage(format!("--stdin {rank}: the job has only {size} ranks")))
             }
             Err(_) => {
-                return Err(usage(format!(
-                    "--stdin {r}: expected a rank number, 'all' or 'none'"
-                )))
+                return Err(usage(format!("--stdin {r}: expected a rank number, 'all' or 'none'")))
             }
         },
     };
     if !(cli.kill_grace.is_finite() && cli.kill_grace >= 0.0) {
-        return Err(usage(format!(
-            "--kill-grace {}: expected seconds",
-            cli.kill_grace
-        )));
+        return Err(usage(format!("--kill-grace {}: expected seconds", cli.kill_grace)));
     }
     let timeout = cli.timeout().map_err(usage)?;
 
-    let (exe, args) = cli
-        .command
-        .split_first()
-        .ok_or_else(|| usage("no program given".into()))?;
+    let (exe, args) = cli.command.split_first().ok_or_else(|| usage("no program given".into()))?;
     let wdir = std::env::current_dir()
         .map_err(|e| PlanError::Setup(format!("cannot read the current directory: {e}")))?;
     let segment = Segment {
@@ -132,29 +110,17 @@ fn build_plan(cli: &Cli) -> Result<job::Plan, PlanError> {
                 rank_node[r as usize] = i as u32;
             }
             node_hosts.push(host.clone());
-            (
-                host,
-                ranks
-                    .into_iter()
-                    .map(|rank| RankPlan { rank, segment: 0 })
-                    .collect(),
-            )
+            (host, ranks.into_iter().map(|rank| RankPlan { rank, segment: 0 }).collect())
         })
         .collect();
     let roots = plan::build_tree(nodes, cli.tree_width);
-    tracing::debug!(
-        nodes = node_hosts.len(),
-        depth = plan::depth(&roots),
-        "plan ready"
-    );
+    tracing::debug!(nodes = node_hosts.len(), depth = plan::depth(&roots), "plan ready");
 
     let job = Job {
         jobid: job_id(),
         size,
         segments: vec![segment],
-        env: std::env::vars_os()
-            .map(|(k, v)| (k.into_vec(), v.into_vec()))
-            .collect(),
+        env: std::env::vars_os().map(|(k, v)| (k.into_vec(), v.into_vec())).collect(),
         stdin,
         kill_grace_ms: (cli.kill_grace * 1000.0) as u64,
         bootstrap,
@@ -186,9 +152,6 @@ fn proxy_exe() -> Result<OsString, String> {
 
 /// Unique per run: also the PMI kvsname, so short and free of spaces.
 fn job_id() -> String {
-    let nanos = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.subsec_nanos())
-        .unwrap_or(0);
+    let nanos = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.subsec_nanos()).unwrap_or(0);
     format!("rlaunch_{}_{:08x}", std::process::id(), nanos)
 }

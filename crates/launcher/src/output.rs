@@ -22,15 +22,8 @@ const BATCH: usize = 256 << 10;
 pub const QUEUE: usize = 64;
 
 pub enum Chunk {
-    Data {
-        rank: u32,
-        stream: Stream,
-        data: Vec<u8>,
-    },
-    End {
-        rank: u32,
-        stream: Stream,
-    },
+    Data { rank: u32, stream: Stream, data: Vec<u8> },
+    End { rank: u32, stream: Stream },
 }
 
 /// What the writer thread tells the dispatcher.
@@ -51,11 +44,7 @@ impl Sink {
     fn new(fd: i32) -> Sink {
         // SAFETY: fds 1 and 2 stay open for the life of the process; ManuallyDrop never closes.
         let file = ManuallyDrop::new(unsafe { std::fs::File::from_raw_fd(fd) });
-        Sink {
-            file,
-            buf: Vec::with_capacity(BATCH),
-            broken: false,
-        }
+        Sink { file, buf: Vec::with_capacity(BATCH), broken: false }
     }
 
     /// Writes out what is buffered; returns the error of a newly broken sink.
@@ -82,12 +71,7 @@ pub struct Writer {
 
 impl Writer {
     pub fn new(prefix_rank: bool) -> Writer {
-        Writer {
-            prefix_rank,
-            stdout: Sink::new(1),
-            stderr: Sink::new(2),
-            partial: HashMap::new(),
-        }
+        Writer { prefix_rank, stdout: Sink::new(1), stderr: Sink::new(2), partial: HashMap::new() }
     }
 
     /// Runs until every sender is gone.

@@ -36,10 +36,7 @@ pub fn parse_host_list(list: &str) -> Result<Vec<Host>, String> {
 fn merge(hosts: &mut Vec<Host>, name: &str, slots: u32) {
     match hosts.iter_mut().find(|h| h.name == name) {
         Some(h) => h.slots += slots,
-        None => hosts.push(Host {
-            name: name.to_string(),
-            slots,
-        }),
+        None => hosts.push(Host { name: name.to_string(), slots }),
     }
 }
 
@@ -78,12 +75,7 @@ pub fn build_tree(nodes: Vec<(String, Vec<RankPlan>)>, width: u32) -> Vec<NodePl
         .into_iter()
         .enumerate()
         .map(|(i, (host, ranks))| {
-            Some(NodePlan {
-                index: i as u32,
-                host,
-                ranks,
-                children: Vec::new(),
-            })
+            Some(NodePlan { index: i as u32, host, ranks, children: Vec::new() })
         })
         .collect();
     if width == 0 || count <= width as usize {
@@ -100,23 +92,14 @@ pub fn build_tree(nodes: Vec<(String, Vec<RankPlan>)>, width: u32) -> Vec<NodePl
         let kids: Vec<NodePlan> = (first..=(pos * k + k).min(count))
             .map(|c| plans[c - 1].take().expect("each node is attached once"))
             .collect();
-        plans[pos - 1]
-            .as_mut()
-            .expect("parent not yet attached")
-            .children = kids;
+        plans[pos - 1].as_mut().expect("parent not yet attached").children = kids;
     }
-    (1..=k.min(count))
-        .map(|p| plans[p - 1].take().expect("root child"))
-        .collect()
+    (1..=k.min(count)).map(|p| plans[p - 1].take().expect("root child")).collect()
 }
 
 /// Depth of the deepest proxy below the launcher.
 pub fn depth(roots: &[NodePlan]) -> usize {
-    roots
-        .iter()
-        .map(|n| 1 + depth(&n.children))
-        .max()
-        .unwrap_or(0)
+    roots.iter().map(|n| 1 + depth(&n.children)).max().unwrap_or(0)
 }
 
 /// Names that mean this machine.
@@ -134,15 +117,7 @@ mod tests {
 
     fn node_plans(n: usize) -> Vec<(String, Vec<RankPlan>)> {
         (0..n)
-            .map(|i| {
-                (
-                    format!("n{}", i + 1),
-                    vec![RankPlan {
-                        rank: i as u32,
-                        segment: 0,
-                    }],
-                )
-            })
+            .map(|i| (format!("n{}", i + 1), vec![RankPlan { rank: i as u32, segment: 0 }]))
             .collect()
     }
 
@@ -151,20 +126,9 @@ mod tests {
         let hosts = parse_host_list("a,b:2,a:3").unwrap();
         assert_eq!(
             hosts,
-            vec![
-                Host {
-                    name: "a".into(),
-                    slots: 4
-                },
-                Host {
-                    name: "b".into(),
-                    slots: 2
-                }
-            ]
+            vec![Host { name: "a".into(), slots: 4 }, Host { name: "b".into(), slots: 2 }]
         );
-        assert!(parse_host_list("a:x")
-            .unwrap_err()
-            .contains("bad slot count 'x'"));
+        assert!(parse_host_list("a:x").unwrap_err().contains("bad slot count 'x'"));
         assert!(parse_host_list("a,,b").is_err());
     }
 
@@ -183,11 +147,7 @@ mod tests {
         let roots = build_tree(node_plans(7), 2);
         assert_eq!(roots.len(), 2);
         assert_eq!(depth(&roots), 3);
-        let mut all: Vec<u32> = roots
-            .iter()
-            .flat_map(|r| r.walk())
-            .map(|n| n.index)
-            .collect();
+        let mut all: Vec<u32> = roots.iter().flat_map(|r| r.walk()).map(|n| n.index).collect();
         all.sort();
         assert_eq!(all, (0..7).collect::<Vec<_>>());
         assert_eq!(depth(&build_tree(node_plans(7), 0)), 1);

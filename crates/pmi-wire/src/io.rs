@@ -54,7 +54,9 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
                 return Ok((found, preamble));
             }
             if !self.fill(READ_CHUNK).await? {
-                return Err(ReadError::ClosedBeforeHello { preamble: self.buf[self.pos..].to_vec() });
+                return Err(ReadError::ClosedBeforeHello {
+                    preamble: self.buf[self.pos..].to_vec(),
+                });
             }
         }
     }
@@ -69,7 +71,11 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
             }
             let want = control::frame_len(avail)?.map_or(0, |len| 4 + len - avail.len());
             if !self.fill(want).await? {
-                return if self.pos == self.buf.len() { Ok(None) } else { Err(ReadError::Truncated) };
+                return if self.pos == self.buf.len() {
+                    Ok(None)
+                } else {
+                    Err(ReadError::Truncated)
+                };
             }
         }
     }

@@ -117,11 +117,7 @@ impl FdStream {
                 let mut pending: libc::c_int = 0;
                 // SAFETY: FIONREAD writes one int.
                 let rc = unsafe { libc::ioctl(raw, libc::FIONREAD, &mut pending) };
-                let want = if rc == 0 && pending > 0 {
-                    (pending as usize).min(max)
-                } else {
-                    512
-                };
+                let want = if rc == 0 && pending > 0 { (pending as usize).min(max) } else { 512 };
                 let mut buf = Vec::<u8>::with_capacity(want);
                 // SAFETY: read(2) fills at most `want` bytes of the allocation; we set the
                 // length to what it reports.

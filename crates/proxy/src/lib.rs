@@ -33,10 +33,7 @@ pub fn take_stdio_channel() -> io::Result<(OwnedFd, OwnedFd)> {
     };
     let input = dup(0)?;
     let output = dup(1)?;
-    let null = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open("/dev/null")?;
+    let null = std::fs::OpenOptions::new().read(true).write(true).open("/dev/null")?;
     for fd in [0, 1] {
         nix::unistd::dup2(null.as_raw_fd(), fd).map_err(io::Error::from)?;
     }
@@ -56,12 +53,7 @@ pub fn init_logging(prefix: &'static str) {
         .without_time()
         .with_ansi(false)
         .fmt_fields(tracing_subscriber::fmt::format::DefaultFields::new())
-        .event_format(
-            tracing_subscriber::fmt::format()
-                .with_target(false)
-                .without_time()
-                .compact(),
-        )
+        .event_format(tracing_subscriber::fmt::format().with_target(false).without_time().compact())
         .try_init();
     let _ = prefix;
 }

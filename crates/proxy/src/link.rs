@@ -55,20 +55,11 @@ pub fn spawn_proxy(
             true
         }
     };
-    let (ours, theirs) = socketpair(
-        AddressFamily::Unix,
-        SockType::Stream,
-        None,
-        SockFlag::SOCK_CLOEXEC,
-    )
-    .map_err(io::Error::from)?;
-    cmd.stdin(Stdio::from(theirs.try_clone()?))
-        .stdout(Stdio::from(theirs));
-    cmd.stderr(if remote {
-        Stdio::piped()
-    } else {
-        Stdio::inherit()
-    });
+    let (ours, theirs) =
+        socketpair(AddressFamily::Unix, SockType::Stream, None, SockFlag::SOCK_CLOEXEC)
+            .map_err(io::Error::from)?;
+    cmd.stdin(Stdio::from(theirs.try_clone()?)).stdout(Stdio::from(theirs));
+    cmd.stderr(if remote { Stdio::piped() } else { Stdio::inherit() });
     // Its own process group: a Ctrl-C at the terminal reaches rlaunch alone, which forwards it.
     // SAFETY: setpgid is async-signal-safe.
     unsafe {
@@ -78,18 +69,9 @@ pub fn spawn_proxy(
         });
     }
     let mut child = cmd.spawn()?;
-    let stderr = child
-        .stderr
-        .take()
-        .map(|e| FdStream::new(OwnedFd::from(e)))
-        .transpose()?;
+    let stderr = child.stderr.take().map(|e| FdStream::new(OwnedFd::from(e))).transpose()?;
     let to_child = FdStream::new(ours.try_clone()?)?;
-    Ok(ProxyProcess {
-        pid: child.id() as i32,
-        from_child: FdStream::new(ours)?,
-        to_child,
-        stderr,
-    })
+    Ok(ProxyProcess { pid: child.id() as i32, from_child: FdStream::new(ours)?, to_child, stderr })
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -117,17 +99,10 @@ pub struct Greeting {
 pub async fn read_greeting(reader: &mut FrameReader<FdStream>) -> Result<Greeting, LinkError> {
     let (found, preamble) = reader.read_hello().await?;
     if found.version != PROTOCOL_VERSION {
-        return Err(LinkError::Version {
-            theirs: found.version,
-            ours: PROTOCOL_VERSION,
-        });
+        return Err(LinkError::Version { theirs: found.version, ours: PROTOCOL_VERSION });
     }
     match reader.next::<Up>().await? {
-        Some(Up::Greeting { host, pid }) => Ok(Greeting {
-            host,
-            pid,
-            preamble,
-        }),
+        Some(Up::Greeting { host, pid }) => Ok(Greeting { host, pid, preamble }),
         _ => Err(LinkError::NoGreeting),
     }
 }
@@ -307,12 +282,7 @@ pub async fn run_link<F, Fut>(
     F: FnMut(LinkEvent) -> Fut,
     Fut: std::future::Future<Output = bool>,
 {
-    let ProxyProcess {
-        from_child,
-        to_child,
-        mut stderr,
-        ..
-    } = process;
+    let ProxyProcess { from_child, to_child, mut stderr, .. } = process;
     tokio::spawn(async move {
         if let Err(e) = pump(to_child, true, down, None).await {
             tracing::debug!("writing to a child proxy failed: {e}");

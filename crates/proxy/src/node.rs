@@ -86,15 +86,10 @@ pub(crate) struct Node {
 /// code of the proxy process.
 pub async fn serve(up_in: FdStream, up_out: FdStream) -> i32 {
     procs::become_subreaper();
-    let host = hostname::get()
-        .map(|h| h.to_string_lossy().into_owned())
-        .unwrap_or_default();
+    let host = hostname::get().map(|h| h.to_string_lossy().into_owned()).unwrap_or_default();
     let (control_tx, control_rx) = mpsc::unbounded_channel();
     let (data_tx, data_rx) = mpsc::channel(DATA_QUEUE);
-    let _ = control_tx.send(Up::Greeting {
-        host: host.clone(),
-        pid: std::process::id(),
-    });
+    let _ = control_tx.send(Up::Greeting { host: host.clone(), pid: std::process::id() });
     let pump = tokio::spawn(link::pump(up_out, true, control_rx, Some(data_rx)));
 
     let mut reader = FrameReader::new(up_in);
@@ -116,9 +111,8 @@ pub async fn serve(up_in: FdStream, up_out: FdStream) -> i32 {
                     }
                 }
                 Ok(None) => {
-                    let _ = upstream_events.send(Event::UpstreamClosed(
-                        "its parent closed the connection".into(),
-                    ));
+                    let _ = upstream_events
+                        .send(Event::UpstreamClosed("its parent closed the connection".into()));
                     return;
                 }
                 Err(e) => {
@@ -196,36 +190,23 @@ impl Node {
             }
         }
         if !self.orphaned {
-            let _ = self
-                .data
-                .send(Up::NodeDone {
-                    node: self.plan.index,
-                })
-                .await;
+            let _ = self.data.send(Up::NodeDone { node: self.plan.index }).await;
         }
         0
     }
 
     fn start_children(&mut self) {
-        let exe = std::env::current_exe()
-            .map(OsString::from)
-            .unwrap_or_else(|_| "rlaunch-proxy".into());
+        let exe =
+            std::env::current_exe().map(OsString::from).unwrap_or_else(|_| "rlaunch-proxy".into());
         let plans = std::mem::take(&mut self.plan.children);
         for plan in &plans {
-            let ranks = plan
-                .walk()
-                .iter()
-                .flat_map(|n| n.ranks.iter().map(|r| r.rank))
-                .collect();
+            let ranks = plan.walk().iter().flat_map(|n| n.ranks.iter().map(|r| r.rank)).collect();
             let (down_tx, down_rx) = mpsc::unbounded_channel();
             let idx = self.children.len();
             let state = match link::spawn_proxy(&self.job.bootstrap, &plan.host, &exe) {
                 Ok(process) => {
                     self.child_by_pid.insert(process.pid, idx);
-                    let launch = Launch {
-                        job: (*self.job).clone(),
-                        node: plan.clone(),
-                    };
+                    let launch = Launch { job: (*self.job).clone(), node: plan.clone() };
                     let _ = down_tx.send(Down::Launch(Box::new(launch)));
                     let state = ChildState::new(plan.host.clone(), process.pid);
                     let data = self.data.clone();
@@ -243,11 +224,7 @@ impl Node {
                     ChildState::failed(plan.host.clone())
                 }
             };
-            let child = ChildProxy {
-                state,
-                ranks,
-                down: down_tx,
-            };
+            let child = ChildProxy { state, ranks, down: down_tx };
             self.children.push(child);
         }
         self.plan.children = plans;
@@ -257,12 +234,8 @@ impl Node {
         let count = self.plan.ranks.len();
         for (local_id, rp) in self.plan.ranks.iter().enumerate() {
             let segment = &self.job.segments[rp.segment as usize];
-            let at = Placement {
-                rank: rp.rank,
-                local_id,
-                local_count: count,
-                host: &self.plan.host,
-            };
+            let at =
+                Placement { rank: rp.rank, local_id, local_count: count, host: &self.plan.host };
             let gets_stdin = self.job.stdin.includes(rp.rank);
             let mut slot = LocalRank {
                 rank: rp.rank,
@@ -277,10 +250,9 @@ impl Node {
                     slot.running = true;
                     slot.open_streams = 2;
                     self.rank_by_pid.insert(started.pid, local_id);
-                    for (stream, fd) in [
-                        (Stream::Stdout, started.stdout),
-                        (Stream::Stderr, started.stderr),
-                    ] {
+                    for (stream, fd) in
+                        [(Stream::Stdout, started.stdout), (Stream::Stderr, started.stderr)]
+                    {
                         let data = self.data.clone();
                         let events = self.events.clone();
                         let r = rp.rank;
@@ -305,9 +277,7 @@ impl Node {
             }
             self.ranks.push(slot);
         }
-        let _ = self.control.send(Up::Started {
-            node: self.plan.index,
-        });
+        let _ = self.control.send(Up::Started { node: self.plan.index });
         tracing::debug!(node = self.plan.index, ranks = count, "ranks started");
     }
 
@@ -340,10 +310,7 @@ impl Node {
                 let chunk: Arc<[u8]> = Arc::from(data.as_slice());
                 for c in &self.children {
                     if c.ranks.iter().any(|&r| self.job.stdin.includes(r)) {
-                        let _ = c.down.send(Down::Stdin {
-                            seq,
-                            data: data.clone(),
-                        });
+                        let _ = c.down.send(Down::Stdin { seq, data: data.clone() });
                     }
                 }
                 for slot in &self.ranks {
@@ -351,11 +318,7 @@ impl Node {
                         continue;
                     }
                     let queued = slot.stdin.as_ref().is_some_and(|tx| {
-                        tx.send(StdinChunk::Data {
-                            seq,
-                            data: chunk.clone(),
-                        })
-                        .is_ok()
+                        tx.send(StdinChunk::Data { seq, data: chunk.clone() }).is_ok()
                     });
                     if !queued {
                         let _ = self.control.send(Up::StdinAck { seq });
@@ -399,9 +362,7 @@ impl Node {
         }
         tracing::debug!(?grace, "terminating ranks");
         for c in &self.children {
-            let _ = c.down.send(Down::Terminate {
-                grace_ms: grace.as_millis() as u64,
-            });
+            let _ = c.down.send(Down::Terminate { grace_ms: grace.as_millis() as u64 });
         }
         self.signal_ranks(Signal::SIGTERM);
         self.signal_ranks(Signal::SIGCONT);
@@ -440,11 +401,7 @@ impl Node {
     }
 
     fn child_pids(&self) -> HashSet<i32> {
-        self.children
-            .iter()
-            .filter(|c| !c.state.reaped())
-            .map(|c| c.state.pid)
-            .collect()
+        self.children.iter().filter(|c| !c.state.reaped()).map(|c| c.state.pid).collect()
     }
 
     fn reap(&mut self) {
@@ -455,11 +412,8 @@ impl Node {
                 if let Some(tx) = slot.stdin.take() {
                     let _ = tx.send(StdinChunk::Eof);
                 }
-                let _ = self.control.send(Up::RankExited {
-                    rank: slot.rank,
-                    pid: pid as u32,
-                    outcome,
-                });
+                let _ =
+                    self.control.send(Up::RankExited { rank: slot.rank, pid: pid as u32, outcome });
             } else if let Some(&child) = self.child_by_pid.get(&pid) {
                 if let Some(reason) = self.children[child].state.on_exit(outcome) {
                     self.report_lost(child, reason);

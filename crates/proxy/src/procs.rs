@@ -37,10 +37,7 @@ pub fn become_subreaper() {
     // SAFETY: prctl with integer arguments only.
     let rc = unsafe { nix::libc::prctl(nix::libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) };
     if rc != 0 {
-        tracing::warn!(
-            "cannot become a child subreaper: {}",
-            std::io::Error::last_os_error()
-        );
+        tracing::warn!("cannot become a child subreaper: {}", std::io::Error::last_os_error());
     }
 }
 
@@ -68,11 +65,7 @@ pub fn descendants(spare: &HashSet<i32>) -> Vec<i32> {
         return Vec::new();
     };
     for entry in dir.flatten() {
-        let Some(pid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|s| s.parse::<i32>().ok())
-        else {
+        let Some(pid) = entry.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else {
             continue;
         };
         let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {

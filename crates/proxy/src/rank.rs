@@ -57,13 +57,9 @@ pub fn spawn(
     if !segment.wdir.is_empty() {
         cmd.current_dir(OsStr::from_bytes(&segment.wdir));
     }
-    cmd.stdin(if gets_stdin {
-        Stdio::piped()
-    } else {
-        Stdio::null()
-    })
-    .stdout(Stdio::piped())
-    .stderr(Stdio::piped());
+    cmd.stdin(if gets_stdin { Stdio::piped() } else { Stdio::null() })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
     let parent = std::process::id() as i32;
     // SAFETY: only async-signal-safe calls (setpgid, prctl, getppid) between fork and exec.
     unsafe {
@@ -83,9 +79,7 @@ pub fn spawn(
             Ok(())
         });
     }
-    let mut child = cmd
-        .spawn()
-        .map_err(|e| e.raw_os_error().unwrap_or(nix::libc::EIO))?;
+    let mut child = cmd.spawn().map_err(|e| e.raw_os_error().unwrap_or(nix::libc::EIO))?;
     let wrap =
         |fd: OwnedFd| FdStream::new(fd).map_err(|e| e.raw_os_error().unwrap_or(nix::libc::EIO));
     Ok(Started {
@@ -104,15 +98,7 @@ pub async fn relay_output(rank: u32, stream: Stream, mut fd: FdStream, data: mps
         match fd.read_available(OUTPUT_CHUNK).await {
             Ok(chunk) if chunk.is_empty() => break,
             Ok(chunk) => {
-                if data
-                    .send(Up::Output {
-                        rank,
-                        stream,
-                        data: chunk,
-                    })
-                    .await
-                    .is_err()
-                {
+                if data.send(Up::Output { rank, stream, data: chunk }).await.is_err() {
                     break;
                 }
             }
