@@ -62,6 +62,10 @@ pub struct Cli {
     #[arg(long, value_name = "SECONDS", help_heading = "Job")]
     pub timeout: Option<f64>,
 
+    /// Serve PMI on a loopback TCP port (PMI_PORT, PMI_ID) instead of a socketpair (PMI_FD).
+    #[arg(long, alias = "pmi-port", help_heading = "Job")]
+    pub pmi_port: bool,
+
     /// More log output (repeat for more); RLAUNCH_LOG=debug does the same.
     #[arg(short = 'v', long = "verbose", action = ArgAction::Count, help_heading = "Output")]
     pub verbose: u8,
@@ -91,6 +95,7 @@ fn translate_hydra(arg: OsString) -> OsString {
         Some("-hosts") => "--hosts".into(),
         Some("-launcher") => "--launcher".into(),
         Some("-np") => "--np".into(),
+        Some("-pmi-port") => "--pmi-port".into(),
         _ => arg,
     }
 }

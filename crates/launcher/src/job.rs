@@ -14,7 +14,7 @@ use std::ffi::OsString;
 use std::time::Duration;
 
 use nix::sys::signal::Signal;
-use pmi_wire::control::{Down, Job, Launch, NodePlan, StdinTarget, Up};
+use pmi_wire::control::{Down, Job, Launch, NameAnswer, NameOp, NodePlan, StdinTarget, Up};
 use pmi_wire::ids::ExitOutcome;
 use rlaunch_proxy::link::{self, ChildState, LinkEvent};
 use rlaunch_proxy::procs;
@@ -56,6 +56,8 @@ enum Cause {
     Interrupted,
     LostProxy { host: String, reason: String },
     StdoutClosed,
+    Aborted { rank: u32, pid: u32, code: i32, msg: String },
+    PmiFault { rank: u32, pid: u32, what: String },
 }
 
 /// What a link to a top proxy reports (its output goes straight to the writer thread).
@@ -86,6 +88,14 @@ struct Root {
     /// Per chunk in flight, the acknowledgements still missing.
     stdin_pending: HashMap<u64, usize>,
     stdin_open: bool,
+    /// Top proxies whose subtree entered the current fence, and the pairs they brought.
+    fence_in: usize,
+    fence_pairs: Vec<(String, String)>,
+    fence_epoch: u64,
+    /// The job's published names (MPI_Publish_name): service -> port.
+    names: HashMap<String, String>,
+    /// Which top proxy's subtree holds each rank.
+    rank_child: Vec<usize>,
 }
 
 /// Runs the job to the end; returns rlaunch's exit status.
@@ -112,6 +122,11 @@ pub async fn run(plan: Plan) -> i32 {
         stdin_seq: 0,
         stdin_pending: HashMap::new(),
         stdin_open: plan.job.stdin != StdinTarget::None,
+        fence_in: 0,
+        fence_pairs: Vec::new(),
+        fence_epoch: 0,
+        names: HashMap::new(),
+        rank_child: vec![0; plan.job.size as usize],
         plan,
     };
     let mut readers = root.start_proxies(&events_tx, &output_tx);
@@ -210,6 +225,11 @@ impl Root {
         let mut readers = Vec::new();
         let roots = std::mem::take(&mut self.plan.roots);
         for node in &roots {
+            for n in node.walk() {
+                for r in &n.ranks {
+                    self.rank_child[r.rank as usize] = self.children.len();
+                }
+            }
             let stdin_ranks = node
                 .walk()
                 .iter()
@@ -290,6 +310,51 @@ impl Root {
             Up::ProxyLost { host, reason } => self.fail(Cause::LostProxy { host, reason }),
             Up::NodeDone { .. } => self.children[child].state.done = true,
             Up::Started { node } => tracing::debug!(node, "node started its ranks"),
+            Up::FenceIn { epoch, pairs } => {
+                if epoch != self.fence_epoch {
+                    tracing::warn!(
+                        epoch,
+                        expected = self.fence_epoch,
+                        "fence entry for another epoch"
+                    );
+                }
+                self.fence_pairs.extend(pairs);
+                self.fence_in += 1;
+                let live = self.children.iter().filter(|c| !c.state.lost).count();
+                if self.fence_in >= live {
+                    let pairs = std::mem::take(&mut self.fence_pairs);
+                    tracing::debug!(epoch, pairs = pairs.len(), "fence complete");
+                    self.broadcast(Down::FenceOut { epoch: self.fence_epoch, pairs });
+                    self.fence_in = 0;
+                    self.fence_epoch += 1;
+                }
+            }
+            Up::Name { rank, tag, op } => {
+                let answer = match op {
+                    NameOp::Publish { service, port } => {
+                        let fresh = !self.names.contains_key(&service);
+                        if fresh {
+                            self.names.insert(service, port);
+                        }
+                        NameAnswer::Published(fresh)
+                    }
+                    NameOp::Unpublish { service } => {
+                        NameAnswer::Unpublished(self.names.remove(&service).is_some())
+                    }
+                    NameOp::Lookup { service } => {
+                        NameAnswer::Lookup(self.names.get(&service).cloned())
+                    }
+                };
+                if let Some(c) =
+                    self.rank_child.get(rank as usize).and_then(|&c| self.children.get(c))
+                {
+                    let _ = c.down.send(Down::NameReply { rank, tag, answer });
+                }
+            }
+            Up::Abort { rank, pid, code, msg } => {
+                self.fail(Cause::Aborted { rank, pid, code, msg })
+            }
+            Up::PmiFault { rank, pid, what } => self.fail(Cause::PmiFault { rank, pid, what }),
             Up::Greeting { .. } | Up::Output { .. } | Up::OutputEnd { .. } => {}
         }
     }
@@ -447,6 +512,20 @@ impl Root {
                 255
             }
             Cause::StdoutClosed => 141,
+            Cause::Aborted { rank, pid, code, msg } => {
+                let host = self.rank_host(*rank);
+                let msg = if msg.is_empty() { String::new() } else { format!(": {msg}") };
+                eprintln!("rlaunch: rank {rank} (pid {pid} on {host}) aborted the job with exit code {code}{msg}");
+                if *code == 0 {
+                    1
+                } else {
+                    *code
+                }
+            }
+            Cause::PmiFault { rank, pid, what } => {
+                eprintln!("rlaunch: rank {rank} (pid {pid} on {}) {what}", self.rank_host(*rank));
+                255
+            }
         }
     }
 }

@@ -124,6 +124,8 @@ fn build_plan(cli: &Cli) -> Result<job::Plan, PlanError> {
         stdin,
         kill_grace_ms: (cli.kill_grace * 1000.0) as u64,
         bootstrap,
+        process_mapping: plan::process_mapping(&rank_node),
+        pmi_port: cli.pmi_port,
     };
     Ok(job::Plan {
         job,

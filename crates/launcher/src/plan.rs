@@ -97,6 +97,31 @@ pub fn build_tree(nodes: Vec<(String, Vec<RankPlan>)>, width: u32) -> Vec<NodePl
     (1..=k.min(count)).map(|p| plans[p - 1].take().expect("root child")).collect()
 }
 
+/// `PMI_process_mapping` for a placement (`rank_node[r]` = node id of rank r): one
+/// `(s,n,p)` triple per stretch of consecutive nodes each holding `p` consecutive ranks.
+/// `None` if the value would not fit what an MPICH client can receive.
+pub fn process_mapping(rank_node: &[u32]) -> Option<String> {
+    // Runs of consecutive ranks on one node: (node, count).
+    let mut runs: Vec<(u32, u32)> = Vec::new();
+    for &node in rank_node {
+        match runs.last_mut() {
+            Some((n, count)) if *n == node => *count += 1,
+            _ => runs.push((node, 1)),
+        }
+    }
+    // Triples: consecutive runs on consecutive nodes with equal counts merge.
+    let mut triples: Vec<(u32, u32, u32)> = Vec::new();
+    for (node, count) in runs {
+        match triples.last_mut() {
+            Some((s, n, p)) if *p == count && *s + *n == node => *n += 1,
+            _ => triples.push((node, 1, count)),
+        }
+    }
+    let body: Vec<String> = triples.iter().map(|(s, n, p)| format!("({s},{n},{p})")).collect();
+    let value = format!("(vector,{})", body.join(","));
+    (value.len() < pmi_wire::pmi1::SERVED_VALUE_LIMIT).then_some(value)
+}
+
 /// Depth of the deepest proxy below the launcher.
 pub fn depth(roots: &[NodePlan]) -> usize {
     roots.iter().map(|n| 1 + depth(&n.children)).max().unwrap_or(0)
@@ -140,6 +165,16 @@ mod tests {
             vec![("n1".into(), vec![0, 1, 4, 5]), ("n2".into(), vec![2, 3])]
         );
         assert_eq!(place_block(&hosts, 1), vec![("n1".into(), vec![0])]);
+    }
+
+    #[test]
+    fn process_mapping_compresses_runs() {
+        assert_eq!(process_mapping(&[0, 0, 0, 0]).unwrap(), "(vector,(0,1,4))");
+        assert_eq!(process_mapping(&[0, 0, 1, 1, 2, 2]).unwrap(), "(vector,(0,3,2))");
+        assert_eq!(process_mapping(&[0, 0, 0, 1, 1]).unwrap(), "(vector,(0,1,3),(1,1,2))");
+        assert_eq!(process_mapping(&[0, 0, 1, 1, 0]).unwrap(), "(vector,(0,2,2),(0,1,1))");
+        let scattered: Vec<u32> = (0..400).map(|r| r % 2).collect();
+        assert_eq!(process_mapping(&scattered), None);
     }
 
     #[test]

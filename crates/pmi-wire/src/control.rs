@@ -166,6 +166,11 @@ pub enum Down {
     Signal { signo: i32 },
     /// Abort: SIGTERM every rank's group, wait `grace_ms`, then SIGKILL what is left.
     Terminate { grace_ms: u64 },
+    /// A PMI fence is complete: every pair put during `epoch`, job-wide. Each proxy adds them
+    /// to its cache and releases its ranks.
+    FenceOut { epoch: u64, pairs: Vec<(String, String)> },
+    /// The root's answer to a rank's name-service request.
+    NameReply { rank: u32, tag: Option<String>, answer: NameAnswer },
 }
 
 /// Child to parent. Proxies relay their children's frames unchanged.
@@ -187,6 +192,32 @@ pub enum Up {
     ProxyLost { host: String, reason: String },
     /// Every rank of this node has ended and its output has been sent.
     NodeDone { node: u32 },
+    /// Every rank of this subtree has entered fence `epoch`; the pairs they put since the
+    /// last fence come along.
+    FenceIn { epoch: u64, pairs: Vec<(String, String)> },
+    /// A rank's publish, unpublish or lookup, for the job's name table at the root.
+    Name { rank: u32, tag: Option<String>, op: NameOp },
+    /// A rank called PMI abort (MPI_Abort).
+    Abort { rank: u32, pid: u32, code: i32, msg: String },
+    /// A rank broke the PMI protocol; `what` says how, quoting what it sent.
+    PmiFault { rank: u32, pid: u32, what: String },
+}
+
+/// A name-service request (MPI_Publish_name and friends).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum NameOp {
+    Publish { service: String, port: String },
+    Unpublish { service: String },
+    Lookup { service: String },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum NameAnswer {
+    /// Publish: false when the service was already published.
+    Published(bool),
+    /// Unpublish: false when there was no such service.
+    Unpublished(bool),
+    Lookup(Option<String>),
 }
 
 impl Frame for Down {
@@ -270,6 +301,10 @@ pub struct Job {
     pub kill_grace_ms: u64,
     /// How a proxy starts its child proxies.
     pub bootstrap: Bootstrap,
+    /// `PMI_process_mapping`, or `None` when the placement does not fit in a PMI value.
+    pub process_mapping: Option<String>,
+    /// Serve PMI on a loopback TCP port (`PMI_PORT`/`PMI_ID`) instead of a socketpair.
+    pub pmi_port: bool,
 }
 
 /// One executable of an MPMD command line.

@@ -107,6 +107,7 @@ fn corpus() -> Vec<Vec<u8>> {
         Up::Output { rank: 3, stream: Stream::Stdout, data: b"hello\n".to_vec() },
         Up::RankExited { rank: 1, pid: 99, outcome: ExitOutcome::Signaled(9) },
         Up::ProxyLost { host: "n2".into(), reason: "ssh died".into() },
+        Up::FenceIn { epoch: 1, pairs: vec![("k".into(), "v".into())] },
     ];
     for msg in up {
         let mut buf = Vec::new();
@@ -127,6 +128,8 @@ fn corpus() -> Vec<Vec<u8>> {
             stdin: StdinTarget::Rank(0),
             kill_grace_ms: 500,
             bootstrap: Bootstrap::Fork,
+            process_mapping: Some("(vector,(0,1,2))".into()),
+            pmi_port: false,
         },
         node: NodePlan {
             index: 0,

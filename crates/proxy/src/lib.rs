@@ -16,6 +16,7 @@
 pub mod fdio;
 pub mod link;
 pub mod node;
+pub mod pmi;
 pub mod procs;
 pub mod rank;
 

@@ -24,8 +24,9 @@ use tokio::time::Instant;
 
 use crate::fdio::FdStream;
 use crate::link::{self, ChildState, LinkEvent};
+use crate::pmi::{self, PmiAnswer, PmiCall, PmiJob, PmiPeer};
 use crate::procs;
-use crate::rank::{self, Placement, StdinChunk};
+use crate::rank::{self, Placement, PmiSetup, StdinChunk};
 
 /// Frames of rank output buffered towards the parent before ranks feel backpressure.
 const DATA_QUEUE: usize = 32;
@@ -46,6 +47,29 @@ struct LocalRank {
     running: bool,
     open_streams: u8,
     stdin: Option<mpsc::UnboundedSender<StdinChunk>>,
+    /// Answers to its PMI connection's task.
+    pmi: Option<mpsc::UnboundedSender<PmiAnswer>>,
+    /// Its PMI connection closed before finalize.
+    pmi_unclean: bool,
+}
+
+/// This node's share of the job's key-value space and fences.
+#[derive(Default)]
+struct Kvs {
+    /// Pairs made visible by completed fences: later gets are answered from here.
+    visible: HashMap<String, String>,
+    /// Pairs put since the last fence, by local ranks and (once they fenced) the subtree.
+    pending: Vec<(String, String)>,
+    /// Local ranks inside the current fence, with the thrid their answer echoes.
+    waiting: Vec<(usize, Option<String>)>,
+    /// Child proxies whose subtree has entered the current fence.
+    children_in: usize,
+    /// FenceIn for the current epoch has gone up.
+    sent: bool,
+    epoch: u64,
+    /// PMI-2 node attributes, and the ranks waiting for one to appear.
+    node_attrs: HashMap<String, String>,
+    attr_waiters: Vec<(usize, String, Option<String>)>,
 }
 
 struct ChildProxy {
@@ -80,6 +104,9 @@ pub(crate) struct Node {
     /// The parent is gone: finish cleaning up, then exit quietly.
     orphaned: bool,
     swept: bool,
+    kvs: Kvs,
+    pmi_job: Arc<PmiJob>,
+    pmi_calls: mpsc::UnboundedSender<(PmiPeer, PmiCall)>,
 }
 
 /// Runs a proxy on its stdin/stdout channel until its subtree is finished. Returns the exit
@@ -123,7 +150,16 @@ pub async fn serve(up_in: FdStream, up_out: FdStream) -> i32 {
         }
     });
 
+    let (pmi_tx, pmi_rx) = mpsc::unbounded_channel();
+    let pmi_job = Arc::new(PmiJob {
+        kvsname: launch.job.jobid.clone(),
+        size: launch.job.size,
+        process_mapping: launch.job.process_mapping.clone(),
+    });
     let mut node = Node {
+        kvs: Kvs::default(),
+        pmi_job,
+        pmi_calls: pmi_tx,
         job: Arc::new(launch.job),
         plan: launch.node,
         ranks: Vec::new(),
@@ -138,7 +174,7 @@ pub async fn serve(up_in: FdStream, up_out: FdStream) -> i32 {
         orphaned: false,
         swept: false,
     };
-    let code = node.run(events_rx).await;
+    let code = node.run(events_rx, pmi_rx).await;
     drop(node);
     let _ = tokio::time::timeout(Duration::from_secs(5), pump).await;
     code
@@ -162,13 +198,23 @@ async fn receive_launch(reader: &mut FrameReader<FdStream>) -> Result<Launch, St
 }
 
 impl Node {
-    async fn run(&mut self, mut events: mpsc::UnboundedReceiver<Event>) -> i32 {
+    async fn run(
+        &mut self,
+        mut events: mpsc::UnboundedReceiver<Event>,
+        mut pmi: mpsc::UnboundedReceiver<(PmiPeer, PmiCall)>,
+    ) -> i32 {
         let mut sigchld = signal(SignalKind::child()).expect("SIGCHLD handler");
         let mut sigterm = signal(SignalKind::terminate()).expect("SIGTERM handler");
         let mut sighup = signal(SignalKind::hangup()).expect("SIGHUP handler");
         let mut sigint = signal(SignalKind::interrupt()).expect("SIGINT handler");
         self.start_children();
-        self.start_ranks();
+        let listener = if self.job.pmi_port { pmi::listen() } else { None };
+        let port = listener.as_ref().and_then(|l| l.local_addr().ok()).map(|a| a.to_string());
+        let unbound = self.start_ranks(port);
+        if let Some(listener) = listener {
+            let (job, calls) = (self.pmi_job.clone(), self.pmi_calls.clone());
+            tokio::spawn(pmi::accept(listener, unbound, job, calls));
+        }
         self.reap();
         loop {
             if self.finished() {
@@ -180,6 +226,7 @@ impl Node {
                     Some(ev) => self.handle(ev),
                     None => break,
                 },
+                Some((peer, call)) = pmi.recv() => self.pmi_call(peer, call),
                 _ = sigchld.recv() => self.reap(),
                 _ = sigterm.recv() => self.lose_upstream("the proxy received SIGTERM"),
                 _ = sighup.recv() => self.lose_upstream("the proxy received SIGHUP"),
@@ -230,8 +277,18 @@ impl Node {
         self.plan.children = plans;
     }
 
-    fn start_ranks(&mut self) {
+    /// Starts the node's ranks. In `-pmi-port` mode, returns each rank's PMI answer channel
+    /// for the connection that will claim it.
+    fn start_ranks(
+        &mut self,
+        pmi_port: Option<String>,
+    ) -> HashMap<u32, (PmiPeer, mpsc::UnboundedReceiver<PmiAnswer>)> {
         let count = self.plan.ranks.len();
+        let mut unbound = HashMap::new();
+        let setup = match pmi_port {
+            Some(addr) => PmiSetup::Port(addr),
+            None => PmiSetup::Fd,
+        };
         for (local_id, rp) in self.plan.ranks.iter().enumerate() {
             let segment = &self.job.segments[rp.segment as usize];
             let at =
@@ -243,9 +300,30 @@ impl Node {
                 running: false,
                 open_streams: 0,
                 stdin: None,
+                pmi: None,
+                pmi_unclean: false,
             };
-            match rank::spawn(&self.job, segment, &at, gets_stdin) {
+            match rank::spawn(&self.job, segment, &at, gets_stdin, &setup) {
                 Ok(started) => {
+                    let peer = PmiPeer { local: local_id, rank: rp.rank, appnum: rp.segment };
+                    let (answers_tx, answers_rx) = mpsc::unbounded_channel();
+                    slot.pmi = Some(answers_tx);
+                    match started.pmi {
+                        Some(conn) => {
+                            let (job, calls) = (self.pmi_job.clone(), self.pmi_calls.clone());
+                            tokio::spawn(pmi::serve_rank(
+                                conn,
+                                Vec::new(),
+                                peer,
+                                job,
+                                calls,
+                                answers_rx,
+                            ));
+                        }
+                        None => {
+                            unbound.insert(rp.rank, (peer, answers_rx));
+                        }
+                    }
                     slot.pid = Some(started.pid);
                     slot.running = true;
                     slot.open_streams = 2;
@@ -279,6 +357,7 @@ impl Node {
         }
         let _ = self.control.send(Up::Started { node: self.plan.index });
         tracing::debug!(node = self.plan.index, ranks = count, "ranks started");
+        unbound
     }
 
     fn handle(&mut self, ev: Event) {
@@ -292,6 +371,11 @@ impl Node {
             Event::Child { child, event } => match event {
                 LinkEvent::Greeted(g) => tracing::debug!(host = %g.host, "child proxy up"),
                 LinkEvent::Up(Up::NodeDone { .. }) => self.children[child].state.done = true,
+                LinkEvent::Up(Up::FenceIn { pairs, .. }) => {
+                    self.kvs.pending.extend(pairs);
+                    self.kvs.children_in += 1;
+                    self.try_fence_in();
+                }
                 LinkEvent::Up(_) => {}
                 LinkEvent::Stderr(text) => self.children[child].state.add_stderr(&text),
                 LinkEvent::Closed(error) => {
@@ -344,6 +428,104 @@ impl Node {
                 }
             }
             Down::Terminate { grace_ms } => self.terminate(Duration::from_millis(grace_ms)),
+            Down::FenceOut { epoch, pairs } => self.fence_out(epoch, pairs),
+            Down::NameReply { rank, tag, answer } => {
+                if let Some(slot) = self.ranks.iter().find(|r| r.rank == rank) {
+                    if let Some(tx) = &slot.pmi {
+                        let _ = tx.send(PmiAnswer::Name { answer, tag });
+                    }
+                } else if let Some(c) = self.children.iter().find(|c| c.ranks.contains(&rank)) {
+                    let _ = c.down.send(Down::NameReply { rank, tag, answer });
+                }
+            }
+        }
+    }
+
+    /// A request from a rank's PMI connection.
+    fn pmi_call(&mut self, peer: PmiPeer, call: PmiCall) {
+        let slot = &mut self.ranks[peer.local];
+        let pid = slot.pid.unwrap_or(0) as u32;
+        let answer = |slot: &LocalRank, a: PmiAnswer| {
+            if let Some(tx) = &slot.pmi {
+                let _ = tx.send(a);
+            }
+        };
+        match call {
+            PmiCall::Put { key, value } => self.kvs.pending.push((key, value)),
+            PmiCall::Get { key, tag } => {
+                let value = self.kvs.visible.get(&key).cloned();
+                answer(slot, PmiAnswer::Get { key, value, tag });
+            }
+            PmiCall::Fence { tag } => {
+                self.kvs.waiting.push((peer.local, tag));
+                self.try_fence_in();
+            }
+            PmiCall::PutNodeAttr { key, value } => {
+                let waiters = std::mem::take(&mut self.kvs.attr_waiters);
+                for (local, k, tag) in waiters {
+                    if k == key {
+                        answer(
+                            &self.ranks[local],
+                            PmiAnswer::GetNodeAttr { value: Some(value.clone()), tag },
+                        );
+                    } else {
+                        self.kvs.attr_waiters.push((local, k, tag));
+                    }
+                }
+                self.kvs.node_attrs.insert(key, value);
+            }
+            PmiCall::GetNodeAttr { key, wait, tag } => match self.kvs.node_attrs.get(&key) {
+                Some(v) => answer(slot, PmiAnswer::GetNodeAttr { value: Some(v.clone()), tag }),
+                None if wait => self.kvs.attr_waiters.push((peer.local, key, tag)),
+                None => answer(slot, PmiAnswer::GetNodeAttr { value: None, tag }),
+            },
+            PmiCall::Name { op, tag } => {
+                let _ = self.control.send(Up::Name { rank: peer.rank, tag, op });
+            }
+            PmiCall::Abort { code, msg } => {
+                let _ = self.control.send(Up::Abort { rank: peer.rank, pid, code, msg });
+            }
+            PmiCall::Finalized => {}
+            PmiCall::Fault(what) => {
+                let _ = self.control.send(Up::PmiFault { rank: peer.rank, pid, what });
+            }
+            PmiCall::Closed { clean } => {
+                slot.pmi = None;
+                slot.pmi_unclean = !clean;
+            }
+        }
+    }
+
+    /// Sends this subtree's FenceIn once every local rank and every child subtree is in.
+    fn try_fence_in(&mut self) {
+        let live_children = self.children.iter().filter(|c| !c.state.lost).count();
+        let kvs = &mut self.kvs;
+        if kvs.sent || kvs.waiting.len() < self.ranks.len() || kvs.children_in < live_children {
+            return;
+        }
+        kvs.sent = true;
+        kvs.children_in = 0;
+        let pairs = std::mem::take(&mut kvs.pending);
+        let _ = self.control.send(Up::FenceIn { epoch: kvs.epoch, pairs });
+    }
+
+    fn fence_out(&mut self, epoch: u64, pairs: Vec<(String, String)>) {
+        if epoch != self.kvs.epoch {
+            tracing::warn!(epoch, expected = self.kvs.epoch, "fence completion for another epoch");
+        }
+        for c in self.children.iter().filter(|c| !c.state.lost) {
+            let _ = c.down.send(Down::FenceOut { epoch, pairs: pairs.clone() });
+        }
+        for (k, v) in pairs {
+            // MPICH never puts a key twice; if a program does, the first value stays (Hydra).
+            self.kvs.visible.entry(k).or_insert(v);
+        }
+        self.kvs.sent = false;
+        self.kvs.epoch += 1;
+        for (local, tag) in std::mem::take(&mut self.kvs.waiting) {
+            if let Some(tx) = &self.ranks[local].pmi {
+                let _ = tx.send(PmiAnswer::Fence { tag });
+            }
         }
     }
 
@@ -449,7 +631,9 @@ async fn relay_child(
     events: mpsc::UnboundedSender<Event>,
 ) -> bool {
     match event {
-        LinkEvent::Up(up) if !matches!(up, Up::NodeDone { .. }) => data.send(up).await.is_ok(),
+        LinkEvent::Up(up) if !matches!(up, Up::NodeDone { .. } | Up::FenceIn { .. }) => {
+            data.send(up).await.is_ok()
+        }
         event => events.send(Event::Child { child, event }).is_ok(),
     }
 }

@@ -2,12 +2,13 @@
 
 use std::ffi::OsStr;
 use std::io;
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::process::CommandExt;
 use std::process::{Command, Stdio};
 use std::sync::Arc;
 
+use nix::sys::socket::{socketpair, AddressFamily, SockFlag, SockType};
 use pmi_wire::control::{Job, Segment, Up};
 use pmi_wire::ids::Stream;
 use tokio::io::AsyncWriteExt;
@@ -26,9 +27,19 @@ pub struct Placement<'a> {
     pub host: &'a str,
 }
 
+/// How a rank reaches its PMI server.
+pub enum PmiSetup {
+    /// A socketpair; the rank inherits its end as `PMI_FD`.
+    Fd,
+    /// The proxy's loopback listener: `PMI_PORT` and `PMI_ID`.
+    Port(String),
+}
+
 /// A rank that is running.
 pub struct Started {
     pub pid: i32,
+    /// The proxy's end of the rank's PMI socketpair.
+    pub pmi: Option<FdStream>,
     pub stdout: FdStream,
     pub stderr: FdStream,
     pub stdin: Option<FdStream>,
@@ -41,7 +52,9 @@ pub fn spawn(
     segment: &Segment,
     at: &Placement,
     gets_stdin: bool,
+    pmi: &PmiSetup,
 ) -> Result<Started, i32> {
+    let errno = |e: io::Error| e.raw_os_error().unwrap_or(nix::libc::EIO);
     let mut cmd = Command::new(OsStr::from_bytes(&segment.exe));
     cmd.args(segment.args.iter().map(|a| OsStr::from_bytes(a)));
     cmd.env_clear();
@@ -60,6 +73,22 @@ pub fn spawn(
     cmd.stdin(if gets_stdin { Stdio::piped() } else { Stdio::null() })
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
+    // Both ends close on exec; the child clears the flag on its own end only, so each rank
+    // inherits exactly one PMI socket: its own.
+    let pair = match pmi {
+        PmiSetup::Fd => {
+            let (ours, theirs) =
+                socketpair(AddressFamily::Unix, SockType::Stream, None, SockFlag::SOCK_CLOEXEC)
+                    .map_err(|e| errno(e.into()))?;
+            cmd.env("PMI_FD", theirs.as_raw_fd().to_string());
+            Some((ours, theirs))
+        }
+        PmiSetup::Port(addr) => {
+            cmd.env("PMI_PORT", addr).env("PMI_ID", at.rank.to_string());
+            None
+        }
+    };
+    let rank_end = pair.as_ref().map(|(_, theirs)| theirs.as_raw_fd());
     let parent = std::process::id() as i32;
     // SAFETY: only async-signal-safe calls (setpgid, prctl, getppid) between fork and exec.
     unsafe {
@@ -73,17 +102,22 @@ pub fn spawn(
             if libc::getppid() != parent {
                 libc::_exit(137);
             }
+            if let Some(fd) = rank_end {
+                if libc::fcntl(fd, libc::F_SETFD, 0) != 0 {
+                    return Err(io::Error::last_os_error());
+                }
+            }
             let mut none: libc::sigset_t = std::mem::zeroed();
             libc::sigemptyset(&mut none);
             libc::sigprocmask(libc::SIG_SETMASK, &none, std::ptr::null_mut());
             Ok(())
         });
     }
-    let mut child = cmd.spawn().map_err(|e| e.raw_os_error().unwrap_or(nix::libc::EIO))?;
-    let wrap =
-        |fd: OwnedFd| FdStream::new(fd).map_err(|e| e.raw_os_error().unwrap_or(nix::libc::EIO));
+    let mut child = cmd.spawn().map_err(errno)?;
+    let wrap = |fd: OwnedFd| FdStream::new(fd).map_err(errno);
     Ok(Started {
         pid: child.id() as i32,
+        pmi: pair.map(|(ours, _theirs)| wrap(ours)).transpose()?,
         stdout: wrap(child.stdout.take().expect("piped").into())?,
         stderr: wrap(child.stderr.take().expect("piped").into())?,
         stdin: child.stdin.take().map(|s| wrap(s.into())).transpose()?,
