@@ -94,9 +94,7 @@ pub fn check_flood(output: &[u8], ranks: u32, bytes_per_rank: u64) -> Result<Flo
     let report = scan_flood(output)?;
     let want = flood_lines(bytes_per_rank);
     if let Some(stranger) = report.lines.keys().find(|&&r| r >= ranks) {
-        return Err(format!(
-            "lines from rank {stranger}, but there are {ranks} ranks"
-        ));
+        return Err(format!("lines from rank {stranger}, but there are {ranks} ranks"));
     }
     for rank in 0..ranks {
         let got = report.lines.get(&rank).copied().unwrap_or(0);

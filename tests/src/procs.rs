@@ -60,7 +60,7 @@ impl Tag {
     }
 
     /// SIGKILLs every process carrying the tag, again and again until none is left (or
-    /// [`KILL_PATIENCE`] is spent: a process may fork while it is being killed). Returns
+    /// five seconds are spent: a process may fork while it is being killed). Returns
     /// the survivors.
     pub fn kill_all(&self) -> Vec<TaggedProcess> {
         let deadline = Instant::now() + KILL_PATIENCE;
@@ -96,11 +96,7 @@ impl Drop for Tag {
     fn drop(&mut self) {
         let survivors = self.kill_all();
         if !survivors.is_empty() {
-            eprintln!(
-                "warning: processes of tag {} survive SIGKILL: {}",
-                self.0,
-                list(&survivors)
-            );
+            eprintln!("warning: processes of tag {} survive SIGKILL: {}", self.0, list(&survivors));
         }
     }
 }
@@ -148,16 +144,9 @@ pub fn tagged_processes(tag: &str) -> Vec<TaggedProcess> {
         .filter_map(|entry| {
             let pid: i32 = entry.ok()?.file_name().to_str()?.parse().ok()?;
             let environ = std::fs::read(format!("/proc/{pid}/environ")).ok()?;
-            environ
-                .split(|&b| b == 0)
-                .any(|var| var == wanted.as_bytes())
-                .then_some(())?;
+            environ.split(|&b| b == 0).any(|var| var == wanted.as_bytes()).then_some(())?;
             let (comm, state) = comm_and_state(pid)?;
-            Some(TaggedProcess {
-                pid: Pid::from_raw(pid),
-                comm,
-                state,
-            })
+            Some(TaggedProcess { pid: Pid::from_raw(pid), comm, state })
         })
         .collect();
     found.sort_by_key(|p| p.pid.as_raw());
@@ -215,10 +204,7 @@ pub fn wait_until_tagged(
 }
 
 fn running_tagged(tag: &str) -> Vec<TaggedProcess> {
-    tagged_processes(tag)
-        .into_iter()
-        .filter(TaggedProcess::is_running)
-        .collect()
+    tagged_processes(tag).into_iter().filter(TaggedProcess::is_running).collect()
 }
 
 #[cfg(test)]
@@ -240,9 +226,8 @@ mod tests {
     fn scan_finds_a_tagged_process_until_it_dies() {
         let tag = Tag::new();
         let mut child = sleeper(&tag);
-        let found = tag
-            .wait_until_running(1, Duration::from_secs(10))
-            .expect("the sleep never showed up");
+        let found =
+            tag.wait_until_running(1, Duration::from_secs(10)).expect("the sleep never showed up");
         let pid = Pid::from_raw(child.id() as i32);
         assert_eq!(found.len(), 1, "found {found:?}");
         assert_eq!(found[0].pid, pid);
@@ -278,11 +263,7 @@ mod tests {
         let odd = dir.path().join("a) (b");
         std::os::unix::fs::symlink("/bin/sleep", &odd).unwrap();
         let tag = Tag::new();
-        let mut child = Command::new(&odd)
-            .arg("30")
-            .env(TAG_VAR, tag.as_str())
-            .spawn()
-            .unwrap();
+        let mut child = Command::new(&odd).arg("30").env(TAG_VAR, tag.as_str()).spawn().unwrap();
         let found = tag.wait_until_running(1, Duration::from_secs(10));
         drop(tag);
         child.wait().unwrap();

@@ -7,8 +7,11 @@
 //! ```
 //!
 //! A run's program gets its own process group, so nothing it signals "to its group" can hit
-//! the test process. Every failure (timeout, missing line) kills the run's processes first,
-//! then panics with what the run printed so far.
+//! the test process, and starts with every signal at its default disposition (`std` already
+//! clears the signal mask): a test run from the background of a shell script inherits
+//! SIGINT and SIGQUIT ignored, and tests must not depend on how `cargo test` was started.
+//! Every failure (timeout, missing line) kills the run's processes first, then panics with
+//! what the run printed so far.
 
 mod outcome;
 mod stream;
@@ -20,7 +23,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
-use nix::sys::signal::{kill, killpg, Signal};
+use nix::sys::signal::{kill, killpg, signal, SigHandler, Signal};
 use nix::unistd::Pid;
 
 pub use outcome::Outcome;
@@ -81,15 +84,13 @@ impl Run {
     }
 
     pub fn args<S: AsRef<OsStr>>(mut self, args: impl IntoIterator<Item = S>) -> Run {
-        self.args
-            .extend(args.into_iter().map(|a| a.as_ref().to_owned()));
+        self.args.extend(args.into_iter().map(|a| a.as_ref().to_owned()));
         self
     }
 
     /// Sets a variable on top of the test's own environment.
     pub fn env(mut self, key: impl AsRef<OsStr>, value: impl AsRef<OsStr>) -> Run {
-        self.env
-            .push((key.as_ref().to_owned(), Some(value.as_ref().to_owned())));
+        self.env.push((key.as_ref().to_owned(), Some(value.as_ref().to_owned())));
         self
     }
 
@@ -140,15 +141,7 @@ impl Run {
 
     /// Starts the program; panics if it cannot start.
     pub fn spawn(self) -> Job {
-        let Run {
-            program,
-            args,
-            env,
-            cwd,
-            stdin,
-            timeout: _,
-            tag,
-        } = self;
+        let Run { program, args, env, cwd, stdin, timeout: _, tag } = self;
         let command_line = command_line(&program, &args);
         let mut command = Command::new(&program);
         command.args(&args);
@@ -163,6 +156,9 @@ impl Run {
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .process_group(0);
+        // SAFETY: between fork and exec the closure only calls sigaction, which is
+        // async-signal-safe, and allocates nothing.
+        unsafe { command.pre_exec(reset_signal_dispositions) };
         if let Some(dir) = cwd {
             command.current_dir(dir);
         }
@@ -173,9 +169,8 @@ impl Run {
             Input::Stdio(stdio) => (stdio, None),
         };
         command.stdin(stdio);
-        let mut child = command
-            .spawn()
-            .unwrap_or_else(|e| panic!("error: cannot start `{command_line}`: {e}"));
+        let mut child =
+            command.spawn().unwrap_or_else(|e| panic!("error: cannot start `{command_line}`: {e}"));
 
         let mut stdin = child.stdin.take();
         if let Some(bytes) = feed {
@@ -265,10 +260,8 @@ impl Job {
 
     /// Writes to the pipe of [`Run::stdin_piped`]; blocks while the pipe is full.
     pub fn write_stdin(&mut self, bytes: &[u8]) {
-        let pipe = self
-            .stdin
-            .as_mut()
-            .expect("write_stdin needs Run::stdin_piped, and an open pipe");
+        let pipe =
+            self.stdin.as_mut().expect("write_stdin needs Run::stdin_piped, and an open pipe");
         pipe.write_all(bytes)
             .unwrap_or_else(|e| panic!("cannot write the stdin of `{}`: {e}", self.command_line));
     }
@@ -327,7 +320,7 @@ impl Job {
         let status = match status {
             None => self.fail(&format!("still running after {timeout:?}")),
             Some(status) if !(stdout_done && stderr_done) => self.fail(&format!(
-                "{}, but its stdout or stderr is still open {timeout:?} after the start",
+                "{}, but its stdout or stderr was still open after {timeout:?}",
                 status_text(status)
             )),
             Some(status) => status,
@@ -409,11 +402,7 @@ impl Job {
             Some(status) => status_text(status),
             None => "was running".to_owned(),
         };
-        let alive = if alive.is_empty() {
-            "none".to_owned()
-        } else {
-            list(&alive)
-        };
+        let alive = if alive.is_empty() { "none".to_owned() } else { list(&alive) };
         panic!(
             "`{}`: {what}\nit {status}; its running processes were: {alive}\n{}",
             self.command_line,
@@ -432,6 +421,18 @@ impl Drop for Job {
 enum Which {
     Stdout,
     Stderr,
+}
+
+/// Undoes inherited `SIG_IGN`s: exec resets handled signals to their default, not ignored
+/// ones.
+fn reset_signal_dispositions() -> std::io::Result<()> {
+    for sig in Signal::iterator() {
+        if sig != Signal::SIGKILL && sig != Signal::SIGSTOP {
+            // SAFETY: SIG_DFL runs no code in the signal context.
+            unsafe { signal(sig, SigHandler::SigDfl) }?;
+        }
+    }
+    Ok(())
 }
 
 /// `ready <rank> <pid>`, possibly after a prefix such as `[<rank>] `.

@@ -36,38 +36,24 @@ fn prints_with_rank_filters() {
     assert_eq!(out.stdout_str(), "rank 1 line 0\nrank 1 line 1\none\nend");
     assert_eq!(out.stderr_str(), "rank 1 line 0\n");
     let out = rankprog_run(&script).run();
-    assert_eq!(
-        out.stdout_str(),
-        "rank 0 line 0\nrank 0 line 1\nzero-or-two\nend"
-    );
+    assert_eq!(out.stdout_str(), "rank 0 line 0\nrank 0 line 1\nzero-or-two\nend");
 }
 
 #[test]
 fn bad_scripts_exit_99() {
-    for script in [
-        &["frobnicate"][..],
-        &["print"],
-        &["print", "x"],
-        &["@1"],
-        &["@x", "cwd"],
-    ] {
+    for script in [&["frobnicate"][..], &["print"], &["print", "x"], &["@1"], &["@x", "cwd"]] {
         let out = rankprog_run(script).run();
         out.assert_code(99);
         assert!(out.stderr_str().starts_with("rankprog: "), "{out}");
     }
     let out = rankprog_run(&["cwd", "bogus"]).run();
-    assert!(
-        out.stderr_str().contains("unknown command \"bogus\""),
-        "{out}"
-    );
+    assert!(out.stderr_str().contains("unknown command \"bogus\""), "{out}");
     assert!(out.stdout.is_empty(), "{out}");
 }
 
 #[test]
 fn flood_matches_the_checker() {
-    let out = rankprog_run(&["flood", "1000000"])
-        .env("PMI_RANK", "2")
-        .run();
+    let out = rankprog_run(&["flood", "1000000"]).env("PMI_RANK", "2").run();
     out.assert_code(0);
     assert_eq!(out.stdout.len() as u64, flood_lines(1_000_000) * 64);
     let report = scan_flood(&out.stdout).unwrap();
@@ -85,26 +71,16 @@ fn binary_bytes() {
 
 #[test]
 fn exit_codes_and_signals() {
-    rankprog_run(&["echo", "x", "exit", "7", "echo", "never"])
-        .run()
-        .assert_code(7);
-    rankprog_run(&["signal", "15"])
-        .run()
-        .assert_signal(Signal::SIGTERM);
-    rankprog_run(&["ignore-term", "signal", "TERM"])
-        .run()
-        .assert_signal(Signal::SIGTERM);
-    rankprog_run(&["signal", "SIGUSR1"])
-        .run()
-        .assert_signal(Signal::SIGUSR1);
+    rankprog_run(&["echo", "x", "exit", "7", "echo", "never"]).run().assert_code(7);
+    rankprog_run(&["signal", "15"]).run().assert_signal(Signal::SIGTERM);
+    rankprog_run(&["ignore-term", "signal", "TERM"]).run().assert_signal(Signal::SIGTERM);
+    rankprog_run(&["signal", "SIGUSR1"]).run().assert_signal(Signal::SIGUSR1);
 }
 
 #[test]
 fn stdin_commands() {
     let input: Vec<u8> = (0..3_000_000u32).map(|i| (i * 7 % 256) as u8).collect();
-    let out = rankprog_run(&["stdin-sum"])
-        .stdin_bytes(input.clone())
-        .run();
+    let out = rankprog_run(&["stdin-sum"]).stdin_bytes(input.clone()).run();
     assert_eq!(out.stdout_str(), stdin_sum_line(&input));
     let out = rankprog_run(&["cat"]).stdin_bytes(input.clone()).run();
     assert!(out.stdout == input, "cat changed its input");
@@ -118,9 +94,7 @@ fn stdin_commands() {
 #[test]
 fn environment_directory_and_argv() {
     let dir = tempdir();
-    let run = rankprog_run(&["env", "cwd", "args"])
-        .env("ZZ_LAST", "z")
-        .current_dir(dir.path());
+    let run = rankprog_run(&["env", "cwd", "args"]).env("ZZ_LAST", "z").current_dir(dir.path());
     let out = run.run();
     let lines = out.lines();
     let tag_line = format!("{TAG_VAR}={}", out.tag);
@@ -132,10 +106,7 @@ fn environment_directory_and_argv() {
     assert_eq!(env, sorted);
     assert_eq!(lines[lines.len() - 2], dir.path().to_str().unwrap());
     let argv0 = rankprog();
-    assert_eq!(
-        lines[lines.len() - 1],
-        format!("{}|env|cwd|args", argv0.display())
-    );
+    assert_eq!(lines[lines.len() - 1], format!("{}|env|cwd|args", argv0.display()));
 }
 
 #[test]
@@ -146,12 +117,7 @@ fn fds_lists_the_standard_three_first() {
 
 #[test]
 fn wait_signal_catches_a_signal_sent_right_after_ready() {
-    for sig in [
-        Signal::SIGINT,
-        Signal::SIGHUP,
-        Signal::SIGQUIT,
-        Signal::SIGUSR2,
-    ] {
+    for sig in [Signal::SIGINT, Signal::SIGHUP, Signal::SIGQUIT, Signal::SIGUSR2] {
         let mut job = rankprog_run(&["ready", "wait-signal", "echo", "after"]).spawn();
         job.wait_for_ready(1, T);
         job.signal(sig);
@@ -191,18 +157,9 @@ fn daemon_outlives_the_rank_and_keeps_stdout() {
     let mut job = rankprog_run(&["daemon", pidfile.to_str().unwrap(), "echo", "rank-done"]).spawn();
     job.wait_for_line(|l| l == "rank-done", T);
     job.wait_exit(T);
-    let pid: i32 = std::fs::read_to_string(&pidfile)
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap();
+    let pid: i32 = std::fs::read_to_string(&pidfile).unwrap().trim().parse().unwrap();
     let running = rlaunch_tests::tagged_processes(job.tag());
-    assert!(
-        running
-            .iter()
-            .any(|p| p.pid.as_raw() == pid && p.is_running()),
-        "{running:?}"
-    );
+    assert!(running.iter().any(|p| p.pid.as_raw() == pid && p.is_running()), "{running:?}");
     assert!(job.stdout_so_far().ends_with(b"rank-done\n"));
     // The daemon holds stdout open: the output ends only with it.
     kill(Pid::from_raw(pid), Signal::SIGTERM).unwrap();

@@ -402,8 +402,12 @@ impl Root {
             }
             Signal::SIGTSTP => {
                 self.broadcast(Down::Signal { signo: sig as i32 });
-                // Stop ourselves too, as the shell expects; SIGCONT resumes us and the ranks.
-                let _ = nix::sys::signal::raise(Signal::SIGSTOP);
+                // Stop ourselves too, as the shell expects (SIGCONT resumes us and the ranks),
+                // once the link pumps have had the moment they need to write the signal down.
+                tokio::spawn(async {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    let _ = nix::sys::signal::raise(Signal::SIGSTOP);
+                });
             }
             _ => self.broadcast(Down::Signal { signo: sig as i32 }),
         }

@@ -19,6 +19,7 @@ const EXIT_USAGE: i32 = 2;
 const EXIT_INTERNAL: i32 = 255;
 
 fn main() {
+    rlaunch_proxy::procs::cloexec_inherited_fds();
     let cli = Cli::parse_args();
     if cli.verbose > 0 && std::env::var_os("RLAUNCH_LOG").is_none() {
         let level = if cli.verbose == 1 { "info" } else { "debug" };

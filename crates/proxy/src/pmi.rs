@@ -230,9 +230,11 @@ impl Session {
                     self.mode = Mode::Pmi2;
                     reply(Resp1::InitOk { version: 2, subversion: 0 });
                 }
-                _ => return Err(format!(
+                _ => {
+                    return Err(format!(
                     "asked for PMI version {version}.{subversion}, which rlaunch does not speak"
-                )),
+                ))
+                }
             },
             Req1::GetMaxes => reply(Resp1::Maxes),
             Req1::GetAppnum => reply(Resp1::Appnum { appnum: self.peer.appnum }),

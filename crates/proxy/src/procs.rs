@@ -103,3 +103,23 @@ pub fn kill_descendants(spare: &HashSet<i32>) {
         signal_pid(pid, Signal::SIGKILL);
     }
 }
+
+/// Marks every descriptor from 3 up close-on-exec, so that whatever this process inherited
+/// (a shell's, a batch system's, a test harness's) is not passed on to proxies and ranks.
+pub fn cloexec_inherited_fds() {
+    use nix::libc;
+    // SAFETY: close_range only changes descriptor flags.
+    let rc =
+        unsafe { libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, libc::CLOSE_RANGE_CLOEXEC) };
+    if rc == 0 {
+        return;
+    }
+    // Kernels before 5.11: walk what is open.
+    let Ok(dir) = std::fs::read_dir("/proc/self/fd") else { return };
+    let fds: Vec<i32> =
+        dir.flatten().filter_map(|e| e.file_name().to_str()?.parse().ok()).collect();
+    for fd in fds.into_iter().filter(|&fd| fd > 2) {
+        // SAFETY: setting FD_CLOEXEC on a descriptor we may not own changes no memory.
+        unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) };
+    }
+}

@@ -27,7 +27,7 @@
 //! | `cat`             | copy stdin to stdout until EOF                                       |
 //! | `env`             | the environment, one `K=V` line each, sorted by key                  |
 //! | `cwd`             | the current directory                                                |
-//! | `args`            | this process's whole argv (argv\[0\] included) joined by `|`         |
+//! | `args`            | this process's whole argv (argv\[0\] included) joined by `\|`        |
 //! | `stdin-is-devnull`| `stdin-devnull yes` or `stdin-devnull no`                             |
 //! | `fds`             | the open descriptors, `fds 0,1,2`                                    |
 //!
@@ -146,10 +146,7 @@ fn main() {
 
     let mut state = Rank {
         rank,
-        waits_left: commands
-            .iter()
-            .filter(|c| matches!(c, Command::WaitSignal))
-            .count(),
+        waits_left: commands.iter().filter(|c| matches!(c, Command::WaitSignal)).count(),
     };
     let setup = restore_sigpipe().and_then(|()| {
         if state.waits_left > 0 {
@@ -176,9 +173,7 @@ fn parse(words: &[OsString]) -> Result<Vec<Step>, String> {
     let mut words = words.iter();
     let mut ranks = None;
     while let Some(word) = words.next() {
-        let word = word
-            .to_str()
-            .ok_or_else(|| format!("not a command: {word:?}"))?;
+        let word = word.to_str().ok_or_else(|| format!("not a command: {word:?}"))?;
         if let Some(list) = word.strip_prefix('@') {
             if ranks.is_some() {
                 return Err(format!("two rank filters in a row before {word:?}"));
@@ -186,12 +181,8 @@ fn parse(words: &[OsString]) -> Result<Vec<Step>, String> {
             ranks = Some(parse_ranks(list)?);
             continue;
         }
-        let mut arg = |what: &str| {
-            words
-                .next()
-                .cloned()
-                .ok_or_else(|| format!("{word}: missing {what}"))
-        };
+        let mut arg =
+            |what: &str| words.next().cloned().ok_or_else(|| format!("{word}: missing {what}"));
         let command = match word {
             "print" => Command::Print(number(word, &arg("line count")?)?),
             "eprint" => Command::Eprint(number(word, &arg("line count")?)?),
@@ -221,10 +212,7 @@ fn parse(words: &[OsString]) -> Result<Vec<Step>, String> {
             "fds" => Command::Fds,
             _ => return Err(format!("unknown command {word:?}")),
         };
-        steps.push(Step {
-            ranks: ranks.take(),
-            command,
-        });
+        steps.push(Step { ranks: ranks.take(), command });
     }
     if ranks.is_some() {
         return Err("a rank filter at the end of the script applies to nothing".into());
@@ -234,10 +222,7 @@ fn parse(words: &[OsString]) -> Result<Vec<Step>, String> {
 
 fn parse_ranks(list: &str) -> Result<Vec<u32>, String> {
     list.split(',')
-        .map(|r| {
-            r.parse()
-                .map_err(|_| format!("bad rank filter @{list}: {r:?} is not a rank"))
-        })
+        .map(|r| r.parse().map_err(|_| format!("bad rank filter @{list}: {r:?} is not a rank")))
         .collect()
 }
 
@@ -296,9 +281,7 @@ fn run(command: Command, state: &mut Rank) -> Result<(), String> {
         Command::Daemon(pidfile) => daemon(pidfile),
         Command::StdinSum => {
             let mut input = Vec::new();
-            io::stdin()
-                .read_to_end(&mut input)
-                .map_err(|e| format!("cannot read stdin: {e}"))?;
+            io::stdin().read_to_end(&mut input).map_err(|e| format!("cannot read stdin: {e}"))?;
             out(format!("stdin {} {:016x}\n", input.len(), fnv1a64(&input)))
         }
         Command::Cat => cat(),
@@ -339,18 +322,12 @@ fn run(command: Command, state: &mut Rank) -> Result<(), String> {
 }
 
 fn out(bytes: impl AsRef<[u8]>) -> Result<(), String> {
-    io::stdout()
-        .write_all(bytes.as_ref())
-        .map_err(|e| format!("cannot write stdout: {e}"))
+    io::stdout().write_all(bytes.as_ref()).map_err(|e| format!("cannot write stdout: {e}"))
 }
 
 fn flush_all() -> Result<(), String> {
-    io::stdout()
-        .flush()
-        .map_err(|e| format!("cannot write stdout: {e}"))?;
-    io::stderr()
-        .flush()
-        .map_err(|e| format!("cannot write stderr: {e}"))
+    io::stdout().flush().map_err(|e| format!("cannot write stdout: {e}"))?;
+    io::stderr().flush().map_err(|e| format!("cannot write stderr: {e}"))
 }
 
 /// Rust starts programs with SIGPIPE ignored; a rank should die of it like a C program.
@@ -393,15 +370,8 @@ fn raise_default(sig: Signal) -> Result<(), String> {
 fn wait_signal(state: &mut Rank) -> Result<(), String> {
     let blocked =
         SigSet::thread_get_mask().map_err(|e| format!("cannot read the signal mask: {e}"))?;
-    let waited = set_of(
-        &WATCHED
-            .into_iter()
-            .filter(|&s| blocked.contains(s))
-            .collect::<Vec<_>>(),
-    );
-    let sig = waited
-        .wait()
-        .map_err(|e| format!("cannot wait for a signal: {e}"))?;
+    let waited = set_of(&WATCHED.into_iter().filter(|&s| blocked.contains(s)).collect::<Vec<_>>());
+    let sig = waited.wait().map_err(|e| format!("cannot wait for a signal: {e}"))?;
     out(format!("got {}\n", sig.as_str()))?;
     flush_all()?;
     state.waits_left -= 1;
@@ -482,9 +452,8 @@ fn stdin_is_devnull() -> bool {
 fn open_fds() -> Result<Vec<i32>, String> {
     let entries = std::fs::read_dir("/proc/self/fd")
         .map_err(|e| format!("cannot list /proc/self/fd: {e}"))?;
-    let mut fds: Vec<i32> = entries
-        .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse().ok())
-        .collect();
+    let mut fds: Vec<i32> =
+        entries.filter_map(|entry| entry.ok()?.file_name().to_str()?.parse().ok()).collect();
     // The listing includes the directory's own descriptor, closed by now.
     fds.retain(|&fd| fcntl(fd, FcntlArg::F_GETFD).is_ok());
     fds.sort_unstable();

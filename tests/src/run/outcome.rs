@@ -57,11 +57,7 @@ impl Outcome {
 
     /// Panics, showing the whole outcome, unless `sig` ended the program.
     pub fn assert_signal(&self, sig: Signal) -> &Outcome {
-        assert_eq!(
-            self.signal(),
-            Some(sig as i32),
-            "expected death by {sig}: {self}"
-        );
+        assert_eq!(self.signal(), Some(sig as i32), "expected death by {sig}: {self}");
         self
     }
 }
@@ -94,11 +90,7 @@ pub(super) fn status_text(status: ExitStatus) -> String {
     };
     let name =
         Signal::try_from(number).map_or_else(|_| format!("signal {number}"), |s| s.to_string());
-    let core = if status.core_dumped() {
-        " (core dumped)"
-    } else {
-        ""
-    };
+    let core = if status.core_dumped() { " (core dumped)" } else { "" };
     format!("was killed by {name}{core}")
 }
 

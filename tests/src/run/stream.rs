@@ -39,13 +39,7 @@ impl Stream {
                 }
             }
         });
-        Stream {
-            name,
-            chunks,
-            seen: Vec::new(),
-            cursor: 0,
-            eof: false,
-        }
+        Stream { name, chunks, seen: Vec::new(), cursor: 0, eof: false }
     }
 
     /// Takes one chunk into `seen`.

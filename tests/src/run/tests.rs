@@ -15,9 +15,9 @@ fn panic_message(f: impl FnOnce()) -> String {
     let payload = catch_unwind(AssertUnwindSafe(f)).expect_err("expected a panic");
     match payload.downcast::<String>() {
         Ok(message) => *message,
-        Err(payload) => payload
-            .downcast::<&str>()
-            .map_or_else(|_| String::new(), |m| (*m).to_owned()),
+        Err(payload) => {
+            payload.downcast::<&str>().map_or_else(|_| String::new(), |m| (*m).to_owned())
+        }
     }
 }
 
@@ -41,9 +41,8 @@ fn run_reports_a_signal() {
 
 #[test]
 fn environment_carries_the_tag() {
-    let run = sh("echo \"$RLAUNCH_TEST_TAG $FOO ${HOME:-unset}\"")
-        .env("FOO", "bar")
-        .env_remove("HOME");
+    let run =
+        sh("echo \"$RLAUNCH_TEST_TAG $FOO ${HOME:-unset}\"").env("FOO", "bar").env_remove("HOME");
     let tag = run.tag().to_owned();
     let out = run.run();
     assert_eq!(out.stdout_str(), format!("{tag} bar unset\n"));
@@ -106,14 +105,8 @@ fn a_missing_line_fails_with_the_output() {
     let message = panic_message(|| {
         job.wait_for_line(|l| l == "never", Duration::from_secs(10));
     });
-    assert!(
-        message.contains("stdout ended before the awaited line"),
-        "{message}"
-    );
-    assert!(
-        message.contains("something else") && message.contains("oops"),
-        "{message}"
-    );
+    assert!(message.contains("stdout ended before the awaited line"), "{message}");
+    assert!(message.contains("something else") && message.contains("oops"), "{message}");
 }
 
 #[test]
@@ -133,13 +126,10 @@ fn a_leaked_holder_of_stdout_is_named() {
     let tag = run.tag().to_owned();
     let message = panic_message(|| drop(run.run()));
     assert!(
-        message.contains("exited with code 0, but its stdout or stderr is still open"),
+        message.contains("exited with code 0, but its stdout or stderr was still open"),
         "{message}"
     );
-    assert!(
-        message.contains("(sleep)") && message.contains("bye"),
-        "{message}"
-    );
+    assert!(message.contains("(sleep)") && message.contains("bye"), "{message}");
     assert_eq!(wait_until_no_tagged(&tag, Duration::from_secs(10)), Ok(()));
 }
 
@@ -149,10 +139,7 @@ fn dropping_the_outcome_kills_leftovers() {
     let pid: i32 = out.stdout_str().trim().parse().unwrap();
     let tag = out.tag.as_str().to_owned();
     let found = out.tag.wait_until_running(1, Duration::from_secs(10));
-    assert!(
-        found.as_ref().is_ok_and(|f| f[0].pid.as_raw() == pid),
-        "{found:?}"
-    );
+    assert!(found.as_ref().is_ok_and(|f| f[0].pid.as_raw() == pid), "{found:?}");
     drop(out);
     assert_eq!(wait_until_no_tagged(&tag, Duration::from_secs(10)), Ok(()));
 }
