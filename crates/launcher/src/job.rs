@@ -14,7 +14,9 @@ use std::ffi::OsString;
 use std::time::Duration;
 
 use nix::sys::signal::Signal;
-use pmi_wire::control::{Down, Job, Launch, NameAnswer, NameOp, NodePlan, StdinTarget, Up};
+use pmi_wire::control::{
+    Down, Job, Launch, NameAnswer, NameOp, NodePlan, SpawnJob, SpawnRequest, StdinTarget, Up,
+};
 use pmi_wire::ids::ExitOutcome;
 use rlaunch_proxy::link::{self, ChildState, LinkEvent};
 use rlaunch_proxy::procs;
@@ -39,8 +41,6 @@ pub struct Plan {
     pub roots: Vec<NodePlan>,
     /// Host name of each node, by node index.
     pub node_hosts: Vec<String>,
-    /// Node index of each rank.
-    pub rank_node: Vec<u32>,
     pub proxy_exe: OsString,
     pub prepend_rank: bool,
     pub print_all_exit_codes: bool,
@@ -77,7 +77,10 @@ struct Root {
     plan: Plan,
     children: Vec<Child>,
     child_by_pid: HashMap<i32, usize>,
-    outcomes: Vec<Option<(u32, ExitOutcome)>>,
+    /// Every process of the run by global id: the launched job's ranks, then spawned jobs'.
+    procs: Vec<Proc>,
+    /// Jobs started so far (the launched one is 0).
+    jobs: u32,
     causes: Vec<Cause>,
     terminating: bool,
     last_interrupt: Option<Instant>,
@@ -94,8 +97,18 @@ struct Root {
     fence_epoch: u64,
     /// The job's published names (MPI_Publish_name): service -> port.
     names: HashMap<String, String>,
-    /// Which top proxy's subtree holds each rank.
-    rank_child: Vec<usize>,
+}
+
+/// One process of the run.
+struct Proc {
+    job: u32,
+    /// Rank within its job.
+    rank: u32,
+    node: u32,
+    exe: String,
+    /// The top proxy whose subtree holds it.
+    child: usize,
+    outcome: Option<(u32, ExitOutcome)>,
 }
 
 /// Runs the job to the end; returns rlaunch's exit status.
@@ -112,7 +125,8 @@ pub async fn run(plan: Plan) -> i32 {
 
     let mut root = Root {
         timeout_at: plan.timeout.map(|t| Instant::now() + t),
-        outcomes: vec![None; plan.job.size as usize],
+        procs: Vec::new(),
+        jobs: 1,
         children: Vec::new(),
         child_by_pid: HashMap::new(),
         causes: Vec::new(),
@@ -126,7 +140,6 @@ pub async fn run(plan: Plan) -> i32 {
         fence_pairs: Vec::new(),
         fence_epoch: 0,
         names: HashMap::new(),
-        rank_child: vec![0; plan.job.size as usize],
         plan,
     };
     let mut readers = root.start_proxies(&events_tx, &output_tx);
@@ -224,10 +237,20 @@ impl Root {
     ) -> Vec<tokio::task::JoinHandle<()>> {
         let mut readers = Vec::new();
         let roots = std::mem::take(&mut self.plan.roots);
+        let job = &self.plan.job;
+        let mut procs: Vec<Option<Proc>> = (0..job.size).map(|_| None).collect();
         for node in &roots {
             for n in node.walk() {
                 for r in &n.ranks {
-                    self.rank_child[r.rank as usize] = self.children.len();
+                    procs[r.rank as usize] = Some(Proc {
+                        job: 0,
+                        rank: r.rank,
+                        node: n.index,
+                        exe: String::from_utf8_lossy(&job.segments[r.segment as usize].exe)
+                            .into_owned(),
+                        child: self.children.len(),
+                        outcome: None,
+                    });
                 }
             }
             let stdin_ranks = node
@@ -262,6 +285,7 @@ impl Root {
                 };
             self.children.push(Child { state, down: down_tx, stdin_ranks });
         }
+        self.procs = procs.into_iter().map(|p| p.expect("placement covers every rank")).collect();
         self.plan.roots = roots;
         readers
     }
@@ -289,7 +313,7 @@ impl Root {
     fn handle_up(&mut self, child: usize, up: Up) {
         match up {
             Up::RankExited { rank, pid, outcome } => {
-                let Some(slot) = self.outcomes.get_mut(rank as usize) else {
+                let Some(slot) = self.procs.get_mut(rank as usize).map(|p| &mut p.outcome) else {
                     tracing::warn!(rank, "exit report for an unknown rank");
                     return;
                 };
@@ -346,7 +370,7 @@ impl Root {
                     }
                 };
                 if let Some(c) =
-                    self.rank_child.get(rank as usize).and_then(|&c| self.children.get(c))
+                    self.procs.get(rank as usize).and_then(|p| self.children.get(p.child))
                 {
                     let _ = c.down.send(Down::NameReply { rank, tag, answer });
                 }
@@ -355,6 +379,7 @@ impl Root {
                 self.fail(Cause::Aborted { rank, pid, code, msg })
             }
             Up::PmiFault { rank, pid, what } => self.fail(Cause::PmiFault { rank, pid, what }),
+            Up::Spawn { rank, tag, request } => self.spawn(rank, tag, request),
             Up::Greeting { .. } | Up::Output { .. } | Up::OutputEnd { .. } => {}
         }
     }
@@ -451,43 +476,76 @@ impl Root {
     }
 
     fn rank_host(&self, rank: u32) -> &str {
-        let node = self.plan.rank_node[rank as usize] as usize;
+        let node = self.procs[rank as usize].node as usize;
         &self.plan.node_hosts[node]
+    }
+
+    /// "rank 3" for the launched job, "rank 1 of spawned job 2" for others.
+    fn rank_name(&self, gid: u32) -> String {
+        match &self.procs[gid as usize] {
+            Proc { job: 0, rank, .. } => format!("rank {rank}"),
+            Proc { job, rank, .. } => format!("rank {rank} of spawned job {job}"),
+        }
     }
 
     fn describe(&self, rank: u32, pid: u32, outcome: ExitOutcome) -> String {
         let host = self.rank_host(rank);
         match outcome {
             ExitOutcome::SpawnFailed { errno } => {
-                let segment = self.segment_of(rank);
-                let exe = String::from_utf8_lossy(&self.plan.job.segments[segment].exe);
+                let exe = &self.procs[rank as usize].exe;
                 format!("cannot start {exe} on {host}: {}", errno_text(errno))
             }
-            _ => format!("rank {rank} (pid {pid} on {host}) {outcome}"),
+            _ => format!("{} (pid {pid} on {host}) {outcome}", self.rank_name(rank)),
         }
     }
 
-    fn segment_of(&self, rank: u32) -> usize {
-        self.plan
-            .roots
-            .iter()
-            .flat_map(|r| r.walk())
-            .flat_map(|n| n.ranks.iter())
-            .find(|r| r.rank == rank)
-            .map_or(0, |r| r.segment as usize)
+    /// A rank asked for a new job: give it ids and a kvsname and have the rank's node start
+    /// it. Its ranks count for the run's outcome like any other.
+    fn spawn(&mut self, parent: u32, tag: Option<String>, request: SpawnRequest) {
+        let Some(p) = self.procs.get(parent as usize) else { return };
+        let (node, child) = (p.node, p.child);
+        let job = self.jobs;
+        self.jobs += 1;
+        let first = self.procs.len() as u32;
+        for cmd in &request.cmds {
+            for _ in 0..cmd.nprocs {
+                let rank = self.procs.len() as u32 - first;
+                self.procs.push(Proc {
+                    job,
+                    rank,
+                    node,
+                    exe: cmd.exe.clone(),
+                    child,
+                    outcome: None,
+                });
+            }
+        }
+        let spawn = SpawnJob {
+            job,
+            kvsname: format!("{}_{job}", self.plan.job.jobid),
+            parent_kvsname: self.plan.job.jobid.clone(),
+            node,
+            first,
+            parent,
+            tag,
+            request,
+        };
+        tracing::debug!(job, node, first, "spawning a job");
+        let _ = self.children[child].down.send(Down::Spawn(Box::new(spawn)));
     }
 
     /// Prints why the job failed and returns the exit status.
     fn report(&self) -> i32 {
         if self.plan.print_all_exit_codes {
-            for (rank, outcome) in self.outcomes.iter().enumerate() {
+            for (rank, outcome) in self.procs.iter().map(|p| &p.outcome).enumerate() {
                 let rank = rank as u32;
                 match outcome {
                     Some((pid, outcome)) => {
                         eprintln!("rlaunch: {}", self.describe(rank, *pid, *outcome))
                     }
                     None => eprintln!(
-                        "rlaunch: rank {rank} (on {}) did not report an exit",
+                        "rlaunch: {} (on {}) did not report an exit",
+                        self.rank_name(rank),
                         self.rank_host(rank)
                     ),
                 }
@@ -519,7 +577,8 @@ impl Root {
             Cause::Aborted { rank, pid, code, msg } => {
                 let host = self.rank_host(*rank);
                 let msg = if msg.is_empty() { String::new() } else { format!(": {msg}") };
-                eprintln!("rlaunch: rank {rank} (pid {pid} on {host}) aborted the job with exit code {code}{msg}");
+                let who = self.rank_name(*rank);
+                eprintln!("rlaunch: {who} (pid {pid} on {host}) aborted the job with exit code {code}{msg}");
                 if *code == 0 {
                     1
                 } else {
@@ -527,7 +586,11 @@ impl Root {
                 }
             }
             Cause::PmiFault { rank, pid, what } => {
-                eprintln!("rlaunch: rank {rank} (pid {pid} on {}) {what}", self.rank_host(*rank));
+                eprintln!(
+                    "rlaunch: {} (pid {pid} on {}) {what}",
+                    self.rank_name(*rank),
+                    self.rank_host(*rank)
+                );
                 255
             }
         }

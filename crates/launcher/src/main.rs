@@ -132,7 +132,6 @@ fn build_plan(cli: &Cli) -> Result<job::Plan, PlanError> {
         job,
         roots,
         node_hosts,
-        rank_node,
         proxy_exe: proxy_exe().map_err(PlanError::Setup)?,
         prepend_rank: cli.prepend_rank,
         print_all_exit_codes: cli.print_all_exit_codes,

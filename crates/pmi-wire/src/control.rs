@@ -171,6 +171,8 @@ pub enum Down {
     FenceOut { epoch: u64, pairs: Vec<(String, String)> },
     /// The root's answer to a rank's name-service request.
     NameReply { rank: u32, tag: Option<String>, answer: NameAnswer },
+    /// Start a job spawned by a rank (MPI_Comm_spawn) on that rank's node; routed down to it.
+    Spawn(Box<SpawnJob>),
 }
 
 /// Child to parent. Proxies relay their children's frames unchanged.
@@ -201,6 +203,42 @@ pub enum Up {
     Abort { rank: u32, pid: u32, code: i32, msg: String },
     /// A rank broke the PMI protocol; `what` says how, quoting what it sent.
     PmiFault { rank: u32, pid: u32, what: String },
+    /// A rank asks to spawn a new job (MPI_Comm_spawn); the root assigns its ids.
+    Spawn { rank: u32, tag: Option<String>, request: SpawnRequest },
+}
+
+/// What a rank asked to spawn: one command per executable of MPI_Comm_spawn_multiple.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SpawnRequest {
+    pub cmds: Vec<SpawnCmd>,
+    /// Pairs the new job finds in its KVS from the start (PARENT_ROOT_PORT_NAME).
+    pub preput: Vec<(String, String)>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SpawnCmd {
+    pub exe: String,
+    pub args: Vec<String>,
+    pub nprocs: u32,
+    /// MPI_Info hints; `wdir` and `path` are honoured.
+    pub info: Vec<(String, String)>,
+}
+
+/// A spawned job, as the root hands it to the spawning rank's node.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SpawnJob {
+    /// Index of the job (the launched job is 0).
+    pub job: u32,
+    pub kvsname: String,
+    pub parent_kvsname: String,
+    /// The node that starts the job's ranks (the spawning rank's).
+    pub node: u32,
+    /// Global id of the job's rank 0; rank r is `first: first + r` in every Up and Down frame.
+    pub first: u32,
+    /// The spawning rank (global id) and the thrid its answer echoes.
+    pub parent: u32,
+    pub tag: Option<String>,
+    pub request: SpawnRequest,
 }
 
 /// A name-service request (MPI_Publish_name and friends).

@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use nix::sys::signal::Signal;
-use pmi_wire::control::{Down, Job, Launch, NodePlan, Up};
+use pmi_wire::control::{Down, Job, Launch, NodePlan, Segment, SpawnJob, Up};
 use pmi_wire::ids::{ExitOutcome, Stream};
 use pmi_wire::io::FrameReader;
 use tokio::signal::unix::{signal, SignalKind};
@@ -42,7 +42,9 @@ pub(crate) enum Event {
 }
 
 struct LocalRank {
+    /// Global id (the rank, for the launched job).
     rank: u32,
+    job: u32,
     pid: Option<i32>,
     running: bool,
     open_streams: u8,
@@ -51,6 +53,24 @@ struct LocalRank {
     pmi: Option<mpsc::UnboundedSender<PmiAnswer>>,
     /// Its PMI connection closed before finalize.
     pmi_unclean: bool,
+}
+
+/// What [`Node::start_rank`] needs to start one rank.
+struct StartRank<'a> {
+    job: &'a Job,
+    job_index: u32,
+    /// The id of the rank in every frame: its rank for the launched job.
+    gid: u32,
+    segment: u32,
+    at: Placement<'a>,
+}
+
+/// One job's state on this node: the launched job, and any job its ranks spawned here.
+struct JobState {
+    pmi: Arc<PmiJob>,
+    kvs: Kvs,
+    /// Its ranks on this node.
+    local: usize,
 }
 
 /// This node's share of the job's key-value space and fences.
@@ -74,6 +94,8 @@ struct Kvs {
 
 struct ChildProxy {
     state: ChildState,
+    /// The subtree's node indices, for routing spawns.
+    nodes: HashSet<u32>,
     /// The subtree's ranks, for routing stdin.
     ranks: HashSet<u32>,
     down: mpsc::UnboundedSender<Down>,
@@ -104,8 +126,7 @@ pub(crate) struct Node {
     /// The parent is gone: finish cleaning up, then exit quietly.
     orphaned: bool,
     swept: bool,
-    kvs: Kvs,
-    pmi_job: Arc<PmiJob>,
+    jobs: HashMap<u32, JobState>,
     pmi_calls: mpsc::UnboundedSender<(PmiPeer, PmiCall)>,
 }
 
@@ -155,10 +176,10 @@ pub async fn serve(up_in: FdStream, up_out: FdStream) -> i32 {
         kvsname: launch.job.jobid.clone(),
         size: launch.job.size,
         process_mapping: launch.job.process_mapping.clone(),
+        spawner: None,
     });
     let mut node = Node {
-        kvs: Kvs::default(),
-        pmi_job,
+        jobs: HashMap::from([(0, JobState { pmi: pmi_job, kvs: Kvs::default(), local: 0 })]),
         pmi_calls: pmi_tx,
         job: Arc::new(launch.job),
         plan: launch.node,
@@ -212,7 +233,7 @@ impl Node {
         let port = listener.as_ref().and_then(|l| l.local_addr().ok()).map(|a| a.to_string());
         let unbound = self.start_ranks(port);
         if let Some(listener) = listener {
-            let (job, calls) = (self.pmi_job.clone(), self.pmi_calls.clone());
+            let (job, calls) = (self.jobs[&0].pmi.clone(), self.pmi_calls.clone());
             tokio::spawn(pmi::accept(listener, unbound, job, calls));
         }
         self.reap();
@@ -248,6 +269,7 @@ impl Node {
         let plans = std::mem::take(&mut self.plan.children);
         for plan in &plans {
             let ranks = plan.walk().iter().flat_map(|n| n.ranks.iter().map(|r| r.rank)).collect();
+            let nodes = plan.walk().iter().map(|n| n.index).collect();
             let (down_tx, down_rx) = mpsc::unbounded_channel();
             let idx = self.children.len();
             let state = match link::spawn_proxy(&self.job.bootstrap, &plan.host, &exe) {
@@ -271,7 +293,7 @@ impl Node {
                     ChildState::failed(plan.host.clone())
                 }
             };
-            let child = ChildProxy { state, ranks, down: down_tx };
+            let child = ChildProxy { state, nodes, ranks, down: down_tx };
             self.children.push(child);
         }
         self.plan.children = plans;
@@ -283,81 +305,154 @@ impl Node {
         &mut self,
         pmi_port: Option<String>,
     ) -> HashMap<u32, (PmiPeer, mpsc::UnboundedReceiver<PmiAnswer>)> {
-        let count = self.plan.ranks.len();
-        let mut unbound = HashMap::new();
         let setup = match pmi_port {
             Some(addr) => PmiSetup::Port(addr),
             None => PmiSetup::Fd,
         };
-        for (local_id, rp) in self.plan.ranks.iter().enumerate() {
-            let segment = &self.job.segments[rp.segment as usize];
-            let at =
-                Placement { rank: rp.rank, local_id, local_count: count, host: &self.plan.host };
-            let gets_stdin = self.job.stdin.includes(rp.rank);
-            let mut slot = LocalRank {
-                rank: rp.rank,
-                pid: None,
-                running: false,
-                open_streams: 0,
-                stdin: None,
-                pmi: None,
-                pmi_unclean: false,
-            };
-            match rank::spawn(&self.job, segment, &at, gets_stdin, &setup) {
-                Ok(started) => {
-                    let peer = PmiPeer { local: local_id, rank: rp.rank, appnum: rp.segment };
-                    let (answers_tx, answers_rx) = mpsc::unbounded_channel();
-                    slot.pmi = Some(answers_tx);
-                    match started.pmi {
-                        Some(conn) => {
-                            let (job, calls) = (self.pmi_job.clone(), self.pmi_calls.clone());
-                            tokio::spawn(pmi::serve_rank(
-                                conn,
-                                Vec::new(),
-                                peer,
-                                job,
-                                calls,
-                                answers_rx,
-                            ));
-                        }
-                        None => {
-                            unbound.insert(rp.rank, (peer, answers_rx));
-                        }
-                    }
-                    slot.pid = Some(started.pid);
-                    slot.running = true;
-                    slot.open_streams = 2;
-                    self.rank_by_pid.insert(started.pid, local_id);
-                    for (stream, fd) in
-                        [(Stream::Stdout, started.stdout), (Stream::Stderr, started.stderr)]
-                    {
-                        let data = self.data.clone();
-                        let events = self.events.clone();
-                        let r = rp.rank;
-                        tokio::spawn(async move {
-                            rank::relay_output(r, stream, fd, data).await;
-                            let _ = events.send(Event::OutputClosed { local: local_id });
-                        });
-                    }
-                    if gets_stdin {
-                        let (tx, rx) = mpsc::unbounded_channel();
-                        slot.stdin = Some(tx);
-                        tokio::spawn(rank::feed_stdin(started.stdin, rx, self.control.clone()));
-                    }
-                }
-                Err(errno) => {
-                    let _ = self.control.send(Up::RankExited {
-                        rank: rp.rank,
-                        pid: 0,
-                        outcome: ExitOutcome::SpawnFailed { errno },
-                    });
-                }
+        let job = self.job.clone();
+        let plans = self.plan.ranks.clone();
+        let host = self.plan.host.clone();
+        let mut unbound = HashMap::new();
+        for (local_id, rp) in plans.iter().enumerate() {
+            let at = Placement { rank: rp.rank, local_id, local_count: plans.len(), host: &host };
+            let start =
+                StartRank { job: &job, job_index: 0, gid: rp.rank, segment: rp.segment, at };
+            if let Some((peer, answers)) = self.start_rank(start, &setup) {
+                unbound.insert(rp.rank, (peer, answers));
             }
-            self.ranks.push(slot);
         }
         let _ = self.control.send(Up::Started { node: self.plan.index });
-        tracing::debug!(node = self.plan.index, ranks = count, "ranks started");
+        tracing::debug!(node = self.plan.index, ranks = plans.len(), "ranks started");
         unbound
+    }
+
+    /// Starts one rank and the tasks that carry its output, stdin and PMI. Returns its PMI
+    /// answer channel if its connection is still to come (`-pmi-port`).
+    fn start_rank(
+        &mut self,
+        start: StartRank,
+        setup: &PmiSetup,
+    ) -> Option<(PmiPeer, mpsc::UnboundedReceiver<PmiAnswer>)> {
+        let StartRank { job, job_index, gid, segment, at } = start;
+        let local = self.ranks.len();
+        let gets_stdin = job_index == 0 && job.stdin.includes(gid);
+        let mut slot = LocalRank {
+            rank: gid,
+            job: job_index,
+            pid: None,
+            running: false,
+            open_streams: 0,
+            stdin: None,
+            pmi: None,
+            pmi_unclean: false,
+        };
+        let mut unbound = None;
+        match rank::spawn(job, &job.segments[segment as usize], &at, gets_stdin, setup) {
+            Ok(started) => {
+                let peer = PmiPeer { local, job: job_index, rank: at.rank, appnum: segment };
+                let (answers_tx, answers_rx) = mpsc::unbounded_channel();
+                slot.pmi = Some(answers_tx);
+                match started.pmi {
+                    Some(conn) => {
+                        let pmi_job = self.jobs[&job_index].pmi.clone();
+                        let calls = self.pmi_calls.clone();
+                        tokio::spawn(pmi::serve_rank(
+                            conn,
+                            Vec::new(),
+                            peer,
+                            pmi_job,
+                            calls,
+                            answers_rx,
+                        ));
+                    }
+                    None => unbound = Some((peer, answers_rx)),
+                }
+                slot.pid = Some(started.pid);
+                slot.running = true;
+                slot.open_streams = 2;
+                self.rank_by_pid.insert(started.pid, local);
+                for (stream, fd) in
+                    [(Stream::Stdout, started.stdout), (Stream::Stderr, started.stderr)]
+                {
+                    let data = self.data.clone();
+                    let events = self.events.clone();
+                    tokio::spawn(async move {
+                        rank::relay_output(gid, stream, fd, data).await;
+                        let _ = events.send(Event::OutputClosed { local });
+                    });
+                }
+                if gets_stdin {
+                    let (tx, rx) = mpsc::unbounded_channel();
+                    slot.stdin = Some(tx);
+                    tokio::spawn(rank::feed_stdin(started.stdin, rx, self.control.clone()));
+                }
+            }
+            Err(errno) => {
+                let outcome = ExitOutcome::SpawnFailed { errno };
+                let _ = self.control.send(Up::RankExited { rank: gid, pid: 0, outcome });
+            }
+        }
+        self.ranks.push(slot);
+        if let Some(state) = self.jobs.get_mut(&job_index) {
+            state.local += 1;
+        }
+        unbound
+    }
+
+    /// Starts a job a local rank spawned, on this node, and answers the spawner.
+    fn start_spawned(&mut self, sj: SpawnJob) {
+        let mut segments = Vec::new();
+        let mut plan = Vec::new();
+        for (appnum, cmd) in sj.request.cmds.iter().enumerate() {
+            let info = |k: &str| cmd.info.iter().find(|(key, _)| key == k).map(|(_, v)| v.clone());
+            let exe = match info("path") {
+                Some(dir) if !cmd.exe.contains('/') => format!("{dir}/{}", cmd.exe),
+                _ => cmd.exe.clone(),
+            };
+            let wdir = info("wdir").map(String::into_bytes);
+            segments.push(Segment {
+                exe: exe.into_bytes(),
+                args: cmd.args.iter().map(|a| a.clone().into_bytes()).collect(),
+                env: vec![(b"PMI_SPAWNED".to_vec(), b"1".to_vec())],
+                wdir: wdir.unwrap_or_else(|| self.job.segments[0].wdir.clone()),
+            });
+            plan.extend((0..cmd.nprocs).map(|_| appnum as u32));
+        }
+        let size = plan.len() as u32;
+        let mut job = (*self.job).clone();
+        job.jobid = sj.kvsname.clone();
+        job.size = size;
+        job.segments = segments;
+        let mut kvs = Kvs::default();
+        kvs.visible.extend(sj.request.preput.iter().cloned());
+        let pmi = Arc::new(PmiJob {
+            kvsname: sj.kvsname.clone(),
+            size,
+            process_mapping: Some(format!("(vector,(0,1,{size}))")),
+            spawner: Some(sj.parent_kvsname.clone()),
+        });
+        self.jobs.insert(sj.job, JobState { pmi, kvs, local: 0 });
+        self.swept = false;
+        let host = self.plan.host.clone();
+        for (rank, &segment) in plan.iter().enumerate() {
+            let at = Placement {
+                rank: rank as u32,
+                local_id: rank,
+                local_count: plan.len(),
+                host: &host,
+            };
+            let gid = sj.first + rank as u32;
+            self.start_rank(
+                StartRank { job: &job, job_index: sj.job, gid, segment, at },
+                &PmiSetup::Fd,
+            );
+        }
+        tracing::debug!(job = sj.job, size, "spawned job started");
+        if let Some(parent) = self.ranks.iter().find(|r| r.rank == sj.parent) {
+            if let Some(tx) = &parent.pmi {
+                let _ = tx.send(PmiAnswer::Spawn { kvsname: sj.kvsname, tag: sj.tag });
+            }
+        }
     }
 
     fn handle(&mut self, ev: Event) {
@@ -372,9 +467,11 @@ impl Node {
                 LinkEvent::Greeted(g) => tracing::debug!(host = %g.host, "child proxy up"),
                 LinkEvent::Up(Up::NodeDone { .. }) => self.children[child].state.done = true,
                 LinkEvent::Up(Up::FenceIn { pairs, .. }) => {
-                    self.kvs.pending.extend(pairs);
-                    self.kvs.children_in += 1;
-                    self.try_fence_in();
+                    if let Some(state) = self.jobs.get_mut(&0) {
+                        state.kvs.pending.extend(pairs);
+                        state.kvs.children_in += 1;
+                    }
+                    self.try_fence_in(0);
                 }
                 LinkEvent::Up(_) => {}
                 LinkEvent::Stderr(text) => self.children[child].state.add_stderr(&text),
@@ -398,7 +495,7 @@ impl Node {
                     }
                 }
                 for slot in &self.ranks {
-                    if !self.job.stdin.includes(slot.rank) {
+                    if slot.job != 0 || !self.job.stdin.includes(slot.rank) {
                         continue;
                     }
                     let queued = slot.stdin.as_ref().is_some_and(|tx| {
@@ -428,7 +525,18 @@ impl Node {
                 }
             }
             Down::Terminate { grace_ms } => self.terminate(Duration::from_millis(grace_ms)),
-            Down::FenceOut { epoch, pairs } => self.fence_out(epoch, pairs),
+            Down::FenceOut { epoch, pairs } => self.fence_out(0, epoch, pairs),
+            Down::Spawn(sj) => {
+                if sj.node == self.plan.index {
+                    self.start_spawned(*sj);
+                } else if let Some(c) =
+                    self.children.iter_mut().find(|c| c.nodes.contains(&sj.node))
+                {
+                    let size: u32 = sj.request.cmds.iter().map(|c| c.nprocs).sum();
+                    c.ranks.extend(sj.first..sj.first + size);
+                    let _ = c.down.send(Down::Spawn(sj));
+                }
+            }
             Down::NameReply { rank, tag, answer } => {
                 if let Some(slot) = self.ranks.iter().find(|r| r.rank == rank) {
                     if let Some(tx) = &slot.pmi {
@@ -444,85 +552,104 @@ impl Node {
     /// A request from a rank's PMI connection.
     fn pmi_call(&mut self, peer: PmiPeer, call: PmiCall) {
         let slot = &mut self.ranks[peer.local];
-        let pid = slot.pid.unwrap_or(0) as u32;
-        let answer = |slot: &LocalRank, a: PmiAnswer| {
-            if let Some(tx) = &slot.pmi {
+        let (gid, pid) = (slot.rank, slot.pid.unwrap_or(0) as u32);
+        let answers = slot.pmi.clone();
+        let answer = |a: PmiAnswer| {
+            if let Some(tx) = &answers {
                 let _ = tx.send(a);
             }
         };
+        if let PmiCall::Closed { clean } = call {
+            slot.pmi = None;
+            slot.pmi_unclean = !clean;
+            return;
+        }
+        let Some(state) = self.jobs.get_mut(&peer.job) else { return };
+        let kvs = &mut state.kvs;
         match call {
-            PmiCall::Put { key, value } => self.kvs.pending.push((key, value)),
+            PmiCall::Put { key, value } => kvs.pending.push((key, value)),
             PmiCall::Get { key, tag } => {
-                let value = self.kvs.visible.get(&key).cloned();
-                answer(slot, PmiAnswer::Get { key, value, tag });
+                let value = kvs.visible.get(&key).cloned();
+                answer(PmiAnswer::Get { key, value, tag });
             }
             PmiCall::Fence { tag } => {
-                self.kvs.waiting.push((peer.local, tag));
-                self.try_fence_in();
+                kvs.waiting.push((peer.local, tag));
+                self.try_fence_in(peer.job);
             }
             PmiCall::PutNodeAttr { key, value } => {
-                let waiters = std::mem::take(&mut self.kvs.attr_waiters);
-                for (local, k, tag) in waiters {
+                for (local, k, tag) in std::mem::take(&mut kvs.attr_waiters) {
                     if k == key {
-                        answer(
-                            &self.ranks[local],
-                            PmiAnswer::GetNodeAttr { value: Some(value.clone()), tag },
-                        );
+                        if let Some(tx) = &self.ranks[local].pmi {
+                            let _ =
+                                tx.send(PmiAnswer::GetNodeAttr { value: Some(value.clone()), tag });
+                        }
                     } else {
-                        self.kvs.attr_waiters.push((local, k, tag));
+                        kvs.attr_waiters.push((local, k, tag));
                     }
                 }
-                self.kvs.node_attrs.insert(key, value);
+                kvs.node_attrs.insert(key, value);
             }
-            PmiCall::GetNodeAttr { key, wait, tag } => match self.kvs.node_attrs.get(&key) {
-                Some(v) => answer(slot, PmiAnswer::GetNodeAttr { value: Some(v.clone()), tag }),
-                None if wait => self.kvs.attr_waiters.push((peer.local, key, tag)),
-                None => answer(slot, PmiAnswer::GetNodeAttr { value: None, tag }),
+            PmiCall::GetNodeAttr { key, wait, tag } => match kvs.node_attrs.get(&key) {
+                Some(v) => answer(PmiAnswer::GetNodeAttr { value: Some(v.clone()), tag }),
+                None if wait => kvs.attr_waiters.push((peer.local, key, tag)),
+                None => answer(PmiAnswer::GetNodeAttr { value: None, tag }),
             },
             PmiCall::Name { op, tag } => {
-                let _ = self.control.send(Up::Name { rank: peer.rank, tag, op });
+                let _ = self.control.send(Up::Name { rank: gid, tag, op });
             }
             PmiCall::Abort { code, msg } => {
-                let _ = self.control.send(Up::Abort { rank: peer.rank, pid, code, msg });
+                let _ = self.control.send(Up::Abort { rank: gid, pid, code, msg });
             }
-            PmiCall::Finalized => {}
+            PmiCall::Spawn { request, tag } => {
+                let _ = self.control.send(Up::Spawn { rank: gid, tag, request });
+            }
+            PmiCall::Finalized | PmiCall::Closed { .. } => {}
             PmiCall::Fault(what) => {
-                let _ = self.control.send(Up::PmiFault { rank: peer.rank, pid, what });
-            }
-            PmiCall::Closed { clean } => {
-                slot.pmi = None;
-                slot.pmi_unclean = !clean;
+                let _ = self.control.send(Up::PmiFault { rank: gid, pid, what });
             }
         }
     }
 
-    /// Sends this subtree's FenceIn once every local rank and every child subtree is in.
-    fn try_fence_in(&mut self) {
+    /// Completes a fence once every local rank of the job and every child subtree is in: the
+    /// launched job's fence goes up the tree as one FenceIn; a spawned job lives on this node
+    /// alone, so its fence completes here.
+    fn try_fence_in(&mut self, job: u32) {
         let live_children = self.children.iter().filter(|c| !c.state.lost).count();
-        let kvs = &mut self.kvs;
-        if kvs.sent || kvs.waiting.len() < self.ranks.len() || kvs.children_in < live_children {
+        let Some(state) = self.jobs.get_mut(&job) else { return };
+        let kvs = &mut state.kvs;
+        let children_needed = if job == 0 { live_children } else { 0 };
+        if kvs.sent || kvs.waiting.len() < state.local || kvs.children_in < children_needed {
             return;
         }
         kvs.sent = true;
         kvs.children_in = 0;
         let pairs = std::mem::take(&mut kvs.pending);
-        let _ = self.control.send(Up::FenceIn { epoch: kvs.epoch, pairs });
+        if job == 0 {
+            let _ = self.control.send(Up::FenceIn { epoch: kvs.epoch, pairs });
+        } else {
+            let epoch = kvs.epoch;
+            self.fence_out(job, epoch, pairs);
+        }
     }
 
-    fn fence_out(&mut self, epoch: u64, pairs: Vec<(String, String)>) {
-        if epoch != self.kvs.epoch {
-            tracing::warn!(epoch, expected = self.kvs.epoch, "fence completion for another epoch");
+    fn fence_out(&mut self, job: u32, epoch: u64, pairs: Vec<(String, String)>) {
+        if job == 0 {
+            for c in self.children.iter().filter(|c| !c.state.lost) {
+                let _ = c.down.send(Down::FenceOut { epoch, pairs: pairs.clone() });
+            }
         }
-        for c in self.children.iter().filter(|c| !c.state.lost) {
-            let _ = c.down.send(Down::FenceOut { epoch, pairs: pairs.clone() });
+        let Some(state) = self.jobs.get_mut(&job) else { return };
+        let kvs = &mut state.kvs;
+        if epoch != kvs.epoch {
+            tracing::warn!(epoch, expected = kvs.epoch, "fence completion for another epoch");
         }
         for (k, v) in pairs {
             // MPICH never puts a key twice; if a program does, the first value stays (Hydra).
-            self.kvs.visible.entry(k).or_insert(v);
+            kvs.visible.entry(k).or_insert(v);
         }
-        self.kvs.sent = false;
-        self.kvs.epoch += 1;
-        for (local, tag) in std::mem::take(&mut self.kvs.waiting) {
+        kvs.sent = false;
+        kvs.epoch += 1;
+        for (local, tag) in std::mem::take(&mut kvs.waiting) {
             if let Some(tx) = &self.ranks[local].pmi {
                 let _ = tx.send(PmiAnswer::Fence { tag });
             }

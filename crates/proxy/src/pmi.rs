@@ -22,6 +22,8 @@ pub struct PmiJob {
     pub kvsname: String,
     pub size: u32,
     pub process_mapping: Option<String>,
+    /// The parent job's kvsname, for a job started by MPI_Comm_spawn.
+    pub spawner: Option<String>,
 }
 
 /// Who is on the other end of one connection.
@@ -29,6 +31,9 @@ pub struct PmiJob {
 pub struct PmiPeer {
     /// Index in the node's rank table.
     pub local: usize,
+    /// Its job: 0 for the launched one, then one per MPI_Comm_spawn.
+    pub job: u32,
+    /// Rank within its job.
     pub rank: u32,
     pub appnum: u32,
 }
@@ -64,6 +69,10 @@ pub enum PmiCall {
         code: i32,
         msg: String,
     },
+    Spawn {
+        request: pmi_wire::control::SpawnRequest,
+        tag: Option<String>,
+    },
     Finalized,
     /// The rank broke the protocol; it gets no answer, the job ends.
     Fault(String),
@@ -80,6 +89,7 @@ pub enum PmiAnswer {
     Fence { tag: Option<String> },
     GetNodeAttr { value: Option<String>, tag: Option<String> },
     Name { answer: pmi_wire::control::NameAnswer, tag: Option<String> },
+    Spawn { kvsname: String, tag: Option<String> },
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -104,8 +114,15 @@ pub async fn serve_rank(
     calls: mpsc::UnboundedSender<(PmiPeer, PmiCall)>,
     mut answers: mpsc::UnboundedReceiver<PmiAnswer>,
 ) {
-    let mut session =
-        Session { peer, job, calls, mode: Mode::Fresh, spoke: false, finalized: false };
+    let mut session = Session {
+        peer,
+        job,
+        calls,
+        mode: Mode::Fresh,
+        spoke: false,
+        finalized: false,
+        spawn_blocks: Vec::new(),
+    };
     let mut buf = leftover;
     let mut out = Vec::new();
     loop {
@@ -149,6 +166,18 @@ struct Session {
     mode: Mode,
     spoke: bool,
     finalized: bool,
+    /// PMI-1 spawn blocks received so far for a spawn of several executables.
+    spawn_blocks: Vec<pmi1::SpawnBlock>,
+}
+
+/// One executable of a spawn request, from either protocol's fields.
+fn spawn_cmd(
+    exe: String,
+    args: Vec<String>,
+    nprocs: u32,
+    info: Vec<(String, String)>,
+) -> pmi_wire::control::SpawnCmd {
+    pmi_wire::control::SpawnCmd { exe, args, nprocs, info }
 }
 
 impl Session {
@@ -279,10 +308,19 @@ impl Session {
                     "sent a -pmi-port handshake (pmiid={pmiid}) on its PMI_FD socket"
                 ))
             }
-            Req1::Spawn(_) => {
-                return Err(
-                    "asked to spawn processes, which this rlaunch does not support yet".into()
-                )
+            Req1::Spawn(block) => {
+                let done = block.spawnssofar >= block.totspawns;
+                self.spawn_blocks.push(*block);
+                if done {
+                    let blocks = std::mem::take(&mut self.spawn_blocks);
+                    let preput = blocks[0].preput.clone();
+                    let cmds = blocks
+                        .into_iter()
+                        .map(|b| spawn_cmd(b.execname, b.args, b.nprocs, b.info))
+                        .collect();
+                    let request = pmi_wire::control::SpawnRequest { cmds, preput };
+                    self.call(PmiCall::Spawn { request, tag: None });
+                }
             }
             Req1::Unknown { cmd, raw } => {
                 return Err(format!(
@@ -302,7 +340,7 @@ impl Session {
                 rank: self.peer.rank,
                 size: self.job.size,
                 appnum: self.peer.appnum,
-                spawner_jobid: None,
+                spawner_jobid: self.job.spawner.clone(),
             }),
             Req2::JobGetId => reply(Resp2::JobGetId { jobid: self.job.kvsname.clone() }),
             Req2::GetJobAttr { key } => {
@@ -351,10 +389,15 @@ impl Session {
                 self.call(PmiCall::Finalized);
                 reply(Resp2::Finalize);
             }
-            Req2::Spawn(_) => {
-                return Err(
-                    "asked to spawn processes, which this rlaunch does not support yet".into()
-                )
+            Req2::Spawn(spawn) => {
+                let spawn = *spawn;
+                let cmds = spawn
+                    .subcmds
+                    .into_iter()
+                    .map(|c| spawn_cmd(c.exe, c.argv, c.maxprocs, c.info))
+                    .collect();
+                let request = pmi_wire::control::SpawnRequest { cmds, preput: spawn.preput };
+                self.call(PmiCall::Spawn { request, tag });
             }
             Req2::Unknown(cmd) => {
                 return Err(format!(
@@ -374,6 +417,7 @@ impl Session {
                 PmiAnswer::Get { value, tag, .. } => (Resp2::KvsGet { value }, tag),
                 PmiAnswer::Fence { tag } => (Resp2::KvsFence, tag),
                 PmiAnswer::GetNodeAttr { value, tag } => (Resp2::GetNodeAttr { value }, tag),
+                PmiAnswer::Spawn { kvsname, tag } => (Resp2::Spawn { jobid: kvsname }, tag),
                 PmiAnswer::Name { answer, tag } => {
                     let resp = match answer {
                         N::Published(true) => Resp2::NamePublish,
@@ -399,6 +443,7 @@ impl Session {
             PmiAnswer::Get { value: None, key, .. } => Resp1::GetNotFound { key },
             PmiAnswer::Fence { .. } => Resp1::BarrierOut,
             PmiAnswer::GetNodeAttr { .. } => return,
+            PmiAnswer::Spawn { .. } => Resp1::SpawnOk { errcodes: Vec::new() },
             PmiAnswer::Name { answer, .. } => match answer {
                 N::Published(true) => Resp1::PublishOk,
                 N::Published(false) => Resp1::PublishDuplicate,
