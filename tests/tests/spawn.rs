@@ -1,0 +1,72 @@
+//! PMI spawn (MPI_Comm_spawn) through the proxies, for PMI-1 and PMI-2. Debian's MPICH
+//! cannot spawn over UCX, so a raw client (tests/scripts/spawn_client.py) sends the wire
+//! bytes spec/PMI.md gives.
+
+use std::path::PathBuf;
+
+use rlaunch_tests::Run;
+
+fn client() -> String {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("scripts/spawn_client.py");
+    path.to_str().unwrap().to_string()
+}
+
+fn python() -> &'static str {
+    let ok = std::process::Command::new("python3")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    assert!(ok, "python3 is needed to run the raw PMI spawn client");
+    "python3"
+}
+
+#[test]
+fn pmi1_spawn_starts_a_new_job_with_its_own_kvs_and_preput() {
+    let out =
+        Run::new(&["--launcher", "fork", "--hosts", "n1,n2", "-n", "2", python(), &client(), "1"])
+            .run();
+    out.assert_code(0);
+    let lines = out.lines();
+    assert_eq!(lines.iter().filter(|l| l.ends_with("cmd=spawn_result rc=0")).count(), 2, "{out}");
+    let children: Vec<_> = lines.iter().filter(|l| l.starts_with("child ")).collect();
+    assert_eq!(children.len(), 4, "{out}");
+    for child in &children {
+        assert!(
+            child.contains(" of 2 kvs ") && child.contains("port port-of-parent peer here0"),
+            "{child}"
+        );
+    }
+    // Two spawns, two new kvsnames, neither the parent's.
+    let kvsnames: std::collections::BTreeSet<_> =
+        children.iter().map(|c| c.split_whitespace().nth(5).unwrap().to_string()).collect();
+    assert_eq!(kvsnames.len(), 2, "{out}");
+}
+
+#[test]
+fn pmi2_spawn_echoes_thrid_and_children_know_their_spawner() {
+    let out = Run::new(&["-n", "1", python(), &client(), "2"]).run();
+    out.assert_code(0);
+    let text = out.stdout_str();
+    let parent = text.lines().find(|l| l.starts_with("parent 0")).expect("parent line");
+    assert!(parent.contains("rc=0 thrid=t7 jobid="), "{text}");
+    let jobid = parent.rsplit("jobid=").next().unwrap();
+    let spawner = jobid.rsplit_once('_').unwrap().0;
+    for r in 0..3 {
+        assert!(text.contains(&format!("child {r} of 3 spawner {spawner} port port2")), "{text}");
+    }
+}
+
+#[test]
+fn a_failing_spawned_rank_fails_the_run_and_is_named() {
+    // A variant of the client whose spawned children exit 3 after finalize.
+    let dir = rlaunch_tests::tempdir();
+    let script = dir.path().join("bad_child.py");
+    let source = std::fs::read_to_string(client()).unwrap().replace(
+        "    assert line(\"cmd=finalize\") == \"cmd=finalize_ack\"",
+        "    assert line(\"cmd=finalize\") == \"cmd=finalize_ack\"\n    sys.exit(3 if spawned else 0)",
+    );
+    std::fs::write(&script, source).unwrap();
+    let out = Run::new(&["-n", "1", python(), script.to_str().unwrap(), "1"]).run();
+    out.assert_code(3);
+    assert!(out.stderr_str().contains("of spawned job 1 (pid "), "{out}");
+}
