@@ -34,9 +34,35 @@ pub struct Cli {
     #[arg(long, value_name = "LIST", help_heading = "Hosts")]
     pub hosts: Option<String>,
 
-    /// How proxies are started on the hosts.
+    /// A hostfile: `host`, `host:N` or `host slots=N` per line (also HYDRA_HOST_FILE).
+    #[arg(
+        short = 'f',
+        long,
+        visible_alias = "machinefile",
+        value_name = "FILE",
+        help_heading = "Hosts"
+    )]
+    pub hostfile: Option<std::path::PathBuf>,
+
+    /// Ranks per host, whatever the host list says.
+    #[arg(long, value_name = "N", help_heading = "Hosts")]
+    pub ppn: Option<u32>,
+
+    /// Placement: `slot` fills each host's slots in turn, `node` deals ranks round-robin.
+    #[arg(long, value_enum, value_name = "HOW", default_value = "slot", help_heading = "Hosts")]
+    pub map_by: MapBy,
+
+    /// How proxies are started on the hosts (default: ssh for other hosts, fork for this one).
     #[arg(long, value_enum, value_name = "KIND", help_heading = "Hosts")]
     pub launcher: Option<LauncherKind>,
+
+    /// The remote-shell command, with its arguments: `--launcher-exec 'ssh -F cfg -p 2222'`.
+    #[arg(long, value_name = "COMMAND", help_heading = "Hosts")]
+    pub launcher_exec: Option<String>,
+
+    /// Path of rlaunch-proxy on the remote hosts (default: the one next to this rlaunch).
+    #[arg(long, value_name = "PATH", help_heading = "Hosts")]
+    pub proxy_path: Option<String>,
 
     /// Fan-out of the proxy tree; 0 starts every proxy from rlaunch itself.
     #[arg(long, value_name = "K", default_value_t = 32, help_heading = "Hosts")]
@@ -81,24 +107,53 @@ pub struct Cli {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum MapBy {
+    Slot,
+    Node,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum LauncherKind {
     Fork,
     Ssh,
     Rsh,
 }
 
-/// Hydra's single-dash spellings that mean the same as ours.
-fn translate_hydra(arg: OsString) -> OsString {
-    match arg.to_str() {
-        Some("-print-all-exitcodes") => "--print-all-exit-codes".into(),
-        Some("-prepend-rank") => "--prepend-rank".into(),
-        Some("-hosts") => "--hosts".into(),
-        Some("-launcher") => "--launcher".into(),
-        Some("-np") => "--np".into(),
-        Some("-pmi-port") => "--pmi-port".into(),
-        _ => arg,
-    }
-}
+/// Hydra's single-dash spellings that mean the same as ours, and whether they take a value.
+const HYDRA: &[(&str, &str, bool)] = &[
+    ("-np", "--np", true),
+    ("-hosts", "--hosts", true),
+    ("-f", "--hostfile", true),
+    ("-hostfile", "--hostfile", true),
+    ("-machinefile", "--hostfile", true),
+    ("-ppn", "--ppn", true),
+    ("-map-by", "--map-by", true),
+    ("-launcher", "--launcher", true),
+    ("-bootstrap", "--launcher", true),
+    ("-launcher-exec", "--launcher-exec", true),
+    ("-bootstrap-exec", "--launcher-exec", true),
+    ("-prepend-rank", "--prepend-rank", false),
+    ("-print-all-exitcodes", "--print-all-exit-codes", false),
+    ("-pmi-port", "--pmi-port", false),
+];
+
+/// Our options that take a value, so that their value is not taken for the program.
+const TAKES_VALUE: &[&str] = &[
+    "-n",
+    "--np",
+    "--hosts",
+    "--hostfile",
+    "--machinefile",
+    "--ppn",
+    "--map-by",
+    "--launcher",
+    "--launcher-exec",
+    "--proxy-path",
+    "--tree-width",
+    "--stdin",
+    "--kill-grace",
+    "--timeout",
+];
 
 impl Cli {
     /// Parses rlaunch's own argv, accepting Hydra's spellings for the options before the
@@ -110,30 +165,20 @@ impl Cli {
             if i == 0 || seen_program {
                 return a;
             }
-            let s = a.to_string_lossy();
-            if expect_value {
-                expect_value = false;
+            if std::mem::take(&mut expect_value) {
                 return a;
             }
+            let Some(s) = a.to_str() else { return a };
             if !s.starts_with('-') {
                 seen_program = true;
                 return a;
             }
-            let takes_value = matches!(
-                s.as_ref(),
-                "-n" | "--np"
-                    | "-np"
-                    | "--hosts"
-                    | "-hosts"
-                    | "--launcher"
-                    | "-launcher"
-                    | "--tree-width"
-                    | "--stdin"
-                    | "--kill-grace"
-                    | "--timeout"
-            );
-            expect_value = takes_value;
-            translate_hydra(a)
+            if let Some((_, ours, value)) = HYDRA.iter().find(|(h, _, _)| *h == s) {
+                expect_value = *value;
+                return ours.into();
+            }
+            expect_value = TAKES_VALUE.contains(&s);
+            a
         });
         Cli::parse_from(args.collect::<Vec<_>>())
     }

@@ -261,28 +261,29 @@ impl Root {
                 .count();
             let (down_tx, down_rx) = mpsc::unbounded_channel();
             let idx = self.children.len();
-            let state =
-                match link::spawn_proxy(&self.plan.job.bootstrap, &node.host, &self.plan.proxy_exe)
-                {
-                    Ok(process) => {
-                        self.child_by_pid.insert(process.pid, idx);
-                        let launch = Launch { job: self.plan.job.clone(), node: node.clone() };
-                        let _ = down_tx.send(Down::Launch(Box::new(launch)));
-                        let state = ChildState::new(node.host.clone(), process.pid);
-                        let (output, events) = (output.clone(), events.clone());
-                        readers.push(tokio::spawn(link::run_link(
-                            process,
-                            down_rx,
-                            move |event| route(idx, event, output.clone(), events.clone()),
-                        )));
-                        state
-                    }
-                    Err(e) => {
-                        let reason = format!("cannot start its launcher: {e}");
-                        self.causes.push(Cause::LostProxy { host: node.host.clone(), reason });
-                        ChildState::failed(node.host.clone())
-                    }
-                };
+            let state = match link::spawn_proxy(
+                &self.plan.job.bootstrap,
+                &node.host,
+                node.fork,
+                &self.plan.proxy_exe,
+            ) {
+                Ok(process) => {
+                    self.child_by_pid.insert(process.pid, idx);
+                    let launch = Launch { job: self.plan.job.clone(), node: node.clone() };
+                    let _ = down_tx.send(Down::Launch(Box::new(launch)));
+                    let state = ChildState::new(node.host.clone(), process.pid);
+                    let (output, events) = (output.clone(), events.clone());
+                    readers.push(tokio::spawn(link::run_link(process, down_rx, move |event| {
+                        route(idx, event, output.clone(), events.clone())
+                    })));
+                    state
+                }
+                Err(e) => {
+                    let reason = format!("cannot start its launcher: {e}");
+                    self.causes.push(Cause::LostProxy { host: node.host.clone(), reason });
+                    ChildState::failed(node.host.clone())
+                }
+            };
             self.children.push(Child { state, down: down_tx, stdin_ranks });
         }
         self.procs = procs.into_iter().map(|p| p.expect("placement covers every rank")).collect();

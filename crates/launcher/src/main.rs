@@ -1,6 +1,7 @@
 //! `rlaunch`: parse the command line, build the plan, run the job, exit with its status.
 
 mod cli;
+mod hosts;
 mod job;
 mod output;
 mod plan;
@@ -10,8 +11,8 @@ use std::ffi::OsString;
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use cli::{Cli, LauncherKind};
-use pmi_wire::control::{Bootstrap, Job, RankPlan, Segment, StdinTarget};
+use cli::{Cli, LauncherKind, MapBy};
+use pmi_wire::control::{Bootstrap, Job, NodePlan, RankPlan, Segment, StdinTarget};
 
 /// Exit status for command-line errors.
 const EXIT_USAGE: i32 = 2;
@@ -58,20 +59,42 @@ fn build_plan(cli: &Cli) -> Result<job::Plan, PlanError> {
     if size == 0 {
         return Err(usage("-n must be at least 1".into()));
     }
-    let hosts = match &cli.hosts {
-        Some(list) => plan::parse_host_list(list).map_err(usage)?,
-        None => vec![plan::Host { name: own_host.clone(), slots: size }],
-    };
-    let all_local = hosts.iter().all(|h| plan::is_local(&h.name, &own_host));
-    let bootstrap = match (cli.launcher, all_local) {
-        (Some(LauncherKind::Fork), _) | (None, true) => Bootstrap::Fork,
-        (kind, _) => {
-            let program = if kind == Some(LauncherKind::Rsh) { "rsh" } else { "ssh" };
-            Bootstrap::Remote {
-                argv: vec![program.to_string(), "-x".into(), "-oBatchMode=yes".into()],
-                proxy_path: proxy_exe().map_err(PlanError::Setup)?.to_string_lossy().into_owned(),
-            }
+    let hostfile =
+        cli.hostfile.clone().or_else(|| std::env::var_os("HYDRA_HOST_FILE").map(Into::into));
+    let mut hosts = match (&cli.hosts, &hostfile) {
+        (Some(list), _) => hosts::parse_host_list(list).map_err(usage)?,
+        (None, Some(file)) => hosts::read_hostfile(file).map_err(usage)?,
+        (None, None) => {
+            vec![hosts::Host { name: own_host.clone(), slots: cli.ppn.unwrap_or(size) }]
         }
+    };
+    if let Some(ppn) = cli.ppn {
+        if ppn == 0 {
+            return Err(usage("--ppn must be at least 1".into()));
+        }
+        hosts.iter_mut().for_each(|h| h.slots = ppn);
+    }
+    let bootstrap = match cli.launcher {
+        Some(LauncherKind::Fork) => Bootstrap::Fork,
+        kind => {
+            let argv = match &cli.launcher_exec {
+                Some(cmd) => cmd.split_whitespace().map(str::to_string).collect(),
+                None if kind == Some(LauncherKind::Rsh) => vec!["rsh".to_string()],
+                None => vec!["ssh".into(), "-x".into(), "-oBatchMode=yes".into()],
+            };
+            if argv.is_empty() {
+                return Err(usage("--launcher-exec: empty command".into()));
+            }
+            let proxy_path = match &cli.proxy_path {
+                Some(p) => p.clone(),
+                None => proxy_exe().map_err(PlanError::Setup)?.to_string_lossy().into_owned(),
+            };
+            Bootstrap::Remote { argv, proxy_path }
+        }
+    };
+    let forced_remote = matches!(cli.launcher, Some(LauncherKind::Ssh | LauncherKind::Rsh));
+    let fork_host = |name: &str| {
+        bootstrap == Bootstrap::Fork || (!forced_remote && hosts::is_local(name, &own_host))
     };
     let stdin = match cli.stdin.as_str() {
         "all" => StdinTarget::All,
@@ -100,7 +123,10 @@ fn build_plan(cli: &Cli) -> Result<job::Plan, PlanError> {
         env: Vec::new(),
         wdir: wdir.into_os_string().into_vec(),
     };
-    let placed = plan::place_block(&hosts, size);
+    let placed = match cli.map_by {
+        MapBy::Slot => plan::place_block(&hosts, size),
+        MapBy::Node => plan::place_round_robin(&hosts, size),
+    };
     let mut rank_node = vec![0u32; size as usize];
     let mut node_hosts = Vec::new();
     let nodes = placed
@@ -111,7 +137,13 @@ fn build_plan(cli: &Cli) -> Result<job::Plan, PlanError> {
                 rank_node[r as usize] = i as u32;
             }
             node_hosts.push(host.clone());
-            (host, ranks.into_iter().map(|rank| RankPlan { rank, segment: 0 }).collect())
+            NodePlan {
+                index: i as u32,
+                fork: fork_host(&host),
+                host,
+                ranks: ranks.into_iter().map(|rank| RankPlan { rank, segment: 0 }).collect(),
+                children: Vec::new(),
+            }
         })
         .collect();
     let roots = plan::build_tree(nodes, cli.tree_width);

@@ -1,44 +1,8 @@
 //! Where ranks go and how proxies are arranged: pure functions, no I/O.
 
-use pmi_wire::control::{NodePlan, RankPlan};
+use pmi_wire::control::NodePlan;
 
-/// A host and how many ranks it takes before placement wraps around.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Host {
-    pub name: String,
-    pub slots: u32,
-}
-
-/// Parses `a,b:2,c`. A host named twice gets the sum of its slots.
-pub fn parse_host_list(list: &str) -> Result<Vec<Host>, String> {
-    let mut hosts: Vec<Host> = Vec::new();
-    for item in list.split(',').map(str::trim) {
-        if item.is_empty() {
-            return Err(format!("--hosts {list}: empty host name"));
-        }
-        let (name, slots) = match item.rsplit_once(':') {
-            Some((name, n)) => {
-                let slots = n.parse::<u32>().ok().filter(|&s| s > 0).ok_or_else(|| {
-                    format!("--hosts {list}: bad slot count '{n}' for host {name}")
-                })?;
-                (name, slots)
-            }
-            None => (item, 1),
-        };
-        if name.is_empty() {
-            return Err(format!("--hosts {list}: empty host name"));
-        }
-        merge(&mut hosts, name, slots);
-    }
-    Ok(hosts)
-}
-
-fn merge(hosts: &mut Vec<Host>, name: &str, slots: u32) {
-    match hosts.iter_mut().find(|h| h.name == name) {
-        Some(h) => h.slots += slots,
-        None => hosts.push(Host { name: name.to_string(), slots }),
-    }
-}
+use crate::hosts::Host;
 
 /// Ranks per host: hosts filled in order, each up to its slots; past the total, around
 /// again. Hosts that get no rank are left out.
@@ -67,20 +31,48 @@ pub fn place_block(hosts: &[Host], n: u32) -> Vec<(String, Vec<u32>)> {
         .collect()
 }
 
-/// Arranges nodes in a `width`-ary tree rooted at the launcher, in breadth-first order: the
-/// launcher starts nodes 0..width, node i starts the next `width`, and so on. Width 0 is flat.
-pub fn build_tree(nodes: Vec<(String, Vec<RankPlan>)>, width: u32) -> Vec<NodePlan> {
-    let count = nodes.len();
-    let mut plans: Vec<Option<NodePlan>> = nodes
-        .into_iter()
-        .enumerate()
-        .map(|(i, (host, ranks))| {
-            Some(NodePlan { index: i as u32, host, ranks, children: Vec::new() })
-        })
-        .collect();
-    if width == 0 || count <= width as usize {
-        return plans.into_iter().flatten().collect();
+/// Ranks per host, one host after the other (`--map-by node`): rank r goes to the r-th host
+/// with a free slot in a round, and rounds repeat past the total.
+pub fn place_round_robin(hosts: &[Host], n: u32) -> Vec<(String, Vec<u32>)> {
+    let mut placed: Vec<Vec<u32>> = vec![Vec::new(); hosts.len()];
+    let mut rank = 0;
+    'outer: while !hosts.is_empty() {
+        let mut used = vec![0u32; hosts.len()];
+        let mut progressed = true;
+        while progressed {
+            progressed = false;
+            for (i, h) in hosts.iter().enumerate() {
+                if rank == n {
+                    break 'outer;
+                }
+                if used[i] < h.slots {
+                    used[i] += 1;
+                    placed[i].push(rank);
+                    rank += 1;
+                    progressed = true;
+                }
+            }
+        }
     }
+    hosts
+        .iter()
+        .zip(placed)
+        .filter(|(_, r)| !r.is_empty())
+        .map(|(h, r)| (h.name.clone(), r))
+        .collect()
+}
+
+/// Arranges nodes in a `width`-ary tree rooted at the launcher, in breadth-first order: the
+/// launcher starts the first `width`, each of those the next `width`, and so on. Width 0 is
+/// flat. Nodes started by fork come first, so that a forked proxy's parent is always on the
+/// launcher's machine.
+pub fn build_tree(mut nodes: Vec<NodePlan>, width: u32) -> Vec<NodePlan> {
+    nodes.sort_by_key(|n| !n.fork);
+    let count = nodes.len();
+    if width == 0 || count <= width as usize {
+        return nodes;
+    }
+    let mut plans: Vec<Option<NodePlan>> = nodes.into_iter().map(Some).collect();
     let k = width as usize;
     // Heap positions: 0 is the launcher, node i sits at i + 1; position p's children are
     // p*k+1 ..= p*k+k. Attach bottom-up so each node is complete before it is moved.
@@ -127,22 +119,21 @@ pub fn depth(roots: &[NodePlan]) -> usize {
     roots.iter().map(|n| 1 + depth(&n.children)).max().unwrap_or(0)
 }
 
-/// Names that mean this machine.
-pub fn is_local(name: &str, own: &str) -> bool {
-    name == "localhost"
-        || name == own
-        || own.split('.').next() == Some(name)
-        || name.starts_with("127.")
-        || name == "::1"
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::hosts::parse_host_list;
+    use pmi_wire::control::RankPlan;
 
-    fn node_plans(n: usize) -> Vec<(String, Vec<RankPlan>)> {
+    fn node_plans(n: usize) -> Vec<NodePlan> {
         (0..n)
-            .map(|i| (format!("n{}", i + 1), vec![RankPlan { rank: i as u32, segment: 0 }]))
+            .map(|i| NodePlan {
+                index: i as u32,
+                host: format!("n{}", i + 1),
+                fork: false,
+                ranks: vec![RankPlan { rank: i as u32, segment: 0 }],
+                children: Vec::new(),
+            })
             .collect()
     }
 
@@ -178,6 +169,15 @@ mod tests {
     }
 
     #[test]
+    fn round_robin_placement_deals_one_rank_per_host() {
+        let hosts = parse_host_list("n1:2,n2:1").unwrap();
+        assert_eq!(
+            place_round_robin(&hosts, 5),
+            vec![("n1".into(), vec![0, 2, 3]), ("n2".into(), vec![1, 4])]
+        );
+    }
+
+    #[test]
     fn tree_of_seven_with_width_two_is_three_deep() {
         let roots = build_tree(node_plans(7), 2);
         assert_eq!(roots.len(), 2);
@@ -187,5 +187,19 @@ mod tests {
         assert_eq!(all, (0..7).collect::<Vec<_>>());
         assert_eq!(depth(&build_tree(node_plans(7), 0)), 1);
         assert_eq!(depth(&build_tree(node_plans(1000), 32)), 2);
+    }
+
+    #[test]
+    fn forked_nodes_hang_only_below_forked_nodes() {
+        let mut nodes = node_plans(9);
+        for i in [4, 7, 8] {
+            nodes[i].fork = true;
+        }
+        let roots = build_tree(nodes, 2);
+        fn check(n: &NodePlan, parent_forked: bool) {
+            assert!(!n.fork || parent_forked, "forked node {} under a remote one", n.index);
+            n.children.iter().for_each(|c| check(c, n.fork));
+        }
+        roots.iter().for_each(|r| check(r, true));
     }
 }

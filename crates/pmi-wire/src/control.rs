@@ -362,6 +362,9 @@ pub struct NodePlan {
     /// Index in the launcher's host list; also the node id in `PMI_process_mapping`.
     pub index: u32,
     pub host: String,
+    /// Started by fork on the parent's machine (a name of the launcher's own machine, or
+    /// `--launcher fork`); otherwise by the job's remote bootstrap.
+    pub fork: bool,
     pub ranks: Vec<RankPlan>,
     /// Nodes this node's proxy starts and relays for.
     pub children: Vec<NodePlan>,

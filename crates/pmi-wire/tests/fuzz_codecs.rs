@@ -134,6 +134,7 @@ fn corpus() -> Vec<Vec<u8>> {
         node: NodePlan {
             index: 0,
             host: "n1".into(),
+            fork: true,
             ranks: vec![RankPlan { rank: 0, segment: 0 }, RankPlan { rank: 1, segment: 0 }],
             children: vec![],
         },

@@ -34,25 +34,27 @@ pub struct ProxyProcess {
     pub stderr: Option<FdStream>,
 }
 
-/// Starts the proxy for `host`. `proxy_exe` is this machine's proxy binary, used by fork.
+/// Starts the proxy for `host`: by fork, with `proxy_exe` (this machine's proxy binary), or
+/// by the job's remote bootstrap.
 pub fn spawn_proxy(
     bootstrap: &Bootstrap,
     host: &str,
+    fork: bool,
     proxy_exe: &OsStr,
 ) -> io::Result<ProxyProcess> {
     let mut cmd;
     let remote = match bootstrap {
-        Bootstrap::Fork => {
-            cmd = Command::new(proxy_exe);
-            false
-        }
-        Bootstrap::Remote { argv, proxy_path } => {
+        Bootstrap::Remote { argv, proxy_path } if !fork => {
             let (prog, args) = argv.split_first().ok_or_else(|| {
                 io::Error::new(io::ErrorKind::InvalidInput, "empty launcher command")
             })?;
             cmd = Command::new(prog);
-            cmd.args(args).arg(host).arg(proxy_path);
+            cmd.args(args).arg(host).arg(remote_command(proxy_path));
             true
+        }
+        _ => {
+            cmd = Command::new(proxy_exe);
+            false
         }
     };
     let (ours, theirs) =
@@ -72,6 +74,22 @@ pub fn spawn_proxy(
     let stderr = child.stderr.take().map(|e| FdStream::new(OwnedFd::from(e))).transpose()?;
     let to_child = FdStream::new(ours.try_clone()?)?;
     Ok(ProxyProcess { pid: child.id() as i32, from_child: FdStream::new(ours)?, to_child, stderr })
+}
+
+/// The command line the remote shell runs: the proxy, with our log level (the remote
+/// environment is the login's, not ours).
+fn remote_command(proxy_path: &str) -> String {
+    let quoted = if proxy_path.chars().all(|c| c.is_ascii_alphanumeric() || "/._-+".contains(c)) {
+        proxy_path.to_string()
+    } else {
+        format!("'{}'", proxy_path.replace('\'', "'\\''"))
+    };
+    match std::env::var("RLAUNCH_LOG") {
+        Ok(level) if !level.is_empty() && level.chars().all(|c| c.is_ascii_alphabetic()) => {
+            format!("RLAUNCH_LOG={level} {quoted}")
+        }
+        _ => quoted,
+    }
 }
 
 #[derive(Debug, thiserror::Error)]

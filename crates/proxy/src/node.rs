@@ -272,7 +272,7 @@ impl Node {
             let nodes = plan.walk().iter().map(|n| n.index).collect();
             let (down_tx, down_rx) = mpsc::unbounded_channel();
             let idx = self.children.len();
-            let state = match link::spawn_proxy(&self.job.bootstrap, &plan.host, &exe) {
+            let state = match link::spawn_proxy(&self.job.bootstrap, &plan.host, plan.fork, &exe) {
                 Ok(process) => {
                     self.child_by_pid.insert(process.pid, idx);
                     let launch = Launch { job: (*self.job).clone(), node: plan.clone() };

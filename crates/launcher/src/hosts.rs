@@ -1,0 +1,126 @@
+//! Host lists: `--hosts a,b:2`, hostfiles in Hydra's and Open MPI's forms, and which names
+//! mean this machine.
+
+use std::path::Path;
+
+/// A host and how many ranks it takes before placement wraps around.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Host {
+    pub name: String,
+    pub slots: u32,
+}
+
+/// Parses `a,b:2,c`. A host named twice gets the sum of its slots.
+pub fn parse_host_list(list: &str) -> Result<Vec<Host>, String> {
+    let mut hosts: Vec<Host> = Vec::new();
+    for item in list.split(',').map(str::trim) {
+        let (name, slots) = split_count(item).map_err(|e| format!("--hosts {list}: {e}"))?;
+        merge(&mut hosts, name, slots);
+    }
+    Ok(hosts)
+}
+
+/// `name` or `name:N`.
+fn split_count(item: &str) -> Result<(&str, u32), String> {
+    let (name, slots) = match item.rsplit_once(':') {
+        Some((name, n)) => (name, parse_slots(n)?),
+        None => (item, 1),
+    };
+    if name.is_empty() {
+        return Err("empty host name".into());
+    }
+    Ok((name, slots))
+}
+
+fn parse_slots(n: &str) -> Result<u32, String> {
+    n.trim().parse::<u32>().ok().filter(|&s| s > 0).ok_or_else(|| format!("bad slot count '{n}'"))
+}
+
+fn merge(hosts: &mut Vec<Host>, name: &str, slots: u32) {
+    match hosts.iter_mut().find(|h| h.name == name) {
+        Some(h) => h.slots += slots,
+        None => hosts.push(Host { name: name.to_string(), slots }),
+    }
+}
+
+/// Reads a hostfile. Lines: `host`, `host:N`, `host slots=N [max_slots=M]`, `#` comments,
+/// blank lines. Errors name the file and line: `hosts:3: bad slot count 'x'`.
+pub fn read_hostfile(path: &Path) -> Result<Vec<Host>, String> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| format!("cannot read hostfile {}: {}", path.display(), plain(&e)))?;
+    let hosts =
+        parse_hostfile(&text).map_err(|(line, e)| format!("{}:{line}: {e}", path.display()))?;
+    if hosts.is_empty() {
+        return Err(format!("hostfile {} names no host", path.display()));
+    }
+    Ok(hosts)
+}
+
+/// The text of a hostfile; errors carry the 1-based line number.
+pub fn parse_hostfile(text: &str) -> Result<Vec<Host>, (usize, String)> {
+    let mut hosts = Vec::new();
+    for (i, raw) in text.lines().enumerate() {
+        let line = raw.split('#').next().unwrap_or("").trim();
+        if line.is_empty() {
+            continue;
+        }
+        let mut words = line.split_whitespace();
+        let first = words.next().expect("non-empty line");
+        let (name, mut slots) = split_count(first).map_err(|e| (i + 1, e))?;
+        for word in words {
+            match word.split_once('=') {
+                Some(("slots", n)) => slots = parse_slots(n).map_err(|e| (i + 1, e))?,
+                // Open MPI's cap on oversubscription; rlaunch wraps around like Hydra instead.
+                Some(("max_slots" | "max-slots", n)) => {
+                    parse_slots(n).map_err(|e| (i + 1, e))?;
+                }
+                _ => return Err((i + 1, format!("unexpected '{word}' after host {name}"))),
+            }
+        }
+        merge(&mut hosts, name, slots);
+    }
+    Ok(hosts)
+}
+
+/// Names that mean this machine.
+pub fn is_local(name: &str, own: &str) -> bool {
+    name == "localhost"
+        || name == own
+        || own.split('.').next() == Some(name)
+        || name.starts_with("127.")
+        || name == "::1"
+}
+
+/// An io::Error's message without " (os error N)".
+pub fn plain(e: &std::io::Error) -> String {
+    let text = e.to_string();
+    match text.rfind(" (os error") {
+        Some(i) => text[..i].to_string(),
+        None => text,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn h(name: &str, slots: u32) -> Host {
+        Host { name: name.into(), slots }
+    }
+
+    #[test]
+    fn host_lists_parse_and_merge() {
+        assert_eq!(parse_host_list("a,b:2,a:3").unwrap(), vec![h("a", 4), h("b", 2)]);
+        assert!(parse_host_list("a:x").unwrap_err().contains("bad slot count 'x'"));
+        assert!(parse_host_list("a,,b").is_err());
+    }
+
+    #[test]
+    fn hostfiles_take_hydra_and_open_mpi_forms() {
+        let text = "# cluster\n\nn1\nn2:4\nn3 slots=2 max_slots=8  # big\nn1:2\n";
+        assert_eq!(parse_hostfile(text).unwrap(), vec![h("n1", 3), h("n2", 4), h("n3", 2)]);
+        assert_eq!(parse_hostfile("a\nb\nc:x\n").unwrap_err(), (3, "bad slot count 'x'".into()));
+        assert_eq!(parse_hostfile("a slots=0").unwrap_err().0, 1);
+        assert!(parse_hostfile("a colour=red").unwrap_err().1.contains("unexpected 'colour=red'"));
+    }
+}
