@@ -271,7 +271,8 @@ impl Root {
                     self.child_by_pid.insert(process.pid, idx);
                     let launch = Launch { job: self.plan.job.clone(), node: node.clone() };
                     let _ = down_tx.send(Down::Launch(Box::new(launch)));
-                    let state = ChildState::new(node.host.clone(), process.pid);
+                    let state =
+                        ChildState::new(node.host.clone(), process.pid, process.what.clone());
                     let (output, events) = (output.clone(), events.clone());
                     readers.push(tokio::spawn(link::run_link(process, down_rx, move |event| {
                         route(idx, event, output.clone(), events.clone())

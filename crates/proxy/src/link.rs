@@ -32,6 +32,8 @@ pub struct ProxyProcess {
     pub to_child: FdStream,
     /// The remote launcher's stderr (ssh's complaints), quoted when the host fails.
     pub stderr: Option<FdStream>,
+    /// What the process is, for messages: "its proxy", or the remote launcher's name.
+    pub what: String,
 }
 
 /// Starts the proxy for `host`: by fork, with `proxy_exe` (this machine's proxy binary), or
@@ -43,6 +45,7 @@ pub fn spawn_proxy(
     proxy_exe: &OsStr,
 ) -> io::Result<ProxyProcess> {
     let mut cmd;
+    let what;
     let remote = match bootstrap {
         Bootstrap::Remote { argv, proxy_path } if !fork => {
             let (prog, args) = argv.split_first().ok_or_else(|| {
@@ -50,10 +53,12 @@ pub fn spawn_proxy(
             })?;
             cmd = Command::new(prog);
             cmd.args(args).arg(host).arg(remote_command(proxy_path));
+            what = prog.rsplit('/').next().unwrap_or(prog).to_string();
             true
         }
         _ => {
             cmd = Command::new(proxy_exe);
+            what = "its proxy".to_string();
             false
         }
     };
@@ -73,7 +78,13 @@ pub fn spawn_proxy(
     let mut child = cmd.spawn()?;
     let stderr = child.stderr.take().map(|e| FdStream::new(OwnedFd::from(e))).transpose()?;
     let to_child = FdStream::new(ours.try_clone()?)?;
-    Ok(ProxyProcess { pid: child.id() as i32, from_child: FdStream::new(ours)?, to_child, stderr })
+    Ok(ProxyProcess {
+        pid: child.id() as i32,
+        from_child: FdStream::new(ours)?,
+        to_child,
+        stderr,
+        what,
+    })
 }
 
 /// The command line the remote shell runs: the proxy, with our log level (the remote
@@ -192,6 +203,8 @@ async fn recv_data<M>(data: &mut Option<mpsc::Receiver<M>>) -> Option<M> {
 /// finished cleanly exits right after its last frame and SIGCHLD may overtake that frame.
 pub struct ChildState {
     pub host: String,
+    /// What its process is, for messages: "its proxy" under fork, "ssh" under ssh.
+    process: String,
     /// Its process (the proxy under fork, the ssh client under ssh); -1 if it never started.
     pub pid: i32,
     /// It said NodeDone: its subtree is finished.
@@ -206,9 +219,10 @@ pub struct ChildState {
 }
 
 impl ChildState {
-    pub fn new(host: String, pid: i32) -> ChildState {
+    pub fn new(host: String, pid: i32, process: String) -> ChildState {
         ChildState {
             host,
+            process,
             pid,
             done: false,
             lost: false,
@@ -221,7 +235,7 @@ impl ChildState {
 
     /// A child that could not even be started.
     pub fn failed(host: String) -> ChildState {
-        let mut c = ChildState::new(host, -1);
+        let mut c = ChildState::new(host, -1, String::new());
         c.lost = true;
         c.link_closed = true;
         c.exit = Some(pmi_wire::ids::ExitOutcome::Exited(127));
@@ -266,7 +280,7 @@ impl ChildState {
         // exit after a clean end of file is the story.
         let mut reason = match (&self.link_error, self.exit) {
             (Some(err), _) => err.clone(),
-            (None, Some(outcome)) => format!("its proxy {outcome}"),
+            (None, Some(outcome)) => format!("{} {outcome}", self.process),
             (None, None) => return None,
         };
         self.lost = true;
@@ -320,6 +334,18 @@ pub async fn run_link<F, Fut>(
             } => match r {
                 Ok(Some(ev)) => ev,
                 Ok(None) => break None,
+                // The launcher (ssh) or the proxy died before it could speak: its exit status
+                // and stderr tell the story better than "connection closed".
+                Err(LinkError::Read(ReadError::ClosedBeforeHello { preamble })) => {
+                    let said = String::from_utf8_lossy(&preamble).trim().to_string();
+                    if said.is_empty() { break None } else { break Some(format!("it printed {said:?} and closed the connection")) }
+                }
+                // A reset is how a dead peer looks when we wrote last: let its exit status speak.
+                Err(LinkError::Read(ReadError::Io(e)))
+                    if matches!(e.kind(), io::ErrorKind::ConnectionReset | io::ErrorKind::BrokenPipe) =>
+                {
+                    break None
+                }
                 Err(e) => break Some(e.to_string()),
             },
         };

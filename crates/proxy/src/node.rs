@@ -277,7 +277,8 @@ impl Node {
                     self.child_by_pid.insert(process.pid, idx);
                     let launch = Launch { job: (*self.job).clone(), node: plan.clone() };
                     let _ = down_tx.send(Down::Launch(Box::new(launch)));
-                    let state = ChildState::new(plan.host.clone(), process.pid);
+                    let state =
+                        ChildState::new(plan.host.clone(), process.pid, process.what.clone());
                     let data = self.data.clone();
                     let events = self.events.clone();
                     tokio::spawn(link::run_link(process, down_rx, move |event| {
