@@ -32,6 +32,7 @@
 //! ```
 
 mod flood;
+pub mod mpi;
 mod procs;
 mod run;
 mod tempdir;

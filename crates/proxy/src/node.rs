@@ -37,8 +37,17 @@ const CHILD_PROXY_GRACE: Duration = Duration::from_secs(3);
 pub(crate) enum Event {
     Down(Down),
     UpstreamClosed(String),
-    OutputClosed { local: usize },
-    Child { child: usize, event: LinkEvent },
+    OutputClosed {
+        local: usize,
+    },
+    /// A while ago, this rank closed its PMI connection without finalize.
+    PmiClosedEarly {
+        local: usize,
+    },
+    Child {
+        child: usize,
+        event: LinkEvent,
+    },
 }
 
 struct LocalRank {
@@ -51,8 +60,12 @@ struct LocalRank {
     stdin: Option<mpsc::UnboundedSender<StdinChunk>>,
     /// Answers to its PMI connection's task.
     pmi: Option<mpsc::UnboundedSender<PmiAnswer>>,
+    /// How it ended, once reaped.
+    exit: Option<ExitOutcome>,
     /// Its PMI connection closed before finalize.
     pmi_unclean: bool,
+    /// Its socketpair PMI connection is still being served: the node waits for its verdict.
+    pmi_open: bool,
 }
 
 /// What [`Node::start_rank`] needs to start one rank.
@@ -345,7 +358,9 @@ impl Node {
             open_streams: 0,
             stdin: None,
             pmi: None,
+            exit: None,
             pmi_unclean: false,
+            pmi_open: false,
         };
         let mut unbound = None;
         match rank::spawn(job, &job.segments[segment as usize], &at, gets_stdin, setup) {
@@ -355,6 +370,7 @@ impl Node {
                 slot.pmi = Some(answers_tx);
                 match started.pmi {
                     Some(conn) => {
+                        slot.pmi_open = true;
                         let pmi_job = self.jobs[&job_index].pmi.clone();
                         let calls = self.pmi_calls.clone();
                         tokio::spawn(pmi::serve_rank(
@@ -460,6 +476,12 @@ impl Node {
         match ev {
             Event::Down(down) => self.handle_down(down),
             Event::UpstreamClosed(why) => self.lose_upstream(&why),
+            Event::PmiClosedEarly { local } => {
+                // Still running: it closed PMI and went on. (A reaped rank was judged then.)
+                if self.ranks[local].exit.is_none() {
+                    self.pmi_closed_early(local);
+                }
+            }
             Event::OutputClosed { local } => {
                 let slot = &mut self.ranks[local];
                 slot.open_streams = slot.open_streams.saturating_sub(1);
@@ -562,7 +584,22 @@ impl Node {
         };
         if let PmiCall::Closed { clean } = call {
             slot.pmi = None;
+            slot.pmi_open = false;
             slot.pmi_unclean = !clean;
+            match slot.exit {
+                _ if clean => {}
+                Some(exit) if exit.is_success() => self.pmi_closed_early(peer.local),
+                Some(_) => {}
+                None => {
+                    // A rank that dies closes its socket a moment before it is reaped; give
+                    // the reap that moment, so a crash is reported as the crash it is.
+                    let events = self.events.clone();
+                    tokio::spawn(async move {
+                        tokio::time::sleep(Duration::from_millis(200)).await;
+                        let _ = events.send(Event::PmiClosedEarly { local: peer.local });
+                    });
+                }
+            }
             return;
         }
         let Some(state) = self.jobs.get_mut(&peer.job) else { return };
@@ -719,11 +756,16 @@ impl Node {
             if let Some(&local) = self.rank_by_pid.get(&pid) {
                 let slot = &mut self.ranks[local];
                 slot.running = false;
+                slot.exit = Some(outcome);
                 if let Some(tx) = slot.stdin.take() {
                     let _ = tx.send(StdinChunk::Eof);
                 }
+                let unclean = slot.pmi_unclean;
                 let _ =
                     self.control.send(Up::RankExited { rank: slot.rank, pid: pid as u32, outcome });
+                if unclean && outcome.is_success() {
+                    self.pmi_closed_early(local);
+                }
             } else if let Some(&child) = self.child_by_pid.get(&pid) {
                 if let Some(reason) = self.children[child].state.on_exit(outcome) {
                     self.report_lost(child, reason);
@@ -738,13 +780,21 @@ impl Node {
         }
     }
 
+    /// A rank left PMI without finalize: a failure (PMI.md §5), even if it exits with 0.
+    fn pmi_closed_early(&self, local: usize) {
+        let slot = &self.ranks[local];
+        let (rank, pid) = (slot.rank, slot.pid.unwrap_or(0) as u32);
+        let what = "closed its PMI connection before calling finalize".to_string();
+        let _ = self.control.send(Up::PmiFault { rank, pid, what });
+    }
+
     fn report_lost(&mut self, child: usize, reason: String) {
         let host = self.children[child].state.host.clone();
         let _ = self.control.send(Up::ProxyLost { host, reason });
     }
 
     fn finished(&self) -> bool {
-        self.ranks.iter().all(|r| !r.running && r.open_streams == 0)
+        self.ranks.iter().all(|r| !r.running && r.open_streams == 0 && !r.pmi_open)
             && self.children.iter().all(|c| c.state.settled())
     }
 }
