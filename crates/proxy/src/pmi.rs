@@ -130,6 +130,8 @@ pub async fn serve_rank(
             Ok(()) => {}
             Err(fault) => {
                 session.call(PmiCall::Fault(fault));
+                // Judged already: the connection ends without a second verdict.
+                session.call(PmiCall::Closed { clean: true });
                 return;
             }
         }
@@ -142,6 +144,7 @@ pub async fn serve_rank(
         if buf.len() > MAX_PENDING {
             let head = String::from_utf8_lossy(&buf[..80.min(buf.len())]).into_owned();
             session.call(PmiCall::Fault(format!("sent an overlong PMI message starting {head:?}")));
+            session.call(PmiCall::Closed { clean: true });
             return;
         }
         tokio::select! {
