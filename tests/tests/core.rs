@@ -503,3 +503,35 @@ fn a_slow_reader_slows_the_ranks_down_without_growing_memory() {
     check_flood(&all, 4, bytes_per_rank).unwrap();
     assert!(peak < 48 << 10, "rlaunch grew to {peak} KiB while its reader stalled");
 }
+
+#[test]
+fn a_hung_proxy_is_found_by_its_silence() {
+    let mut job = Run::new(&[
+        "--launcher",
+        "fork",
+        "--hosts",
+        "n1,n2",
+        "-n",
+        "2",
+        &rp(),
+        "ready",
+        "sleep",
+        "60",
+    ])
+    .spawn();
+    let ready = job.wait_for_ready(2, WAIT);
+    let rank1 = ready.iter().find(|(r, _)| *r == 1).unwrap().1;
+    let stat = std::fs::read_to_string(format!("/proc/{}/stat", rank1)).unwrap();
+    let proxy: i32 =
+        stat[stat.rfind(')').unwrap() + 2..].split_whitespace().nth(1).unwrap().parse().unwrap();
+    let start = Instant::now();
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(proxy), Signal::SIGSTOP).unwrap();
+    let out = job.wait(WAIT);
+    assert_ne!(out.code, Some(0));
+    assert!(
+        out.stderr_str().contains("rlaunch: lost proxy on n2 (no word from it for 10 s)"),
+        "{out}"
+    );
+    assert!(start.elapsed() < Duration::from_secs(25), "took {:?}", start.elapsed());
+    out.tag.wait_until_none(Duration::from_secs(5)).unwrap();
+}

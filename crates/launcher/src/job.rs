@@ -271,6 +271,7 @@ impl Root {
                     self.child_by_pid.insert(process.pid, idx);
                     let launch = Launch { job: self.plan.job.clone(), node: node.clone() };
                     let _ = down_tx.send(Down::Launch(Box::new(launch)));
+                    link::heartbeat(&down_tx, || Down::Ping);
                     let state =
                         ChildState::new(node.host.clone(), process.pid, process.what.clone());
                     let (output, events) = (output.clone(), events.clone());
@@ -382,7 +383,7 @@ impl Root {
             }
             Up::PmiFault { rank, pid, what } => self.fail(Cause::PmiFault { rank, pid, what }),
             Up::Spawn { rank, tag, request } => self.spawn(rank, tag, request),
-            Up::Greeting { .. } | Up::Output { .. } | Up::OutputEnd { .. } => {}
+            Up::Greeting { .. } | Up::Output { .. } | Up::OutputEnd { .. } | Up::Ping => {}
         }
     }
 

@@ -173,6 +173,9 @@ pub enum Down {
     NameReply { rank: u32, tag: Option<String>, answer: NameAnswer },
     /// Start a job spawned by a rank (MPI_Comm_spawn) on that rank's node; routed down to it.
     Spawn(Box<SpawnJob>),
+    /// Heartbeat: a link that stays silent for long is a lost one (a dropped network link
+    /// closes nothing).
+    Ping,
 }
 
 /// Child to parent. Proxies relay their children's frames unchanged.
@@ -205,7 +208,14 @@ pub enum Up {
     PmiFault { rank: u32, pid: u32, what: String },
     /// A rank asks to spawn a new job (MPI_Comm_spawn); the root assigns its ids.
     Spawn { rank: u32, tag: Option<String>, request: SpawnRequest },
+    /// Heartbeat, as [`Down::Ping`].
+    Ping,
 }
+
+/// How often each side of a link sends a heartbeat.
+pub const HEARTBEAT: std::time::Duration = std::time::Duration::from_secs(2);
+/// Silence after which a link is taken for lost.
+pub const SILENCE: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// What a rank asked to spawn: one command per executable of MPI_Comm_spawn_multiple.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -16,7 +16,7 @@ use std::os::unix::process::CommandExt;
 use std::process::{Command, Stdio};
 
 use nix::sys::socket::{socketpair, AddressFamily, SockFlag, SockType};
-use pmi_wire::control::{self, Bootstrap, Down, Frame, Up, PROTOCOL_VERSION};
+use pmi_wire::control::{self, Bootstrap, Down, Frame, Up, HEARTBEAT, PROTOCOL_VERSION, SILENCE};
 use pmi_wire::io::{FrameReader, ReadError};
 use tokio::io::AsyncWriteExt;
 use tokio::sync::mpsc;
@@ -113,6 +113,8 @@ pub enum LinkError {
     NoGreeting,
     #[error("{0}")]
     Io(#[from] io::Error),
+    #[error("no word from it for {} s", .0.as_secs())]
+    Silent(std::time::Duration),
 }
 
 /// What a child proxy said about itself.
@@ -292,6 +294,25 @@ impl ChildState {
     }
 }
 
+/// Sends `ping` on `tx` every [`HEARTBEAT`] for as long as anyone else holds a sender (the
+/// heartbeat alone does not keep a channel open).
+pub fn heartbeat<M: Send + 'static>(tx: &mpsc::UnboundedSender<M>, ping: fn() -> M) {
+    let weak = tx.downgrade();
+    tokio::spawn(async move {
+        loop {
+            tokio::time::sleep(HEARTBEAT).await;
+            match weak.upgrade() {
+                Some(tx) if tx.send(ping()).is_ok() => {}
+                _ => return,
+            }
+        }
+    });
+}
+
+/// How long a child proxy may take to say hello: ssh's own connect timeout and a login
+/// shell come first.
+const HELLO_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
+
 /// What a link to a child proxy reports to its owner.
 pub enum LinkEvent {
     /// The handshake succeeded.
@@ -329,8 +350,17 @@ pub async fn run_link<F, Fut>(
                 None => { stderr = None; continue; }
             },
             r = async {
-                if greeted { reader.next::<Up>().await.map(|o| o.map(LinkEvent::Up)).map_err(LinkError::from) }
-                else { read_greeting(&mut reader).await.map(|g| Some(LinkEvent::Greeted(g))) }
+                if greeted {
+                    match tokio::time::timeout(SILENCE, reader.next::<Up>()).await {
+                        Ok(r) => r.map(|o| o.map(LinkEvent::Up)).map_err(LinkError::from),
+                        Err(_) => Err(LinkError::Silent(SILENCE)),
+                    }
+                } else {
+                    match tokio::time::timeout(HELLO_WAIT, read_greeting(&mut reader)).await {
+                        Ok(r) => r.map(|g| Some(LinkEvent::Greeted(g))),
+                        Err(_) => Err(LinkError::Silent(HELLO_WAIT)),
+                    }
+                }
             } => match r {
                 Ok(Some(ev)) => ev,
                 Ok(None) => break None,

@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use nix::sys::signal::Signal;
-use pmi_wire::control::{Down, Job, Launch, NodePlan, Segment, SpawnJob, Up};
+use pmi_wire::control::{Down, Job, Launch, NodePlan, Segment, SpawnJob, Up, SILENCE};
 use pmi_wire::ids::{ExitOutcome, Stream};
 use pmi_wire::io::FrameReader;
 use tokio::signal::unix::{signal, SignalKind};
@@ -138,6 +138,10 @@ pub(crate) struct Node {
     deadline: Option<Instant>,
     /// The parent is gone: finish cleaning up, then exit quietly.
     orphaned: bool,
+    /// When the parent was last heard from; silence past [`SILENCE`] means it is gone.
+    last_heard: Instant,
+    /// The job is stopped (SIGTSTP): so may be the launcher, whose silence then means nothing.
+    stopped: bool,
     swept: bool,
     jobs: HashMap<u32, JobState>,
     pmi_calls: mpsc::UnboundedSender<(PmiPeer, PmiCall)>,
@@ -151,6 +155,7 @@ pub async fn serve(up_in: FdStream, up_out: FdStream) -> i32 {
     let (control_tx, control_rx) = mpsc::unbounded_channel();
     let (data_tx, data_rx) = mpsc::channel(DATA_QUEUE);
     let _ = control_tx.send(Up::Greeting { host: host.clone(), pid: std::process::id() });
+    link::heartbeat(&control_tx, || Up::Ping);
     let pump = tokio::spawn(link::pump(up_out, true, control_rx, Some(data_rx)));
 
     let mut reader = FrameReader::new(up_in);
@@ -206,6 +211,8 @@ pub async fn serve(up_in: FdStream, up_out: FdStream) -> i32 {
         kill: Kill::Idle,
         deadline: None,
         orphaned: false,
+        last_heard: Instant::now(),
+        stopped: false,
         swept: false,
     };
     let code = node.run(events_rx, pmi_rx).await;
@@ -255,6 +262,8 @@ impl Node {
                 break;
             }
             let deadline = self.deadline;
+            let watch = !self.orphaned && !self.stopped;
+            let silent_at = self.last_heard + SILENCE;
             tokio::select! {
                 ev = events.recv() => match ev {
                     Some(ev) => self.handle(ev),
@@ -267,6 +276,9 @@ impl Node {
                 _ = sigint.recv() => self.lose_upstream("the proxy received SIGINT"),
                 _ = tokio::time::sleep_until(deadline.unwrap_or_else(Instant::now)), if deadline.is_some() => {
                     self.escalate();
+                }
+                _ = tokio::time::sleep_until(silent_at), if watch => {
+                    self.lose_upstream("it heard nothing from its parent for 10 s");
                 }
             }
         }
@@ -290,6 +302,7 @@ impl Node {
                     self.child_by_pid.insert(process.pid, idx);
                     let launch = Launch { job: (*self.job).clone(), node: plan.clone() };
                     let _ = down_tx.send(Down::Launch(Box::new(launch)));
+                    link::heartbeat(&down_tx, || Down::Ping);
                     let state =
                         ChildState::new(plan.host.clone(), process.pid, process.what.clone());
                     let data = self.data.clone();
@@ -474,7 +487,10 @@ impl Node {
 
     fn handle(&mut self, ev: Event) {
         match ev {
-            Event::Down(down) => self.handle_down(down),
+            Event::Down(down) => {
+                self.last_heard = Instant::now();
+                self.handle_down(down);
+            }
             Event::UpstreamClosed(why) => self.lose_upstream(&why),
             Event::PmiClosedEarly { local } => {
                 // Still running: it closed PMI and went on. (A reaped rank was judged then.)
@@ -510,6 +526,7 @@ impl Node {
     fn handle_down(&mut self, down: Down) {
         match down {
             Down::Launch(_) => tracing::warn!("ignoring a second launch"),
+            Down::Ping => {}
             Down::Stdin { seq, data } => {
                 let chunk: Arc<[u8]> = Arc::from(data.as_slice());
                 for c in &self.children {
@@ -544,6 +561,11 @@ impl Node {
                     let _ = c.down.send(Down::Signal { signo });
                 }
                 if let Ok(sig) = Signal::try_from(signo) {
+                    match sig {
+                        Signal::SIGTSTP => self.stopped = true,
+                        Signal::SIGCONT => self.stopped = false,
+                        _ => {}
+                    }
                     self.signal_ranks(sig);
                 }
             }
@@ -809,6 +831,7 @@ async fn relay_child(
     events: mpsc::UnboundedSender<Event>,
 ) -> bool {
     match event {
+        LinkEvent::Up(Up::Ping) => true,
         LinkEvent::Up(up) if !matches!(up, Up::NodeDone { .. } | Up::FenceIn { .. }) => {
             data.send(up).await.is_ok()
         }
