@@ -122,6 +122,8 @@ enum Kill {
     /// SIGKILL sent; child proxies that are still there at the deadline get SIGKILL too.
     ChildProxies,
     Done,
+    /// An orphan that waited long enough: it exits with whatever is left killed.
+    GaveUp,
 }
 
 pub(crate) struct Node {
@@ -282,6 +284,8 @@ impl Node {
                 }
             }
         }
+        // Nothing of this node outlives it, whatever was left waiting.
+        procs::kill_descendants(&HashSet::new());
         if !self.orphaned {
             let _ = self.data.send(Up::NodeDone { node: self.plan.index }).await;
         }
@@ -753,9 +757,15 @@ impl Node {
                     procs::signal_pid(c.state.pid, Signal::SIGKILL);
                 }
                 self.kill = Kill::Done;
+                // An orphan has no one to wait for: past one more moment, it stops waiting.
+                self.deadline = self.orphaned.then(|| Instant::now() + CHILD_PROXY_GRACE);
+            }
+            Kill::Done => {
+                tracing::warn!("giving up on what is left of this node");
+                self.kill = Kill::GaveUp;
                 self.deadline = None;
             }
-            Kill::Idle | Kill::Done => self.deadline = None,
+            Kill::Idle | Kill::GaveUp => self.deadline = None,
         }
     }
 
@@ -816,6 +826,9 @@ impl Node {
     }
 
     fn finished(&self) -> bool {
+        if matches!(self.kill, Kill::GaveUp) {
+            return true;
+        }
         self.ranks.iter().all(|r| !r.running && r.open_streams == 0 && !r.pmi_open)
             && self.children.iter().all(|c| c.state.settled())
     }
@@ -832,8 +845,11 @@ async fn relay_child(
 ) -> bool {
     match event {
         LinkEvent::Up(Up::Ping) => true,
+        // With the parent gone, frames have nowhere to go; the link still runs, so that its
+        // end reaches the dispatcher.
         LinkEvent::Up(up) if !matches!(up, Up::NodeDone { .. } | Up::FenceIn { .. }) => {
-            data.send(up).await.is_ok()
+            let _ = data.send(up).await;
+            true
         }
         event => events.send(Event::Child { child, event }).is_ok(),
     }

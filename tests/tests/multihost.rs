@@ -1,0 +1,266 @@
+//! Across real hosts: a cluster of fake hosts (network namespaces, each with its own sshd and
+//! host name; tests/cluster/cluster.sh) and rlaunch over real ssh. Needs root, as CI has.
+//!
+//! One test function brings the cluster up once, runs every scenario in turn, and takes it
+//! down again on every path out (the guard's Drop), passing or failing.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::Signal;
+use rlaunch_tests::mpi::CProgram;
+use rlaunch_tests::{rankprog_str, Run};
+
+const NODES: usize = 7;
+const WAIT: Duration = Duration::from_secs(60);
+
+struct Cluster {
+    dir: rlaunch_tests::TempDir,
+}
+
+fn script() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("cluster/cluster.sh")
+}
+
+impl Cluster {
+    fn up(nodes: usize) -> Cluster {
+        assert!(
+            nix::unistd::geteuid().is_root(),
+            "the multi-host tests need root to make network namespaces"
+        );
+        let dir = rlaunch_tests::tempdir();
+        let out = Command::new("bash")
+            .arg(script())
+            .arg("up")
+            .arg(dir.path())
+            .arg(nodes.to_string())
+            .output()
+            .unwrap();
+        let cluster = Cluster { dir };
+        assert!(
+            out.status.success(),
+            "cluster up failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        cluster
+    }
+
+    fn ctl(&self, verb: &str, node: usize) {
+        let out = Command::new("bash")
+            .arg(script())
+            .arg(verb)
+            .arg(self.dir.path())
+            .arg(node.to_string())
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "cluster {verb} {node}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    fn ssh(&self) -> String {
+        format!("ssh -F {}", self.dir.path().join("ssh_config").display())
+    }
+
+    /// rlaunch over this cluster's ssh.
+    fn run(&self, args: &[&str]) -> Run {
+        Run::new(&["--launcher", "ssh", "--launcher-exec", &self.ssh()]).args(args)
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        let _ = Command::new("bash").arg(script()).arg("down").arg(self.dir.path()).status();
+    }
+}
+
+fn hosts(n: usize) -> String {
+    (1..=n).map(|i| format!("n{i}")).collect::<Vec<_>>().join(",")
+}
+
+/// Remote proxies: their parent is an sshd session, which nothing else here runs under.
+fn remote_proxies() -> Vec<i32> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else { continue };
+        let comm = |p: i32| std::fs::read_to_string(format!("/proc/{p}/comm")).unwrap_or_default();
+        if comm(pid).trim() != "rlaunch-proxy" {
+            continue;
+        }
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        let Some(close) = stat.rfind(')') else { continue };
+        let ppid: i32 =
+            stat[close + 2..].split_whitespace().nth(1).and_then(|p| p.parse().ok()).unwrap_or(0);
+        if comm(ppid).trim().starts_with("sshd") || comm(ppid).trim() == "bash" {
+            out.push(pid);
+        }
+    }
+    out
+}
+
+fn wait_no_remote_proxies(within: Duration) {
+    let deadline = Instant::now() + within;
+    while !remote_proxies().is_empty() {
+        assert!(Instant::now() < deadline, "remote proxies left: {:?}", remote_proxies());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn jobs_run_across_hosts_over_ssh_and_failures_leave_nothing() {
+    let cluster = Cluster::up(NODES);
+    each_node_runs_a_plain_command(&cluster);
+    mpich_runs_on_four_nodes_with_two_ranks_each(&cluster);
+    tree_spawn_with_width_two_covers_seven_nodes(&cluster);
+    an_unknown_host_fails_the_launch(&cluster);
+    a_stopped_sshd_fails_the_launch(&cluster);
+    a_killed_node_proxy_aborts_the_job(&cluster);
+    killing_rlaunch_leaves_nothing_on_any_host(&cluster);
+}
+
+fn each_node_runs_a_plain_command(cluster: &Cluster) {
+    let out = cluster.run(&["--hosts", &hosts(4), "-l", "-n", "4", "hostname"]).timeout(WAIT).run();
+    out.assert_code(0);
+    let mut lines = out.lines();
+    lines.sort();
+    assert_eq!(lines, ["[0] n1", "[1] n2", "[2] n3", "[3] n4"], "{out}");
+}
+
+fn mpich_runs_on_four_nodes_with_two_ranks_each(cluster: &Cluster) {
+    let hello = CProgram::Hello.path();
+    let hostfile = cluster.dir.path().join("hostfile");
+    std::fs::write(&hostfile, "n1:2\nn2:2\nn3:2\nn4:2\n").unwrap();
+    let out = cluster
+        .run(&["-f", hostfile.to_str().unwrap(), "-n", "8", hello.to_str().unwrap(), "8"])
+        .env("HWLOC_COMPONENTS", "-pci,-linuxio")
+        .timeout(WAIT)
+        .run();
+    out.assert_code(0);
+    let text = out.stdout_str();
+    for rank in 0..8 {
+        let line = text
+            .lines()
+            .find(|l| l.starts_with(&format!("rank {rank} ")))
+            .unwrap_or_else(|| panic!("no line from rank {rank}: {out}"));
+        assert!(line.contains(" size 8 ") && line.contains(" sum 28 "), "{line}");
+        assert!(line.ends_with(&format!("name n{}", rank / 2 + 1)), "{line}");
+    }
+}
+
+fn tree_spawn_with_width_two_covers_seven_nodes(cluster: &Cluster) {
+    let out = cluster
+        .run(&["--hosts", &hosts(7), "--tree-width", "2", "-l", "-n", "7", "hostname"])
+        .timeout(WAIT)
+        .run();
+    out.assert_code(0);
+    let mut lines = out.lines();
+    lines.sort();
+    let want: Vec<String> = (0..7).map(|r| format!("[{r}] n{}", r + 1)).collect();
+    assert_eq!(lines, want, "{out}");
+}
+
+fn an_unknown_host_fails_the_launch(cluster: &Cluster) {
+    let start = Instant::now();
+    let out = cluster
+        .run(&["--hosts", "n1,nosuchhost", "-n", "2", &rankprog_str(), "ready", "sleep", "60"])
+        .timeout(WAIT)
+        .run();
+    out.assert_code(255);
+    let err = out.stderr_str();
+    assert!(err.contains("rlaunch: lost proxy on nosuchhost (ssh exited with code 255: "), "{err}");
+    assert!(err.contains("nosuchhost"), "{err}");
+    assert!(start.elapsed() < Duration::from_secs(15), "took {:?}", start.elapsed());
+    out.tag.wait_until_none(Duration::from_secs(5)).unwrap();
+    wait_no_remote_proxies(Duration::from_secs(5));
+}
+
+fn a_stopped_sshd_fails_the_launch(cluster: &Cluster) {
+    cluster.ctl("stop-sshd", 3);
+    let out = cluster
+        .run(&["--hosts", "n1,n3", "-n", "2", &rankprog_str(), "ready", "sleep", "60"])
+        .timeout(WAIT)
+        .run();
+    cluster.ctl("start-sshd", 3);
+    out.assert_code(255);
+    let err = out.stderr_str();
+    assert!(err.contains("rlaunch: lost proxy on n3 (ssh exited with code 255: "), "{err}");
+    assert!(err.contains("Connection refused"), "{err}");
+    out.tag.wait_until_none(Duration::from_secs(5)).unwrap();
+    wait_no_remote_proxies(Duration::from_secs(5));
+}
+
+fn rank_parent(pid: i32) -> i32 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    stat[stat.rfind(')').unwrap() + 2..].split_whitespace().nth(1).unwrap().parse().unwrap()
+}
+
+fn a_killed_node_proxy_aborts_the_job(cluster: &Cluster) {
+    let mut job = cluster
+        .run(&[
+            "--hosts",
+            &hosts(3),
+            "--tree-width",
+            "1",
+            "-n",
+            "3",
+            &rankprog_str(),
+            "ready",
+            "sleep",
+            "60",
+        ])
+        .timeout(WAIT)
+        .spawn();
+    let ready = job.wait_for_ready(3, WAIT);
+    // Node n2 sits between n1 and n3 in this chain: losing it must take n3's rank too.
+    let rank1 = ready.iter().find(|(r, _)| *r == 1).unwrap().1;
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(rank_parent(rank1.as_raw())),
+        Signal::SIGKILL,
+    )
+    .unwrap();
+    let out = job.wait(WAIT);
+    assert_ne!(out.code, Some(0));
+    assert!(out.stderr_str().contains("rlaunch: lost proxy on n2 ("), "{out}");
+    out.tag.wait_until_none(Duration::from_secs(10)).unwrap();
+    wait_no_remote_proxies(Duration::from_secs(10));
+}
+
+fn killing_rlaunch_leaves_nothing_on_any_host(cluster: &Cluster) {
+    let pidfile = cluster.dir.path().join("daemon.pid");
+    let mut job = cluster
+        .run(&[
+            "--hosts",
+            &hosts(4),
+            "--tree-width",
+            "2",
+            "-n",
+            "4",
+            &rankprog_str(),
+            "@3",
+            "daemon",
+            pidfile.to_str().unwrap(),
+            "ready",
+            "sleep",
+            "60",
+        ])
+        .timeout(WAIT)
+        .spawn();
+    job.wait_for_ready(4, WAIT);
+    assert!(Path::new(&pidfile).exists());
+    let tag = job.tag().to_string();
+    job.signal(Signal::SIGKILL);
+    let killed = Instant::now();
+    let left = rlaunch_tests::wait_until_no_tagged(&tag, Duration::from_secs(15));
+    let procs = Command::new("ps").args(["-eo", "pid,ppid,stat,etime,args"]).output().unwrap();
+    left.unwrap_or_else(|left| {
+        panic!(
+            "left behind after kill -9 of rlaunch: {left:?}\n{}",
+            String::from_utf8_lossy(&procs.stdout)
+        )
+    });
+    assert!(killed.elapsed() < Duration::from_secs(5), "cleanup took {:?}", killed.elapsed());
+    wait_no_remote_proxies(Duration::from_secs(5));
+}
