@@ -118,6 +118,7 @@ fn jobs_run_across_hosts_over_ssh_and_failures_leave_nothing() {
     an_unknown_host_fails_the_launch(&cluster);
     a_stopped_sshd_fails_the_launch(&cluster);
     a_killed_node_proxy_aborts_the_job(&cluster);
+    a_node_whose_link_goes_down_is_lost_and_cleans_up_alone(&cluster);
     killing_rlaunch_leaves_nothing_on_any_host(&cluster);
 }
 
@@ -263,4 +264,25 @@ fn killing_rlaunch_leaves_nothing_on_any_host(cluster: &Cluster) {
     });
     assert!(killed.elapsed() < Duration::from_secs(5), "cleanup took {:?}", killed.elapsed());
     wait_no_remote_proxies(Duration::from_secs(5));
+}
+
+fn a_node_whose_link_goes_down_is_lost_and_cleans_up_alone(cluster: &Cluster) {
+    let mut job = cluster
+        .run(&["--hosts", "n1,n5", "-n", "2", &rankprog_str(), "ready", "sleep", "60"])
+        .timeout(WAIT)
+        .spawn();
+    job.wait_for_ready(2, WAIT);
+    let cut = Instant::now();
+    cluster.ctl("link-down", 5);
+    let out = job.wait(WAIT);
+    assert_ne!(out.code, Some(0));
+    assert!(
+        out.stderr_str().contains("rlaunch: lost proxy on n5 (no word from it for 10 s)"),
+        "{out}"
+    );
+    assert!(cut.elapsed() < Duration::from_secs(25), "noticed after {:?}", cut.elapsed());
+    // Cut off from everyone, n5's proxy hears no heartbeat either and ends its rank itself.
+    out.tag.wait_until_none(Duration::from_secs(20)).unwrap();
+    wait_no_remote_proxies(Duration::from_secs(10));
+    cluster.ctl("link-up", 5);
 }

@@ -267,11 +267,16 @@ impl ChildState {
     }
 
     /// Its link closed (with an error, or at end of file). Returns why it is lost, if it
-    /// now is.
+    /// now is; a lost child's process (a hung proxy, or an ssh client on a dead network) is
+    /// killed then, as nothing more will come from it.
     pub fn on_link_closed(&mut self, error: Option<String>) -> Option<String> {
         self.link_closed = true;
         self.link_error = error;
-        self.verdict()
+        let verdict = self.verdict();
+        if verdict.is_some() && !self.reaped() && self.pid > 0 {
+            crate::procs::signal_pid(self.pid, nix::sys::signal::Signal::SIGKILL);
+        }
+        verdict
     }
 
     fn verdict(&mut self) -> Option<String> {
