@@ -100,6 +100,18 @@ fn built_binary(name: &str, build: &str) -> PathBuf {
     path
 }
 
+/// The parent of a process (a rank's parent is its node's proxy), from /proc.
+pub fn parent_pid(pid: i32) -> i32 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .unwrap_or_else(|e| panic!("cannot read /proc/{pid}/stat: {e}"));
+    let close = stat.rfind(')').expect("stat has a command in parentheses");
+    stat[close + 2..]
+        .split_whitespace()
+        .nth(1)
+        .and_then(|p| p.parse().ok())
+        .expect("stat has a ppid")
+}
+
 /// FNV-1a, 64 bits: the hash `rankprog stdin-sum` prints.
 pub fn fnv1a64(bytes: &[u8]) -> u64 {
     bytes.iter().fold(0xcbf2_9ce4_8422_2325, |hash, &b| {

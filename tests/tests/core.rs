@@ -424,9 +424,7 @@ fn a_killed_proxy_ends_the_job_and_takes_its_ranks() {
     .spawn();
     let ready = job.wait_for_ready(2, WAIT);
     let rank1 = ready.iter().find(|(r, _)| *r == 1).unwrap().1;
-    let stat = std::fs::read_to_string(format!("/proc/{}/stat", rank1)).unwrap();
-    let proxy: i32 =
-        stat[stat.rfind(')').unwrap() + 2..].split_whitespace().nth(1).unwrap().parse().unwrap();
+    let proxy = rlaunch_tests::parent_pid(rank1.as_raw());
     nix::sys::signal::kill(nix::unistd::Pid::from_raw(proxy), Signal::SIGKILL).unwrap();
     let out = job.wait(WAIT);
     assert_ne!(out.code, Some(0));
@@ -521,9 +519,7 @@ fn a_hung_proxy_is_found_by_its_silence() {
     .spawn();
     let ready = job.wait_for_ready(2, WAIT);
     let rank1 = ready.iter().find(|(r, _)| *r == 1).unwrap().1;
-    let stat = std::fs::read_to_string(format!("/proc/{}/stat", rank1)).unwrap();
-    let proxy: i32 =
-        stat[stat.rfind(')').unwrap() + 2..].split_whitespace().nth(1).unwrap().parse().unwrap();
+    let proxy = rlaunch_tests::parent_pid(rank1.as_raw());
     let start = Instant::now();
     nix::sys::signal::kill(nix::unistd::Pid::from_raw(proxy), Signal::SIGSTOP).unwrap();
     let out = job.wait(WAIT);

@@ -193,11 +193,6 @@ fn a_stopped_sshd_fails_the_launch(cluster: &Cluster) {
     wait_no_remote_proxies(Duration::from_secs(5));
 }
 
-fn rank_parent(pid: i32) -> i32 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
-    stat[stat.rfind(')').unwrap() + 2..].split_whitespace().nth(1).unwrap().parse().unwrap()
-}
-
 fn a_killed_node_proxy_aborts_the_job(cluster: &Cluster) {
     let mut job = cluster
         .run(&[
@@ -218,7 +213,7 @@ fn a_killed_node_proxy_aborts_the_job(cluster: &Cluster) {
     // Node n2 sits between n1 and n3 in this chain: losing it must take n3's rank too.
     let rank1 = ready.iter().find(|(r, _)| *r == 1).unwrap().1;
     nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(rank_parent(rank1.as_raw())),
+        nix::unistd::Pid::from_raw(rlaunch_tests::parent_pid(rank1.as_raw())),
         Signal::SIGKILL,
     )
     .unwrap();

@@ -496,7 +496,10 @@ impl Root {
         match outcome {
             ExitOutcome::SpawnFailed { errno } => {
                 let exe = &self.procs[rank as usize].exe;
-                format!("cannot start {exe} on {host}: {}", errno_text(errno))
+                format!(
+                    "cannot start {exe} on {host}: {}",
+                    crate::hosts::plain(&std::io::Error::from_raw_os_error(errno))
+                )
             }
             _ => format!("{} (pid {pid} on {host}) {outcome}", self.rank_name(rank)),
         }
@@ -597,15 +600,6 @@ impl Root {
                 255
             }
         }
-    }
-}
-
-fn errno_text(errno: i32) -> String {
-    let text = std::io::Error::from_raw_os_error(errno).to_string();
-    // "No such file or directory (os error 2)" reads better without the number.
-    match text.rfind(" (os error") {
-        Some(i) => text[..i].to_string(),
-        None => text,
     }
 }
 
