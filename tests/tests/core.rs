@@ -531,3 +531,15 @@ fn a_hung_proxy_is_found_by_its_silence() {
     assert!(start.elapsed() < Duration::from_secs(25), "took {:?}", start.elapsed());
     out.tag.wait_until_none(Duration::from_secs(5)).unwrap();
 }
+
+#[test]
+fn an_unknown_option_is_refused_not_run_as_the_program() {
+    let out = Run::new(&["-n", "1", "--prepend-rnk", "true"]).run();
+    out.assert_code(2);
+    assert!(out.stderr_str().contains("'--prepend-rnk'"), "{out}");
+    assert!(out.stderr_str().contains("'--prepend-rank'"), "{out}");
+    // After the program, everything is the program's.
+    let out = Run::new(&["-n", "1", &rp(), "args", "-n", "--bogus"]).run();
+    out.assert_code(0);
+    assert!(out.stdout_str().trim_end().ends_with("|args|-n|--bogus"), "{out}");
+}

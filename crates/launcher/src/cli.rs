@@ -97,12 +97,7 @@ pub struct Cli {
     pub verbose: u8,
 
     /// The program and its arguments.
-    #[arg(
-        trailing_var_arg = true,
-        allow_hyphen_values = true,
-        required = true,
-        value_name = "PROGRAM"
-    )]
+    #[arg(trailing_var_arg = true, required = true, value_name = "PROGRAM")]
     pub command: Vec<OsString>,
 }
 
