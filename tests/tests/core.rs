@@ -539,7 +539,8 @@ fn an_unknown_option_is_refused_not_run_as_the_program() {
     assert!(out.stderr_str().contains("'--prepend-rnk'"), "{out}");
     assert!(out.stderr_str().contains("'--prepend-rank'"), "{out}");
     // After the program, everything is the program's.
-    let out = Run::new(&["-n", "1", "sh", "-c", "echo \"$@\"", "sh", "-n", "--bogus"]).run();
+    let out =
+        Run::new(&["-n", "1", "sh", "-c", "printf '%s|' \"$@\"", "sh", "-n", "--bogus"]).run();
     out.assert_code(0);
-    assert_eq!(out.stdout_str(), "-n --bogus\n", "{out}");
+    assert_eq!(out.stdout_str(), "-n|--bogus|", "{out}");
 }
