@@ -180,7 +180,9 @@ pub async fn run(plan: Plan) -> i32 {
     for r in readers {
         let _ = r.await;
     }
-    let _ = tokio::task::spawn_blocking(move || writer.join()).await;
+    // Every sender is gone, so the writer is flushing its last bytes: wait for it right here
+    // (a blocking-pool thread just for this costs more than the wait).
+    let _ = writer.join();
     procs::kill_descendants(&HashSet::new());
     root.report()
 }
