@@ -1,0 +1,550 @@
+#!/usr/bin/env python3
+"""Benchmark harness: rlaunch against mpiexec.hydra and against the physical floor.
+
+    python3 bench/bench.py [--quick] [--only SECTION...] [--pairs K]
+
+Sections (see bench/README.md): launch, mpi, stdio, fakehosts, memory.
+
+Every timed case runs one warm-up of each command, then K rounds (A B [C] A B [C] ...). Each
+command's wall time is quoted as median (min-max); rlaunch against each other command as the
+median (min-max) of the per-round ratios rlaunch/other, since absolute times drift by tens of
+percent between minutes on a shared machine while ratios of neighbouring runs do not.
+
+Every command gets the same stdin: the read end of a pipe whose write end this harness holds
+open until it exits (Hydra dies of SIGPIPE with a stdin at EOF). MPIR_CVAR_NOLOCAL=1 and
+HWLOC_COMPONENTS=-pci,-linuxio are set for every command alike.
+
+The harness makes itself a child subreaper: whatever a run leaves behind is reparented here,
+reported as a leftover, and killed, and nothing it started outlives it (procs.py).
+"""
+
+import argparse
+import ctypes
+import datetime
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+
+from procs import Command, Stdin, Watch, footprint, kill_all_descendants, log, reap_orphans, run
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BENCH = os.path.join(ROOT, "bench")
+BUILD = os.path.join(BENCH, "build")
+RESULTS = os.path.join(BENCH, "results")
+RLAUNCH = os.path.join(ROOT, "target", "release", "rlaunch")
+RLAUNCH_PROXY = os.path.join(ROOT, "target", "release", "rlaunch-proxy")
+HYDRA = "mpiexec.hydra"
+FLOOR = os.path.join(BUILD, "floor")
+LINES = os.path.join(BUILD, "lines")
+MPI_HELLO = os.path.join(BUILD, "mpi_hello")
+ALLGATHER = os.path.join(BUILD, "allgather")
+
+SECTIONS = ["launch", "mpi", "stdio", "fakehosts", "memory"]
+TOOLS = ["cargo", "cc", "mpicc.mpich", HYDRA, "hydra_pmi_proxy", "wc", "sh", "cat", "git"]
+MPI_ENV = {"MPIR_CVAR_NOLOCAL": "1", "HWLOC_COMPONENTS": "-pci,-linuxio"}
+PR_SET_CHILD_SUBREAPER = 36
+MIB = 1 << 20
+GIB = 1 << 30
+
+
+def fail(msg):
+    print(f"bench: error: {msg}", file=sys.stderr)
+    sys.exit(1)
+
+
+# ---------------------------------------------------------------------------------------------
+# Timed cases.
+
+
+@dataclass
+class Case:
+    """A piece of work done by rlaunch (commands[0]) and by one or more other commands.
+
+    `targets` maps another command's label to the largest acceptable median ratio rlaunch/it.
+    """
+
+    section: str
+    name: str
+    commands: list
+    targets: dict = field(default_factory=dict)
+
+
+@dataclass
+class Measured:
+    """A case's results: per command label, its times (None for a failed round) and failures;
+    how many processes outlived their run; warnings about interference while it ran."""
+
+    case: Case
+    times: dict
+    failures: dict
+    leftovers: int = 0
+    notes: list = field(default_factory=list)
+
+
+def measure(case, pairs, scratch):
+    log(f"{case.section}: {case.name}")
+    times = {c.label: [] for c in case.commands}
+    failures = {c.label: [] for c in case.commands}
+    leftovers = 0
+    active = []
+    watch = Watch([RLAUNCH, RLAUNCH_PROXY])
+    for cmd in case.commands:  # warm-up; a command that cannot run at all is dropped
+        r = run(cmd, scratch)
+        leftovers += r.leftovers
+        if r.failure:
+            log(f"  {cmd.label}: warm-up failed: {r.failure}")
+            failures[cmd.label].append(r.failure)
+        else:
+            active.append(cmd)
+    for i in range(pairs if case.commands[0] in active else 0):
+        round_times = []
+        for cmd in active:
+            r = run(cmd, scratch)
+            leftovers += r.leftovers
+            if r.failure:
+                failures[cmd.label].append(r.failure)
+            times[cmd.label].append(r.seconds)
+            round_times.append(f"{cmd.label} {fmt_ms(r.seconds)}")
+        log(f"  round {i + 1}/{pairs}: " + ", ".join(round_times))
+    notes = watch.notes()
+    for note in notes:
+        log(f"  warning: {note}")
+    return Measured(case, times, failures, leftovers, notes)
+
+
+def fmt_ms(seconds):
+    if seconds is None:
+        return "failed"
+    ms = seconds * 1000
+    return f"{ms:.0f}" if ms >= 100 else f"{ms:.1f}" if ms >= 10 else f"{ms:.2f}"
+
+
+def spread(values, fmt):
+    values = [v for v in values if v is not None]
+    if not values:
+        return "-"
+    return f"{fmt(statistics.median(values))} ({fmt(min(values))}-{fmt(max(values))})"
+
+
+def fmt_ratio(r):
+    return f"{r:.2f}"
+
+
+TIME_HEADER = (
+    f"{'case':<34} {'rlaunch ms':<22} {'vs':<12} {'other ms':<22} {'rlaunch/other':<20} target"
+)
+
+
+def time_rows(m):
+    """Table rows for a measured case: one per command rlaunch is compared with."""
+    main, others = m.case.commands[0], m.case.commands[1:]
+    rows = []
+    for i, other in enumerate(others):
+        pairs = [
+            a / b for a, b in zip(m.times[main.label], m.times[other.label]) if a is not None and b is not None
+        ]
+        ratio = spread(pairs, fmt_ratio)
+        target = m.case.targets.get(other.label)
+        verdict = ""
+        if target is not None:
+            verdict = f"<={target:.2f} " + ("ok" if pairs and statistics.median(pairs) <= target else "MISS")
+        rows.append(
+            f"{m.case.name if i == 0 else '':<34} "
+            f"{spread(m.times[main.label], fmt_ms) if i == 0 else '':<22} "
+            f"{other.label:<12} {spread(m.times[other.label], fmt_ms):<22} {ratio:<20} {verdict}".rstrip()
+        )
+    for cmd in m.case.commands:
+        fails = m.failures[cmd.label]
+        if fails:
+            rows.append(f"{'':<34} ! {cmd.label}: {len(fails)} failed run(s): {fails[0]}")
+    if m.leftovers:
+        rows.append(f"{'':<34} ! {m.leftovers} process(es) outlived their run and were killed")
+    for note in m.notes:
+        rows.append(f"{'':<34} ! {note}")
+    return rows
+
+
+# ---------------------------------------------------------------------------------------------
+# Sections.
+
+
+def hosts(p):
+    return ",".join(f"h{i}" for i in range(1, p + 1))
+
+
+def launch_cases():
+    cases = []
+    for n in (1, 8, 64, 256):
+        targets = {"floor": 1.5} if n == 1 else {"floor": 1.10} if n >= 64 else {}
+        cases.append(
+            Case(
+                "launch",
+                f"-n {n} /bin/true",
+                [
+                    Command("rlaunch", [[RLAUNCH, "-n", str(n), "/bin/true"]]),
+                    Command("hydra", [[HYDRA, "-n", str(n), "/bin/true"]]),
+                    Command("floor", [[FLOOR, str(n), "/bin/true"]]),
+                ],
+                targets,
+            )
+        )
+    return cases
+
+
+def mpi_cases():
+    cases = []
+    for n in (8, 32, 64):
+        cases.append(
+            Case(
+                "mpi",
+                f"hello -n {n}",
+                [
+                    Command("rlaunch", [[RLAUNCH, "-n", str(n), MPI_HELLO]]),
+                    Command("hydra", [[HYDRA, "-n", str(n), MPI_HELLO]]),
+                    # No launcher and no wire-up: what MPI_Init alone costs N ranks here.
+                    Command("singletons", [[FLOOR, str(n), MPI_HELLO]]),
+                ],
+                {"hydra": 0.6} if n == 64 else {},
+            )
+        )
+    cases.append(
+        Case(
+            "mpi",
+            "allgather 64 B/rank -n 64",
+            [
+                Command("rlaunch", [[RLAUNCH, "-n", "64", ALLGATHER]]),
+                Command("hydra", [[HYDRA, "-n", "64", ALLGATHER]]),
+            ],
+        )
+    )
+    return cases
+
+
+def stdio_shapes(quick):
+    """(ranks, bytes per rank, target ratio to the direct pipe)."""
+    scale = 8 if quick else 1
+    return [(1, GIB // scale, 1.05), (4, 256 * MIB // scale, 1.10)]
+
+
+def size_name(nbytes):
+    return f"{nbytes // GIB} GiB" if nbytes % GIB == 0 else f"{nbytes // MIB} MiB"
+
+
+def stdio_cases(quick):
+    cases = []
+    for ranks, per_rank, target in stdio_shapes(quick):
+        total = str(ranks * per_rank)
+        writer = [LINES, "write", str(per_rank)]
+        cases.append(
+            Case(
+                "stdio",
+                f"{ranks} x {size_name(per_rank)} | wc -c",
+                [
+                    Command("rlaunch", [[RLAUNCH, "-n", str(ranks)] + writer], ["wc", "-c"], total, 300),
+                    Command("hydra", [[HYDRA, "-n", str(ranks)] + writer], ["wc", "-c"], total, 300),
+                    Command("direct", [writer + [str(r)] for r in range(ranks)], ["wc", "-c"], total, 300),
+                ],
+                {"direct": target},
+            )
+        )
+    return cases
+
+
+def stdio_checks(quick, scratch):
+    """One run per launcher and shape through `lines check` instead of `wc -c`."""
+    rows = []
+    for ranks, per_rank, _ in stdio_shapes(quick):
+        writer = [LINES, "write", str(per_rank)]
+        check = [LINES, "check", str(ranks), str(per_rank // 64)]
+        verdicts = []
+        for label, launcher in (("rlaunch", [RLAUNCH]), ("hydra", [HYDRA])):
+            log(f"stdio check: {label} {ranks} x {size_name(per_rank)}")
+            r = run(Command(label, [launcher + ["-n", str(ranks)] + writer], check, None, 300), scratch)
+            # The checker exits 1 when it found bad lines: its summary is the result either way.
+            summary = r.output or r.failure
+            if r.failure and "lines=" not in (r.output or ""):
+                summary = f"failed: {r.failure}"
+            verdicts.append(f"{label} {summary}")
+        rows.append(f"{f'{ranks} x {size_name(per_rank)} line check':<34} " + "; ".join(verdicts))
+    return rows
+
+
+def fakehost_cases(quick):
+    cases = []
+    hostfile = os.path.join(BUILD, "hosts-1024")
+    with open(hostfile, "w") as f:
+        f.write("".join(f"h{i}\n" for i in range(1, 1025)))
+    for p in (16, 64, 256, 1024):
+        hydra_timeout = 60 if p >= 1024 else 120
+        commands = [
+            Command("rlaunch", [[RLAUNCH, "--launcher", "fork", "--hosts", hosts(p), "-n", str(p), "/bin/true"]]),
+            Command(
+                "hydra",
+                [[HYDRA, "-launcher", "fork", "-hosts", hosts(p), "-n", str(p), "/bin/true"]],
+                timeout=hydra_timeout,
+            ),
+        ]
+        if p == 1024:
+            # Hydra refuses more than ~1000 names after -hosts; a host file gets it running.
+            commands.append(
+                Command(
+                    "hydra -f",
+                    [[HYDRA, "-launcher", "fork", "-f", hostfile, "-n", str(p), "/bin/true"]],
+                    timeout=hydra_timeout,
+                )
+            )
+        cases.append(
+            Case("fakehosts", f"{p} nodes /bin/true", commands, {"hydra": 1.0} if p == 256 else {})
+        )
+    for p in (16, 64):
+        cases.append(
+            Case(
+                "fakehosts",
+                f"{p} nodes hello",
+                [
+                    Command("rlaunch", [[RLAUNCH, "--launcher", "fork", "--hosts", hosts(p), "-n", str(p), MPI_HELLO]]),
+                    Command("hydra", [[HYDRA, "-launcher", "fork", "-hosts", hosts(p), "-n", str(p), MPI_HELLO]]),
+                ],
+            )
+        )
+    return cases
+
+
+# ---------------------------------------------------------------------------------------------
+# Memory.
+
+
+def memory_rows(quick, scratch):
+    blocker = ["/bin/sh", "-c", 'exec 3<"$0"; echo ready; exec cat <&3', "{FIFO}"]
+    shapes = [
+        ("-n 256 sh+cat", 256, [RLAUNCH, "-n", "256"], [HYDRA, "-n", "256"], blocker),
+        (
+            "256 nodes sh+cat",
+            256,
+            [RLAUNCH, "--launcher", "fork", "--hosts", hosts(256), "-n", "256"],
+            [HYDRA, "-launcher", "fork", "-hosts", hosts(256), "-n", "256"],
+            blocker,
+        ),
+        ("-n 64 MPI hello", 64, [RLAUNCH, "-n", "64"], [HYDRA, "-n", "64"], [MPI_HELLO, "{FIFO}"]),
+    ]
+    repeats = 1 if quick else 3
+    rows = []
+    for name, ranks, rl, hy, prog in shapes:
+        cells = []
+        for label, launcher, proxy_comm in (("rlaunch", rl, "rlaunch-proxy"), ("hydra", hy, "hydra_pmi_proxy")):
+            log(f"memory: {name}: {label}")
+            runs = [footprint(launcher + prog, ranks, proxy_comm, scratch) for _ in range(repeats)]
+            good = [r for r in runs if not r.failure]
+            failed = [r.failure for r in runs if r.failure]
+            if not good:
+                cells.append(f"failed: {failed[0]}")
+                continue
+            top = max(good, key=lambda r: r.launcher)
+            peak_proxy = max((max(r.proxies) for r in good if r.proxies), default=None)
+            proxy_sum = max(sum(r.proxies) for r in good)
+            count = len(top.proxies)
+            cell = f"{max(r.launcher for r in good) / 1024:.1f}"
+            cell += f" + {count} x <={peak_proxy / 1024:.1f}" if peak_proxy else " + no proxies found"
+            if count > 1:
+                cell += f" (sum {proxy_sum / 1024:.0f})"
+            if failed:
+                cell += f" [{len(failed)} failed: {failed[0]}]"
+            cells.append(cell)
+        rows.append(f"{name:<22} {cells[0]:<38} {cells[1]}")
+    return rows
+
+
+MEMORY_HEADER = (
+    f"{'case':<22} {'rlaunch MiB: launcher + proxies':<38} hydra MiB: mpiexec + proxies"
+)
+
+
+# ---------------------------------------------------------------------------------------------
+# Build, header, main.
+
+
+def check_tools():
+    missing = [t for t in TOOLS if shutil.which(t) is None]
+    if missing:
+        fail(
+            "missing tool(s): "
+            + ", ".join(missing)
+            + " (cargo: rustup; cc: build-essential; mpicc.mpich, mpiexec.hydra: libmpich-dev mpich)"
+        )
+
+
+def build():
+    log("building: cargo build --release --workspace")
+    if subprocess.run(["cargo", "build", "--release", "--workspace"], cwd=ROOT).returncode != 0:
+        fail("cargo build --release --workspace failed")
+    os.makedirs(BUILD, exist_ok=True)
+    steps = [
+        (["cc", "-O2", "-Wall", "-o", FLOOR, os.path.join(BENCH, "floor.c")]),
+        (["cc", "-O2", "-Wall", "-o", LINES, os.path.join(BENCH, "lines.c")]),
+        (["mpicc.mpich", "-O2", "-Wall", "-o", MPI_HELLO, os.path.join(BENCH, "mpi_hello.c")]),
+        (["mpicc.mpich", "-O2", "-Wall", "-o", ALLGATHER, os.path.join(BENCH, "allgather.c")]),
+    ]
+    for argv in steps:
+        log("building: " + " ".join(os.path.relpath(a, ROOT) if a.startswith(ROOT) else a for a in argv))
+        if subprocess.run(argv).returncode != 0:
+            fail(f"{argv[0]} failed for {argv[-1]}")
+    for path in (RLAUNCH, RLAUNCH_PROXY, FLOOR, LINES, MPI_HELLO, ALLGATHER):
+        if not os.access(path, os.X_OK):
+            fail(f"build did not produce {path}")
+
+
+def git(*args):
+    r = subprocess.run(["git", "--no-optional-locks", *args], cwd=ROOT, capture_output=True, text=True)
+    return r.stdout.strip() if r.returncode == 0 else ""
+
+
+def cpu_model():
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def header(args, started):
+    commit = git("rev-parse", "HEAD") or "unknown"
+    dirty = git("status", "--porcelain", "--untracked-files=no")
+    return [
+        f"date:    {started:%Y-%m-%d %H:%M:%S %z}",
+        f"commit:  {commit}" + (" (work tree has uncommitted changes)" if dirty else ""),
+        f"uname:   {' '.join(platform.uname())}",
+        f"nproc:   {len(os.sched_getaffinity(0))}",
+        f"cpu:     {cpu_model()}",
+        f"hydra:   {first_hydra_version()}",
+        f"mode:    {'quick' if args.quick else 'full'}, {args.pairs} pairs after 1 warm-up, "
+        f"sections {' '.join(args.only)}",
+        "env:     " + " ".join(f"{k}={v}" for k, v in MPI_ENV.items()) + " for every command",
+        load_line("before:  "),
+    ]
+
+
+def cpu_busy(seconds=1.0):
+    """Fraction of all CPUs busy over the next `seconds`: what else is running on the machine."""
+
+    def sample():
+        with open("/proc/stat") as f:
+            values = [int(v) for v in f.readline().split()[1:]]
+        return sum(values), values[3] + values[4]  # total, idle + iowait
+
+    total0, idle0 = sample()
+    time.sleep(seconds)
+    total1, idle1 = sample()
+    return 1 - (idle1 - idle0) / max(1, total1 - total0)
+
+
+def load_line(when):
+    # Not the load average: in this VM it can stay frozen for minutes on an idle machine.
+    return f"{when}CPU {cpu_busy():.0%} busy over 1 s with nothing of ours running"
+
+
+def first_hydra_version():
+    r = subprocess.run([HYDRA, "-info"], stdin=Stdin.read_fd, capture_output=True, text=True)
+    for line in r.stdout.splitlines():
+        if "Version:" in line:
+            return "MPICH " + line.split(":", 1)[1].strip()
+    return "unknown"
+
+
+def parse_args():
+    ap = argparse.ArgumentParser(description="Benchmark rlaunch against mpiexec.hydra and the floor.")
+    ap.add_argument("--quick", action="store_true", help="5 pairs, 1/8 of the stdio sizes, 1 memory run")
+    ap.add_argument("--only", nargs="+", choices=SECTIONS, metavar="SECTION", help=f"any of {' '.join(SECTIONS)}")
+    ap.add_argument("--pairs", type=int, help="measured rounds per case (default 11, --quick 5)")
+    args = ap.parse_args()
+    if args.pairs is None:
+        args.pairs = 5 if args.quick else 11
+    if args.pairs < 1:
+        ap.error("--pairs must be at least 1")
+    args.only = [s for s in SECTIONS if s in (args.only or SECTIONS)]
+    return args
+
+
+def results_path(args, started):
+    short = git("rev-parse", "--short", "HEAD") or "unknown"
+    name = f"{started:%Y-%m-%d}-{short}"
+    if args.quick:
+        name += "-quick"
+    if args.only != SECTIONS:
+        name += "-" + "-".join(args.only)
+    return os.path.join(RESULTS, name + ".txt")
+
+
+def run_sections(args, scratch, emit):
+    timed = {
+        "launch": launch_cases,
+        "mpi": mpi_cases,
+        "stdio": lambda: stdio_cases(args.quick),
+        "fakehosts": lambda: fakehost_cases(args.quick),
+    }
+    for section in args.only:
+        emit("")
+        emit(f"== {section}")
+        if section == "memory":
+            emit("peak RSS (VmHWM), largest of the runs; proxies: count x largest (sum)")
+            emit(MEMORY_HEADER)
+            for row in memory_rows(args.quick, scratch):
+                emit(row)
+            continue
+        emit(TIME_HEADER)
+        for case in timed[section]():
+            for row in time_rows(measure(case, args.pairs, scratch)):
+                emit(row)
+        if section == "stdio":
+            for row in stdio_checks(args.quick, scratch):
+                emit(row)
+
+
+def main():
+    args = parse_args()
+    check_tools()
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
+        fail("prctl(PR_SET_CHILD_SUBREAPER) failed: " + os.strerror(ctypes.get_errno()))
+    os.environ.update(MPI_ENV)
+    build()
+    Stdin.open()
+    started = datetime.datetime.now().astimezone()
+    t0 = time.monotonic()
+    lines = header(args, started)
+    for line in lines:
+        print(line, flush=True)
+
+    def emit(line):
+        lines.append(line)
+        print(line, flush=True)
+
+    scratch = tempfile.mkdtemp(prefix="run-", dir=BUILD)
+    try:
+        run_sections(args, scratch, emit)
+    finally:
+        kill_all_descendants()
+        reap_orphans()
+        Stdin.close()
+        shutil.rmtree(scratch, ignore_errors=True)
+    emit("")
+    emit(f"elapsed: {time.monotonic() - t0:.0f} s")
+    emit(load_line("after:   "))
+    os.makedirs(RESULTS, exist_ok=True)
+    path = results_path(args, started)
+    with open(path + ".tmp", "w") as f:
+        f.write("\n".join(lines) + "\n")
+    os.rename(path + ".tmp", path)
+    log(f"results written to {os.path.relpath(path, ROOT)}")
+
+
+if __name__ == "__main__":
+    main()
