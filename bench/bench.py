@@ -353,6 +353,9 @@ def memory_rows(quick, scratch):
             cell += f" + {count} x <={peak_proxy / 1024:.1f}" if peak_proxy else " + no proxies found"
             if count > 1:
                 cell += f" (sum {proxy_sum / 1024:.0f})"
+            spliced = sum(r.spliced for r in good)
+            if spliced:
+                cell += f" [lines spliced in {spliced}/{len(good)} runs]"
             if failed:
                 cell += f" [{len(failed)} failed: {failed[0]}]"
             cells.append(cell)

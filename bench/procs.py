@@ -267,11 +267,16 @@ def vm_hwm_kib(pid):
 
 @dataclass
 class Footprint:
-    """Peak RSS (KiB) of a launcher process and of each of its proxies, or why it failed."""
+    """Peak RSS (KiB) of a launcher process and of each of its proxies, or why it failed;
+    `spliced` when the ranks' "ready" lines did not come out as whole lines."""
 
     launcher: int = None
     proxies: list = field(default_factory=list)
     failure: str = None
+    spliced: bool = False
+
+
+READY = b"ready\n"
 
 
 def footprint(argv, ranks, proxy_comm, scratch, timeout=120.0):
@@ -279,7 +284,7 @@ def footprint(argv, ranks, proxy_comm, scratch, timeout=120.0):
 
     The harness holds the FIFO open read-write, so a rank's open() succeeds at once and its
     read() blocks until the harness closes it. Once all `ranks` "ready" lines have come through
-    the launcher, the launcher and its proxies (descendants named `proxy_comm`) are found and
+    the launcher (counted in bytes), the launcher and its proxies (descendants named `proxy_comm`) are found and
     sampled, the FIFO is closed, and sampling goes on every 5 ms until each process is gone,
     keeping its last value: VmHWM only grows, so that is its peak over its whole life.
     """
@@ -294,23 +299,24 @@ def footprint(argv, ranks, proxy_comm, scratch, timeout=120.0):
         p = subprocess.Popen(argv, stdin=Stdin.read_fd, stdout=subprocess.PIPE, stderr=err)
     out = p.stdout.fileno()
     deadline = time.monotonic() + timeout
-    seen, pending, eof = 0, b"", False
-    while seen < ranks and not eof and time.monotonic() < deadline:
+    # Count bytes, not lines: a launcher may splice one rank's line into another's.
+    expected = ranks * len(READY)
+    output, eof = b"", False
+    while len(output) < expected and not eof and time.monotonic() < deadline:
         readable, _, _ = select.select([out], [], [], 0.1)
         if readable:
             chunk = os.read(out, 65536)
             eof = not chunk
-            pending += chunk
-            *lines, pending = pending.split(b"\n")
-            seen += sum(1 for line in lines if line == b"ready")
-    if seen < ranks:
+            output += chunk
+    if len(output) < expected:
         os.close(hold)
         kill_all_descendants()
         p.wait()
         p.stdout.close()
         sweep_leftovers()
         why = "timed out" if not eof else describe_status(p.returncode) + ": " + first_line(err_path)
-        return Footprint(failure=f"{seen}/{ranks} ranks ready; {why}")
+        return Footprint(failure=f"{len(output) // len(READY)}/{ranks} ranks ready; {why}")
+    spliced = output != READY * ranks
     table = process_table()
     proxies = [q for q in descendants(p.pid, table) if table[q][1] == proxy_comm]
     tracked = [p.pid] + proxies
@@ -339,7 +345,9 @@ def footprint(argv, ranks, proxy_comm, scratch, timeout=120.0):
         return Footprint(failure="timed out after release")
     if p.returncode != 0:
         return Footprint(failure=describe_status(p.returncode) + ": " + first_line(err_path))
-    return Footprint(launcher=last[p.pid], proxies=[last[q] for q in proxies if last[q] is not None])
+    return Footprint(
+        launcher=last[p.pid], proxies=[last[q] for q in proxies if last[q] is not None], spliced=spliced
+    )
 
 
 # ---------------------------------------------------------------------------------------------
