@@ -249,6 +249,16 @@ def stdio_cases(quick):
                     Command("rlaunch", [[RLAUNCH, "-n", str(ranks)] + writer], ["wc", "-c"], total, 300),
                     Command("hydra", [[HYDRA, "-n", str(ranks)] + writer], ["wc", "-c"], total, 300),
                     Command("direct", [writer + [str(r)] for r in range(ranks)], ["wc", "-c"], total, 300),
+                    # The same with a 1 MiB pipe: on this VM the 64 KiB default makes writer and
+                    # reader take turns, and the direct pipe is then no floor at all.
+                    Command(
+                        "direct 1M",
+                        [writer + [str(r)] for r in range(ranks)],
+                        ["wc", "-c"],
+                        total,
+                        300,
+                        pipe_size=MIB,
+                    ),
                 ],
                 {"direct": target},
             )
@@ -418,13 +428,30 @@ def cpu_model():
     return platform.processor() or "unknown"
 
 
-def header(args, started):
-    commit = git("rev-parse", "HEAD") or "unknown"
-    dirty = git("status", "--porcelain", "--untracked-files=no")
+@dataclass
+class Source:
+    """The commit the binaries were built from, read once before building: HEAD may move while
+    the benchmark runs, and the header and the file name must name the same commit."""
+
+    commit: str
+    short: str
+    dirty: bool
+
+    @classmethod
+    def read(cls):
+        return cls(
+            git("rev-parse", "HEAD") or "unknown",
+            git("rev-parse", "--short", "HEAD") or "unknown",
+            bool(git("status", "--porcelain", "--untracked-files=no")),
+        )
+
+
+def header(args, started, source):
+    uname = subprocess.run(["uname", "-a"], capture_output=True, text=True).stdout.strip()
     return [
         f"date:    {started:%Y-%m-%d %H:%M:%S %z}",
-        f"commit:  {commit}" + (" (work tree has uncommitted changes)" if dirty else ""),
-        f"uname:   {' '.join(platform.uname())}",
+        f"commit:  {source.commit}" + (" (work tree had uncommitted changes)" if source.dirty else ""),
+        f"uname:   {uname or ' '.join(platform.uname())}",
         f"nproc:   {len(os.sched_getaffinity(0))}",
         f"cpu:     {cpu_model()}",
         f"hydra:   {first_hydra_version()}",
@@ -476,9 +503,8 @@ def parse_args():
     return args
 
 
-def results_path(args, started):
-    short = git("rev-parse", "--short", "HEAD") or "unknown"
-    name = f"{started:%Y-%m-%d}-{short}"
+def results_path(args, started, source):
+    name = f"{started:%Y-%m-%d}-{source.short}"
     if args.quick:
         name += "-quick"
     if args.only != SECTIONS:
@@ -518,11 +544,12 @@ def main():
     if libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
         fail("prctl(PR_SET_CHILD_SUBREAPER) failed: " + os.strerror(ctypes.get_errno()))
     os.environ.update(MPI_ENV)
+    source = Source.read()
     build()
     Stdin.open()
     started = datetime.datetime.now().astimezone()
     t0 = time.monotonic()
-    lines = header(args, started)
+    lines = header(args, started, source)
     for line in lines:
         print(line, flush=True)
 
@@ -542,7 +569,7 @@ def main():
     emit(f"elapsed: {time.monotonic() - t0:.0f} s")
     emit(load_line("after:   "))
     os.makedirs(RESULTS, exist_ok=True)
-    path = results_path(args, started)
+    path = results_path(args, started, source)
     with open(path + ".tmp", "w") as f:
         f.write("\n".join(lines) + "\n")
     os.rename(path + ".tmp", path)

@@ -5,6 +5,7 @@ timeout, and then sweeps: the harness is a child subreaper, so anything the run 
 been reparented to it and is found, reported and killed before the next run starts.
 """
 
+import fcntl
 import os
 import select
 import signal
@@ -12,6 +13,9 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
+
+
+F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)
 
 
 def log(msg):
@@ -142,6 +146,7 @@ class Command:
     reader: list = None
     expect: str = None
     timeout: float = 120.0
+    pipe_size: int = 0  # with a reader: F_SETPIPE_SZ for the pipe into it (0: the default 64 KiB)
 
 
 @dataclass
@@ -210,6 +215,8 @@ def run(cmd, scratch):
         try:
             if cmd.reader:
                 rd, wr = os.pipe()
+                if cmd.pipe_size:
+                    fcntl.fcntl(wr, F_SETPIPE_SZ, cmd.pipe_size)
                 for argv in cmd.procs:
                     procs.append(subprocess.Popen(argv, stdin=Stdin.read_fd, stdout=wr, stderr=err))
                 os.close(wr)
