@@ -407,8 +407,8 @@ fn killing_rlaunch_leaves_nothing_behind_not_even_daemons() {
         .unwrap_or_else(|left| panic!("left behind after kill -9 of rlaunch: {left:?}"));
 }
 
-#[test]
-fn a_killed_proxy_ends_the_job_and_takes_its_ranks() {
+/// Two fake nodes whose ranks wait; returns the job and the pid of n2's proxy.
+fn two_node_job_and_proxy_of_n2() -> (rlaunch_tests::Job, i32) {
     let mut job = Run::new(&[
         "--launcher",
         "fork",
@@ -424,7 +424,12 @@ fn a_killed_proxy_ends_the_job_and_takes_its_ranks() {
     .spawn();
     let ready = job.wait_for_ready(2, WAIT);
     let rank1 = ready.iter().find(|(r, _)| *r == 1).unwrap().1;
-    let proxy = rlaunch_tests::parent_pid(rank1.as_raw());
+    (job, rlaunch_tests::parent_pid(rank1.as_raw()))
+}
+
+#[test]
+fn a_killed_proxy_ends_the_job_and_takes_its_ranks() {
+    let (job, proxy) = two_node_job_and_proxy_of_n2();
     nix::sys::signal::kill(nix::unistd::Pid::from_raw(proxy), Signal::SIGKILL).unwrap();
     let out = job.wait(WAIT);
     assert_ne!(out.code, Some(0));
@@ -504,22 +509,7 @@ fn a_slow_reader_slows_the_ranks_down_without_growing_memory() {
 
 #[test]
 fn a_hung_proxy_is_found_by_its_silence() {
-    let mut job = Run::new(&[
-        "--launcher",
-        "fork",
-        "--hosts",
-        "n1,n2",
-        "-n",
-        "2",
-        &rp(),
-        "ready",
-        "sleep",
-        "60",
-    ])
-    .spawn();
-    let ready = job.wait_for_ready(2, WAIT);
-    let rank1 = ready.iter().find(|(r, _)| *r == 1).unwrap().1;
-    let proxy = rlaunch_tests::parent_pid(rank1.as_raw());
+    let (job, proxy) = two_node_job_and_proxy_of_n2();
     let start = Instant::now();
     nix::sys::signal::kill(nix::unistd::Pid::from_raw(proxy), Signal::SIGSTOP).unwrap();
     let out = job.wait(WAIT);

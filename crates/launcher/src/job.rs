@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use nix::sys::signal::Signal;
 use pmi_wire::control::{
-    Down, Job, Launch, NameAnswer, NameOp, NodePlan, SpawnJob, SpawnRequest, StdinTarget, Up,
+    Down, Job, NameAnswer, NameOp, NodePlan, SpawnJob, SpawnRequest, StdinTarget, Up,
 };
 use pmi_wire::ids::ExitOutcome;
 use rlaunch_proxy::link::{self, ChildState, LinkEvent};
@@ -261,33 +261,21 @@ impl Root {
                 .flat_map(|n| &n.ranks)
                 .filter(|r| self.plan.job.stdin.includes(r.rank))
                 .count();
-            let (down_tx, down_rx) = mpsc::unbounded_channel();
             let idx = self.children.len();
-            let state = match link::spawn_proxy(
-                &self.plan.job.bootstrap,
-                &node.host,
-                node.fork,
-                &self.plan.proxy_exe,
-            ) {
-                Ok(process) => {
-                    self.child_by_pid.insert(process.pid, idx);
-                    let launch = Launch { job: self.plan.job.clone(), node: node.clone() };
-                    let _ = down_tx.send(Down::Launch(Box::new(launch)));
-                    link::heartbeat(&down_tx, || Down::Ping);
-                    let state =
-                        ChildState::new(node.host.clone(), process.pid, process.what.clone());
-                    let (output, events) = (output.clone(), events.clone());
-                    readers.push(tokio::spawn(link::run_link(process, down_rx, move |event| {
-                        route(idx, event, output.clone(), events.clone())
-                    })));
-                    state
+            let (output, events) = (output.clone(), events.clone());
+            let started = link::start_child(job, node, &self.plan.proxy_exe, move |event| {
+                route(idx, event, output.clone(), events.clone())
+            });
+            match started.link {
+                Ok(link) => {
+                    self.child_by_pid.insert(started.state.pid, idx);
+                    readers.push(link);
                 }
-                Err(e) => {
-                    let reason = format!("cannot start its launcher: {e}");
-                    self.causes.push(Cause::LostProxy { host: node.host.clone(), reason });
-                    ChildState::failed(node.host.clone())
+                Err(reason) => {
+                    self.causes.push(Cause::LostProxy { host: node.host.clone(), reason })
                 }
-            };
+            }
+            let (state, down_tx) = (started.state, started.down);
             self.children.push(Child { state, down: down_tx, stdin_ranks });
         }
         self.procs = procs.into_iter().map(|p| p.expect("placement covers every rank")).collect();

@@ -16,7 +16,9 @@ use std::os::unix::process::CommandExt;
 use std::process::{Command, Stdio};
 
 use nix::sys::socket::{socketpair, AddressFamily, SockFlag, SockType};
-use pmi_wire::control::{self, Bootstrap, Down, Frame, Up, HEARTBEAT, PROTOCOL_VERSION, SILENCE};
+use pmi_wire::control::{
+    self, Bootstrap, Down, Frame, Job, Launch, NodePlan, Up, HEARTBEAT, PROTOCOL_VERSION, SILENCE,
+};
 use pmi_wire::io::{FrameReader, ReadError};
 use tokio::io::AsyncWriteExt;
 use tokio::sync::mpsc;
@@ -317,6 +319,45 @@ pub fn heartbeat<M: Send + 'static>(tx: &mpsc::UnboundedSender<M>, ping: fn() ->
 /// How long a child proxy may take to say hello: ssh's own connect timeout and a login
 /// shell come first.
 const HELLO_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// A child proxy as its parent starts it: the parent's view of it, the sender of its Down
+/// frames, and its running link (or why it could not be started).
+pub struct StartedChild {
+    pub state: ChildState,
+    pub down: mpsc::UnboundedSender<Down>,
+    pub link: Result<tokio::task::JoinHandle<()>, String>,
+}
+
+/// Starts the proxy for `node`, sends it its launch, keeps its heartbeat going and runs its
+/// link, handing what it reports to `deliver` (see [`run_link`]). Shared by the launcher and
+/// the proxies, which start their children the same way.
+pub fn start_child<F, Fut>(
+    job: &Job,
+    node: &NodePlan,
+    proxy_exe: &OsStr,
+    deliver: F,
+) -> StartedChild
+where
+    F: FnMut(LinkEvent) -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = bool> + Send + 'static,
+{
+    let (down, down_rx) = mpsc::unbounded_channel();
+    match spawn_proxy(&job.bootstrap, &node.host, node.fork, proxy_exe) {
+        Ok(process) => {
+            let launch = Launch { job: job.clone(), node: node.clone() };
+            let _ = down.send(Down::Launch(Box::new(launch)));
+            heartbeat(&down, || Down::Ping);
+            let state = ChildState::new(node.host.clone(), process.pid, process.what.clone());
+            let link = tokio::spawn(run_link(process, down_rx, deliver));
+            StartedChild { state, down, link: Ok(link) }
+        }
+        Err(e) => StartedChild {
+            state: ChildState::failed(node.host.clone()),
+            down,
+            link: Err(format!("cannot start its launcher: {e}")),
+        },
+    }
+}
 
 /// What a link to a child proxy reports to its owner.
 pub enum LinkEvent {

@@ -299,31 +299,20 @@ impl Node {
         for plan in &plans {
             let ranks = plan.walk().iter().flat_map(|n| n.ranks.iter().map(|r| r.rank)).collect();
             let nodes = plan.walk().iter().map(|n| n.index).collect();
-            let (down_tx, down_rx) = mpsc::unbounded_channel();
             let idx = self.children.len();
-            let state = match link::spawn_proxy(&self.job.bootstrap, &plan.host, plan.fork, &exe) {
-                Ok(process) => {
-                    self.child_by_pid.insert(process.pid, idx);
-                    let launch = Launch { job: (*self.job).clone(), node: plan.clone() };
-                    let _ = down_tx.send(Down::Launch(Box::new(launch)));
-                    link::heartbeat(&down_tx, || Down::Ping);
-                    let state =
-                        ChildState::new(plan.host.clone(), process.pid, process.what.clone());
-                    let data = self.data.clone();
-                    let events = self.events.clone();
-                    tokio::spawn(link::run_link(process, down_rx, move |event| {
-                        relay_child(idx, event, data.clone(), events.clone())
-                    }));
-                    state
+            let (data, events) = (self.data.clone(), self.events.clone());
+            let started = link::start_child(&self.job, plan, &exe, move |event| {
+                relay_child(idx, event, data.clone(), events.clone())
+            });
+            match started.link {
+                Ok(_) => {
+                    self.child_by_pid.insert(started.state.pid, idx);
                 }
-                Err(e) => {
-                    let _ = self.control.send(Up::ProxyLost {
-                        host: plan.host.clone(),
-                        reason: format!("cannot start its launcher: {e}"),
-                    });
-                    ChildState::failed(plan.host.clone())
+                Err(reason) => {
+                    let _ = self.control.send(Up::ProxyLost { host: plan.host.clone(), reason });
                 }
-            };
+            }
+            let (state, down_tx) = (started.state, started.down);
             let child = ChildProxy { state, nodes, ranks, down: down_tx };
             self.children.push(child);
         }
