@@ -373,7 +373,11 @@ impl Root {
             }
             Up::PmiFault { rank, pid, what } => self.fail(Cause::PmiFault { rank, pid, what }),
             Up::Spawn { rank, tag, request } => self.spawn(rank, tag, request),
-            Up::Greeting { .. } | Up::Output { .. } | Up::OutputEnd { .. } | Up::Ping => {}
+            Up::Greeting { .. }
+            | Up::RankStarted { .. }
+            | Up::Output { .. }
+            | Up::OutputEnd { .. }
+            | Up::Ping => {}
         }
     }
 
@@ -604,6 +608,9 @@ async fn route(
     match event {
         LinkEvent::Up(Up::Output { rank, stream, data }) => {
             output.send(Chunk::Data { rank, stream, data }).await.is_ok()
+        }
+        LinkEvent::Up(Up::RankStarted { rank, pid, cpus }) => {
+            output.send(Chunk::Started { rank, pid, cpus }).await.is_ok()
         }
         LinkEvent::Up(Up::OutputEnd { rank, stream }) => {
             output.send(Chunk::End { rank, stream }).await.is_ok()

@@ -120,6 +120,7 @@ fn build_plan(cli: &Cli) -> Result<job::Plan, PlanError> {
     let segment = Segment {
         exe: exe.as_bytes().to_vec(),
         args: args.iter().map(|a| a.as_bytes().to_vec()).collect(),
+        inherit_env: true,
         env: Vec::new(),
         wdir: wdir.into_os_string().into_vec(),
     };
@@ -159,6 +160,7 @@ fn build_plan(cli: &Cli) -> Result<job::Plan, PlanError> {
         bootstrap,
         process_mapping: plan::process_mapping(&rank_node),
         pmi_port: cli.pmi_port,
+        binding: None,
     };
     Ok(job::Plan {
         job,

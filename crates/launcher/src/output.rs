@@ -22,8 +22,21 @@ const BATCH: usize = 256 << 10;
 pub const QUEUE: usize = 64;
 
 pub enum Chunk {
-    Data { rank: u32, stream: Stream, data: Vec<u8> },
-    End { rank: u32, stream: Stream },
+    /// A rank is running; comes before any of its output.
+    Started {
+        rank: u32,
+        pid: u32,
+        cpus: Option<String>,
+    },
+    Data {
+        rank: u32,
+        stream: Stream,
+        data: Vec<u8>,
+    },
+    End {
+        rank: u32,
+        stream: Stream,
+    },
 }
 
 /// What the writer thread tells the dispatcher.
@@ -134,6 +147,7 @@ impl Writer {
                     self.partial.insert(key, data[nl + 1..].to_vec());
                 }
             }
+            Chunk::Started { .. } => {}
             Chunk::End { rank, stream } => {
                 if let Some(rest) = self.partial.remove(&(rank, stream)) {
                     self.emit(rank, stream, &rest);

@@ -22,7 +22,7 @@ use crate::ids::{ExitOutcome, Stream};
 /// First bytes on every control channel, in both directions.
 pub const MAGIC: [u8; 8] = *b"\x7fRLAUNCH";
 /// Bumped whenever a frame changes meaning.
-pub const PROTOCOL_VERSION: u32 = 1;
+pub const PROTOCOL_VERSION: u32 = 2;
 /// Length of the raw hello: magic + u32 BE version.
 pub const HELLO_LEN: usize = MAGIC.len() + 4;
 /// Largest frame either side accepts; checked before any allocation.
@@ -185,6 +185,9 @@ pub enum Up {
     Greeting { host: String, pid: u32 },
     /// All of this node's ranks have been started (or failed to start).
     Started { node: u32 },
+    /// A rank is running. Travels on the output path, ahead of the rank's first output, so
+    /// that the launcher knows the pid (and the CPUs it is bound to) before any of its lines.
+    RankStarted { rank: u32, pid: u32, cpus: Option<String> },
     /// Bytes a rank wrote.
     Output { rank: u32, stream: Stream, data: Vec<u8> },
     /// A rank's stream reached end of file.
@@ -353,6 +356,25 @@ pub struct Job {
     pub process_mapping: Option<String>,
     /// Serve PMI on a loopback TCP port (`PMI_PORT`/`PMI_ID`) instead of a socketpair.
     pub pmi_port: bool,
+    /// How ranks are pinned to CPUs; `None` leaves them where the proxy runs.
+    pub binding: Option<Binding>,
+}
+
+/// `--bind-to`: each rank gets `count` objects of kind `unit`, in local-rank order, from the
+/// CPUs the proxy may use; past the last object it wraps around.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Binding {
+    pub unit: CpuUnit,
+    pub count: u32,
+}
+
+/// A level of the CPU topology, as the kernel shows it under /sys.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum CpuUnit {
+    Hwthread,
+    Core,
+    Socket,
+    Numa,
 }
 
 /// One executable of an MPMD command line.
@@ -360,7 +382,9 @@ pub struct Job {
 pub struct Segment {
     pub exe: Vec<u8>,
     pub args: Vec<Vec<u8>>,
-    /// Set on top of [`Job::env`] for this segment's ranks.
+    /// Whether this segment's ranks start from [`Job::env`] (`false`: `-envnone`, from nothing).
+    pub inherit_env: bool,
+    /// Set on top of the inherited environment for this segment's ranks, in order.
     pub env: Vec<(Vec<u8>, Vec<u8>)>,
     /// Working directory of the ranks.
     pub wdir: Vec<u8>,

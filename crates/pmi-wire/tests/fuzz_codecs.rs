@@ -121,6 +121,7 @@ fn corpus() -> Vec<Vec<u8>> {
             segments: vec![Segment {
                 exe: b"./a".to_vec(),
                 args: vec![b"x".to_vec()],
+                inherit_env: true,
                 env: vec![(b"A".to_vec(), b"1".to_vec())],
                 wdir: b"/tmp".to_vec(),
             }],
@@ -130,6 +131,7 @@ fn corpus() -> Vec<Vec<u8>> {
             bootstrap: Bootstrap::Fork,
             process_mapping: Some("(vector,(0,1,2))".into()),
             pmi_port: false,
+            binding: None,
         },
         node: NodePlan {
             index: 0,

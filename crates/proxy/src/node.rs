@@ -394,16 +394,23 @@ impl Node {
                 slot.running = true;
                 slot.open_streams = 2;
                 self.rank_by_pid.insert(started.pid, local);
-                for (stream, fd) in
-                    [(Stream::Stdout, started.stdout), (Stream::Stderr, started.stderr)]
-                {
-                    let data = self.data.clone();
-                    let events = self.events.clone();
-                    tokio::spawn(async move {
-                        rank::relay_output(gid, stream, fd, data).await;
-                        let _ = events.send(Event::OutputClosed { local });
-                    });
-                }
+                let data = self.data.clone();
+                let events = self.events.clone();
+                let hello = Up::RankStarted { rank: gid, pid: started.pid as u32, cpus: None };
+                let (stdout, stderr) = (started.stdout, started.stderr);
+                tokio::spawn(async move {
+                    // Ahead of any output on the same ordered path: the launcher names output
+                    // files after the pid.
+                    let _ = data.send(hello).await;
+                    let relay = |stream, fd| {
+                        let (data, events) = (data.clone(), events.clone());
+                        async move {
+                            rank::relay_output(gid, stream, fd, data).await;
+                            let _ = events.send(Event::OutputClosed { local });
+                        }
+                    };
+                    tokio::join!(relay(Stream::Stdout, stdout), relay(Stream::Stderr, stderr));
+                });
                 if gets_stdin {
                     let (tx, rx) = mpsc::unbounded_channel();
                     slot.stdin = Some(tx);
@@ -436,6 +443,7 @@ impl Node {
             segments.push(Segment {
                 exe: exe.into_bytes(),
                 args: cmd.args.iter().map(|a| a.clone().into_bytes()).collect(),
+                inherit_env: true,
                 env: vec![(b"PMI_SPAWNED".to_vec(), b"1".to_vec())],
                 wdir: wdir.unwrap_or_else(|| self.job.segments[0].wdir.clone()),
             });

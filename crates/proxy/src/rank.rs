@@ -58,7 +58,8 @@ pub fn spawn(
     let mut cmd = Command::new(OsStr::from_bytes(&segment.exe));
     cmd.args(segment.args.iter().map(|a| OsStr::from_bytes(a)));
     cmd.env_clear();
-    for (k, v) in job.env.iter().chain(&segment.env) {
+    let inherited = if segment.inherit_env { &job.env[..] } else { &[] };
+    for (k, v) in inherited.iter().chain(&segment.env) {
         cmd.env(OsStr::from_bytes(k), OsStr::from_bytes(v));
     }
     cmd.env("PMI_RANK", at.rank.to_string())
