@@ -462,7 +462,11 @@ fn a_proxy_of_another_protocol_version_is_named_clearly() {
     out.assert_code(255);
     let err = out.stderr_str();
     assert!(err.contains("lost proxy on "), "{err}");
-    assert!(err.contains("protocol version 9, this rlaunch speaks version 1"), "{err}");
+    let ours = pmi_wire::control::PROTOCOL_VERSION;
+    assert!(
+        err.contains(&format!("protocol version 9, this rlaunch speaks version {ours}")),
+        "{err}"
+    );
 }
 
 fn rss_kib(pid: u32) -> u64 {

@@ -3,6 +3,7 @@
 mod cli;
 mod hosts;
 mod job;
+mod options;
 mod output;
 mod plan;
 mod stdin;
@@ -11,7 +12,7 @@ use std::ffi::OsString;
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use cli::{Cli, LauncherKind, MapBy};
+use options::{LauncherKind, MapBy, Options, Request};
 use pmi_wire::control::{Bootstrap, Job, NodePlan, RankPlan, Segment, StdinTarget};
 
 /// Exit status for command-line errors.
@@ -21,14 +22,44 @@ const EXIT_INTERNAL: i32 = 255;
 
 fn main() {
     rlaunch_proxy::procs::cloexec_inherited_fds();
-    let cli = Cli::parse_args();
-    if cli.verbose > 0 && std::env::var_os("RLAUNCH_LOG").is_none() {
-        let level = if cli.verbose == 1 { "info" } else { "debug" };
+    let args: Vec<OsString> = std::env::args_os().skip(1).collect();
+    let env: Vec<(OsString, OsString)> = std::env::vars_os().collect();
+    let cwd = match std::env::current_dir() {
+        Ok(dir) => dir,
+        Err(e) => {
+            eprintln!("rlaunch: cannot read the current directory: {}", hosts::plain(&e));
+            std::process::exit(EXIT_INTERNAL);
+        }
+    };
+    let options = match options::parse(&args, &env, &cwd) {
+        Ok(Request::Run(options)) => options,
+        Ok(Request::Help { all }) => {
+            print!("{}", cli::help(all));
+            return;
+        }
+        Ok(Request::Version) => {
+            println!("rlaunch {}", env!("CARGO_PKG_VERSION"));
+            return;
+        }
+        Ok(Request::Info) => {
+            print!("{}", info());
+            return;
+        }
+        Err(msg) => {
+            eprintln!("rlaunch: {msg}");
+            std::process::exit(EXIT_USAGE);
+        }
+    };
+    if options.verbose > 0 && std::env::var_os("RLAUNCH_LOG").is_none() {
+        let level = if options.verbose == 1 { "info" } else { "debug" };
         // Before any thread exists; the proxies inherit it.
         std::env::set_var("RLAUNCH_LOG", level);
     }
     rlaunch_proxy::init_logging("rlaunch");
-    let plan = match build_plan(&cli) {
+    for notice in &options.notices {
+        eprintln!("rlaunch: {notice}");
+    }
+    let plan = match build_plan(&options, &env) {
         Ok(plan) => plan,
         Err(PlanError::Usage(msg)) => {
             eprintln!("rlaunch: {msg}");
@@ -50,53 +81,57 @@ enum PlanError {
     Setup(String),
 }
 
-fn build_plan(cli: &Cli) -> Result<job::Plan, PlanError> {
+fn build_plan(o: &Options, env: &[(OsString, OsString)]) -> Result<job::Plan, PlanError> {
     let usage = PlanError::Usage;
     let own_host = hostname::get()
         .map(|h| h.to_string_lossy().into_owned())
         .unwrap_or_else(|_| "localhost".into());
-    let size = cli.np.unwrap_or(1);
-    if size == 0 {
-        return Err(usage("-n must be at least 1".into()));
+
+    // Host lists, each read once however many segments use it.
+    let mut sources = Vec::new();
+    let mut lists = Vec::new();
+    let mut counts = Vec::new();
+    for seg in &o.segments {
+        let list = match sources.iter().position(|s| *s == seg.hosts.as_ref()) {
+            Some(i) => i,
+            None => {
+                let mut hosts =
+                    options::read_hosts(seg.hosts.as_ref(), &own_host).map_err(usage)?;
+                if let Some(ppn) = o.ppn {
+                    hosts.iter_mut().for_each(|h| h.slots = ppn);
+                }
+                sources.push(seg.hosts.as_ref());
+                lists.push(hosts);
+                lists.len() - 1
+            }
+        };
+        let slots: u32 = lists[list].iter().map(|h| h.slots).sum();
+        counts.push((list, seg.np.unwrap_or(slots)));
     }
-    let hostfile =
-        cli.hostfile.clone().or_else(|| std::env::var_os("HYDRA_HOST_FILE").map(Into::into));
-    let mut hosts = match (&cli.hosts, &hostfile) {
-        (Some(list), _) => hosts::parse_host_list(list).map_err(usage)?,
-        (None, Some(file)) => hosts::read_hostfile(file).map_err(usage)?,
-        (None, None) => {
-            vec![hosts::Host { name: own_host.clone(), slots: cli.ppn.unwrap_or(size) }]
-        }
-    };
-    if let Some(ppn) = cli.ppn {
-        if ppn == 0 {
-            return Err(usage("--ppn must be at least 1".into()));
-        }
-        hosts.iter_mut().for_each(|h| h.slots = ppn);
-    }
-    let bootstrap = match cli.launcher {
+    let size = counts.iter().try_fold(0u32, |sum, (_, n)| sum.checked_add(*n));
+    let size = size.ok_or_else(|| usage("too many ranks".into()))?;
+    let rank_hosts = plan::place_segments(&lists, &counts, o.map_by == MapBy::Node);
+
+    let bootstrap = match o.launcher {
         Some(LauncherKind::Fork) => Bootstrap::Fork,
         kind => {
-            let argv = match &cli.launcher_exec {
-                Some(cmd) => cmd.split_whitespace().map(str::to_string).collect(),
+            let argv = match &o.launcher_exec {
+                Some(argv) => argv.clone(),
                 None if kind == Some(LauncherKind::Rsh) => vec!["rsh".to_string()],
                 None => vec!["ssh".into(), "-x".into(), "-oBatchMode=yes".into()],
             };
-            if argv.is_empty() {
-                return Err(usage("--launcher-exec: empty command".into()));
-            }
-            let proxy_path = match &cli.proxy_path {
+            let proxy_path = match &o.proxy_path {
                 Some(p) => p.clone(),
                 None => proxy_exe().map_err(PlanError::Setup)?.to_string_lossy().into_owned(),
             };
             Bootstrap::Remote { argv, proxy_path }
         }
     };
-    let forced_remote = matches!(cli.launcher, Some(LauncherKind::Ssh | LauncherKind::Rsh));
+    let forced_remote = matches!(o.launcher, Some(LauncherKind::Ssh | LauncherKind::Rsh));
     let fork_host = |name: &str| {
         bootstrap == Bootstrap::Fork || (!forced_remote && hosts::is_local(name, &own_host))
     };
-    let stdin = match cli.stdin.as_str() {
+    let stdin = match o.stdin.as_str() {
         "all" => StdinTarget::All,
         "none" => StdinTarget::None,
         r => match r.parse::<u32>() {
@@ -109,68 +144,104 @@ fn build_plan(cli: &Cli) -> Result<job::Plan, PlanError> {
             }
         },
     };
-    if !(cli.kill_grace.is_finite() && cli.kill_grace >= 0.0) {
-        return Err(usage(format!("--kill-grace {}: expected seconds", cli.kill_grace)));
-    }
-    let timeout = cli.timeout().map_err(usage)?;
 
-    let (exe, args) = cli.command.split_first().ok_or_else(|| usage("no program given".into()))?;
-    let wdir = std::env::current_dir()
-        .map_err(|e| PlanError::Setup(format!("cannot read the current directory: {e}")))?;
-    let segment = Segment {
-        exe: exe.as_bytes().to_vec(),
-        args: args.iter().map(|a| a.as_bytes().to_vec()).collect(),
-        inherit_env: true,
-        env: Vec::new(),
-        wdir: wdir.into_os_string().into_vec(),
-    };
-    let placed = match cli.map_by {
-        MapBy::Slot => plan::place_block(&hosts, size),
-        MapBy::Node => plan::place_round_robin(&hosts, size),
-    };
-    let mut rank_node = vec![0u32; size as usize];
-    let mut node_hosts = Vec::new();
-    let nodes = placed
-        .into_iter()
-        .enumerate()
-        .map(|(i, (host, ranks))| {
-            for &r in &ranks {
-                rank_node[r as usize] = i as u32;
-            }
-            node_hosts.push(host.clone());
-            NodePlan {
-                index: i as u32,
-                fork: fork_host(&host),
-                host,
-                ranks: ranks.into_iter().map(|rank| RankPlan { rank, segment: 0 }).collect(),
-                children: Vec::new(),
+    let mut genv = o.env_base.filter(env);
+    genv.extend(o.genv.iter().cloned());
+    let segments = o
+        .segments
+        .iter()
+        .map(|seg| {
+            let (exe, args) = seg.command.split_first().expect("every segment has a program");
+            let (inherit_env, mut vars) = match &seg.env_base {
+                None => (true, Vec::new()),
+                Some(base) => {
+                    let mut vars = base.filter(env);
+                    vars.extend(o.genv.iter().cloned());
+                    (false, vars)
+                }
+            };
+            vars.extend(seg.env.iter().cloned());
+            Segment {
+                exe: exe.as_bytes().to_vec(),
+                args: args.iter().map(|a| a.as_bytes().to_vec()).collect(),
+                inherit_env,
+                env: vars,
+                wdir: seg.wdir.clone().into_os_string().into_vec(),
             }
         })
         .collect();
-    let roots = plan::build_tree(nodes, cli.tree_width);
+
+    // One node per distinct host, in order of first rank.
+    let mut node_hosts: Vec<String> = Vec::new();
+    let mut nodes: Vec<NodePlan> = Vec::new();
+    let mut rank_node = Vec::with_capacity(size as usize);
+    let rank_segment = counts.iter().enumerate().flat_map(|(s, (_, n))| (0..*n).map(move |_| s));
+    for (rank, (host, segment)) in rank_hosts.into_iter().zip(rank_segment).enumerate() {
+        let index = match node_hosts.iter().rposition(|h| *h == host) {
+            Some(i) => i,
+            None => {
+                nodes.push(NodePlan {
+                    index: nodes.len() as u32,
+                    fork: fork_host(&host),
+                    host: host.clone(),
+                    ranks: Vec::new(),
+                    children: Vec::new(),
+                });
+                node_hosts.push(host);
+                nodes.len() - 1
+            }
+        };
+        nodes[index].ranks.push(RankPlan { rank: rank as u32, segment: segment as u32 });
+        rank_node.push(index as u32);
+    }
+    let roots = plan::build_tree(nodes, o.tree_width);
     tracing::debug!(nodes = node_hosts.len(), depth = plan::depth(&roots), "plan ready");
 
     let job = Job {
         jobid: job_id(),
         size,
-        segments: vec![segment],
-        env: std::env::vars_os().map(|(k, v)| (k.into_vec(), v.into_vec())).collect(),
+        segments,
+        env: genv,
         stdin,
-        kill_grace_ms: (cli.kill_grace * 1000.0) as u64,
+        kill_grace_ms: o.kill_grace.as_millis() as u64,
         bootstrap,
         process_mapping: plan::process_mapping(&rank_node),
-        pmi_port: cli.pmi_port,
-        binding: None,
+        pmi_port: o.pmi_port,
+        binding: o.binding,
     };
     Ok(job::Plan {
         job,
         roots,
         node_hosts,
         proxy_exe: proxy_exe().map_err(PlanError::Setup)?,
-        prepend_rank: cli.prepend_rank,
-        print_all_exit_codes: cli.print_all_exit_codes,
-        timeout,
+        prepend_rank: o.output.prepend_rank,
+        print_all_exit_codes: o.print_all_exit_codes,
+        timeout: o.timeout,
     })
+}
+
+/// `-info`: what this rlaunch is and can do.
+fn info() -> String {
+    let proxy = match proxy_exe() {
+        Ok(p) => p.to_string_lossy().into_owned(),
+        Err(e) => e,
+    };
+    format!(
+        "rlaunch {version}
+  built:      {profile} build for {arch}-{os}, control protocol v{protocol}
+  proxy:      {proxy}
+  launchers:  fork (this machine), ssh, rsh, or any remote shell (--launcher-exec)
+  PMI:        PMI-1 (MPICH's simple PMI, with spawn and name service), PMI-2 (wire v2)
+              over an inherited socket (PMI_FD) or a loopback port (--pmi-port)
+  binding:    hwthread, core, socket, numa from /sys (no hwloc)
+  topology:   proxy tree of width --tree-width (default 32)
+",
+        version = env!("CARGO_PKG_VERSION"),
+        profile = if cfg!(debug_assertions) { "debug" } else { "release" },
+        arch = std::env::consts::ARCH,
+        os = std::env::consts::OS,
+        protocol = pmi_wire::control::PROTOCOL_VERSION,
+    )
 }
 
 /// The `rlaunch-proxy` installed next to this `rlaunch`.

@@ -62,6 +62,37 @@ pub fn place_round_robin(hosts: &[Host], n: u32) -> Vec<(String, Vec<u32>)> {
         .collect()
 }
 
+/// The host of each rank of an MPMD job, ranks numbered across segments. `segments` are
+/// (host list index, rank count); segments drawing on the same list continue where the
+/// previous one stopped, as if they were one block of ranks (Hydra's numbering).
+pub fn place_segments(
+    lists: &[Vec<Host>],
+    segments: &[(usize, u32)],
+    by_node: bool,
+) -> Vec<String> {
+    let mut sequences: Vec<std::vec::IntoIter<String>> = lists
+        .iter()
+        .enumerate()
+        .map(|(i, hosts)| {
+            let n: u32 = segments.iter().filter(|(l, _)| *l == i).map(|(_, n)| n).sum();
+            let placed = if by_node { place_round_robin(hosts, n) } else { place_block(hosts, n) };
+            let mut sequence = vec![String::new(); n as usize];
+            for (host, ranks) in placed {
+                for r in ranks {
+                    sequence[r as usize].clone_from(&host);
+                }
+            }
+            sequence.into_iter()
+        })
+        .collect();
+    segments
+        .iter()
+        .flat_map(|&(list, n)| {
+            (0..n).map(|_| sequences[list].next().expect("sized to fit")).collect::<Vec<_>>()
+        })
+        .collect()
+}
+
 /// Arranges nodes in a `width`-ary tree rooted at the launcher, in breadth-first order: the
 /// launcher starts the first `width`, each of those the next `width`, and so on. Width 0 is
 /// flat. Nodes started by fork come first, so that a forked proxy's parent is always on the
@@ -156,6 +187,15 @@ mod tests {
             vec![("n1".into(), vec![0, 1, 4, 5]), ("n2".into(), vec![2, 3])]
         );
         assert_eq!(place_block(&hosts, 1), vec![("n1".into(), vec![0])]);
+    }
+
+    #[test]
+    fn segments_continue_on_a_shared_list() {
+        let lists = [parse_host_list("a:2,b:2").unwrap(), parse_host_list("c").unwrap()];
+        let hosts = place_segments(&lists, &[(0, 1), (1, 2), (0, 3)], false);
+        assert_eq!(hosts, ["a", "c", "c", "a", "b", "b"]);
+        let hosts = place_segments(&lists, &[(0, 1), (0, 3)], true);
+        assert_eq!(hosts, ["a", "b", "a", "b"]);
     }
 
     #[test]

@@ -1,0 +1,521 @@
+//! What the command line asks for, validated: the parts from [`cli::split`] folded, in
+//! order, into job-wide settings and one [`SegmentSpec`] per MPMD segment, with settings
+//! from the environment filled in where the command line is silent.
+
+use std::ffi::OsString;
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use pmi_wire::control::{Binding, CpuUnit};
+
+use crate::cli::{self, Item, Key, Part};
+use crate::hosts::{self, Host};
+
+/// What the command line asks rlaunch to do.
+pub enum Request {
+    Run(Box<Options>),
+    Help { all: bool },
+    Version,
+    Info,
+}
+
+/// Which of rlaunch's own environment the ranks start from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum EnvBase {
+    All,
+    /// Only these names (none for `-genvnone`).
+    Only(Vec<String>),
+}
+
+impl EnvBase {
+    fn add_list(&mut self, list: &str) {
+        let names = list.split(',').map(str::trim).filter(|n| !n.is_empty()).map(String::from);
+        match self {
+            EnvBase::Only(have) => have.extend(names),
+            EnvBase::All => *self = EnvBase::Only(names.collect()),
+        }
+    }
+
+    /// The variables of `env` this base lets through, in `env`'s order.
+    pub fn filter(&self, env: &[(OsString, OsString)]) -> Vec<(Vec<u8>, Vec<u8>)> {
+        env.iter()
+            .filter(|(k, _)| match self {
+                EnvBase::All => true,
+                EnvBase::Only(names) => names.iter().any(|n| n.as_bytes() == k.as_bytes()),
+            })
+            .map(|(k, v)| (k.as_bytes().to_vec(), v.as_bytes().to_vec()))
+            .collect()
+    }
+}
+
+/// Where a segment's hosts come from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HostSource {
+    List(String),
+    File(PathBuf),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MapBy {
+    Slot,
+    Node,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LauncherKind {
+    Fork,
+    Ssh,
+    Rsh,
+}
+
+/// One executable of the job and how its ranks are set up.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SegmentSpec {
+    /// `None`: as many ranks as its hosts have slots.
+    pub np: Option<u32>,
+    /// `None`: the job's hosts.
+    pub hosts: Option<HostSource>,
+    /// Absolute.
+    pub wdir: PathBuf,
+    /// `Some` when the segment filters rlaunch's environment itself (`-envnone` ...).
+    pub env_base: Option<EnvBase>,
+    /// `-env` pairs, in order.
+    pub env: Vec<(Vec<u8>, Vec<u8>)>,
+    pub command: Vec<OsString>,
+}
+
+/// How output is dressed and where it goes.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct OutputOptions {
+    pub prepend_rank: bool,
+    pub prepend_pattern: Option<String>,
+    pub tag: bool,
+    pub timestamp: bool,
+    pub outfile: Option<String>,
+    pub errfile: Option<String>,
+    /// `--output-filename DIR[:nocopy]`.
+    pub dir: Option<String>,
+}
+
+/// Everything the command line (and the environment) decided.
+#[derive(Debug, Clone)]
+pub struct Options {
+    pub segments: Vec<SegmentSpec>,
+    /// The job's hosts, for segments without their own.
+    pub hosts: Option<HostSource>,
+    pub ppn: Option<u32>,
+    pub map_by: MapBy,
+    pub launcher: Option<LauncherKind>,
+    pub launcher_exec: Option<Vec<String>>,
+    pub proxy_path: Option<String>,
+    pub tree_width: u32,
+    pub env_base: EnvBase,
+    /// `-genv` and `-x` pairs, in order.
+    pub genv: Vec<(Vec<u8>, Vec<u8>)>,
+    pub stdin: String,
+    pub kill_grace: Duration,
+    pub timeout: Option<Duration>,
+    pub pmi_port: bool,
+    pub binding: Option<Binding>,
+    pub report_bindings: bool,
+    pub output: OutputOptions,
+    pub print_all_exit_codes: bool,
+    pub verbose: u8,
+    /// One line each, for options accepted without effect.
+    pub notices: Vec<String>,
+}
+
+/// Reads rlaunch's argv (without argv[0]). `env` is rlaunch's environment, `cwd` its
+/// directory; both are parameters so that this stays a pure function of its input.
+pub fn parse(
+    args: &[OsString],
+    env: &[(OsString, OsString)],
+    cwd: &Path,
+) -> Result<Request, String> {
+    let mut parts = cli::split(args)?;
+    let all = |key: Key| parts.iter().flat_map(|p| &p.items).any(|i| i.key == key);
+    if all(Key::HelpAll) {
+        return Ok(Request::Help { all: true });
+    }
+    if all(Key::Help) {
+        return Ok(Request::Help { all: false });
+    }
+    if all(Key::Version) {
+        return Ok(Request::Version);
+    }
+    if all(Key::Info) {
+        return Ok(Request::Info);
+    }
+    let configfile = parts.iter().flat_map(|p| &p.items).find(|i| i.key == Key::Configfile);
+    if let Some(item) = configfile {
+        let path = cwd.join(item.value.as_deref().expect("takes a value"));
+        if parts.len() > 1 || !parts[0].command.is_empty() {
+            return Err(format!(
+                "{}: give the programs either in the file or on the command line",
+                item.name
+            ));
+        }
+        let text = std::fs::read_to_string(&path)
+            .map_err(|e| format!("cannot read {}: {}", path.display(), hosts::plain(&e)))?;
+        let lines = cli::split_configfile(&text)
+            .map_err(|(line, e)| format!("{}:{line}: {e}", path.display()))?;
+        if lines.is_empty() {
+            return Err(format!("{} names no program", path.display()));
+        }
+        for (line, words) in lines {
+            let at = |e: String| format!("{}:{line}: {e}", path.display());
+            let mut found = cli::split(&words).map_err(at)?;
+            if found.len() != 1 || found[0].command.is_empty() {
+                return Err(at("expected options and one program, without ':'".into()));
+            }
+            parts.push(found.remove(0));
+        }
+        // The command line's own options apply to every segment.
+        let head = parts.remove(0);
+        parts[0].items.splice(0..0, head.items);
+    }
+    if parts[0].command.is_empty() {
+        return Err("no program given: rlaunch -n N PROGRAM [ARGS]".into());
+    }
+    fold(parts, env, cwd)
+}
+
+fn fold(parts: Vec<Part>, env: &[(OsString, OsString)], cwd: &Path) -> Result<Request, String> {
+    let mut o = Options {
+        segments: Vec::new(),
+        hosts: None,
+        ppn: None,
+        map_by: MapBy::Slot,
+        launcher: None,
+        launcher_exec: None,
+        proxy_path: None,
+        tree_width: 32,
+        env_base: EnvBase::All,
+        genv: Vec::new(),
+        stdin: "0".into(),
+        kill_grace: Duration::from_secs(1),
+        timeout: None,
+        pmi_port: false,
+        binding: None,
+        report_bindings: false,
+        output: OutputOptions::default(),
+        print_all_exit_codes: false,
+        verbose: 0,
+        notices: Vec::new(),
+    };
+    let mut default_wdir: Option<PathBuf> = None;
+    let getenv = |name: &str| env.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone());
+    let mut timeout = None;
+    for (index, part) in parts.iter().enumerate() {
+        let mut seg = SegmentSpec {
+            np: None,
+            hosts: None,
+            wdir: PathBuf::new(),
+            env_base: None,
+            env: Vec::new(),
+            command: part.command.clone(),
+        };
+        let mut wdir = None;
+        for item in &part.items {
+            let text = || item.value.as_ref().map(|v| v.to_string_lossy().into_owned());
+            let value = text().unwrap_or_default();
+            let bad = |what: &str| format!("{} {value}: expected {what}", item.name);
+            match item.key {
+                Key::Np => {
+                    let n = value.parse::<u32>().map_err(|_| bad("a number of ranks"))?;
+                    if n == 0 {
+                        return Err(format!(
+                            "{} {value}: a segment needs at least 1 rank",
+                            item.name
+                        ));
+                    }
+                    seg.np = Some(n);
+                }
+                Key::Configfile | Key::Help | Key::HelpAll | Key::Version | Key::Info => {}
+                Key::Timeout => timeout = Some(parse_seconds(item.name, &value)?),
+                Key::KillGrace => {
+                    o.kill_grace = parse_seconds(item.name, &value)?;
+                }
+                Key::PmiPort => o.pmi_port = true,
+                Key::Stdin => o.stdin = value,
+                Key::Hosts | Key::Hostfile => {
+                    let source = if item.key == Key::Hosts {
+                        HostSource::List(value)
+                    } else {
+                        HostSource::File(cwd.join(item.value.as_deref().expect("value")))
+                    };
+                    if index == 0 {
+                        o.hosts = Some(source.clone());
+                    }
+                    seg.hosts = Some(source);
+                }
+                Key::Ppn => {
+                    let n = value.parse::<u32>().ok().filter(|&n| n > 0);
+                    o.ppn = Some(n.ok_or_else(|| bad("a number of ranks per host"))?);
+                }
+                Key::MapBy => match value.as_str() {
+                    "slot" | "--byslot" | "-byslot" | "core" | "hwthread" | "socket" | "numa" => {
+                        o.map_by = MapBy::Slot
+                    }
+                    "node" | "--bynode" | "-bynode" => o.map_by = MapBy::Node,
+                    ppr if ppr.starts_with("ppr:") => {
+                        let n = ppr
+                            .strip_prefix("ppr:")
+                            .and_then(|r| r.strip_suffix(":node"))
+                            .and_then(|n| n.parse::<u32>().ok())
+                            .filter(|&n| n > 0);
+                        o.ppn = Some(n.ok_or_else(|| bad("ppr:N:node"))?);
+                    }
+                    _ => return Err(bad("slot, node or ppr:N:node")),
+                },
+                Key::Oversubscribe => {}
+                Key::Launcher => o.launcher = Some(parse_launcher(item.name, &value)?),
+                Key::LauncherExec => o.launcher_exec = Some(parse_command(item.name, &value)?),
+                Key::ProxyPath => o.proxy_path = Some(value),
+                Key::TreeWidth => {
+                    o.tree_width = value.parse().map_err(|_| bad("a number of children"))?
+                }
+                Key::Genv => o.genv.push(split_pair(item)?),
+                Key::Export => match value.split_once('=') {
+                    Some(_) => o.genv.push(split_pair(item)?),
+                    None => {
+                        if let Some(v) = getenv(&value) {
+                            o.genv.push((value.into_bytes(), v.into_vec()));
+                        }
+                    }
+                },
+                Key::Genvall => o.env_base = EnvBase::All,
+                Key::Genvnone => o.env_base = EnvBase::Only(Vec::new()),
+                Key::Genvlist => o.env_base.add_list(&value),
+                Key::Env => seg.env.push(split_pair(item)?),
+                Key::Envall => seg.env_base = Some(EnvBase::All),
+                Key::Envnone => seg.env_base = Some(EnvBase::Only(Vec::new())),
+                Key::Envlist => {
+                    seg.env_base.get_or_insert(EnvBase::Only(Vec::new())).add_list(&value)
+                }
+                Key::Wdir => {
+                    let dir = cwd.join(item.value.as_deref().expect("value"));
+                    if index == 0 {
+                        default_wdir = Some(dir.clone());
+                    }
+                    wdir = Some(dir);
+                }
+                Key::PrependRank => o.output.prepend_rank = true,
+                Key::PrependPattern => o.output.prepend_pattern = Some(value),
+                Key::TagOutput => o.output.tag = true,
+                Key::TimestampOutput => o.output.timestamp = true,
+                Key::OutfilePattern => o.output.outfile = Some(value),
+                Key::ErrfilePattern => o.output.errfile = Some(value),
+                Key::OutputFilename => o.output.dir = Some(value),
+                Key::PrintAllExitCodes => o.print_all_exit_codes = true,
+                Key::BindTo => o.binding = parse_bind_to(item.name, &value)?,
+                Key::ReportBindings => o.report_bindings = true,
+                Key::Verbose => o.verbose = o.verbose.saturating_add(1),
+                Key::NoEffect(why) => {
+                    let notice = format!("note: {} has no effect: {why}", item.name);
+                    if !o.notices.contains(&notice) {
+                        o.notices.push(notice);
+                    }
+                }
+            }
+        }
+        seg.wdir = wdir.unwrap_or_default();
+        o.segments.push(seg);
+    }
+    let base_wdir = default_wdir.unwrap_or_else(|| cwd.to_path_buf());
+    for seg in &mut o.segments {
+        if seg.wdir.as_os_str().is_empty() {
+            seg.wdir.clone_from(&base_wdir);
+        }
+        if seg.hosts.is_none() {
+            seg.hosts.clone_from(&o.hosts);
+        }
+    }
+
+    // Settings from the environment, where the command line said nothing: rlaunch's own
+    // names first, then Hydra's.
+    let setting = |names: &[&'static str]| -> Option<(&'static str, String)> {
+        names.iter().find_map(|n| {
+            getenv(n)
+                .map(|v| v.to_string_lossy().trim().to_string())
+                .filter(|v| !v.is_empty())
+                .map(|v| (*n, v))
+        })
+    };
+    if o.hosts.is_none() {
+        if let Some((_, file)) = setting(&["RLAUNCH_HOSTFILE", "HYDRA_HOST_FILE"]) {
+            let source = HostSource::File(cwd.join(file));
+            for seg in o.segments.iter_mut().filter(|s| s.hosts.is_none()) {
+                seg.hosts = Some(source.clone());
+            }
+            o.hosts = Some(source);
+        }
+    }
+    if o.launcher.is_none() {
+        let names = ["RLAUNCH_LAUNCHER", "HYDRA_LAUNCHER", "HYDRA_BOOTSTRAP"];
+        if let Some((name, v)) = setting(&names) {
+            o.launcher = Some(parse_launcher(name, &v)?);
+        }
+    }
+    if o.launcher_exec.is_none() {
+        let names = ["RLAUNCH_LAUNCHER_EXEC", "HYDRA_LAUNCHER_EXEC", "HYDRA_BOOTSTRAP_EXEC"];
+        if let Some((name, v)) = setting(&names) {
+            o.launcher_exec = Some(parse_command(name, &v)?);
+        }
+    }
+    o.timeout = match timeout {
+        Some(t) => Some(t),
+        None => match setting(&["RLAUNCH_TIMEOUT", "MPIEXEC_TIMEOUT"]) {
+            Some((name, v)) => Some(parse_seconds(name, &v)?),
+            None => None,
+        },
+    };
+    if o.timeout == Some(Duration::ZERO) {
+        return Err("the timeout must be more than 0 seconds".into());
+    }
+    Ok(Request::Run(Box::new(o)))
+}
+
+/// `NAME=VALUE` into its two halves; the name must be a name.
+fn split_pair(item: &Item) -> Result<(Vec<u8>, Vec<u8>), String> {
+    let bytes = item.value.as_ref().expect("pairs have a value").as_bytes();
+    let eq = bytes.iter().position(|&b| b == b'=').expect("pairs hold '='");
+    let (name, value) = (&bytes[..eq], &bytes[eq + 1..]);
+    if name.is_empty() {
+        return Err(format!(
+            "{} {}: empty variable name",
+            item.name,
+            String::from_utf8_lossy(bytes)
+        ));
+    }
+    Ok((name.to_vec(), value.to_vec()))
+}
+
+fn parse_seconds(name: &str, value: &str) -> Result<Duration, String> {
+    value
+        .trim()
+        .parse::<f64>()
+        .ok()
+        .filter(|s| s.is_finite() && *s >= 0.0)
+        .map(Duration::from_secs_f64)
+        .ok_or_else(|| format!("{name} {value}: expected a number of seconds"))
+}
+
+fn parse_launcher(name: &str, value: &str) -> Result<LauncherKind, String> {
+    match value {
+        "fork" => Ok(LauncherKind::Fork),
+        "ssh" => Ok(LauncherKind::Ssh),
+        "rsh" => Ok(LauncherKind::Rsh),
+        _ => Err(format!("{name} {value}: expected fork, ssh or rsh")),
+    }
+}
+
+fn parse_command(name: &str, value: &str) -> Result<Vec<String>, String> {
+    let words: Vec<String> = value.split_whitespace().map(String::from).collect();
+    if words.is_empty() {
+        return Err(format!("{name}: empty command"));
+    }
+    Ok(words)
+}
+
+/// `core`, `socket:2`, `none`.
+pub fn parse_bind_to(name: &str, value: &str) -> Result<Option<Binding>, String> {
+    let bad =
+        || format!("{name} {value}: expected none, hwthread, core, socket or numa, optionally :N");
+    let (unit, count) = match value.split_once(':') {
+        Some((unit, n)) => (unit, n.parse::<u32>().ok().filter(|&n| n > 0).ok_or_else(bad)?),
+        None => (value, 1),
+    };
+    let unit = match unit {
+        "none" if count == 1 => return Ok(None),
+        "hwthread" | "hwthreads" | "thread" => CpuUnit::Hwthread,
+        "core" | "cores" => CpuUnit::Core,
+        "socket" | "sockets" | "package" => CpuUnit::Socket,
+        "numa" | "numanode" => CpuUnit::Numa,
+        _ => return Err(bad()),
+    };
+    Ok(Some(Binding { unit, count }))
+}
+
+/// A segment's hosts: its own source, or this machine with one slot.
+pub fn read_hosts(source: Option<&HostSource>, own_host: &str) -> Result<Vec<Host>, String> {
+    match source {
+        Some(HostSource::List(list)) => hosts::parse_host_list(list),
+        Some(HostSource::File(path)) => hosts::read_hostfile(path),
+        None => Ok(vec![Host { name: own_host.to_string(), slots: 1 }]),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cli::os;
+
+    fn run(line: &str, env: &[(&str, &str)]) -> Result<Options, String> {
+        let args: Vec<OsString> = line.split_whitespace().map(os).collect();
+        let env: Vec<_> = env.iter().map(|(k, v)| (os(k), os(v))).collect();
+        match parse(&args, &env, Path::new("/work"))? {
+            Request::Run(o) => Ok(*o),
+            _ => panic!("not a run"),
+        }
+    }
+
+    #[test]
+    fn first_segment_sets_defaults_later_ones_override() {
+        let o = run("-hosts a,b -wdir d -n 1 ./m : -n 2 -hosts c -wdir /e ./w : ./x", &[]).unwrap();
+        assert_eq!(o.segments.len(), 3);
+        assert_eq!(o.segments[0].hosts, Some(HostSource::List("a,b".into())));
+        assert_eq!(o.segments[1].hosts, Some(HostSource::List("c".into())));
+        assert_eq!(o.segments[2].hosts, Some(HostSource::List("a,b".into())));
+        assert_eq!(o.segments[0].wdir, Path::new("/work/d"));
+        assert_eq!(o.segments[1].wdir, Path::new("/e"));
+        assert_eq!(o.segments[2].wdir, Path::new("/work/d"));
+        assert_eq!(o.segments[2].np, None);
+    }
+
+    #[test]
+    fn environment_options_keep_their_order() {
+        let o = run("-genvnone -genv A 1 -x B -x C=3 -genvlist D,E ./a", &[("B", "b")]).unwrap();
+        assert_eq!(o.env_base, EnvBase::Only(vec!["D".into(), "E".into()]));
+        let names: Vec<_> = o.genv.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+        assert_eq!(
+            names,
+            vec![
+                (b"A".to_vec(), b"1".to_vec()),
+                (b"B".to_vec(), b"b".to_vec()),
+                (b"C".to_vec(), b"3".to_vec())
+            ]
+        );
+        let o = run("-n 1 ./a : -envnone -env X=1 -envlist Y ./b", &[]).unwrap();
+        assert_eq!(o.segments[1].env_base, Some(EnvBase::Only(vec!["Y".into()])));
+        assert_eq!(o.segments[0].env_base, None);
+    }
+
+    #[test]
+    fn settings_from_the_environment_yield_to_the_command_line() {
+        let env = [("MPIEXEC_TIMEOUT", "5"), ("RLAUNCH_TIMEOUT", "7"), ("HYDRA_LAUNCHER", "rsh")];
+        let o = run("./a", &env).unwrap();
+        assert_eq!(o.timeout, Some(Duration::from_secs(7)));
+        assert_eq!(o.launcher, Some(LauncherKind::Rsh));
+        let o = run("--timeout 3 -launcher ssh ./a", &env).unwrap();
+        assert_eq!(o.timeout, Some(Duration::from_secs(3)));
+        assert_eq!(o.launcher, Some(LauncherKind::Ssh));
+        let e = run("./a", &[("HYDRA_LAUNCHER", "pbs")]).unwrap_err();
+        assert_eq!(e, "HYDRA_LAUNCHER pbs: expected fork, ssh or rsh");
+    }
+
+    #[test]
+    fn open_mpi_spellings() {
+        let o =
+            run("-np 4 -H a,b --map-by ppr:2:node --bind-to core:2 --tag-output ./a", &[]).unwrap();
+        assert_eq!(o.segments[0].np, Some(4));
+        assert_eq!(o.ppn, Some(2));
+        assert_eq!(o.binding, Some(Binding { unit: CpuUnit::Core, count: 2 }));
+        assert!(o.output.tag);
+        assert!(run("--map-by ppr:x:node ./a", &[]).is_err());
+        assert!(run("--bind-to cores:0 ./a", &[]).is_err());
+        let o = run("--mca btl tcp --mca x y ./a", &[]).unwrap();
+        assert_eq!(o.notices.len(), 1);
+    }
+}
