@@ -30,6 +30,8 @@ pub enum CProgram {
     Publish,
     /// A client of Slurm's `libpmi2`: KVS, node and job attributes.
     Pmi2,
+    /// `appnum ROLE`: prints `rank R size N count N appnum A role ROLE` (one MPMD segment).
+    Appnum,
 }
 
 enum Compiler {
@@ -40,7 +42,7 @@ enum Compiler {
 }
 
 impl CProgram {
-    const COUNT: usize = 5;
+    const COUNT: usize = 6;
 
     fn name(self) -> &'static str {
         match self {
@@ -49,6 +51,7 @@ impl CProgram {
             CProgram::Abort => "abort",
             CProgram::Publish => "publish",
             CProgram::Pmi2 => "pmi2",
+            CProgram::Appnum => "appnum",
         }
     }
 

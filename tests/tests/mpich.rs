@@ -147,3 +147,22 @@ fn pmi_port_mode_runs_the_hello() {
     .run();
     check_hello(&out, 4);
 }
+
+#[test]
+fn mpmd_segments_share_one_world_and_see_their_appnum() {
+    let prog = CProgram::Appnum.path_str();
+    let out = Run::new(&["--launcher", "fork", "--hosts", "n1:2,n2:2"])
+        .args(["-n", "1", &prog, "master", ":", "-n", "3", &prog, "worker"])
+        .timeout(LIMIT)
+        .run();
+    out.assert_code(0);
+    let mut seen: Vec<String> = out.lines();
+    seen.sort();
+    let want: Vec<String> = (0..4)
+        .map(|r| {
+            let (appnum, role) = if r == 0 { (0, "master") } else { (1, "worker") };
+            format!("rank {r} size 4 count 4 appnum {appnum} role {role}")
+        })
+        .collect();
+    assert_eq!(seen, want, "{out}");
+}

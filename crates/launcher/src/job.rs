@@ -106,6 +106,8 @@ struct Proc {
     rank: u32,
     node: u32,
     exe: String,
+    /// Its MPMD segment (for the launched job).
+    segment: u32,
     /// The top proxy whose subtree holds it.
     child: usize,
     outcome: Option<(u32, ExitOutcome)>,
@@ -250,6 +252,7 @@ impl Root {
                         node: n.index,
                         exe: String::from_utf8_lossy(&job.segments[r.segment as usize].exe)
                             .into_owned(),
+                        segment: r.segment,
                         child: self.children.len(),
                         outcome: None,
                     });
@@ -495,6 +498,19 @@ impl Root {
                     crate::hosts::plain(&std::io::Error::from_raw_os_error(errno))
                 )
             }
+            ExitOutcome::NoWorkdir { errno } => {
+                let p = &self.procs[rank as usize];
+                let dir = match p.job {
+                    0 => self.plan.job.segments[p.segment as usize].wdir.clone(),
+                    _ => b"of its spawned job".to_vec(),
+                };
+                format!(
+                    "cannot start {} on {host}: working directory {}: {}",
+                    self.rank_name(rank),
+                    String::from_utf8_lossy(&dir),
+                    crate::hosts::plain(&std::io::Error::from_raw_os_error(errno))
+                )
+            }
             _ => format!("{} (pid {pid} on {host}) {outcome}", self.rank_name(rank)),
         }
     }
@@ -515,6 +531,7 @@ impl Root {
                     rank,
                     node,
                     exe: cmd.exe.clone(),
+                    segment: 0,
                     child,
                     outcome: None,
                 });

@@ -11,8 +11,10 @@ pub enum ExitOutcome {
     Exited(i32),
     /// It was killed by this signal.
     Signaled(i32),
-    /// It never ran: exec (or chdir) failed with this errno.
+    /// It never ran: exec failed with this errno.
     SpawnFailed { errno: i32 },
+    /// It never ran: its working directory could not be entered.
+    NoWorkdir { errno: i32 },
 }
 
 impl ExitOutcome {
@@ -27,7 +29,7 @@ impl ExitOutcome {
             ExitOutcome::Exited(code) => code,
             ExitOutcome::Signaled(sig) => 128 + sig,
             ExitOutcome::SpawnFailed { errno } if errno == ENOENT => 127,
-            ExitOutcome::SpawnFailed { .. } => 126,
+            ExitOutcome::SpawnFailed { .. } | ExitOutcome::NoWorkdir { .. } => 126,
         }
     }
 }
@@ -44,6 +46,11 @@ impl fmt::Display for ExitOutcome {
             ExitOutcome::SpawnFailed { errno } => {
                 write!(f, "could not be started: {}", std::io::Error::from_raw_os_error(errno))
             }
+            ExitOutcome::NoWorkdir { errno } => write!(
+                f,
+                "could not enter its working directory: {}",
+                std::io::Error::from_raw_os_error(errno)
+            ),
         }
     }
 }

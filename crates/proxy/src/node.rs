@@ -417,8 +417,7 @@ impl Node {
                     tokio::spawn(rank::feed_stdin(started.stdin, rx, self.control.clone()));
                 }
             }
-            Err(errno) => {
-                let outcome = ExitOutcome::SpawnFailed { errno };
+            Err(outcome) => {
                 let _ = self.control.send(Up::RankExited { rank: gid, pid: 0, outcome });
             }
         }

@@ -5,12 +5,13 @@ use std::io;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::process::CommandExt;
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::Arc;
 
 use nix::sys::socket::{socketpair, AddressFamily, SockFlag, SockType};
 use pmi_wire::control::{Job, Segment, Up};
-use pmi_wire::ids::Stream;
+use pmi_wire::ids::{ExitOutcome, Stream};
 use tokio::io::AsyncWriteExt;
 use tokio::sync::mpsc;
 
@@ -46,15 +47,23 @@ pub struct Started {
 }
 
 /// Starts one rank in its own process group, with piped stdout/stderr and, if it reads the
-/// launcher's stdin, a piped stdin (else /dev/null). Returns the errno if it cannot run.
+/// launcher's stdin, a piped stdin (else /dev/null). Returns why if it cannot run.
 pub fn spawn(
     job: &Job,
     segment: &Segment,
     at: &Placement,
     gets_stdin: bool,
     pmi: &PmiSetup,
-) -> Result<Started, i32> {
+) -> Result<Started, ExitOutcome> {
     let errno = |e: io::Error| e.raw_os_error().unwrap_or(nix::libc::EIO);
+    // Checked here because a failed chdir in the child looks just like a missing program.
+    if !segment.wdir.is_empty() {
+        let wdir = Path::new(OsStr::from_bytes(&segment.wdir));
+        if let Err(e) = nix::unistd::access(wdir, nix::unistd::AccessFlags::X_OK) {
+            return Err(ExitOutcome::NoWorkdir { errno: e as i32 });
+        }
+    }
+    let failed = |e: io::Error| ExitOutcome::SpawnFailed { errno: errno(e) };
     let mut cmd = Command::new(OsStr::from_bytes(&segment.exe));
     cmd.args(segment.args.iter().map(|a| OsStr::from_bytes(a)));
     cmd.env_clear();
@@ -80,7 +89,7 @@ pub fn spawn(
         PmiSetup::Fd => {
             let (ours, theirs) =
                 socketpair(AddressFamily::Unix, SockType::Stream, None, SockFlag::SOCK_CLOEXEC)
-                    .map_err(|e| errno(e.into()))?;
+                    .map_err(|e| failed(e.into()))?;
             cmd.env("PMI_FD", theirs.as_raw_fd().to_string());
             Some((ours, theirs))
         }
@@ -114,8 +123,8 @@ pub fn spawn(
             Ok(())
         });
     }
-    let mut child = cmd.spawn().map_err(errno)?;
-    let wrap = |fd: OwnedFd| FdStream::new(fd).map_err(errno);
+    let mut child = cmd.spawn().map_err(failed)?;
+    let wrap = |fd: OwnedFd| FdStream::new(fd).map_err(failed);
     Ok(Started {
         pid: child.id() as i32,
         pmi: pair.map(|(ours, _theirs)| wrap(ours)).transpose()?,

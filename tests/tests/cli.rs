@@ -1,0 +1,321 @@
+//! The drop-in command line: Hydra's and Open MPI's spellings, MPMD segments, configfiles,
+//! the ranks' environment and working directory, settings from the environment, help and
+//! the one-line errors. Every test checks what the ranks really saw (their environment,
+//! directory, arguments and host), printed by `rankprog`.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use rlaunch_tests::{rankprog_str, Run};
+
+fn rp() -> String {
+    rankprog_str()
+}
+
+/// rank -> what it printed, from `-l` output.
+fn by_rank(lines: &[String]) -> BTreeMap<u32, Vec<String>> {
+    let mut out: BTreeMap<u32, Vec<String>> = BTreeMap::new();
+    for line in lines {
+        let (prefix, rest) = line.split_once("] ").unwrap_or_else(|| panic!("no -l in {line:?}"));
+        let rank = prefix.trim_start_matches('[').parse().expect("rank");
+        out.entry(rank).or_default().push(rest.to_string());
+    }
+    out
+}
+
+/// rank -> NAME -> VALUE, from `-l rankprog env`.
+fn envs(lines: &[String]) -> BTreeMap<u32, BTreeMap<String, String>> {
+    by_rank(lines)
+        .into_iter()
+        .map(|(rank, lines)| {
+            let vars = lines
+                .iter()
+                .filter_map(|l| l.split_once('='))
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect();
+            (rank, vars)
+        })
+        .collect()
+}
+
+/// The host each rank was placed on (fake hosts under `--launcher fork`).
+fn hosts_of(lines: &[String]) -> Vec<String> {
+    envs(lines).values().map(|env| env["MPIR_CVAR_CH3_INTERFACE_HOSTNAME"].clone()).collect()
+}
+
+fn one_line_error(out: &rlaunch_tests::Outcome, culprit: &str) {
+    out.assert_code(2);
+    let err = out.stderr_str();
+    assert_eq!(err.lines().count(), 1, "not one line:\n{err}");
+    assert!(err.starts_with("rlaunch: ") && err.contains(culprit), "{err}");
+}
+
+#[test]
+fn hydra_and_open_mpi_host_spellings_place_the_same_ranks() {
+    let dir = rlaunch_tests::tempdir();
+    let file = dir.path().join("hosts");
+    std::fs::write(&file, "n1:2\nn2 slots=2\n").unwrap();
+    let file = file.to_str().unwrap();
+    let spellings: &[&[&str]] = &[
+        &["--launcher", "fork", "--hosts", "n1:2,n2:2", "--np", "4"],
+        &["-launcher", "fork", "-hosts", "n1:2,n2:2", "-np", "4"],
+        &["-bootstrap", "fork", "-f", file, "-n", "4"],
+        &["--launcher=fork", "-machinefile", file, "-n", "4"],
+        &["--launcher", "fork", "--hostfile", file, "-np", "4"],
+        &["--launcher", "fork", "-H", "n1,n1,n2,n2", "-np", "4"],
+        &["--launcher", "fork", "--host", "n1:2,n2:2"],
+        &["--launcher", "fork", "-hosts", "n1,n2", "-ppn", "2", "-n", "4"],
+        &["--launcher", "fork", "-H", "n1,n2", "--map-by", "ppr:2:node", "-np", "4"],
+        &["--launcher", "fork", "-H", "n1,n2", "-N", "2", "-c", "4", "--oversubscribe"],
+    ];
+    for args in spellings {
+        let out = Run::new(args).args(["-l", &rp(), "env"]).run();
+        out.assert_code(0);
+        assert_eq!(hosts_of(&out.lines()), ["n1", "n1", "n2", "n2"], "{args:?}");
+    }
+    for by_node in [&["--map-by", "node"][..], &["-map-by", "node"], &["--bynode"]] {
+        let out = Run::new(&["--launcher", "fork", "-hosts", "n1:2,n2:2", "-n", "4"])
+            .args(by_node)
+            .args(["-l", &rp(), "env"])
+            .run();
+        assert_eq!(hosts_of(&out.lines()), ["n1", "n2", "n1", "n2"], "{by_node:?}");
+    }
+}
+
+#[test]
+fn mpmd_segments_number_ranks_across_and_keep_their_own_options() {
+    let dir = rlaunch_tests::tempdir();
+    let d = dir.path().to_str().unwrap();
+    let out = Run::new(&["-l", "--launcher", "fork", "-hosts", "n1:2,n2:2"])
+        .args(["-n", "1", "-env", "ROLE", "master", &rp(), "env", "cwd", "echo", "a1"])
+        .args([":", "-n", "2", "-env", "ROLE=worker", "-wdir", d, &rp(), "env", "cwd"])
+        .args([":", "-n", "1", "-hosts", "n3", &rp(), "env", "cwd"])
+        .run();
+    out.assert_code(0);
+    let envs = envs(&out.lines());
+    let lines = by_rank(&out.lines());
+    let here = std::env::current_dir().unwrap();
+    assert_eq!(envs.len(), 4, "{out}");
+    assert_eq!(envs[&0]["ROLE"], "master");
+    assert!(lines[&0].contains(&"a1".to_string()), "{out}");
+    assert!(lines[&0].contains(&here.display().to_string()), "{out}");
+    for r in [1, 2] {
+        assert_eq!(envs[&r]["ROLE"], "worker");
+        assert!(lines[&r].contains(&d.to_string()), "{out}");
+    }
+    assert!(!envs[&3].contains_key("ROLE"), "-env leaked into another segment");
+    // Segments on the same hosts continue their slots; the third has its own host.
+    assert_eq!(hosts_of(&out.lines()), ["n1", "n1", "n2", "n3"]);
+    for env in envs.values() {
+        assert_eq!(env["PMI_SIZE"], "4");
+    }
+}
+
+#[test]
+fn a_configfile_holds_the_segments() {
+    let dir = rlaunch_tests::tempdir();
+    let conf = dir.path().join("job.conf");
+    let text = format!(
+        "# a master and two workers\n-n 1 -env ROLE master {rp} echo 'two words'\n\n\
+         -n 2 -env ROLE worker \\\n   {rp} echo \"x\\\"y\"   # workers\n",
+        rp = rp()
+    );
+    std::fs::write(&conf, text).unwrap();
+    let out = Run::new(&["-l", "-configfile", conf.to_str().unwrap()]).run();
+    out.assert_code(0);
+    let lines = by_rank(&out.lines());
+    assert_eq!(lines[&0], ["two words"], "{out}");
+    assert_eq!(lines[&1], ["x\"y"], "{out}");
+    assert_eq!(lines[&2], ["x\"y"], "{out}");
+
+    std::fs::write(&conf, format!("-n 1 {rp} cwd\n-n 2 -nn 3 {rp} cwd\n", rp = rp())).unwrap();
+    let out = Run::new(&["-configfile", conf.to_str().unwrap()]).run();
+    one_line_error(&out, &format!("{}:2: unknown option '-nn'", conf.display()));
+    let out = Run::new(&["-configfile", conf.to_str().unwrap(), &rp()]).run();
+    one_line_error(&out, "either in the file or on the command line");
+    let out = Run::new(&["-configfile", "/nonexistent/job.conf"]).run();
+    one_line_error(&out, "cannot read /nonexistent/job.conf");
+}
+
+#[test]
+fn environment_options_decide_what_ranks_see() {
+    let run = |args: &[&str]| {
+        let out = Run::new(&["-l", "-n", "1"])
+            .args(args)
+            .args([&rp(), "env"])
+            .env("FWD_A", "a")
+            .env("FWD_B", "b")
+            .run();
+        out.assert_code(0);
+        envs(&out.lines()).remove(&0).expect("rank 0")
+    };
+    // Hydra's default: everything.
+    let env = run(&[]);
+    assert_eq!((env["FWD_A"].as_str(), env["FWD_B"].as_str()), ("a", "b"));
+    let env = run(&["-genv", "G", "1", "--genv", "H=2", "-x", "X=3", "-x", "FWD_A=over"]);
+    assert_eq!(
+        (&env["G"], &env["H"], &env["X"], &env["FWD_A"]),
+        (&"1".into(), &"2".into(), &"3".into(), &"over".into())
+    );
+    // Later wins.
+    assert_eq!(run(&["-x", "V=1", "-genv", "V", "2"])["V"], "2");
+    assert_eq!(run(&["-genv", "V", "2", "-x", "V=1"])["V"], "1");
+    // Only what is named.
+    let env = run(&["-genvnone", "-genv", "G", "1", "-x", "FWD_B"]);
+    assert!(!env.contains_key("FWD_A") && !env.contains_key("PATH"), "{env:?}");
+    assert_eq!((&env["G"], &env["FWD_B"]), (&"1".into(), &"b".into()));
+    assert_eq!(env["PMI_RANK"], "0", "rlaunch's own variables are always set");
+    let env = run(&["-genvlist", "FWD_A,PATH"]);
+    assert!(env.contains_key("FWD_A") && env.contains_key("PATH") && !env.contains_key("FWD_B"));
+    assert!(run(&["-genvnone", "-genvall"]).contains_key("FWD_B"));
+    // A segment's own filter and pairs sit above the global ones.
+    let env = run(&["-genv", "G", "1", "-envnone", "-env", "E", "2"]);
+    assert!(!env.contains_key("FWD_A"), "{env:?}");
+    assert_eq!((&env["G"], &env["E"]), (&"1".into(), &"2".into()));
+    let env = run(&["-genvnone", "-envall"]);
+    assert!(env.contains_key("FWD_A"));
+    let env = run(&["-envlist", "FWD_B", "-genv", "G", "1", "-env", "G", "seg"]);
+    assert!(!env.contains_key("FWD_A") && env.contains_key("FWD_B"));
+    assert_eq!(env["G"], "seg");
+
+    let out = Run::new(&["-genv", "=x", &rp(), "env"]).run();
+    one_line_error(&out, "-genv =x: empty variable name");
+    let out = Run::new(&["-genv", "ONLY_A_NAME"]).run();
+    one_line_error(&out, "-genv needs a value after ONLY_A_NAME");
+}
+
+#[test]
+fn the_working_directory_is_rlaunchs_unless_told() {
+    let dir = rlaunch_tests::tempdir();
+    std::fs::create_dir(dir.path().join("sub")).unwrap();
+    let sub = dir.path().join("sub").canonicalize().unwrap();
+    let cwd_of = |args: &[&str]| {
+        let out = Run::new(args).args([&rp(), "cwd"]).current_dir(dir.path()).run();
+        out.assert_code(0);
+        PathBuf::from(out.lines()[0].clone())
+    };
+    assert_eq!(cwd_of(&[]), dir.path().canonicalize().unwrap());
+    assert_eq!(cwd_of(&["-wdir", "sub"]), sub, "relative to rlaunch's directory");
+    assert_eq!(cwd_of(&["--wdir", sub.to_str().unwrap()]), sub);
+    assert_eq!(cwd_of(&["-wd", "sub"]), sub);
+
+    let out = Run::new(&["-n", "2", "-wdir", "/nonexistent/dir", &rp(), "cwd"]).run();
+    out.assert_code(126);
+    let err = out.stderr_str();
+    assert!(err.contains("working directory /nonexistent/dir: No such file or directory"), "{err}");
+}
+
+#[test]
+fn settings_come_from_the_environment_when_the_command_line_is_silent() {
+    let dir = rlaunch_tests::tempdir();
+    let (a, b) = (dir.path().join("a"), dir.path().join("b"));
+    std::fs::write(&a, "na1\nna2\n").unwrap();
+    std::fs::write(&b, "nb1\n").unwrap();
+    let hosts = |run: Run| {
+        let out = run.args(["-l", "-n", "2", &rp(), "env"]).run();
+        out.assert_code(0);
+        hosts_of(&out.lines())
+    };
+    let base = || Run::new(&[]).env("HYDRA_LAUNCHER", "fork").env("HYDRA_HOST_FILE", &a);
+    assert_eq!(hosts(base()), ["na1", "na2"]);
+    assert_eq!(hosts(base().env("RLAUNCH_HOSTFILE", &b)), ["nb1", "nb1"]);
+    assert_eq!(hosts(base().env("RLAUNCH_HOSTFILE", &b).args(["-hosts", "nc"])), ["nc", "nc"]);
+
+    let out = base().env("RLAUNCH_LAUNCHER", "pbs").args([&rp(), "env"]).run();
+    one_line_error(&out, "RLAUNCH_LAUNCHER pbs: expected fork, ssh or rsh");
+
+    // HYDRA_LAUNCHER_EXEC is the remote shell; RLAUNCH_LAUNCHER_EXEC wins over it.
+    let fakessh = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("scripts/fakessh");
+    let out = Run::new(&["-hosts", "r1,r2", "-l", "-n", "2", &rp(), "env"])
+        .env("HYDRA_LAUNCHER", "ssh")
+        .env("HYDRA_LAUNCHER_EXEC", "/nonexistent/ssh")
+        .env("RLAUNCH_LAUNCHER_EXEC", &fakessh)
+        .run();
+    out.assert_code(0);
+    assert_eq!(hosts_of(&out.lines()), ["r1", "r2"]);
+    let out = Run::new(&["-hosts", "r1", "-n", "1", &rp(), "env"])
+        .env("HYDRA_LAUNCHER_EXEC", "/nonexistent/ssh")
+        .run();
+    out.assert_code(255);
+    assert!(out.stderr_str().contains("r1"), "{out}");
+
+    let start = Instant::now();
+    let out = Run::new(&["-n", "1", &rp(), "sleep", "60"])
+        .env("MPIEXEC_TIMEOUT", "100")
+        .env("RLAUNCH_TIMEOUT", "1")
+        .run();
+    out.assert_code(124);
+    assert!(start.elapsed() < Duration::from_secs(20));
+}
+
+#[test]
+fn unknown_options_get_one_line_with_a_suggestion() {
+    one_line_error(
+        &Run::new(&["-hostz", "a", &rp()]).run(),
+        "unknown option '-hostz'; did you mean '-hosts'?",
+    );
+    one_line_error(&Run::new(&["--tree-wdith", "2", &rp()]).run(), "did you mean '--tree-width'?");
+    one_line_error(&Run::new(&["-genvlits", "A", &rp()]).run(), "did you mean '-genvlist'?");
+    one_line_error(&Run::new(&["--outptu-filename", "d", &rp()]).run(), "'--output-filename'");
+    one_line_error(&Run::new(&["-n", "x", &rp()]).run(), "-n x: expected a number of ranks");
+    one_line_error(&Run::new(&["-n", "1", &rp(), "args", ":"]).run(), "followed by a program");
+    one_line_error(&Run::new(&["--map-by", "ppr:2:socket", &rp()]).run(), "ppr:N:node");
+    one_line_error(&Run::new(&["--bind-to", "corez", &rp()]).run(), "--bind-to corez");
+    one_line_error(&Run::new(&["-n", "2"]).run(), "no program given");
+}
+
+#[test]
+fn options_without_meaning_here_are_accepted_with_a_notice() {
+    let out = Run::new(&["-iface", "eth0", "--mca", "btl", "tcp", "--allow-run-as-root"])
+        .args(["-n", "2", &rp(), "echo", "ran"])
+        .run();
+    out.assert_code(0);
+    assert_eq!(out.lines(), ["ran", "ran"]);
+    let notes: Vec<String> = out.stderr_lines();
+    assert_eq!(notes.len(), 3, "{out}");
+    assert!(notes[0].starts_with("rlaunch: note: -iface has no effect: "), "{out}");
+    assert!(notes[1].starts_with("rlaunch: note: --mca has no effect: "), "{out}");
+}
+
+#[test]
+fn help_is_short_help_all_lists_every_spelling() {
+    let out = Run::new(&["--help"]).run();
+    out.assert_code(0);
+    let short = out.stdout_str();
+    for needed in ["-n, --np N", "--hosts", "--genv", "--wdir", "--outfile-pattern", "Exit status:"]
+    {
+        assert!(short.contains(needed), "--help lacks {needed}:\n{short}");
+    }
+    assert!(!short.contains("-genvlist") && short.lines().count() < 60, "{short}");
+    let out = Run::new(&["--help-all"]).run();
+    out.assert_code(0);
+    let all = out.stdout_str();
+    let issue = "-n -np -ppn -f -hosts -hostfile -machinefile -genv -genvall -genvnone -genvlist \
+        -env -envall -envnone -envlist -wdir -configfile -l -prepend-rank -launcher \
+        -launcher-exec -bootstrap -print-all-exitcodes -outfile-pattern -errfile-pattern \
+        -prepend-pattern -bind-to -map-by -iface -v -verbose -info -version -H --host \
+        --hostfile --oversubscribe -x --tag-output --output-filename --timestamp-output \
+        --map-by --bind-to --report-bindings --wdir --stdin";
+    for name in issue.split_whitespace() {
+        let listed = all
+            .lines()
+            .any(|l| l.trim_start().starts_with('-') && l.split([',', ' ']).any(|w| w == name));
+        assert!(listed, "--help-all does not list {name}");
+    }
+    assert_eq!(Run::new(&["-h"]).run().stdout_str(), short);
+}
+
+#[test]
+fn version_and_info_say_what_rlaunch_is() {
+    let out = Run::new(&["--version"]).run();
+    out.assert_code(0);
+    assert_eq!(out.stdout_str(), format!("rlaunch {}\n", env!("CARGO_PKG_VERSION")));
+    assert_eq!(Run::new(&["-version"]).run().stdout_str(), out.stdout_str());
+    let out = Run::new(&["-info"]).run();
+    out.assert_code(0);
+    let info = out.stdout_str();
+    for needed in ["launchers:", "ssh", "fork", "PMI-1", "PMI-2", "rlaunch-proxy", "binding:"] {
+        assert!(info.contains(needed), "-info lacks {needed}:\n{info}");
+    }
+}
