@@ -4,6 +4,7 @@ use std::ffi::OsString;
 use std::time::Duration;
 
 use clap::{ArgAction, Parser, ValueEnum};
+use pmi_wire::control::{Binding, CpuUnit};
 
 const EXIT_CODES: &str = "\
 Exit status:
@@ -88,6 +89,14 @@ pub struct Cli {
     #[arg(long, value_name = "SECONDS", help_heading = "Job")]
     pub timeout: Option<f64>,
 
+    /// Bind each rank to N objects (default 1) of a kind, in local-rank order on each node.
+    #[arg(long, value_name = "none|hwthread|core|socket|numa[:N]", help_heading = "Job")]
+    pub bind_to: Option<String>,
+
+    /// Print the CPUs each rank is bound to, one line per rank on stderr.
+    #[arg(long, help_heading = "Output")]
+    pub report_bindings: bool,
+
     /// Serve PMI on a loopback TCP port (PMI_PORT, PMI_ID) instead of a socketpair (PMI_FD).
     #[arg(long, alias = "pmi-port", help_heading = "Job")]
     pub pmi_port: bool,
@@ -130,6 +139,7 @@ const HYDRA: &[(&str, &str, bool)] = &[
     ("-prepend-rank", "--prepend-rank", false),
     ("-print-all-exitcodes", "--print-all-exit-codes", false),
     ("-pmi-port", "--pmi-port", false),
+    ("-bind-to", "--bind-to", true),
 ];
 
 /// Our options that take a value, so that their value is not taken for the program.
@@ -148,6 +158,7 @@ const TAKES_VALUE: &[&str] = &[
     "--stdin",
     "--kill-grace",
     "--timeout",
+    "--bind-to",
 ];
 
 impl Cli {
@@ -194,6 +205,53 @@ impl Cli {
             Some(s) if s.is_finite() && s > 0.0 => Ok(Some(Duration::from_secs_f64(s))),
             Some(s) => Err(format!("timeout {s} is not a positive number of seconds")),
             None => Ok(None),
+        }
+    }
+}
+
+/// Parses `--bind-to`: `none`, or a unit with an optional count (`core`, `core:2`).
+pub fn parse_bind_to(value: &str) -> Result<Option<Binding>, String> {
+    let bad = || {
+        format!("--bind-to {value}: expected none, hwthread, core, socket or numa, optionally :N")
+    };
+    if value == "none" {
+        return Ok(None);
+    }
+    let (unit, count) = match value.split_once(':') {
+        Some((unit, count)) => (unit, count.parse().ok().filter(|&n| n > 0).ok_or_else(bad)?),
+        None => (value, 1),
+    };
+    let unit = match unit {
+        "hwthread" => CpuUnit::Hwthread,
+        "core" => CpuUnit::Core,
+        "socket" => CpuUnit::Socket,
+        "numa" => CpuUnit::Numa,
+        _ => return Err(bad()),
+    };
+    Ok(Some(Binding { unit, count }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bind_to_values() {
+        let bind = |unit, count| Ok(Some(Binding { unit, count }));
+        assert_eq!(parse_bind_to("none"), Ok(None));
+        assert_eq!(parse_bind_to("core"), bind(CpuUnit::Core, 1));
+        assert_eq!(parse_bind_to("hwthread"), bind(CpuUnit::Hwthread, 1));
+        assert_eq!(parse_bind_to("socket:2"), bind(CpuUnit::Socket, 2));
+        assert_eq!(parse_bind_to("numa:1"), bind(CpuUnit::Numa, 1));
+        for bad in
+            ["cores", "", "core:", "core:0", "core:-1", "core:x", "none:2", "Core", "user:0,1"]
+        {
+            assert_eq!(
+                parse_bind_to(bad),
+                Err(format!(
+                    "--bind-to {bad}: expected none, hwthread, core, socket or numa, optionally :N"
+                )),
+            );
         }
     }
 }

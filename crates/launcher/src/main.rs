@@ -113,6 +113,10 @@ fn build_plan(cli: &Cli) -> Result<job::Plan, PlanError> {
         return Err(usage(format!("--kill-grace {}: expected seconds", cli.kill_grace)));
     }
     let timeout = cli.timeout().map_err(usage)?;
+    let binding = match &cli.bind_to {
+        Some(value) => cli::parse_bind_to(value).map_err(usage)?,
+        None => None,
+    };
 
     let (exe, args) = cli.command.split_first().ok_or_else(|| usage("no program given".into()))?;
     let wdir = std::env::current_dir()
@@ -160,7 +164,7 @@ fn build_plan(cli: &Cli) -> Result<job::Plan, PlanError> {
         bootstrap,
         process_mapping: plan::process_mapping(&rank_node),
         pmi_port: cli.pmi_port,
-        binding: None,
+        binding,
     };
     Ok(job::Plan {
         job,
@@ -169,6 +173,7 @@ fn build_plan(cli: &Cli) -> Result<job::Plan, PlanError> {
         proxy_exe: proxy_exe().map_err(PlanError::Setup)?,
         prepend_rank: cli.prepend_rank,
         print_all_exit_codes: cli.print_all_exit_codes,
+        report_bindings: cli.report_bindings,
         timeout,
     })
 }
