@@ -65,7 +65,9 @@ impl Topology {
     /// online CPUs of `allowed`.
     pub(crate) fn read(root: &Path, allowed: &[u32]) -> io::Result<Topology> {
         let online = match fs::read_to_string(root.join("cpu/online")) {
-            Ok(text) => Some(parse_cpulist(&text).ok_or_else(|| invalid("cpu/online", &text))?),
+            Ok(text) => Some(
+                parse_cpulist(&text).ok_or_else(|| invalid("cpu/online", "a CPU list", &text))?,
+            ),
             // Without the file, trust the affinity mask: the kernel only sets online CPUs.
             Err(e) if e.kind() == io::ErrorKind::NotFound => None,
             Err(e) => return Err(e),
@@ -131,7 +133,9 @@ fn read_numa_nodes(dir: &Path) -> io::Result<Vec<(u32, Vec<u32>)>> {
             continue;
         };
         let text = fs::read_to_string(dir.join(&name).join("cpulist"))?;
-        let cpus = parse_cpulist(&text).ok_or_else(|| invalid("node cpulist", &text))?;
+        let cpus = parse_cpulist(&text).ok_or_else(|| {
+            invalid(&format!("node/{}/cpulist", name.to_string_lossy()), "a CPU list", &text)
+        })?;
         nodes.push((node, cpus));
     }
     Ok(nodes)
@@ -140,19 +144,19 @@ fn read_numa_nodes(dir: &Path) -> io::Result<Vec<(u32, Vec<u32>)>> {
 /// A number in a sysfs file; `None` when the file does not exist.
 fn read_id(path: &Path) -> io::Result<Option<i64>> {
     match fs::read_to_string(path) {
-        Ok(text) => {
-            text.trim().parse().map(Some).map_err(|_| invalid(&path.display().to_string(), &text))
-        }
+        Ok(text) => text
+            .trim()
+            .parse()
+            .map(Some)
+            .map_err(|_| invalid(&path.display().to_string(), "a number", &text)),
         Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
         Err(e) => Err(e),
     }
 }
 
-fn invalid(what: &str, text: &str) -> io::Error {
-    io::Error::new(
-        io::ErrorKind::InvalidData,
-        format!("{what} is not a CPU list: {:?}", text.trim()),
-    )
+fn invalid(what: &str, expected: &str, text: &str) -> io::Error {
+    let msg = format!("{what} is not {expected}: {:?}", text.trim());
+    io::Error::new(io::ErrorKind::InvalidData, msg)
 }
 
 /// Parses a Linux cpulist (`0-3,8,10-11`; empty for none).
@@ -287,8 +291,9 @@ impl Binder {
         Some(RankCpus::new(&rank_cpus(&objects, binding.count, local)))
     }
 
-    /// A one-line notice on the proxy's stderr. The launcher's own proxies inherit its
-    /// stderr, so the user sees it as it is; a tracing event would add its level to the line.
+    /// A one-line notice on the proxy's stderr. Forked proxies inherit the launcher's
+    /// stderr, so the user sees it as it is (a tracing event would add its level to the
+    /// line). Over ssh, the parent keeps a proxy's stderr only to quote it if the host fails.
     fn notice(&self, what: &str) {
         tracing::debug!(host = %self.host, "binding notice: {what}");
         eprintln!("rlaunch-proxy on {}: {what}", self.host);
