@@ -44,6 +44,8 @@ pub struct Plan {
     pub proxy_exe: OsString,
     pub prepend_rank: bool,
     pub print_all_exit_codes: bool,
+    /// `--report-bindings`: a line per rank saying which CPUs it is bound to.
+    pub report_bindings: bool,
     pub timeout: Option<Duration>,
 }
 
@@ -266,8 +268,9 @@ impl Root {
                 .count();
             let idx = self.children.len();
             let (output, events) = (output.clone(), events.clone());
+            let report = self.plan.report_bindings;
             let started = link::start_child(job, node, &self.plan.proxy_exe, move |event| {
-                route(idx, event, output.clone(), events.clone())
+                route(idx, event, output.clone(), events.clone(), report)
             });
             match started.link {
                 Ok(link) => {
@@ -376,12 +379,24 @@ impl Root {
             }
             Up::PmiFault { rank, pid, what } => self.fail(Cause::PmiFault { rank, pid, what }),
             Up::Spawn { rank, tag, request } => self.spawn(rank, tag, request),
-            Up::Greeting { .. }
-            | Up::RankStarted { .. }
-            | Up::Output { .. }
-            | Up::OutputEnd { .. }
-            | Up::Ping => {}
+            Up::RankStarted { rank, pid, cpus } => self.report_binding(rank, pid, cpus),
+            Up::Greeting { .. } | Up::Output { .. } | Up::OutputEnd { .. } | Up::Ping => {}
         }
+    }
+
+    /// `--report-bindings`: one line per rank as it starts (route sends RankStarted here
+    /// only then).
+    fn report_binding(&self, rank: u32, pid: u32, cpus: Option<String>) {
+        if rank as usize >= self.procs.len() {
+            tracing::warn!(rank, "start report for an unknown rank");
+            return;
+        }
+        let bound = match cpus {
+            Some(cpus) => format!("bound to cpus {cpus}"),
+            None => "not bound".to_string(),
+        };
+        let (who, host) = (self.rank_name(rank), self.rank_host(rank));
+        eprintln!("rlaunch: {who} on {host} (pid {pid}) {bound}");
     }
 
     /// Records why the job must end; the first cause starts the teardown.
@@ -615,18 +630,24 @@ impl Root {
 }
 
 /// Output goes to the writer thread (waiting when it is full: that is the backpressure),
-/// everything else to the root.
+/// everything else to the root. With `report_bindings`, the root gets each RankStarted too:
+/// it knows every rank's name and host, spawned ones included.
 async fn route(
     child: usize,
     event: LinkEvent,
     output: mpsc::Sender<Chunk>,
     events: mpsc::UnboundedSender<Event>,
+    report_bindings: bool,
 ) -> bool {
     match event {
         LinkEvent::Up(Up::Output { rank, stream, data }) => {
             output.send(Chunk::Data { rank, stream, data }).await.is_ok()
         }
         LinkEvent::Up(Up::RankStarted { rank, pid, cpus }) => {
+            if report_bindings {
+                let up = Up::RankStarted { rank, pid, cpus: cpus.clone() };
+                let _ = events.send(Event { child, event: LinkEvent::Up(up) });
+            }
             output.send(Chunk::Started { rank, pid, cpus }).await.is_ok()
         }
         LinkEvent::Up(Up::OutputEnd { rank, stream }) => {

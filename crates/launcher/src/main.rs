@@ -217,6 +217,7 @@ fn build_plan(o: &Options, env: &[(OsString, OsString)]) -> Result<job::Plan, Pl
         prepend_rank: o.output.prepend_rank,
         print_all_exit_codes: o.print_all_exit_codes,
         timeout: o.timeout,
+        report_bindings: o.report_bindings,
     })
 }
 

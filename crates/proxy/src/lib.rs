@@ -13,6 +13,7 @@
 //! Start reading at [`node::serve`]. [`link`] and [`procs`] are shared with the launcher,
 //! which is the root of the same tree.
 
+mod binding;
 pub mod fdio;
 pub mod link;
 pub mod node;

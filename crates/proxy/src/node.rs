@@ -22,6 +22,7 @@ use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
+use crate::binding::{Binder, RankCpus};
 use crate::fdio::FdStream;
 use crate::link::{self, ChildState, LinkEvent};
 use crate::pmi::{self, PmiAnswer, PmiCall, PmiJob, PmiPeer};
@@ -76,6 +77,8 @@ struct StartRank<'a> {
     gid: u32,
     segment: u32,
     at: Placement<'a>,
+    /// Where `--bind-to` puts it; `None` leaves it on every CPU the proxy may use.
+    cpus: Option<RankCpus>,
 }
 
 /// One job's state on this node: the launched job, and any job its ranks spawned here.
@@ -147,6 +150,7 @@ pub(crate) struct Node {
     swept: bool,
     jobs: HashMap<u32, JobState>,
     pmi_calls: mpsc::UnboundedSender<(PmiPeer, PmiCall)>,
+    binder: Binder,
 }
 
 /// Runs a proxy on its stdin/stdout channel until its subtree is finished. Returns the exit
@@ -201,6 +205,7 @@ pub async fn serve(up_in: FdStream, up_out: FdStream) -> i32 {
     let mut node = Node {
         jobs: HashMap::from([(0, JobState { pmi: pmi_job, kvs: Kvs::default(), local: 0 })]),
         pmi_calls: pmi_tx,
+        binder: Binder::new(launch.node.host.clone()),
         job: Arc::new(launch.job),
         plan: launch.node,
         ranks: Vec::new(),
@@ -335,8 +340,9 @@ impl Node {
         let mut unbound = HashMap::new();
         for (local_id, rp) in plans.iter().enumerate() {
             let at = Placement { rank: rp.rank, local_id, local_count: plans.len(), host: &host };
+            let cpus = job.binding.and_then(|b| self.binder.cpus(b, local_id, plans.len()));
             let start =
-                StartRank { job: &job, job_index: 0, gid: rp.rank, segment: rp.segment, at };
+                StartRank { job: &job, job_index: 0, gid: rp.rank, segment: rp.segment, at, cpus };
             if let Some((peer, answers)) = self.start_rank(start, &setup) {
                 unbound.insert(rp.rank, (peer, answers));
             }
@@ -353,7 +359,7 @@ impl Node {
         start: StartRank,
         setup: &PmiSetup,
     ) -> Option<(PmiPeer, mpsc::UnboundedReceiver<PmiAnswer>)> {
-        let StartRank { job, job_index, gid, segment, at } = start;
+        let StartRank { job, job_index, gid, segment, at, cpus } = start;
         let local = self.ranks.len();
         let gets_stdin = job_index == 0 && job.stdin.includes(gid);
         let mut slot = LocalRank {
@@ -369,7 +375,9 @@ impl Node {
             pmi_open: false,
         };
         let mut unbound = None;
-        match rank::spawn(job, &job.segments[segment as usize], &at, gets_stdin, setup) {
+        let segment_spec = &job.segments[segment as usize];
+        let mask = cpus.as_ref().map(|c| &c.mask);
+        match rank::spawn(job, segment_spec, &at, gets_stdin, setup, mask) {
             Ok(started) => {
                 let peer = PmiPeer { local, job: job_index, rank: at.rank, appnum: segment };
                 let (answers_tx, answers_rx) = mpsc::unbounded_channel();
@@ -396,7 +404,8 @@ impl Node {
                 self.rank_by_pid.insert(started.pid, local);
                 let data = self.data.clone();
                 let events = self.events.clone();
-                let hello = Up::RankStarted { rank: gid, pid: started.pid as u32, cpus: None };
+                let cpus = cpus.map(|c| c.list);
+                let hello = Up::RankStarted { rank: gid, pid: started.pid as u32, cpus };
                 let (stdout, stderr) = (started.stdout, started.stderr);
                 tokio::spawn(async move {
                     // Ahead of any output on the same ordered path: the launcher names output
@@ -472,8 +481,11 @@ impl Node {
                 host: &host,
             };
             let gid = sj.first + rank as u32;
+            // The same policy with the spawned job's own local indexes: its ranks share the
+            // CPUs of the job that spawned them.
+            let cpus = job.binding.and_then(|b| self.binder.cpus(b, rank, plan.len()));
             self.start_rank(
-                StartRank { job: &job, job_index: sj.job, gid, segment, at },
+                StartRank { job: &job, job_index: sj.job, gid, segment, at, cpus },
                 &PmiSetup::Fd,
             );
         }

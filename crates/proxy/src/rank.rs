@@ -9,6 +9,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::Arc;
 
+use nix::sched::CpuSet;
 use nix::sys::socket::{socketpair, AddressFamily, SockFlag, SockType};
 use pmi_wire::control::{Job, Segment, Up};
 use pmi_wire::ids::{ExitOutcome, Stream};
@@ -47,13 +48,15 @@ pub struct Started {
 }
 
 /// Starts one rank in its own process group, with piped stdout/stderr and, if it reads the
-/// launcher's stdin, a piped stdin (else /dev/null). Returns why if it cannot run.
+/// launcher's stdin, a piped stdin (else /dev/null), bound to `cpus` if given. Returns why
+/// if it cannot run.
 pub fn spawn(
     job: &Job,
     segment: &Segment,
     at: &Placement,
     gets_stdin: bool,
     pmi: &PmiSetup,
+    cpus: Option<&CpuSet>,
 ) -> Result<Started, ExitOutcome> {
     let errno = |e: io::Error| e.raw_os_error().unwrap_or(nix::libc::EIO);
     // Checked here because a failed chdir in the child looks just like a missing program.
@@ -100,7 +103,10 @@ pub fn spawn(
     };
     let rank_end = pair.as_ref().map(|(_, theirs)| theirs.as_raw_fd());
     let parent = std::process::id() as i32;
-    // SAFETY: only async-signal-safe calls (setpgid, prctl, getppid) between fork and exec.
+    // Copied into the closure: the child only makes the syscall.
+    let cpus = cpus.copied();
+    // SAFETY: only async-signal-safe calls (setpgid, prctl, getppid, fcntl, sigprocmask,
+    // sched_setaffinity, write) between fork and exec, and no allocation.
     unsafe {
         cmd.pre_exec(move || {
             use nix::libc;
@@ -120,6 +126,16 @@ pub fn spawn(
             let mut none: libc::sigset_t = std::mem::zeroed();
             libc::sigemptyset(&mut none);
             libc::sigprocmask(libc::SIG_SETMASK, &none, std::ptr::null_mut());
+            if let Some(set) = &cpus {
+                // Binding is a hint for performance, not a condition to run: a cpuset that
+                // shrank since the proxy looked is no reason to fail the job. The rank says
+                // so on its own stderr, where its lines go.
+                if nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(0), set).is_err() {
+                    const MSG: &[u8] =
+                        b"rlaunch-proxy: cannot bind this rank to its CPUs; it runs unbound\n";
+                    libc::write(2, MSG.as_ptr().cast(), MSG.len());
+                }
+            }
             Ok(())
         });
     }
