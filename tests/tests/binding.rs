@@ -218,13 +218,23 @@ fn more_ranks_than_cores_wrap_around_with_one_notice() {
     out.assert_code(0);
     let ranks = (0..n).map(|i| (i as u32, i));
     assert_eq!(seen_cpus(&out.lines()), expected(ranks, &cores), "{out}");
-    let notice = format!(
-        "rlaunch-proxy on {}: {} x 1 core but only {} here: bindings wrap around",
-        hostname(),
-        plural(n, "rank"),
-        plural(cores.len(), "core")
-    );
-    assert_eq!(wrap_notices(&out.stderr_lines()), [&notice], "{out}");
+    let notice = |host: &str| {
+        format!(
+            "rlaunch: note: on {host}: {} x 1 core but only {} here: bindings wrap around",
+            plural(n, "rank"),
+            plural(cores.len(), "core")
+        )
+    };
+    assert_eq!(wrap_notices(&out.stderr_lines()), [&notice(&hostname())], "{out}");
+
+    // From a host started over a remote shell too: the notice travels up the tree.
+    let fakessh = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/fakessh");
+    let out = Run::new(&["--launcher", "ssh", "--launcher-exec", fakessh.to_str().unwrap()])
+        .args(["--hosts", &format!("r1:{n}"), "-l", "-n", &n.to_string(), "--bind-to", "core"])
+        .args(show_cpus())
+        .run();
+    out.assert_code(0);
+    assert_eq!(wrap_notices(&out.stderr_lines()), [&notice("r1")], "{out}");
 }
 
 #[test]

@@ -331,6 +331,7 @@ impl Root {
                 }
             }
             Up::ProxyLost { host, reason } => self.fail(Cause::LostProxy { host, reason }),
+            Up::Notice { host, text } => eprintln!("rlaunch: note: on {host}: {text}"),
             Up::NodeDone { .. } => self.children[child].state.done = true,
             Up::Started { node } => tracing::debug!(node, "node started its ranks"),
             Up::FenceIn { epoch, pairs } => {

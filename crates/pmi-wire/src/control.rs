@@ -211,6 +211,9 @@ pub enum Up {
     PmiFault { rank: u32, pid: u32, what: String },
     /// A rank asks to spawn a new job (MPI_Comm_spawn); the root assigns its ids.
     Spawn { rank: u32, tag: Option<String>, request: SpawnRequest },
+    /// Something the user should know that does not fail the job (bindings wrap around);
+    /// the launcher prints it as one line.
+    Notice { host: String, text: String },
     /// Heartbeat, as [`Down::Ping`].
     Ping,
 }

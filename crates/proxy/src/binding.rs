@@ -252,11 +252,19 @@ pub(crate) struct Binder {
     /// `None` until a rank needs it; `Err` when this machine's topology cannot be read.
     topology: Option<Result<Topology, String>>,
     told: Told,
+    /// Notices not yet sent to the launcher.
+    notices: Vec<String>,
 }
 
 impl Binder {
     pub(crate) fn new(host: String) -> Binder {
-        Binder { host, topology: None, told: Told::default() }
+        Binder { host, topology: None, told: Told::default(), notices: Vec::new() }
+    }
+
+    /// Notices for the user, to send to the launcher (which prints them, whatever host this
+    /// is: over ssh a proxy's stderr is not the user's).
+    pub(crate) fn take_notices(&mut self) -> Vec<String> {
+        std::mem::take(&mut self.notices)
     }
 
     /// The CPUs of local rank `local` of a job with `local_count` ranks on this node, or
@@ -291,12 +299,9 @@ impl Binder {
         Some(RankCpus::new(&rank_cpus(&objects, binding.count, local)))
     }
 
-    /// A one-line notice on the proxy's stderr. Forked proxies inherit the launcher's
-    /// stderr, so the user sees it as it is (a tracing event would add its level to the
-    /// line). Over ssh, the parent keeps a proxy's stderr only to quote it if the host fails.
-    fn notice(&self, what: &str) {
+    fn notice(&mut self, what: &str) {
         tracing::debug!(host = %self.host, "binding notice: {what}");
-        eprintln!("rlaunch-proxy on {}: {what}", self.host);
+        self.notices.push(what.to_string());
     }
 }
 

@@ -33,6 +33,19 @@ impl FdStream {
     }
 }
 
+/// Capacity asked of a rank's output pipe. With the default 64 KiB a rank that writes fast
+/// and the proxy that drains it take turns, a context switch per 64 KiB; 1 MiB lets both run.
+/// It is the kernel's default `pipe-max-size`, so it is granted without privilege, and pages
+/// are only allocated as they fill.
+pub const PIPE_CAPACITY: i32 = 1 << 20;
+
+/// Asks for a larger pipe buffer; best effort (a user over its pipe-pages quota keeps 64 KiB).
+pub fn enlarge_pipe(fd: &impl AsRawFd, size: i32) {
+    if let Err(e) = fcntl(fd.as_raw_fd(), FcntlArg::F_SETPIPE_SZ(size)) {
+        tracing::debug!("cannot enlarge a pipe to {size} bytes: {e}");
+    }
+}
+
 pub fn set_nonblocking(fd: &impl AsRawFd) -> io::Result<()> {
     let flags = fcntl(fd.as_raw_fd(), FcntlArg::F_GETFL).map_err(io::Error::from)?;
     let flags = OFlag::from_bits_retain(flags) | OFlag::O_NONBLOCK;

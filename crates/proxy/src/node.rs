@@ -360,6 +360,9 @@ impl Node {
         setup: &PmiSetup,
     ) -> Option<(PmiPeer, mpsc::UnboundedReceiver<PmiAnswer>)> {
         let StartRank { job, job_index, gid, segment, at, cpus } = start;
+        for text in self.binder.take_notices() {
+            let _ = self.control.send(Up::Notice { host: self.plan.host.clone(), text });
+        }
         let local = self.ranks.len();
         let gets_stdin = job_index == 0 && job.stdin.includes(gid);
         let mut slot = LocalRank {

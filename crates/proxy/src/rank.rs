@@ -144,10 +144,15 @@ pub fn spawn(
     Ok(Started {
         pid: child.id() as i32,
         pmi: pair.map(|(ours, _theirs)| wrap(ours)).transpose()?,
-        stdout: wrap(child.stdout.take().expect("piped").into())?,
+        stdout: wrap(enlarged(child.stdout.take().expect("piped").into()))?,
         stderr: wrap(child.stderr.take().expect("piped").into())?,
         stdin: child.stdin.take().map(|s| wrap(s.into())).transpose()?,
     })
+}
+
+fn enlarged(fd: OwnedFd) -> OwnedFd {
+    crate::fdio::enlarge_pipe(&fd, crate::fdio::PIPE_CAPACITY);
+    fd
 }
 
 /// Carries one output stream of a rank upstream until end of file. The bounded `data`
