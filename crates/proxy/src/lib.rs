@@ -20,6 +20,7 @@ pub mod node;
 pub mod pmi;
 pub mod procs;
 pub mod rank;
+mod spawn;
 
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};

@@ -151,6 +151,8 @@ pub(crate) struct Node {
     jobs: HashMap<u32, JobState>,
     pmi_calls: mpsc::UnboundedSender<(PmiPeer, PmiCall)>,
     binder: Binder,
+    /// Each (job, segment)'s program, prepared once for all its ranks.
+    programs: HashMap<(u32, u32), Result<Arc<rank::Program>, ExitOutcome>>,
 }
 
 /// Runs a proxy on its stdin/stdout channel until its subtree is finished. Returns the exit
@@ -206,6 +208,7 @@ pub async fn serve(up_in: FdStream, up_out: FdStream) -> i32 {
         jobs: HashMap::from([(0, JobState { pmi: pmi_job, kvs: Kvs::default(), local: 0 })]),
         pmi_calls: pmi_tx,
         binder: Binder::new(launch.node.host.clone()),
+        programs: HashMap::new(),
         job: Arc::new(launch.job),
         plan: launch.node,
         ranks: Vec::new(),
@@ -378,9 +381,13 @@ impl Node {
             pmi_open: false,
         };
         let mut unbound = None;
-        let segment_spec = &job.segments[segment as usize];
         let mask = cpus.as_ref().map(|c| &c.mask);
-        match rank::spawn(job, segment_spec, &at, gets_stdin, setup, mask) {
+        let program = self
+            .programs
+            .entry((job_index, segment))
+            .or_insert_with(|| rank::program(job, &job.segments[segment as usize]).map(Arc::new))
+            .clone();
+        match program.and_then(|p| rank::spawn(&p, job.size, &at, gets_stdin, setup, mask)) {
             Ok(started) => {
                 let peer = PmiPeer { local, job: job_index, rank: at.rank, appnum: segment };
                 let (answers_tx, answers_rx) = mpsc::unbounded_channel();

@@ -1,22 +1,22 @@
 //! One rank: how it is started, and the tasks that carry its output and stdin.
 
-use std::ffi::OsStr;
 use std::io;
-use std::os::fd::{AsRawFd, OwnedFd};
-use std::os::unix::ffi::OsStrExt;
-use std::os::unix::process::CommandExt;
-use std::path::Path;
-use std::process::{Command, Stdio};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::Arc;
 
+use nix::fcntl::OFlag;
 use nix::sched::CpuSet;
 use nix::sys::socket::{socketpair, AddressFamily, SockFlag, SockType};
+use nix::sys::stat::Mode;
+use nix::unistd::pipe2;
 use pmi_wire::control::{Job, Segment, Up};
 use pmi_wire::ids::{ExitOutcome, Stream};
 use tokio::io::AsyncWriteExt;
 use tokio::sync::mpsc;
 
 use crate::fdio::FdStream;
+pub use crate::spawn::Program;
+use crate::spawn::Spawn;
 
 /// Largest chunk of output sent in one frame.
 pub const OUTPUT_CHUNK: usize = 128 << 10;
@@ -47,107 +47,97 @@ pub struct Started {
     pub stdin: Option<FdStream>,
 }
 
-/// Starts one rank in its own process group, with piped stdout/stderr and, if it reads the
-/// launcher's stdin, a piped stdin (else /dev/null), bound to `cpus` if given. Returns why
-/// if it cannot run.
+/// Variables every rank gets its own value of.
+pub const RANK_VARS: &[&str] = &[
+    "PMI_RANK",
+    "PMI_SIZE",
+    "PMI_FD",
+    "PMI_PORT",
+    "PMI_ID",
+    "MPI_LOCALRANKID",
+    "MPI_LOCALNRANKS",
+    "MPIR_CVAR_CH3_INTERFACE_HOSTNAME",
+    "GFORTRAN_UNBUFFERED_PRECONNECTED",
+];
+
+/// Prepares a segment's program for its ranks: the program found on the ranks' PATH, their
+/// shared environment, their working directory checked.
+pub fn program(job: &Job, segment: &Segment) -> Result<Program, ExitOutcome> {
+    Program::new(job, segment, RANK_VARS)
+}
+
+/// Starts one rank of `program` in its own process group, with piped stdout/stderr and, if
+/// it reads the launcher's stdin, a piped stdin (else /dev/null), bound to `cpus` if given.
+/// Returns why if it cannot run.
 pub fn spawn(
-    job: &Job,
-    segment: &Segment,
+    program: &Program,
+    size: u32,
     at: &Placement,
     gets_stdin: bool,
     pmi: &PmiSetup,
     cpus: Option<&CpuSet>,
 ) -> Result<Started, ExitOutcome> {
-    let errno = |e: io::Error| e.raw_os_error().unwrap_or(nix::libc::EIO);
-    // Checked here because a failed chdir in the child looks just like a missing program.
-    if !segment.wdir.is_empty() {
-        let wdir = Path::new(OsStr::from_bytes(&segment.wdir));
-        if let Err(e) = nix::unistd::access(wdir, nix::unistd::AccessFlags::X_OK) {
-            return Err(ExitOutcome::NoWorkdir { errno: e as i32 });
-        }
-    }
-    let failed = |e: io::Error| ExitOutcome::SpawnFailed { errno: errno(e) };
-    let mut cmd = Command::new(OsStr::from_bytes(&segment.exe));
-    cmd.args(segment.args.iter().map(|a| OsStr::from_bytes(a)));
-    cmd.env_clear();
-    let inherited = if segment.inherit_env { &job.env[..] } else { &[] };
-    for (k, v) in inherited.iter().chain(&segment.env) {
-        cmd.env(OsStr::from_bytes(k), OsStr::from_bytes(v));
-    }
-    cmd.env("PMI_RANK", at.rank.to_string())
-        .env("PMI_SIZE", job.size.to_string())
-        .env("MPI_LOCALRANKID", at.local_id.to_string())
-        .env("MPI_LOCALNRANKS", at.local_count.to_string())
-        .env("MPIR_CVAR_CH3_INTERFACE_HOSTNAME", at.host)
-        .env("GFORTRAN_UNBUFFERED_PRECONNECTED", "y");
-    if !segment.wdir.is_empty() {
-        cmd.current_dir(OsStr::from_bytes(&segment.wdir));
-    }
-    cmd.stdin(if gets_stdin { Stdio::piped() } else { Stdio::null() })
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
+    let failed = |e: nix::errno::Errno| ExitOutcome::SpawnFailed { errno: e as i32 };
+    let pipe = || pipe2(OFlag::O_CLOEXEC).map_err(failed);
+    let (stdout, stdout_w) = pipe()?;
+    let (stderr, stderr_w) = pipe()?;
+    let (stdin, stdin_r) = if gets_stdin {
+        let (r, w) = pipe()?;
+        (Some(w), r)
+    } else {
+        let null = nix::fcntl::open("/dev/null", OFlag::O_RDONLY | OFlag::O_CLOEXEC, Mode::empty())
+            .map_err(failed)?;
+        // SAFETY: a descriptor just opened and owned by nothing else.
+        (None, unsafe { OwnedFd::from_raw_fd(null) })
+    };
+    let mut env = vec![
+        ("PMI_RANK", at.rank.to_string()),
+        ("PMI_SIZE", size.to_string()),
+        ("MPI_LOCALRANKID", at.local_id.to_string()),
+        ("MPI_LOCALNRANKS", at.local_count.to_string()),
+        ("MPIR_CVAR_CH3_INTERFACE_HOSTNAME", at.host.to_string()),
+        ("GFORTRAN_UNBUFFERED_PRECONNECTED", "y".to_string()),
+    ];
     // Both ends close on exec; the child clears the flag on its own end only, so each rank
     // inherits exactly one PMI socket: its own.
     let pair = match pmi {
         PmiSetup::Fd => {
             let (ours, theirs) =
                 socketpair(AddressFamily::Unix, SockType::Stream, None, SockFlag::SOCK_CLOEXEC)
-                    .map_err(|e| failed(e.into()))?;
-            cmd.env("PMI_FD", theirs.as_raw_fd().to_string());
+                    .map_err(failed)?;
+            env.push(("PMI_FD", theirs.as_raw_fd().to_string()));
             Some((ours, theirs))
         }
         PmiSetup::Port(addr) => {
-            cmd.env("PMI_PORT", addr).env("PMI_ID", at.rank.to_string());
+            env.push(("PMI_PORT", addr.clone()));
+            env.push(("PMI_ID", at.rank.to_string()));
             None
         }
     };
-    let rank_end = pair.as_ref().map(|(_, theirs)| theirs.as_raw_fd());
-    let parent = std::process::id() as i32;
-    // Copied into the closure: the child only makes the syscall.
-    let cpus = cpus.copied();
-    // SAFETY: only async-signal-safe calls (setpgid, prctl, getppid, fcntl, sigprocmask,
-    // sched_setaffinity, write) between fork and exec, and no allocation.
-    unsafe {
-        cmd.pre_exec(move || {
-            use nix::libc;
-            if libc::setpgid(0, 0) != 0 {
-                return Err(io::Error::last_os_error());
-            }
-            // Backstop: if this proxy dies without cleaning up, the kernel kills the rank.
-            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0);
-            if libc::getppid() != parent {
-                libc::_exit(137);
-            }
-            if let Some(fd) = rank_end {
-                if libc::fcntl(fd, libc::F_SETFD, 0) != 0 {
-                    return Err(io::Error::last_os_error());
-                }
-            }
-            let mut none: libc::sigset_t = std::mem::zeroed();
-            libc::sigemptyset(&mut none);
-            libc::sigprocmask(libc::SIG_SETMASK, &none, std::ptr::null_mut());
-            if let Some(set) = &cpus {
-                // Binding is a hint for performance, not a condition to run: a cpuset that
-                // shrank since the proxy looked is no reason to fail the job. The rank says
-                // so on its own stderr, where its lines go.
-                if nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(0), set).is_err() {
-                    const MSG: &[u8] =
-                        b"rlaunch-proxy: cannot bind this rank to its CPUs; it runs unbound\n";
-                    libc::write(2, MSG.as_ptr().cast(), MSG.len());
-                }
-            }
-            Ok(())
-        });
+    let pid = Spawn {
+        program,
+        env,
+        stdin: stdin_r.as_raw_fd(),
+        stdout: stdout_w.as_raw_fd(),
+        stderr: stderr_w.as_raw_fd(),
+        keep: pair.as_ref().map(|(_, theirs)| theirs.as_raw_fd()),
+        cpus: cpus.copied(),
     }
-    let mut child = cmd.spawn().map_err(failed)?;
-    let wrap = |fd: OwnedFd| FdStream::new(fd).map_err(failed);
+    .start()?;
+    // The child's ends are the child's now.
+    drop((stdin_r, stdout_w, stderr_w));
+    let wrap = |fd: OwnedFd| FdStream::new(fd).map_err(|e| failed(errno_of(&e)));
     Ok(Started {
-        pid: child.id() as i32,
+        pid,
         pmi: pair.map(|(ours, _theirs)| wrap(ours)).transpose()?,
-        stdout: wrap(enlarged(child.stdout.take().expect("piped").into()))?,
-        stderr: wrap(child.stderr.take().expect("piped").into())?,
-        stdin: child.stdin.take().map(|s| wrap(s.into())).transpose()?,
+        stdout: wrap(enlarged(stdout))?,
+        stderr: wrap(stderr)?,
+        stdin: stdin.map(wrap).transpose()?,
     })
+}
+
+fn errno_of(e: &io::Error) -> nix::errno::Errno {
+    nix::errno::Errno::from_raw(e.raw_os_error().unwrap_or(nix::libc::EIO))
 }
 
 fn enlarged(fd: OwnedFd) -> OwnedFd {
