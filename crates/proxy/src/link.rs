@@ -70,13 +70,8 @@ pub fn spawn_proxy(
     cmd.stdin(Stdio::from(theirs.try_clone()?)).stdout(Stdio::from(theirs));
     cmd.stderr(if remote { Stdio::piped() } else { Stdio::inherit() });
     // Its own process group: a Ctrl-C at the terminal reaches rlaunch alone, which forwards it.
-    // SAFETY: setpgid is async-signal-safe.
-    unsafe {
-        cmd.pre_exec(|| {
-            nix::unistd::setpgid(nix::unistd::Pid::from_raw(0), nix::unistd::Pid::from_raw(0))
-                .map_err(io::Error::from)
-        });
-    }
+    // (process_group rather than a pre_exec hook lets std use posix_spawn instead of fork.)
+    cmd.process_group(0);
     let mut child = cmd.spawn()?;
     let stderr = child.stderr.take().map(|e| FdStream::new(OwnedFd::from(e))).transpose()?;
     let to_child = FdStream::new(ours.try_clone()?)?;
