@@ -28,6 +28,7 @@ fn main() {
         std::env::set_var("RLAUNCH_LOG", level);
     }
     rlaunch_proxy::init_logging("rlaunch");
+    raise_fd_limit();
     let plan = match build_plan(&cli) {
         Ok(plan) => plan,
         Err(PlanError::Usage(msg)) => {
@@ -171,6 +172,21 @@ fn build_plan(cli: &Cli) -> Result<job::Plan, PlanError> {
         print_all_exit_codes: cli.print_all_exit_codes,
         timeout,
     })
+}
+
+/// Raises the soft limit on open files to the hard limit: with an output file per rank,
+/// a large job needs more than the usual 1024. The proxies rlaunch forks inherit it, and
+/// need it too with many ranks on one node.
+fn raise_fd_limit() {
+    use nix::sys::resource::{getrlimit, setrlimit, Resource};
+    match getrlimit(Resource::RLIMIT_NOFILE) {
+        Ok((soft, hard)) if soft < hard => {
+            if let Err(e) = setrlimit(Resource::RLIMIT_NOFILE, hard, hard) {
+                tracing::debug!("cannot raise the open-file limit to {hard}: {e}");
+            }
+        }
+        _ => {}
+    }
 }
 
 /// The `rlaunch-proxy` installed next to this `rlaunch`.
