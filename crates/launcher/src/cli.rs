@@ -13,7 +13,8 @@ Exit status:
   124      --timeout expired
   126/127  a program could not be started (not executable / not found)
   141      rlaunch's stdout was closed (e.g. piped into `head`)
-  255      a proxy or node was lost, or rlaunch itself failed
+  255      a proxy or node was lost, an output file could not be written, or rlaunch
+           itself failed
   2        bad command line";
 
 /// Launches a parallel job through a tree of proxies, one per node.
@@ -68,9 +69,51 @@ pub struct Cli {
     #[arg(long, value_name = "K", default_value_t = 32, help_heading = "Hosts")]
     pub tree_width: u32,
 
-    /// Prefix every output line with `[rank] `.
+    /// Prefix every output line with `[rank] ` (the same as `--prepend-pattern '[%r] '`).
     #[arg(short = 'l', long, help_heading = "Output")]
     pub prepend_rank: bool,
+
+    /// Prefix every output line with PAT, expanded per rank (escapes as for --outfile-pattern).
+    ///
+    /// Prefixes go into output files too. With several, a line starts with the timestamp,
+    /// then the tag, then this pattern.
+    #[arg(long, value_name = "PAT", help_heading = "Output")]
+    pub prepend_pattern: Option<String>,
+
+    /// Write each rank's stdout to the file PAT names, not to the terminal.
+    ///
+    /// Escapes: %r the rank, %g its pid, %h its host, %t the job id, %% a percent sign. Ranks
+    /// whose PAT expands to the same file share it, line by line. Files are created (or
+    /// truncated) in rlaunch's directory on rlaunch's machine as their ranks start; one that
+    /// cannot be created ends the job. Takes precedence over --output-filename for stdout.
+    #[arg(long, value_name = "PAT", help_heading = "Output")]
+    pub outfile_pattern: Option<String>,
+
+    /// Write each rank's stderr to the file PAT names, as --outfile-pattern does for stdout.
+    #[arg(long, value_name = "PAT", help_heading = "Output")]
+    pub errfile_pattern: Option<String>,
+
+    /// Prefix every output line with `[1,RANK]<stdout>:` or `[1,RANK]<stderr>:` (Open MPI's).
+    ///
+    /// Spawned jobs count on from 2: `[2,RANK]`. In files too.
+    #[arg(long, help_heading = "Output")]
+    pub tag_output: bool,
+
+    /// Prefix every output line with the UTC time rlaunch received it.
+    ///
+    /// As `[2026-11-22T10:00:00.123Z] `. The time never goes back, even if the system clock
+    /// does. In files too.
+    #[arg(long, help_heading = "Output")]
+    pub timestamp_output: bool,
+
+    /// Also write each rank's output to DIR/1/rank.R/stdout and DIR/1/rank.R/stderr.
+    ///
+    /// As Open MPI 4 does: R is zero-padded to the width of the job size, spawned jobs go to
+    /// DIR/2, DIR/3, ...; directories are created as needed. The output still goes to the
+    /// terminal unless DIR ends with `:nocopy`; `:nojobid` leaves out the job level, and both
+    /// combine as `:nocopy,nojobid`.
+    #[arg(long, value_name = "DIR[:nocopy]", help_heading = "Output")]
+    pub output_filename: Option<String>,
 
     /// Which ranks read rlaunch's stdin: a rank number, `all` or `none`.
     #[arg(long, value_name = "WHO", default_value = "0", help_heading = "Input")]
@@ -114,7 +157,8 @@ pub enum LauncherKind {
     Rsh,
 }
 
-/// Hydra's single-dash spellings that mean the same as ours, and whether they take a value.
+/// Hydra's (and Open MPI's) single-dash spellings that mean the same as ours, and whether
+/// they take a value.
 const HYDRA: &[(&str, &str, bool)] = &[
     ("-np", "--np", true),
     ("-hosts", "--hosts", true),
@@ -130,6 +174,12 @@ const HYDRA: &[(&str, &str, bool)] = &[
     ("-prepend-rank", "--prepend-rank", false),
     ("-print-all-exitcodes", "--print-all-exit-codes", false),
     ("-pmi-port", "--pmi-port", false),
+    ("-prepend-pattern", "--prepend-pattern", true),
+    ("-outfile-pattern", "--outfile-pattern", true),
+    ("-errfile-pattern", "--errfile-pattern", true),
+    ("-tag-output", "--tag-output", false),
+    ("-timestamp-output", "--timestamp-output", false),
+    ("-output-filename", "--output-filename", true),
 ];
 
 /// Our options that take a value, so that their value is not taken for the program.
@@ -148,6 +198,10 @@ const TAKES_VALUE: &[&str] = &[
     "--stdin",
     "--kill-grace",
     "--timeout",
+    "--prepend-pattern",
+    "--outfile-pattern",
+    "--errfile-pattern",
+    "--output-filename",
 ];
 
 impl Cli {

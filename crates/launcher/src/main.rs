@@ -12,6 +12,7 @@ use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use cli::{Cli, LauncherKind, MapBy};
+use output::{OutputDir, OutputSpec, Pattern};
 use pmi_wire::control::{Bootstrap, Job, NodePlan, RankPlan, Segment, StdinTarget};
 
 /// Exit status for command-line errors.
@@ -114,6 +115,7 @@ fn build_plan(cli: &Cli) -> Result<job::Plan, PlanError> {
         return Err(usage(format!("--kill-grace {}: expected seconds", cli.kill_grace)));
     }
     let timeout = cli.timeout().map_err(usage)?;
+    let output = output_spec(cli).map_err(usage)?;
 
     let (exe, args) = cli.command.split_first().ok_or_else(|| usage("no program given".into()))?;
     let wdir = std::env::current_dir()
@@ -168,10 +170,57 @@ fn build_plan(cli: &Cli) -> Result<job::Plan, PlanError> {
         roots,
         node_hosts,
         proxy_exe: proxy_exe().map_err(PlanError::Setup)?,
-        prepend_rank: cli.prepend_rank,
+        output,
         print_all_exit_codes: cli.print_all_exit_codes,
         timeout,
     })
+}
+
+/// The output options, checked: patterns parsed, `--output-filename`'s options known.
+fn output_spec(cli: &Cli) -> Result<OutputSpec, String> {
+    let pattern = |flag: &str, text: &Option<String>| {
+        let parse = |t: &String| Pattern::parse(t).map_err(|e| format!("{flag} {t}: {e}"));
+        text.as_ref().map(parse).transpose()
+    };
+    let prefix = match (cli.prepend_rank, &cli.prepend_pattern) {
+        (true, Some(_)) => {
+            return Err("-l and --prepend-pattern both set the line prefix; give one".into())
+        }
+        (true, None) => Some(Pattern::parse("[%r] ").expect("-l's pattern is valid")),
+        (false, text) => pattern("--prepend-pattern", text)?,
+    };
+    Ok(OutputSpec {
+        prefix,
+        tag: cli.tag_output,
+        timestamp: cli.timestamp_output,
+        outfile: pattern("--outfile-pattern", &cli.outfile_pattern)?,
+        errfile: pattern("--errfile-pattern", &cli.errfile_pattern)?,
+        dir: cli.output_filename.as_deref().map(output_dir).transpose()?,
+    })
+}
+
+/// `--output-filename DIR[:OPTION,...]`, Open MPI's syntax.
+fn output_dir(arg: &str) -> Result<OutputDir, String> {
+    let (path, options) = match arg.rsplit_once(':') {
+        Some((path, options)) => (path, options.split(',').collect()),
+        None => (arg, Vec::new()),
+    };
+    if path.is_empty() {
+        return Err(format!("--output-filename {arg}: no directory given"));
+    }
+    let mut dir = OutputDir { path: path.into(), copy: true, per_job: true };
+    for option in options {
+        match option.to_ascii_lowercase().as_str() {
+            "nocopy" => dir.copy = false,
+            "nojobid" => dir.per_job = false,
+            _ => {
+                return Err(format!(
+                    "--output-filename {arg}: unknown option {option} (known: nocopy, nojobid)"
+                ))
+            }
+        }
+    }
+    Ok(dir)
 }
 
 /// Raises the soft limit on open files to the hard limit: with an output file per rank,
