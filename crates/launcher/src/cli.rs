@@ -202,18 +202,21 @@ pub const OPTIONS: &[Opt] = &[
     opt(&["--prepend-rank", "-l", "-prepend-rank"], Flag, Key::PrependRank, Global, Output, true,
         "prefix every output line with [rank]"),
     opt(&["--prepend-pattern", "-prepend-pattern"], Value("PAT"), Key::PrependPattern, Global,
-        Output, false, "prefix every output line with PAT: %r rank, %g pid, %h host, %t job id"),
+        Output, false, "prefix every output line with PAT: %r rank, %g pid, %h host, %t job id, \
+        %% a percent sign; in output files too. Several prefixes: timestamp, tag, then PAT"),
     opt(&["--tag-output", "-tag-output"], Flag, Key::TagOutput, Global, Output, false,
         "Open MPI: prefix lines with [1,rank]<stdout>: or <stderr>:"),
     opt(&["--timestamp-output", "-timestamp-output"], Flag, Key::TimestampOutput, Global, Output,
         false, "prefix lines with the UTC time rlaunch received them"),
     opt(&["--outfile-pattern", "-outfile-pattern"], Value("PAT"), Key::OutfilePattern, Global,
-        Output, true, "write each rank's stdout to the file PAT names (%r %g %h %t)"),
+        Output, true, "each rank's stdout to the file PAT names (%r %g %h %t) instead of the \
+        terminal, on rlaunch's machine"),
     opt(&["--errfile-pattern", "-errfile-pattern"], Value("PAT"), Key::ErrfilePattern, Global,
-        Output, true, "write each rank's stderr to the file PAT names (%r %g %h %t)"),
+        Output, true, "each rank's stderr to the file PAT names"),
     opt(&["--output-filename", "-output-filename"], Value("DIR[:nocopy]"), Key::OutputFilename,
         Global, Output, false,
-        "Open MPI: also write DIR/1/rank.R/stdout and stderr (:nocopy: only there)"),
+        "Open MPI: also write DIR/1/rank.R/stdout and stderr (:nocopy only there, :nojobid \
+         without the job level)"),
     opt(&["--print-all-exit-codes", "-print-all-exitcodes", "--print-all-exitcodes"], Flag,
         Key::PrintAllExitCodes, Global, Output, false, "print every rank's exit status at the end"),
     opt(&["--bind-to", "-bind-to", "-binding"], Value("UNIT[:N]"), Key::BindTo, Global, Binding,
@@ -496,7 +499,8 @@ Exit status:
   124      --timeout expired
   126/127  a program could not be started (not executable / not found)
   141      rlaunch's stdout was closed (e.g. piped into `head`)
-  255      a proxy or node was lost, or rlaunch itself failed
+  255      a proxy or node was lost, an output file could not be written, or rlaunch
+           itself failed
   2        bad command line";
 
 const HELP_WIDTH: usize = 100;

@@ -24,7 +24,7 @@ use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
-use crate::output::{self, Chunk, OutputEvent};
+use crate::output::{self, Chunk, FileFailure, OutputEvent, OutputSpec, Roster, SpawnedJob};
 use crate::stdin;
 
 /// Stdin chunks in flight (sent, not yet written into every target rank).
@@ -42,7 +42,8 @@ pub struct Plan {
     /// Host name of each node, by node index.
     pub node_hosts: Vec<String>,
     pub proxy_exe: OsString,
-    pub prepend_rank: bool,
+    /// Prefixes and output files; the writer thread takes it.
+    pub output: OutputSpec,
     pub print_all_exit_codes: bool,
     /// `--report-bindings`: a line per rank saying which CPUs it is bound to.
     pub report_bindings: bool,
@@ -60,6 +61,7 @@ enum Cause {
     StdoutClosed,
     Aborted { rank: u32, pid: u32, code: i32, msg: String },
     PmiFault { rank: u32, pid: u32, what: String },
+    OutputFile(FileFailure),
 }
 
 /// What a link to a top proxy reports (its output goes straight to the writer thread).
@@ -99,6 +101,8 @@ struct Root {
     fence_epoch: u64,
     /// The job's published names (MPI_Publish_name): service -> port.
     names: HashMap<String, String>,
+    /// Tells the output writer about each spawned job before its ranks start.
+    spawned_jobs: std::sync::mpsc::Sender<SpawnedJob>,
 }
 
 /// One process of the run.
@@ -116,13 +120,22 @@ struct Proc {
 }
 
 /// Runs the job to the end; returns rlaunch's exit status.
-pub async fn run(plan: Plan) -> i32 {
+pub async fn run(mut plan: Plan) -> i32 {
     procs::become_subreaper();
     let (events_tx, mut events) = mpsc::unbounded_channel();
     let (output_tx, output_rx) = mpsc::channel(output::QUEUE);
     let (output_events_tx, mut output_events) = mpsc::unbounded_channel();
-    let writer = output::Writer::new(plan.prepend_rank);
-    let writer = std::thread::spawn(move || writer.run(output_rx, output_events_tx));
+    let (spawned_jobs, spawned_rx) = std::sync::mpsc::channel();
+    let mut rank_node = vec![0; plan.job.size as usize];
+    for node in plan.roots.iter().flat_map(NodePlan::walk) {
+        for r in &node.ranks {
+            rank_node[r.rank as usize] = node.index;
+        }
+    }
+    let roster =
+        Roster::new(plan.job.jobid.clone(), plan.node_hosts.clone(), rank_node, spawned_rx);
+    let writer = output::Writer::new(std::mem::take(&mut plan.output), roster, output_events_tx);
+    let writer = std::thread::spawn(move || writer.run(output_rx));
 
     let mut sigchld = signal(SignalKind::child()).expect("SIGCHLD handler");
     let mut forwarded = ForwardedSignals::new();
@@ -144,6 +157,7 @@ pub async fn run(plan: Plan) -> i32 {
         fence_pairs: Vec::new(),
         fence_epoch: 0,
         names: HashMap::new(),
+        spawned_jobs,
         plan,
     };
     let mut readers = root.start_proxies(&events_tx, &output_tx);
@@ -163,9 +177,10 @@ pub async fn run(plan: Plan) -> i32 {
                 Some(ev) => root.handle(ev),
                 None => break,
             },
-            Some(OutputEvent::StdoutClosed) = output_events.recv() => {
-                root.fail(Cause::StdoutClosed);
-            }
+            Some(event) = output_events.recv() => match event {
+                OutputEvent::StdoutClosed => root.fail(Cause::StdoutClosed),
+                OutputEvent::FileFailed(failure) => root.fail(Cause::OutputFile(failure)),
+            },
             chunk = stdin::next(&mut stdin), if stdin_ready => root.stdin_chunk(chunk),
             _ = sigchld.recv() => root.reap(),
             sig = forwarded.recv() => root.on_signal(sig),
@@ -187,6 +202,13 @@ pub async fn run(plan: Plan) -> i32 {
     // Every sender is gone, so the writer is flushing its last bytes: wait for it right here
     // (a blocking-pool thread just for this costs more than the wait).
     let _ = writer.join();
+    // The last lines may have met a file that could not be written: the job ended anyway,
+    // but not with the output it asked for.
+    while let Ok(event) = output_events.try_recv() {
+        if let OutputEvent::FileFailed(failure) = event {
+            root.causes.push(Cause::OutputFile(failure));
+        }
+    }
     procs::kill_descendants(&HashSet::new());
     root.report()
 }
@@ -563,6 +585,14 @@ impl Root {
             tag,
             request,
         };
+        // Before the proxy hears of it, so the writer knows the job before its first line.
+        let _ = self.spawned_jobs.send(SpawnedJob {
+            job,
+            first,
+            size: self.procs.len() as u32 - first,
+            host: self.plan.node_hosts[node as usize].clone(),
+            jobid: spawn.kvsname.clone(),
+        });
         tracing::debug!(job, node, first, "spawning a job");
         let _ = self.children[child].down.send(Down::Spawn(Box::new(spawn)));
     }
@@ -624,6 +654,10 @@ impl Root {
                     self.rank_name(*rank),
                     self.rank_host(*rank)
                 );
+                255
+            }
+            Cause::OutputFile(failure) => {
+                eprintln!("rlaunch: {failure}");
                 255
             }
         }

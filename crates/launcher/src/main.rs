@@ -12,7 +12,8 @@ use std::ffi::OsString;
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use options::{LauncherKind, MapBy, Options, Request};
+use options::{LauncherKind, MapBy, Options, OutputOptions, Request};
+use output::{OutputDir, OutputSpec, Pattern};
 use pmi_wire::control::{Bootstrap, Job, NodePlan, RankPlan, Segment, StdinTarget};
 
 /// Exit status for command-line errors.
@@ -56,6 +57,7 @@ fn main() {
         std::env::set_var("RLAUNCH_LOG", level);
     }
     rlaunch_proxy::init_logging("rlaunch");
+    raise_fd_limit();
     for notice in &options.notices {
         eprintln!("rlaunch: {notice}");
     }
@@ -214,7 +216,7 @@ fn build_plan(o: &Options, env: &[(OsString, OsString)]) -> Result<job::Plan, Pl
         roots,
         node_hosts,
         proxy_exe: proxy_exe().map_err(PlanError::Setup)?,
-        prepend_rank: o.output.prepend_rank,
+        output: output_spec(&o.output).map_err(usage)?,
         print_all_exit_codes: o.print_all_exit_codes,
         timeout: o.timeout,
         report_bindings: o.report_bindings,
@@ -243,6 +245,68 @@ fn info() -> String {
         os = std::env::consts::OS,
         protocol = pmi_wire::control::PROTOCOL_VERSION,
     )
+}
+
+/// The output options, checked: patterns parsed, `--output-filename`'s options known.
+fn output_spec(o: &OutputOptions) -> Result<OutputSpec, String> {
+    let pattern = |flag: &str, text: &Option<String>| {
+        let parse = |t: &String| Pattern::parse(t).map_err(|e| format!("{flag} {t}: {e}"));
+        text.as_ref().map(parse).transpose()
+    };
+    let prefix = match (o.prepend_rank, &o.prepend_pattern) {
+        (true, Some(_)) => {
+            return Err("-l and --prepend-pattern both set the line prefix; give one".into())
+        }
+        (true, None) => Some(Pattern::parse("[%r] ").expect("-l's pattern is valid")),
+        (false, text) => pattern("--prepend-pattern", text)?,
+    };
+    Ok(OutputSpec {
+        prefix,
+        tag: o.tag,
+        timestamp: o.timestamp,
+        outfile: pattern("--outfile-pattern", &o.outfile)?,
+        errfile: pattern("--errfile-pattern", &o.errfile)?,
+        dir: o.dir.as_deref().map(output_dir).transpose()?,
+    })
+}
+
+/// `--output-filename DIR[:OPTION,...]`, Open MPI's syntax.
+fn output_dir(arg: &str) -> Result<OutputDir, String> {
+    let (path, options) = match arg.rsplit_once(':') {
+        Some((path, options)) => (path, options.split(',').collect()),
+        None => (arg, Vec::new()),
+    };
+    if path.is_empty() {
+        return Err(format!("--output-filename {arg}: no directory given"));
+    }
+    let mut dir = OutputDir { path: path.into(), copy: true, per_job: true };
+    for option in options {
+        match option.to_ascii_lowercase().as_str() {
+            "nocopy" => dir.copy = false,
+            "nojobid" => dir.per_job = false,
+            _ => {
+                return Err(format!(
+                    "--output-filename {arg}: unknown option {option} (known: nocopy, nojobid)"
+                ))
+            }
+        }
+    }
+    Ok(dir)
+}
+
+/// Raises the soft limit on open files to the hard limit: with an output file per rank,
+/// a large job needs more than the usual 1024. The proxies rlaunch forks inherit it, and
+/// need it too with many ranks on one node.
+fn raise_fd_limit() {
+    use nix::sys::resource::{getrlimit, setrlimit, Resource};
+    match getrlimit(Resource::RLIMIT_NOFILE) {
+        Ok((soft, hard)) if soft < hard => {
+            if let Err(e) = setrlimit(Resource::RLIMIT_NOFILE, hard, hard) {
+                tracing::debug!("cannot raise the open-file limit to {hard}: {e}");
+            }
+        }
+        _ => {}
+    }
 }
 
 /// The `rlaunch-proxy` installed next to this `rlaunch`.

@@ -1,31 +1,98 @@
-//! Writes the ranks' output to rlaunch's stdout and stderr, whole lines at a time.
+//! Writes the ranks' output, whole lines at a time, to rlaunch's stdout and stderr or to
+//! output files, with the prefixes the command line asks for.
 //!
-//! One thread owns both descriptors and a partial-line buffer per rank and stream: it writes
-//! only complete lines (or a partial line past [`MAX_PARTIAL`], or at end of file), so lines of
-//! different ranks never interleave mid-line. Its input is a bounded channel: when a reader of
-//! rlaunch's stdout is slow, the thread blocks in write, the channel fills, the link readers
-//! wait, and backpressure reaches the ranks. Nothing is dropped and memory stays bounded.
+//! ```text
+//!  link readers ──Chunk (bounded)──────► Writer ──► rlaunch's stdout and stderr
+//!  root ──SpawnedJob (who is who)──────►  │  │ ──► output files
+//!  root ◄──OutputEvent (stdout closed, ───┘  │
+//!            a file failed)                  └── Roster: rank -> job, host, job id
+//! ```
+//!
+//! One thread owns every sink and a [`Lane`] per rank and stream: the lane holds the rank's
+//! partial line, its prefix (expanded once, when the rank starts) and where its lines go.
+//! Only complete lines are written (or a partial line past [`MAX_PARTIAL`], or at end of
+//! file), so lines of different ranks never interleave mid-line, on the terminal or in a file
+//! several ranks share. The input is a bounded channel: when a reader of rlaunch's stdout is
+//! slow, the thread blocks in write, the channel fills, the link readers wait, and
+//! backpressure reaches the ranks. Nothing is dropped and memory stays bounded.
+//!
+//! Start with [`Writer::take`]; [`OutputSpec`] says what the options mean.
+
+mod pattern;
+mod roster;
+mod sinks;
+mod stamp;
 
 use std::collections::HashMap;
-use std::io::{self, Write};
-use std::mem::ManuallyDrop;
-use std::os::fd::FromRawFd;
+use std::fmt::Write;
+use std::path::PathBuf;
 
 use pmi_wire::ids::Stream;
 use tokio::sync::mpsc;
 
+pub(crate) use pattern::Pattern;
+pub(crate) use roster::{Roster, SpawnedJob};
+pub(crate) use sinks::FileFailure;
+
+use pattern::RankFacts;
+use roster::Place;
+use sinks::{SinkId, Sinks, BATCH};
+use stamp::Clock;
+
 /// A partial line longer than this is written without waiting for its newline.
 const MAX_PARTIAL: usize = 64 << 10;
-/// Output gathered before a write, when more is already queued.
-const BATCH: usize = 256 << 10;
 /// Chunks queued for the writer thread.
-pub const QUEUE: usize = 64;
+pub(crate) const QUEUE: usize = 64;
 
-pub enum Chunk {
+/// How the ranks' output is written. Every prefix goes before every line, on the terminal
+/// and in files alike, in this order: timestamp, tag, prepend pattern.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct OutputSpec {
+    /// `--prepend-pattern`, or `-l` (which is `[%r] `).
+    pub prefix: Option<Pattern>,
+    /// `--tag-output`: Open MPI's `[1,RANK]<stdout>:`.
+    pub tag: bool,
+    /// `--timestamp-output`: the UTC time rlaunch received the line.
+    pub timestamp: bool,
+    /// `--outfile-pattern`: each rank's stdout to a file instead of the terminal.
+    pub outfile: Option<Pattern>,
+    /// `--errfile-pattern`: the same for stderr.
+    pub errfile: Option<Pattern>,
+    /// `--output-filename`: a file per rank and stream in a directory tree.
+    pub dir: Option<OutputDir>,
+}
+
+/// Open MPI's `--output-filename DIR[:nocopy,nojobid]`: `DIR/1/rank.R/stdout` and
+/// `.../stderr`, R zero-padded to the width of the job size as Open MPI 4 does.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct OutputDir {
+    pub path: PathBuf,
+    /// Still copy the output to the terminal (unless `nocopy`).
+    pub copy: bool,
+    /// Put a directory per job (`1/`, spawned jobs `2/`, ...) above the ranks' (unless
+    /// `nojobid`).
+    pub per_job: bool,
+}
+
+impl OutputDir {
+    fn file(&self, place: &Place, stream: Stream) -> PathBuf {
+        let mut path = self.path.clone();
+        if self.per_job {
+            path.push((place.job + 1).to_string());
+        }
+        let width = place.size.to_string().len();
+        path.push(format!("rank.{:0width$}", place.rank));
+        path.push(stream_name(stream));
+        path
+    }
+}
+
+pub(crate) enum Chunk {
     /// A rank is running; comes before any of its output.
     Started {
         rank: u32,
         pid: u32,
+        #[expect(dead_code, reason = "output does not show CPU bindings yet")]
         cpus: Option<String>,
     },
     Data {
@@ -41,87 +108,78 @@ pub enum Chunk {
 
 /// What the writer thread tells the dispatcher.
 #[derive(Debug)]
-pub enum OutputEvent {
+pub(crate) enum OutputEvent {
     /// rlaunch's stdout is closed (`| head -1`): the job should end.
     StdoutClosed,
+    /// An output file cannot be created or written: the job should end.
+    FileFailed(FileFailure),
 }
 
-struct Sink {
-    file: ManuallyDrop<std::fs::File>,
-    buf: Vec<u8>,
-    /// Set after a write fails: output is discarded from then on.
-    broken: bool,
+/// Where a lane's lines go.
+#[derive(Clone, Copy)]
+enum Route {
+    Terminal,
+    File(SinkId),
+    /// `--output-filename` without `nocopy`.
+    FileAndTerminal(SinkId),
 }
 
-impl Sink {
-    fn new(fd: i32) -> Sink {
-        // SAFETY: fds 1 and 2 stay open for the life of the process; ManuallyDrop never closes.
-        let file = ManuallyDrop::new(unsafe { std::fs::File::from_raw_fd(fd) });
-        Sink { file, buf: Vec::with_capacity(BATCH), broken: false }
-    }
-
-    /// Writes out what is buffered; returns the error of a newly broken sink.
-    fn flush(&mut self) -> Option<io::Error> {
-        if self.buf.is_empty() || self.broken {
-            self.buf.clear();
-            return None;
-        }
-        let res = self.file.write_all(&self.buf);
-        self.buf.clear();
-        if self.buf.capacity() > BATCH * 4 {
-            self.buf.shrink_to(BATCH);
-        }
-        res.err().inspect(|_| self.broken = true)
-    }
+/// One rank's stream.
+struct Lane {
+    /// Tag and prepend pattern, expanded for the rank; empty when lines go out as they are.
+    prefix: Box<[u8]>,
+    route: Route,
+    /// The start of a line whose newline has not arrived.
+    partial: Vec<u8>,
 }
 
-pub struct Writer {
-    prefix_rank: bool,
-    stdout: Sink,
-    stderr: Sink,
-    partial: HashMap<(u32, Stream), Vec<u8>>,
+pub(crate) struct Writer {
+    spec: OutputSpec,
+    roster: Roster,
+    lanes: HashMap<(u32, Stream), Lane>,
+    sinks: Sinks,
+    /// Set with `--timestamp-output`.
+    clock: Option<Clock>,
+    events: mpsc::UnboundedSender<OutputEvent>,
 }
 
 impl Writer {
-    pub fn new(prefix_rank: bool) -> Writer {
-        Writer { prefix_rank, stdout: Sink::new(1), stderr: Sink::new(2), partial: HashMap::new() }
+    pub(crate) fn new(
+        spec: OutputSpec,
+        roster: Roster,
+        events: mpsc::UnboundedSender<OutputEvent>,
+    ) -> Writer {
+        let clock = spec.timestamp.then(Clock::default);
+        Writer { spec, roster, lanes: HashMap::new(), sinks: Sinks::new(), clock, events }
     }
 
     /// Runs until every sender is gone.
-    pub fn run(
-        mut self,
-        mut rx: mpsc::Receiver<Chunk>,
-        events: mpsc::UnboundedSender<OutputEvent>,
-    ) {
+    pub(crate) fn run(mut self, mut rx: mpsc::Receiver<Chunk>) {
         while let Some(chunk) = rx.blocking_recv() {
             self.take(chunk);
-            while self.stdout.buf.len() + self.stderr.buf.len() < BATCH {
+            while self.sinks.buffered() < BATCH {
                 match rx.try_recv() {
                     Ok(chunk) => self.take(chunk),
                     Err(_) => break,
                 }
             }
-            self.flush(&events);
+            self.flush();
         }
-        let rest: Vec<_> = self.partial.drain().collect();
-        for ((rank, stream), bytes) in rest {
-            self.emit(rank, stream, &bytes);
+        let stamp = stamp(&mut self.clock);
+        for (&(_, stream), lane) in self.lanes.iter_mut().filter(|(_, l)| !l.partial.is_empty()) {
+            let rest = std::mem::take(&mut lane.partial);
+            emit(&mut self.sinks, stamp, stream, lane, &[], &rest);
         }
-        self.flush(&events);
+        self.flush();
     }
 
-    fn flush(&mut self, events: &mpsc::UnboundedSender<OutputEvent>) {
-        if let Some(e) = self.stdout.flush() {
-            tracing::debug!("stdout closed: {e}");
-            let _ = events.send(OutputEvent::StdoutClosed);
+    fn flush(&mut self) {
+        let flushed = self.sinks.flush();
+        if flushed.stdout_closed {
+            let _ = self.events.send(OutputEvent::StdoutClosed);
         }
-        let _ = self.stderr.flush();
-    }
-
-    fn sink(&mut self, stream: Stream) -> &mut Sink {
-        match stream {
-            Stream::Stdout => &mut self.stdout,
-            Stream::Stderr => &mut self.stderr,
+        for failure in flushed.files {
+            let _ = self.events.send(OutputEvent::FileFailed(failure));
         }
     }
 
@@ -129,58 +187,113 @@ impl Writer {
         match chunk {
             Chunk::Data { rank, stream, data } => {
                 let key = (rank, stream);
+                if !self.lanes.contains_key(&key) {
+                    tracing::debug!(rank, "output before the rank's start");
+                    self.open_lanes(rank, None);
+                }
+                let lane = self.lanes.get_mut(&key).expect("opened above");
+                let stamp = stamp(&mut self.clock);
                 let Some(nl) = data.iter().rposition(|&b| b == b'\n') else {
-                    let partial = self.partial.entry(key).or_default();
-                    partial.extend_from_slice(&data);
-                    if partial.len() > MAX_PARTIAL {
-                        let long = std::mem::take(partial);
-                        self.emit(rank, stream, &long);
+                    lane.partial.extend_from_slice(&data);
+                    if lane.partial.len() > MAX_PARTIAL {
+                        let long = std::mem::take(&mut lane.partial);
+                        emit(&mut self.sinks, stamp, stream, lane, &[], &long);
                     }
                     return;
                 };
-                if let Some(head) = self.partial.remove(&key) {
-                    self.emit_joined(rank, stream, &head, &data[..=nl]);
-                } else {
-                    self.emit(rank, stream, &data[..=nl]);
-                }
+                let head = std::mem::take(&mut lane.partial);
+                emit(&mut self.sinks, stamp, stream, lane, &head, &data[..=nl]);
                 if nl + 1 < data.len() {
-                    self.partial.insert(key, data[nl + 1..].to_vec());
+                    lane.partial = data[nl + 1..].to_vec();
                 }
             }
-            Chunk::Started { .. } => {}
+            Chunk::Started { rank, pid, .. } => {
+                if !self.lanes.contains_key(&(rank, Stream::Stdout)) {
+                    self.open_lanes(rank, Some(pid));
+                }
+            }
             Chunk::End { rank, stream } => {
-                if let Some(rest) = self.partial.remove(&(rank, stream)) {
-                    self.emit(rank, stream, &rest);
+                let Some(lane) = self.lanes.get_mut(&(rank, stream)) else { return };
+                if !lane.partial.is_empty() {
+                    let stamp = stamp(&mut self.clock);
+                    let rest = std::mem::take(&mut lane.partial);
+                    emit(&mut self.sinks, stamp, stream, lane, &[], &rest);
                 }
             }
         }
     }
 
-    /// Appends `head` + `tail`, which together are whole lines (or a flushed fragment).
-    fn emit_joined(&mut self, rank: u32, stream: Stream, head: &[u8], tail: &[u8]) {
-        if self.prefix_rank {
-            let mut line = Vec::with_capacity(head.len() + tail.len());
-            line.extend_from_slice(head);
-            line.extend_from_slice(tail);
-            self.emit(rank, stream, &line);
-        } else {
-            let sink = self.sink(stream);
-            sink.buf.extend_from_slice(head);
-            sink.buf.extend_from_slice(tail);
+    /// Sets up both lanes of a process: expands its prefix and opens its files, once.
+    fn open_lanes(&mut self, gid: u32, pid: Option<u32>) {
+        let place = self.roster.place(gid);
+        let facts =
+            RankFacts { rank: gid, pid: pid.unwrap_or(0), host: place.host, jobid: place.jobid };
+        for stream in [Stream::Stdout, Stream::Stderr] {
+            let mut prefix = String::new();
+            if self.spec.tag {
+                // Writing into a String cannot fail.
+                let _ =
+                    write!(prefix, "[{},{}]<{}>:", place.job + 1, place.rank, stream_name(stream));
+            }
+            if let Some(pattern) = &self.spec.prefix {
+                pattern.expand_into(&facts, &mut prefix);
+            }
+            let file = match stream {
+                Stream::Stdout => &self.spec.outfile,
+                Stream::Stderr => &self.spec.errfile,
+            };
+            let whose = || match place.job {
+                0 => format!("{} of rank {}", stream_name(stream), place.rank),
+                job => {
+                    format!("{} of rank {} of spawned job {job}", stream_name(stream), place.rank)
+                }
+            };
+            let (route, failure) = match (file, &self.spec.dir) {
+                (Some(pattern), _) => {
+                    let path = PathBuf::from(pattern.expand(&facts));
+                    let (sink, failure) = self.sinks.open(&path, false, whose);
+                    (Route::File(sink), failure)
+                }
+                (None, Some(dir)) => {
+                    let (sink, failure) = self.sinks.open(&dir.file(&place, stream), true, whose);
+                    let route =
+                        if dir.copy { Route::FileAndTerminal(sink) } else { Route::File(sink) };
+                    (route, failure)
+                }
+                (None, None) => (Route::Terminal, None),
+            };
+            if let Some(failure) = failure {
+                let _ = self.events.send(OutputEvent::FileFailed(failure));
+            }
+            let lane = Lane { prefix: prefix.into_bytes().into(), route, partial: Vec::new() };
+            self.lanes.insert((gid, stream), lane);
         }
     }
+}
 
-    fn emit(&mut self, rank: u32, stream: Stream, bytes: &[u8]) {
-        let prefix_rank = self.prefix_rank;
-        let sink = self.sink(stream);
-        if !prefix_rank {
-            sink.buf.extend_from_slice(bytes);
-            return;
+/// Writes `head` + `body` of a lane where it goes; see [`Sinks::put`].
+fn emit(sinks: &mut Sinks, stamp: &[u8], stream: Stream, lane: &Lane, head: &[u8], body: &[u8]) {
+    match lane.route {
+        Route::Terminal => sinks.put(SinkId::terminal(stream), stamp, &lane.prefix, head, body),
+        Route::File(file) => sinks.put(file, stamp, &lane.prefix, head, body),
+        Route::FileAndTerminal(file) => {
+            sinks.put(file, stamp, &lane.prefix, head, body);
+            sinks.put(SinkId::terminal(stream), stamp, &lane.prefix, head, body);
         }
-        let prefix = format!("[{rank}] ");
-        for line in bytes.split_inclusive(|&b| b == b'\n') {
-            sink.buf.extend_from_slice(prefix.as_bytes());
-            sink.buf.extend_from_slice(line);
-        }
+    }
+}
+
+/// The timestamp for lines taken now, empty without `--timestamp-output`.
+fn stamp(clock: &mut Option<Clock>) -> &[u8] {
+    match clock {
+        Some(clock) => clock.now(),
+        None => &[],
+    }
+}
+
+fn stream_name(stream: Stream) -> &'static str {
+    match stream {
+        Stream::Stdout => "stdout",
+        Stream::Stderr => "stderr",
     }
 }
