@@ -13,6 +13,7 @@ use std::io::{self, Write};
 use std::mem::ManuallyDrop;
 use std::ops::Range;
 use std::os::fd::FromRawFd;
+use std::os::unix::fs::FileTypeExt;
 use std::path::{Path, PathBuf};
 
 use pmi_wire::ids::Stream;
@@ -50,6 +51,12 @@ impl Terminal {
     fn new(fd: i32) -> Terminal {
         // SAFETY: fds 1 and 2 stay open for the life of the process; ManuallyDrop never closes.
         let file = ManuallyDrop::new(unsafe { File::from_raw_fd(fd) });
+        // Into a pipe (`rlaunch ... | consumer`), a 64 KiB buffer makes this thread and the
+        // consumer take turns every 64 KiB; a larger one lets both run (1 GiB through a
+        // 1 MiB pipe: ~0.35 s against ~1.1 s here).
+        if file.metadata().is_ok_and(|m| m.file_type().is_fifo()) {
+            rlaunch_proxy::fdio::enlarge_pipe(&*file, rlaunch_proxy::fdio::PIPE_CAPACITY);
+        }
         Terminal { file, buf: Vec::with_capacity(BATCH), broken: false }
     }
 
