@@ -22,6 +22,7 @@ const EXIT_USAGE: i32 = 2;
 const EXIT_INTERNAL: i32 = 255;
 
 fn main() {
+    rlaunch_proxy::tune_malloc();
     rlaunch_proxy::procs::cloexec_inherited_fds();
     let args: Vec<OsString> = std::env::args_os().skip(1).collect();
     let env: Vec<(OsString, OsString)> = std::env::vars_os().collect();

@@ -4,6 +4,7 @@
 use rlaunch_proxy::fdio::FdStream;
 
 fn main() {
+    rlaunch_proxy::tune_malloc();
     rlaunch_proxy::procs::cloexec_inherited_fds();
     rlaunch_proxy::init_logging("rlaunch-proxy");
     let (input, output) = match rlaunch_proxy::take_stdio_channel() {
