@@ -14,7 +14,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use options::{LauncherKind, MapBy, Options, OutputOptions, Request};
 use output::{OutputDir, OutputSpec, Pattern};
-use pmi_wire::control::{Bootstrap, Job, NodePlan, RankPlan, Segment, StdinTarget};
+use pmi_wire::control::{Bootstrap, Job, Segment, StdinTarget};
 
 /// Exit status for command-line errors.
 const EXIT_USAGE: i32 = 2;
@@ -115,6 +115,7 @@ fn build_plan(o: &Options, env: &[(OsString, OsString)]) -> Result<job::Plan, Pl
     let size = size.ok_or_else(|| usage("too many ranks".into()))?;
     let rank_hosts = plan::place_segments(&lists, &counts, o.map_by == MapBy::Node);
 
+    let proxy_exe = proxy_exe().map_err(PlanError::Setup)?;
     let bootstrap = match o.launcher {
         Some(LauncherKind::Fork) => Bootstrap::Fork,
         kind => {
@@ -125,7 +126,7 @@ fn build_plan(o: &Options, env: &[(OsString, OsString)]) -> Result<job::Plan, Pl
             };
             let proxy_path = match &o.proxy_path {
                 Some(p) => p.clone(),
-                None => proxy_exe().map_err(PlanError::Setup)?.to_string_lossy().into_owned(),
+                None => proxy_exe.to_string_lossy().into_owned(),
             };
             Bootstrap::Remote { argv, proxy_path }
         }
@@ -174,29 +175,10 @@ fn build_plan(o: &Options, env: &[(OsString, OsString)]) -> Result<job::Plan, Pl
         })
         .collect();
 
-    // One node per distinct host, in order of first rank.
-    let mut node_hosts: Vec<String> = Vec::new();
-    let mut nodes: Vec<NodePlan> = Vec::new();
-    let mut rank_node = Vec::with_capacity(size as usize);
-    let rank_segment = counts.iter().enumerate().flat_map(|(s, (_, n))| (0..*n).map(move |_| s));
-    for (rank, (host, segment)) in rank_hosts.into_iter().zip(rank_segment).enumerate() {
-        let index = match node_hosts.iter().rposition(|h| *h == host) {
-            Some(i) => i,
-            None => {
-                nodes.push(NodePlan {
-                    index: nodes.len() as u32,
-                    fork: fork_host(&host),
-                    host: host.clone(),
-                    ranks: Vec::new(),
-                    children: Vec::new(),
-                });
-                node_hosts.push(host);
-                nodes.len() - 1
-            }
-        };
-        nodes[index].ranks.push(RankPlan { rank: rank as u32, segment: segment as u32 });
-        rank_node.push(index as u32);
-    }
+    let rank_segments =
+        counts.iter().enumerate().flat_map(|(s, (_, n))| (0..*n).map(move |_| s as u32));
+    let plan::Nodes { nodes, hosts: node_hosts, rank_node } =
+        plan::group_nodes(&rank_hosts, rank_segments, fork_host);
     let roots = plan::build_tree(nodes, o.tree_width);
     tracing::debug!(nodes = node_hosts.len(), depth = plan::depth(&roots), "plan ready");
 
@@ -216,7 +198,7 @@ fn build_plan(o: &Options, env: &[(OsString, OsString)]) -> Result<job::Plan, Pl
         job,
         roots,
         node_hosts,
-        proxy_exe: proxy_exe().map_err(PlanError::Setup)?,
+        proxy_exe,
         output: output_spec(&o.output).map_err(usage)?,
         print_all_exit_codes: o.print_all_exit_codes,
         timeout: o.timeout,

@@ -1,96 +1,94 @@
 //! Where ranks go and how proxies are arranged: pure functions, no I/O.
 
-use pmi_wire::control::NodePlan;
+use std::collections::HashMap;
+
+use pmi_wire::control::{NodePlan, RankPlan};
 
 use crate::hosts::Host;
 
-/// Ranks per host: hosts filled in order, each up to its slots; past the total, around
-/// again. Hosts that get no rank are left out.
-pub fn place_block(hosts: &[Host], n: u32) -> Vec<(String, Vec<u32>)> {
-    let mut placed: Vec<Vec<u32>> = vec![Vec::new(); hosts.len()];
-    let mut rank = 0;
-    'outer: loop {
-        for (i, h) in hosts.iter().enumerate() {
-            for _ in 0..h.slots {
-                if rank == n {
-                    break 'outer;
-                }
-                placed[i].push(rank);
-                rank += 1;
-            }
-        }
-        if hosts.is_empty() {
-            break;
-        }
-    }
-    hosts
-        .iter()
-        .zip(placed)
-        .filter(|(_, r)| !r.is_empty())
-        .map(|(h, r)| (h.name.clone(), r))
-        .collect()
+/// The host (an index into `hosts`) of each of `n` ranks: hosts filled in order, each up to
+/// its slots; past the total, around again.
+pub fn place_block(hosts: &[Host], n: u32) -> Vec<usize> {
+    let slots = hosts.iter().enumerate().flat_map(|(i, h)| (0..h.slots).map(move |_| i));
+    slots.cycle().take(n as usize).collect()
 }
 
-/// Ranks per host, one host after the other (`--map-by node`): rank r goes to the r-th host
-/// with a free slot in a round, and rounds repeat past the total.
-pub fn place_round_robin(hosts: &[Host], n: u32) -> Vec<(String, Vec<u32>)> {
-    let mut placed: Vec<Vec<u32>> = vec![Vec::new(); hosts.len()];
-    let mut rank = 0;
-    'outer: while !hosts.is_empty() {
-        let mut used = vec![0u32; hosts.len()];
-        let mut progressed = true;
-        while progressed {
-            progressed = false;
-            for (i, h) in hosts.iter().enumerate() {
-                if rank == n {
-                    break 'outer;
-                }
-                if used[i] < h.slots {
-                    used[i] += 1;
-                    placed[i].push(rank);
-                    rank += 1;
-                    progressed = true;
-                }
-            }
-        }
+/// The host of each of `n` ranks, one host after the other (`--map-by node`): rank r goes to
+/// the r-th host with a free slot in a round, and rounds repeat past the total.
+pub fn place_round_robin(hosts: &[Host], n: u32) -> Vec<usize> {
+    let mut placed = Vec::with_capacity(n as usize);
+    let deepest = hosts.iter().map(|h| h.slots).max().unwrap_or(0);
+    // One round: the hosts' first slots, then their second slots, ...
+    let round: Vec<usize> = (0..deepest)
+        .flat_map(|depth| hosts.iter().enumerate().filter(move |(_, h)| h.slots > depth))
+        .map(|(i, _)| i)
+        .collect();
+    while placed.len() < n as usize && !round.is_empty() {
+        let missing = n as usize - placed.len();
+        placed.extend(round.iter().take(missing));
     }
-    hosts
-        .iter()
-        .zip(placed)
-        .filter(|(_, r)| !r.is_empty())
-        .map(|(h, r)| (h.name.clone(), r))
-        .collect()
+    placed
 }
 
-/// The host of each rank of an MPMD job, ranks numbered across segments. `segments` are
+/// The host name of each rank of an MPMD job, ranks numbered across segments. `segments` are
 /// (host list index, rank count); segments drawing on the same list continue where the
 /// previous one stopped, as if they were one block of ranks (Hydra's numbering).
-pub fn place_segments(
-    lists: &[Vec<Host>],
+pub fn place_segments<'a>(
+    lists: &'a [Vec<Host>],
     segments: &[(usize, u32)],
     by_node: bool,
-) -> Vec<String> {
-    let mut sequences: Vec<std::vec::IntoIter<String>> = lists
+) -> Vec<&'a str> {
+    let mut sequences: Vec<_> = lists
         .iter()
         .enumerate()
         .map(|(i, hosts)| {
             let n: u32 = segments.iter().filter(|(l, _)| *l == i).map(|(_, n)| n).sum();
             let placed = if by_node { place_round_robin(hosts, n) } else { place_block(hosts, n) };
-            let mut sequence = vec![String::new(); n as usize];
-            for (host, ranks) in placed {
-                for r in ranks {
-                    sequence[r as usize].clone_from(&host);
-                }
-            }
-            sequence.into_iter()
+            placed.into_iter().map(move |h| hosts[h].name.as_str())
         })
         .collect();
-    segments
-        .iter()
-        .flat_map(|&(list, n)| {
-            (0..n).map(|_| sequences[list].next().expect("sized to fit")).collect::<Vec<_>>()
-        })
-        .collect()
+    let mut out = Vec::new();
+    for &(list, n) in segments {
+        out.extend(sequences[list].by_ref().take(n as usize));
+    }
+    out
+}
+
+/// Ranks grouped into nodes, one per distinct host name, in order of first rank.
+pub struct Nodes {
+    pub nodes: Vec<NodePlan>,
+    /// Host name of each node, by node index.
+    pub hosts: Vec<String>,
+    /// Node index of each rank.
+    pub rank_node: Vec<u32>,
+}
+
+/// Groups ranks (`rank_hosts[r]`, `rank_segments[r]`) into nodes; `fork` says which hosts get
+/// their proxy by fork.
+pub fn group_nodes(
+    rank_hosts: &[&str],
+    rank_segments: impl IntoIterator<Item = u32>,
+    fork: impl Fn(&str) -> bool,
+) -> Nodes {
+    let mut index_of: HashMap<&str, usize> = HashMap::new();
+    let mut nodes: Vec<NodePlan> = Vec::new();
+    let mut rank_node = Vec::with_capacity(rank_hosts.len());
+    for (rank, (&host, segment)) in rank_hosts.iter().zip(rank_segments).enumerate() {
+        let index = *index_of.entry(host).or_insert_with(|| {
+            nodes.push(NodePlan {
+                index: nodes.len() as u32,
+                fork: fork(host),
+                host: host.to_string(),
+                ranks: Vec::new(),
+                children: Vec::new(),
+            });
+            nodes.len() - 1
+        });
+        nodes[index].ranks.push(RankPlan { rank: rank as u32, segment });
+        rank_node.push(index as u32);
+    }
+    let hosts = nodes.iter().map(|n| n.host.clone()).collect();
+    Nodes { nodes, hosts, rank_node }
 }
 
 /// Arranges nodes in a `width`-ary tree rooted at the launcher, in breadth-first order: the
@@ -154,7 +152,6 @@ pub fn depth(roots: &[NodePlan]) -> usize {
 mod tests {
     use super::*;
     use crate::hosts::parse_host_list;
-    use pmi_wire::control::RankPlan;
 
     fn node_plans(n: usize) -> Vec<NodePlan> {
         (0..n)
@@ -169,24 +166,10 @@ mod tests {
     }
 
     #[test]
-    fn host_lists_parse_and_merge() {
-        let hosts = parse_host_list("a,b:2,a:3").unwrap();
-        assert_eq!(
-            hosts,
-            vec![Host { name: "a".into(), slots: 4 }, Host { name: "b".into(), slots: 2 }]
-        );
-        assert!(parse_host_list("a:x").unwrap_err().contains("bad slot count 'x'"));
-        assert!(parse_host_list("a,,b").is_err());
-    }
-
-    #[test]
     fn block_placement_fills_then_wraps() {
         let hosts = parse_host_list("n1:2,n2:2").unwrap();
-        assert_eq!(
-            place_block(&hosts, 6),
-            vec![("n1".into(), vec![0, 1, 4, 5]), ("n2".into(), vec![2, 3])]
-        );
-        assert_eq!(place_block(&hosts, 1), vec![("n1".into(), vec![0])]);
+        assert_eq!(place_block(&hosts, 6), [0, 0, 1, 1, 0, 0]);
+        assert_eq!(place_block(&hosts, 1), [0]);
     }
 
     #[test]
@@ -196,6 +179,16 @@ mod tests {
         assert_eq!(hosts, ["a", "c", "c", "a", "b", "b"]);
         let hosts = place_segments(&lists, &[(0, 1), (0, 3)], true);
         assert_eq!(hosts, ["a", "b", "a", "b"]);
+    }
+
+    #[test]
+    fn ranks_group_into_one_node_per_host_in_order_of_first_rank() {
+        let grouped = group_nodes(&["b", "a", "b", "c"], [0, 0, 1, 1], |h| h == "a");
+        assert_eq!(grouped.hosts, ["b", "a", "c"]);
+        assert_eq!(grouped.rank_node, [0, 1, 0, 2]);
+        let b = &grouped.nodes[0];
+        assert_eq!(b.ranks, [RankPlan { rank: 0, segment: 0 }, RankPlan { rank: 2, segment: 1 }]);
+        assert!(grouped.nodes[1].fork && !b.fork);
     }
 
     #[test]
@@ -211,10 +204,7 @@ mod tests {
     #[test]
     fn round_robin_placement_deals_one_rank_per_host() {
         let hosts = parse_host_list("n1:2,n2:1").unwrap();
-        assert_eq!(
-            place_round_robin(&hosts, 5),
-            vec![("n1".into(), vec![0, 2, 3]), ("n2".into(), vec![1, 4])]
-        );
+        assert_eq!(place_round_robin(&hosts, 5), [0, 1, 0, 0, 1]);
     }
 
     #[test]
