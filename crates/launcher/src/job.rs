@@ -41,6 +41,8 @@ pub struct Plan {
     pub roots: Vec<NodePlan>,
     /// Host name of each node, by node index.
     pub node_hosts: Vec<String>,
+    /// Node index of each rank of the launched job.
+    pub rank_node: Vec<u32>,
     pub proxy_exe: OsString,
     /// Prefixes and output files; the writer thread takes it.
     pub output: OutputSpec,
@@ -126,14 +128,12 @@ pub async fn run(mut plan: Plan) -> i32 {
     let (output_tx, output_rx) = mpsc::channel(output::QUEUE);
     let (output_events_tx, mut output_events) = mpsc::unbounded_channel();
     let (spawned_jobs, spawned_rx) = std::sync::mpsc::channel();
-    let mut rank_node = vec![0; plan.job.size as usize];
-    for node in plan.roots.iter().flat_map(NodePlan::walk) {
-        for r in &node.ranks {
-            rank_node[r.rank as usize] = node.index;
-        }
-    }
-    let roster =
-        Roster::new(plan.job.jobid.clone(), plan.node_hosts.clone(), rank_node, spawned_rx);
+    let roster = Roster::new(
+        plan.job.jobid.clone(),
+        plan.node_hosts.clone(),
+        plan.rank_node.clone(),
+        spawned_rx,
+    );
     let writer = output::Writer::new(std::mem::take(&mut plan.output), roster, output_events_tx);
     let writer = std::thread::spawn(move || writer.run(output_rx));
 

@@ -12,8 +12,7 @@ use std::ffi::OsString;
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use options::{LauncherKind, MapBy, Options, OutputOptions, Request};
-use output::{OutputDir, OutputSpec, Pattern};
+use options::{LauncherKind, MapBy, Options, Request};
 use pmi_wire::control::{Bootstrap, Job, Segment, StdinTarget};
 
 /// Exit status for command-line errors.
@@ -198,8 +197,9 @@ fn build_plan(o: &Options, env: &[(OsString, OsString)]) -> Result<job::Plan, Pl
         job,
         roots,
         node_hosts,
+        rank_node,
         proxy_exe,
-        output: output_spec(&o.output).map_err(usage)?,
+        output: o.output.clone(),
         print_all_exit_codes: o.print_all_exit_codes,
         timeout: o.timeout,
         report_bindings: o.report_bindings,
@@ -228,53 +228,6 @@ fn info() -> String {
         os = std::env::consts::OS,
         protocol = pmi_wire::control::PROTOCOL_VERSION,
     )
-}
-
-/// The output options, checked: patterns parsed, `--output-filename`'s options known.
-fn output_spec(o: &OutputOptions) -> Result<OutputSpec, String> {
-    let pattern = |flag: &str, text: &Option<String>| {
-        let parse = |t: &String| Pattern::parse(t).map_err(|e| format!("{flag} {t}: {e}"));
-        text.as_ref().map(parse).transpose()
-    };
-    let prefix = match (o.prepend_rank, &o.prepend_pattern) {
-        (true, Some(_)) => {
-            return Err("-l and --prepend-pattern both set the line prefix; give one".into())
-        }
-        (true, None) => Some(Pattern::parse("[%r] ").expect("-l's pattern is valid")),
-        (false, text) => pattern("--prepend-pattern", text)?,
-    };
-    Ok(OutputSpec {
-        prefix,
-        tag: o.tag,
-        timestamp: o.timestamp,
-        outfile: pattern("--outfile-pattern", &o.outfile)?,
-        errfile: pattern("--errfile-pattern", &o.errfile)?,
-        dir: o.dir.as_deref().map(output_dir).transpose()?,
-    })
-}
-
-/// `--output-filename DIR[:OPTION,...]`, Open MPI's syntax.
-fn output_dir(arg: &str) -> Result<OutputDir, String> {
-    let (path, options) = match arg.rsplit_once(':') {
-        Some((path, options)) => (path, options.split(',').collect()),
-        None => (arg, Vec::new()),
-    };
-    if path.is_empty() {
-        return Err(format!("--output-filename {arg}: no directory given"));
-    }
-    let mut dir = OutputDir { path: path.into(), copy: true, per_job: true };
-    for option in options {
-        match option.to_ascii_lowercase().as_str() {
-            "nocopy" => dir.copy = false,
-            "nojobid" => dir.per_job = false,
-            _ => {
-                return Err(format!(
-                    "--output-filename {arg}: unknown option {option} (known: nocopy, nojobid)"
-                ))
-            }
-        }
-    }
-    Ok(dir)
 }
 
 /// Raises the soft limit on open files to the hard limit: with an output file per rank,

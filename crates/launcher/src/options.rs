@@ -11,6 +11,7 @@ use pmi_wire::control::{Binding, CpuUnit};
 
 use crate::cli::{self, Item, Key, Part};
 use crate::hosts::{self, Host};
+use crate::output::{OutputDir, OutputSpec, Pattern};
 
 /// What the command line asks rlaunch to do.
 pub enum Request {
@@ -85,9 +86,9 @@ pub struct SegmentSpec {
     pub command: Vec<OsString>,
 }
 
-/// How output is dressed and where it goes.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct OutputOptions {
+/// The output options as written, before [`output_spec`] checks them.
+#[derive(Debug, Default)]
+struct OutputOptions {
     pub prepend_rank: bool,
     pub prepend_pattern: Option<String>,
     pub tag: bool,
@@ -119,7 +120,7 @@ pub struct Options {
     pub pmi_port: bool,
     pub binding: Option<Binding>,
     pub report_bindings: bool,
-    pub output: OutputOptions,
+    pub output: OutputSpec,
     pub print_all_exit_codes: bool,
     pub verbose: u8,
     /// One line each, for options accepted without effect.
@@ -199,12 +200,13 @@ fn fold(parts: Vec<Part>, env: &[(OsString, OsString)], cwd: &Path) -> Result<Re
         pmi_port: false,
         binding: None,
         report_bindings: false,
-        output: OutputOptions::default(),
+        output: OutputSpec::default(),
         print_all_exit_codes: false,
         verbose: 0,
         notices: Vec::new(),
     };
     let mut default_wdir: Option<PathBuf> = None;
+    let mut output = OutputOptions::default();
     let getenv = |name: &str| env.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone());
     let mut timeout = None;
     for (index, part) in parts.iter().enumerate() {
@@ -301,13 +303,13 @@ fn fold(parts: Vec<Part>, env: &[(OsString, OsString)], cwd: &Path) -> Result<Re
                     }
                     wdir = Some(dir);
                 }
-                Key::PrependRank => o.output.prepend_rank = true,
-                Key::PrependPattern => o.output.prepend_pattern = Some(value),
-                Key::TagOutput => o.output.tag = true,
-                Key::TimestampOutput => o.output.timestamp = true,
-                Key::OutfilePattern => o.output.outfile = Some(value),
-                Key::ErrfilePattern => o.output.errfile = Some(value),
-                Key::OutputFilename => o.output.dir = Some(value),
+                Key::PrependRank => output.prepend_rank = true,
+                Key::PrependPattern => output.prepend_pattern = Some(value),
+                Key::TagOutput => output.tag = true,
+                Key::TimestampOutput => output.timestamp = true,
+                Key::OutfilePattern => output.outfile = Some(value),
+                Key::ErrfilePattern => output.errfile = Some(value),
+                Key::OutputFilename => output.dir = Some(value),
                 Key::PrintAllExitCodes => o.print_all_exit_codes = true,
                 Key::BindTo => o.binding = parse_bind_to(item.name, &value)?,
                 Key::ReportBindings => o.report_bindings = true,
@@ -323,6 +325,7 @@ fn fold(parts: Vec<Part>, env: &[(OsString, OsString)], cwd: &Path) -> Result<Re
         seg.wdir = wdir.unwrap_or_default();
         o.segments.push(seg);
     }
+    o.output = output_spec(&output)?;
     let base_wdir = default_wdir.unwrap_or_else(|| cwd.to_path_buf());
     for seg in &mut o.segments {
         if seg.wdir.as_os_str().is_empty() {
@@ -375,6 +378,53 @@ fn fold(parts: Vec<Part>, env: &[(OsString, OsString)], cwd: &Path) -> Result<Re
         return Err("the timeout must be more than 0 seconds".into());
     }
     Ok(Request::Run(Box::new(o)))
+}
+
+/// The output options, checked: patterns parsed, `--output-filename`'s options known.
+fn output_spec(o: &OutputOptions) -> Result<OutputSpec, String> {
+    let pattern = |flag: &str, text: &Option<String>| {
+        let parse = |t: &String| Pattern::parse(t).map_err(|e| format!("{flag} {t}: {e}"));
+        text.as_ref().map(parse).transpose()
+    };
+    let prefix = match (o.prepend_rank, &o.prepend_pattern) {
+        (true, Some(_)) => {
+            return Err("-l and --prepend-pattern both set the line prefix; give one".into())
+        }
+        (true, None) => Some(Pattern::parse("[%r] ").expect("-l's pattern is valid")),
+        (false, text) => pattern("--prepend-pattern", text)?,
+    };
+    Ok(OutputSpec {
+        prefix,
+        tag: o.tag,
+        timestamp: o.timestamp,
+        outfile: pattern("--outfile-pattern", &o.outfile)?,
+        errfile: pattern("--errfile-pattern", &o.errfile)?,
+        dir: o.dir.as_deref().map(output_dir).transpose()?,
+    })
+}
+
+/// `--output-filename DIR[:OPTION,...]`, Open MPI's syntax.
+fn output_dir(arg: &str) -> Result<OutputDir, String> {
+    let (path, options) = match arg.rsplit_once(':') {
+        Some((path, options)) => (path, options.split(',').collect()),
+        None => (arg, Vec::new()),
+    };
+    if path.is_empty() {
+        return Err(format!("--output-filename {arg}: no directory given"));
+    }
+    let mut dir = OutputDir { path: path.into(), copy: true, per_job: true };
+    for option in options {
+        match option.to_ascii_lowercase().as_str() {
+            "nocopy" => dir.copy = false,
+            "nojobid" => dir.per_job = false,
+            _ => {
+                return Err(format!(
+                    "--output-filename {arg}: unknown option {option} (known: nocopy, nojobid)"
+                ))
+            }
+        }
+    }
+    Ok(dir)
 }
 
 /// `NAME=VALUE` into its two halves; the name must be a name.
