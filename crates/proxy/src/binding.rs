@@ -251,6 +251,8 @@ pub(crate) struct Binder {
     host: String,
     /// `None` until a rank needs it; `Err` when this machine's topology cannot be read.
     topology: Option<Result<Topology, String>>,
+    /// The objects of each unit asked for so far: every rank of a job asks for the same.
+    objects: Vec<(CpuUnit, Vec<Vec<u32>>)>,
     told: Told,
     /// Notices not yet sent to the launcher.
     notices: Vec<String>,
@@ -258,7 +260,13 @@ pub(crate) struct Binder {
 
 impl Binder {
     pub(crate) fn new(host: String) -> Binder {
-        Binder { host, topology: None, told: Told::default(), notices: Vec::new() }
+        Binder {
+            host,
+            topology: None,
+            objects: Vec::new(),
+            told: Told::default(),
+            notices: Vec::new(),
+        }
     }
 
     /// Notices for the user, to send to the launcher (which prints them, whatever host this
@@ -276,8 +284,8 @@ impl Binder {
         local_count: usize,
     ) -> Option<RankCpus> {
         let topology = self.topology.get_or_insert_with(Topology::of_this_process);
-        let objects = match topology {
-            Ok(topology) => topology.objects(binding.unit),
+        let topology = match topology {
+            Ok(topology) => topology,
             Err(why) => {
                 if !std::mem::replace(&mut self.told.unreadable, true) {
                     let why = why.clone();
@@ -286,17 +294,25 @@ impl Binder {
                 return None;
             }
         };
+        let cached = self.objects.iter().position(|(unit, _)| *unit == binding.unit);
+        let at = cached.unwrap_or_else(|| {
+            self.objects.push((binding.unit, topology.objects(binding.unit)));
+            self.objects.len() - 1
+        });
+        let objects = &self.objects[at].1;
+        let cpus = RankCpus::new(&rank_cpus(objects, binding.count, local));
+        let here_count = objects.len() as u64;
         let count = u64::from(binding.count.max(1));
-        let wraps = local_count as u64 * count > objects.len() as u64;
+        let wraps = local_count as u64 * count > here_count;
         if wraps && !std::mem::replace(&mut self.told.wraps, true) {
             let ranks = plural(local_count as u64, ("rank", "ranks"));
             let (each, here) = (
                 plural(count, unit_name(binding.unit)),
-                plural(objects.len() as u64, unit_name(binding.unit)),
+                plural(here_count, unit_name(binding.unit)),
             );
             self.notice(&format!("{ranks} x {each} but only {here} here: bindings wrap around"));
         }
-        Some(RankCpus::new(&rank_cpus(&objects, binding.count, local)))
+        Some(cpus)
     }
 
     fn notice(&mut self, what: &str) {

@@ -47,7 +47,9 @@ pub struct Started {
     pub stdin: Option<FdStream>,
 }
 
-/// Variables every rank gets its own value of.
+/// Variables every rank gets its own value of. The program's shared environment leaves them
+/// out, so [`spawn`] must set only these (a name set twice in an environment is read from
+/// its first occurrence, which would be the inherited one).
 pub const RANK_VARS: &[&str] = &[
     "PMI_RANK",
     "PMI_SIZE",
@@ -114,6 +116,7 @@ pub fn spawn(
             None
         }
     };
+    debug_assert!(env.iter().all(|(name, _)| RANK_VARS.contains(name)), "{env:?}");
     let pid = Spawn {
         program,
         env,
