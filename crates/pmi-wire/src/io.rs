@@ -26,13 +26,22 @@ pub struct FrameReader<R> {
     buf: Vec<u8>,
     /// Start of the unconsumed bytes in `buf`.
     pos: usize,
+    /// How much room a read asks for.
+    chunk: usize,
 }
 
+/// For links that carry output: big reads, few wakeups.
 const READ_CHUNK: usize = 256 << 10;
 
 impl<R: AsyncRead + Unpin> FrameReader<R> {
     pub fn new(inner: R) -> Self {
-        FrameReader { inner, buf: Vec::with_capacity(READ_CHUNK), pos: 0 }
+        Self::with_chunk(inner, READ_CHUNK)
+    }
+
+    /// A reader that asks for `chunk` bytes at a time, for streams that carry little (the
+    /// control traffic down the tree); a frame larger than that still arrives whole.
+    pub fn with_chunk(inner: R, chunk: usize) -> Self {
+        FrameReader { inner, buf: Vec::new(), pos: 0, chunk }
     }
 
     /// Reads more bytes; false at end of file.
@@ -41,7 +50,7 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
             self.buf.drain(..self.pos);
             self.pos = 0;
         }
-        self.buf.reserve(want.max(READ_CHUNK / 4));
+        self.buf.reserve(want.max(self.chunk / 4));
         Ok(self.inner.read_buf(&mut self.buf).await? > 0)
     }
 
@@ -53,7 +62,7 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
                 self.pos += found.consumed;
                 return Ok((found, preamble));
             }
-            if !self.fill(READ_CHUNK).await? {
+            if !self.fill(self.chunk).await? {
                 return Err(ReadError::ClosedBeforeHello {
                     preamble: self.buf[self.pos..].to_vec(),
                 });

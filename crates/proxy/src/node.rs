@@ -60,7 +60,7 @@ struct LocalRank {
     open_streams: u8,
     stdin: Option<mpsc::UnboundedSender<StdinChunk>>,
     /// Answers to its PMI connection's task.
-    pmi: Option<mpsc::UnboundedSender<PmiAnswer>>,
+    pmi: Option<pmi::AnswerTx>,
     /// How it ended, once reaped.
     exit: Option<ExitOutcome>,
     /// Its PMI connection closed before finalize.
@@ -166,7 +166,8 @@ pub async fn serve(up_in: FdStream, up_out: FdStream) -> i32 {
     link::heartbeat(&control_tx, || Up::Ping);
     let pump = tokio::spawn(link::pump(up_out, true, control_rx, Some(data_rx)));
 
-    let mut reader = FrameReader::new(up_in);
+    // Down the tree come control messages and stdin, not output: small reads will do.
+    let mut reader = FrameReader::with_chunk(up_in, 16 << 10);
     let launch = match receive_launch(&mut reader).await {
         Ok(launch) => launch,
         Err(msg) => {
@@ -329,10 +330,7 @@ impl Node {
 
     /// Starts the node's ranks. In `-pmi-port` mode, returns each rank's PMI answer channel
     /// for the connection that will claim it.
-    fn start_ranks(
-        &mut self,
-        pmi_port: Option<String>,
-    ) -> HashMap<u32, (PmiPeer, mpsc::UnboundedReceiver<PmiAnswer>)> {
+    fn start_ranks(&mut self, pmi_port: Option<String>) -> HashMap<u32, (PmiPeer, pmi::AnswerRx)> {
         let setup = match pmi_port {
             Some(addr) => PmiSetup::Port(addr),
             None => PmiSetup::Fd,
@@ -361,7 +359,7 @@ impl Node {
         &mut self,
         start: StartRank,
         setup: &PmiSetup,
-    ) -> Option<(PmiPeer, mpsc::UnboundedReceiver<PmiAnswer>)> {
+    ) -> Option<(PmiPeer, pmi::AnswerRx)> {
         let StartRank { job, job_index, gid, segment, at, cpus } = start;
         for text in self.binder.take_notices() {
             let _ = self.control.send(Up::Notice { host: self.plan.host.clone(), text });
@@ -390,7 +388,7 @@ impl Node {
         match program.and_then(|p| rank::spawn(&p, job.size, &at, gets_stdin, setup, mask)) {
             Ok(started) => {
                 let peer = PmiPeer { local, job: job_index, rank: at.rank, appnum: segment };
-                let (answers_tx, answers_rx) = mpsc::unbounded_channel();
+                let (answers_tx, answers_rx) = pmi::answer_channel();
                 slot.pmi = Some(answers_tx);
                 match started.pmi {
                     Some(conn) => {
@@ -502,7 +500,7 @@ impl Node {
         tracing::debug!(job = sj.job, size, "spawned job started");
         if let Some(parent) = self.ranks.iter().find(|r| r.rank == sj.parent) {
             if let Some(tx) = &parent.pmi {
-                let _ = tx.send(PmiAnswer::Spawn { kvsname: sj.kvsname, tag: sj.tag });
+                let _ = tx.send(Box::new(PmiAnswer::Spawn { kvsname: sj.kvsname, tag: sj.tag }));
             }
         }
     }
@@ -607,7 +605,7 @@ impl Node {
             Down::NameReply { rank, tag, answer } => {
                 if let Some(slot) = self.ranks.iter().find(|r| r.rank == rank) {
                     if let Some(tx) = &slot.pmi {
-                        let _ = tx.send(PmiAnswer::Name { answer, tag });
+                        let _ = tx.send(Box::new(PmiAnswer::Name { answer, tag }));
                     }
                 } else if let Some(c) = self.children.iter().find(|c| c.ranks.contains(&rank)) {
                     let _ = c.down.send(Down::NameReply { rank, tag, answer });
@@ -623,7 +621,7 @@ impl Node {
         let answers = slot.pmi.clone();
         let answer = |a: PmiAnswer| {
             if let Some(tx) = &answers {
-                let _ = tx.send(a);
+                let _ = tx.send(Box::new(a));
             }
         };
         if let PmiCall::Closed { clean } = call {
@@ -662,8 +660,10 @@ impl Node {
                 for (local, k, tag) in std::mem::take(&mut kvs.attr_waiters) {
                     if k == key {
                         if let Some(tx) = &self.ranks[local].pmi {
-                            let _ =
-                                tx.send(PmiAnswer::GetNodeAttr { value: Some(value.clone()), tag });
+                            let _ = tx.send(Box::new(PmiAnswer::GetNodeAttr {
+                                value: Some(value.clone()),
+                                tag,
+                            }));
                         }
                     } else {
                         kvs.attr_waiters.push((local, k, tag));
@@ -733,7 +733,7 @@ impl Node {
         kvs.epoch += 1;
         for (local, tag) in std::mem::take(&mut kvs.waiting) {
             if let Some(tx) = &self.ranks[local].pmi {
-                let _ = tx.send(PmiAnswer::Fence { tag });
+                let _ = tx.send(Box::new(PmiAnswer::Fence { tag }));
             }
         }
     }
