@@ -37,8 +37,18 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BENCH = os.path.join(ROOT, "bench")
 BUILD = os.path.join(BENCH, "build")
 RESULTS = os.path.join(BENCH, "results")
-RLAUNCH = os.path.join(ROOT, "target", "release", "rlaunch")
-RLAUNCH_PROXY = os.path.join(ROOT, "target", "release", "rlaunch-proxy")
+
+
+def host_triple():
+    out = subprocess.run(["rustc", "-vV"], capture_output=True, text=True).stdout
+    return next((line.split(":", 1)[1].strip() for line in out.splitlines() if line.startswith("host:")), "")
+
+
+# .cargo/config.toml names the target (so the binaries link statically), and cargo then puts
+# them under target/<triple>/.
+RELEASE = os.path.join(ROOT, "target", host_triple(), "release")
+RLAUNCH = os.path.join(RELEASE, "rlaunch")
+RLAUNCH_PROXY = os.path.join(RELEASE, "rlaunch-proxy")
 HYDRA = "mpiexec.hydra"
 FLOOR = os.path.join(BUILD, "floor")
 LINES = os.path.join(BUILD, "lines")

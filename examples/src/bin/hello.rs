@@ -1,6 +1,6 @@
 //! Prints where this rank runs, from the variables rlaunch gives every rank.
 //!
-//! `rlaunch -n 4 target/release/hello`
+//! `rlaunch -n 4 target/*/release/hello`
 
 fn main() {
     let var = |k: &str| std::env::var(k).unwrap_or_else(|_| "?".into());
