@@ -119,6 +119,51 @@ fn tree_width_two_over_seven_nodes_is_three_proxies_deep() {
     assert_eq!(out.stdout_str().matches(&stdin_sum_line(b"")).count(), 7);
 }
 
+/// rlaunch forks its own machine's proxy instead of exec'ing one (one exec fewer per job):
+/// that proxy must still look and behave like one. It is named rlaunch-proxy, leaves the
+/// user's stdin and stdout alone (a pipe into `wc` must see its end of file when rlaunch
+/// exits), and the proxies it starts are the real rlaunch-proxy.
+#[test]
+fn the_local_proxy_is_forked_named_and_detached_from_stdio() {
+    let mut job = Run::new(&[
+        "--launcher",
+        "fork",
+        "--hosts",
+        "n1,n2",
+        "--tree-width",
+        "1",
+        "-n",
+        "2",
+        &rp(),
+        "ready",
+        "sleep",
+        "60",
+    ])
+    .spawn();
+    let ready = job.wait_for_ready(2, WAIT);
+    let pid_of = |rank: u32| ready.iter().find(|(r, _)| *r == rank).unwrap().1.as_raw();
+    let forked = rlaunch_tests::parent_pid(pid_of(0));
+    let execd = rlaunch_tests::parent_pid(pid_of(1));
+    assert_eq!(rlaunch_tests::parent_pid(execd), forked, "n2's proxy hangs below n1's");
+    let exe = |pid: i32| std::fs::read_link(format!("/proc/{pid}/exe")).unwrap();
+    let comm = |pid: i32| std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap();
+    assert_eq!(exe(forked), rlaunch_tests::rlaunch().canonicalize().unwrap());
+    assert_eq!(exe(execd), rlaunch_tests::proxy().canonicalize().unwrap());
+    for pid in [forked, execd] {
+        assert_eq!(comm(pid).trim(), "rlaunch-proxy", "pid {pid}");
+        for fd in [0, 1] {
+            let target = std::fs::read_link(format!("/proc/{pid}/fd/{fd}")).unwrap();
+            assert_eq!(target, std::path::Path::new("/dev/null"), "pid {pid} fd {fd}");
+        }
+        let group = nix::unistd::getpgid(Some(nix::unistd::Pid::from_raw(pid))).unwrap();
+        assert_eq!(group.as_raw(), pid, "proxy {pid} leads its own process group");
+    }
+    job.signal(Signal::SIGTERM);
+    let out = job.wait(WAIT);
+    assert_ne!(out.code, Some(0));
+    out.tag.wait_until_none(Duration::from_secs(2)).unwrap();
+}
+
 #[test]
 fn output_lines_are_whole_and_in_order_per_rank() {
     let bytes_per_rank = 4 << 20;
@@ -458,10 +503,12 @@ fn a_proxy_of_another_protocol_version_is_named_clearly() {
     std::fs::write(&fake, "#!/bin/sh\nprintf '\\177RLAUNCH\\000\\000\\000\\011'\nsleep 1\n")
         .unwrap();
     std::fs::set_permissions(&fake, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
-    let out = Run::program(&rlaunch, &["-n", "1", "true"]).run();
+    // rlaunch forks the proxies of its own machine; proxies exec theirs: n2's is the fake.
+    let args = ["--launcher", "fork", "--hosts", "n1,n2", "--tree-width", "1", "-n", "2", "true"];
+    let out = Run::program(&rlaunch, &args).run();
     out.assert_code(255);
     let err = out.stderr_str();
-    assert!(err.contains("lost proxy on "), "{err}");
+    assert!(err.contains("lost proxy on n2"), "{err}");
     let ours = pmi_wire::control::PROTOCOL_VERSION;
     assert!(
         err.contains(&format!("protocol version 9, this rlaunch speaks version {ours}")),

@@ -11,6 +11,8 @@
 
 use std::collections::{HashMap, HashSet};
 use std::ffi::OsString;
+use std::io;
+use std::os::fd::AsRawFd;
 use std::time::Duration;
 
 use nix::sys::signal::Signal;
@@ -18,7 +20,7 @@ use pmi_wire::control::{
     Down, Job, NameAnswer, NameOp, NodePlan, SpawnJob, SpawnRequest, StdinTarget, Up,
 };
 use pmi_wire::ids::ExitOutcome;
-use rlaunch_proxy::link::{self, ChildState, LinkEvent};
+use rlaunch_proxy::link::{self, ChildState, ForkedProxy, LinkEvent, ProxyProcess};
 use rlaunch_proxy::procs;
 use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::mpsc;
@@ -50,6 +52,29 @@ pub struct Plan {
     /// `--report-bindings`: a line per rank saying which CPUs it is bound to.
     pub report_bindings: bool,
     pub timeout: Option<Duration>,
+    /// Proxies already forked for some of `roots` (by index), by [`fork_local_proxies`].
+    pub forked: Vec<Option<io::Result<ForkedProxy>>>,
+}
+
+/// Forks the proxies of `roots` that run on this machine, now, with no exec (see
+/// [`link::fork_proxy`]); the others are started by [`run`]. Must be called while rlaunch has
+/// one thread: before the runtime, the writer and the stdin threads.
+pub fn fork_local_proxies(plan: &mut Plan) {
+    let mut channels = Vec::new();
+    plan.forked = plan
+        .roots
+        .iter()
+        .map(|node| {
+            node.fork.then(|| {
+                // SAFETY: rlaunch has a single thread until `run`, as main guarantees.
+                let forked = unsafe { link::fork_proxy(&plan.proxy_exe, &channels) };
+                if let Ok(proxy) = &forked {
+                    channels.push(proxy.channel.as_raw_fd());
+                }
+                forked
+            })
+        })
+        .collect();
 }
 
 /// Why the job ended early, in the order things happened; the first one decides the exit
@@ -267,7 +292,7 @@ impl Root {
         let roots = std::mem::take(&mut self.plan.roots);
         let job = &self.plan.job;
         let mut procs: Vec<Option<Proc>> = (0..job.size).map(|_| None).collect();
-        for node in &roots {
+        for (index, node) in roots.iter().enumerate() {
             for n in node.walk() {
                 for r in &n.ranks {
                     procs[r.rank as usize] = Some(Proc {
@@ -291,7 +316,13 @@ impl Root {
             let idx = self.children.len();
             let (output, events) = (output.clone(), events.clone());
             let report = self.plan.report_bindings;
-            let started = link::start_child(job, node, &self.plan.proxy_exe, move |event| {
+            let process = match self.plan.forked.get_mut(index).and_then(Option::take) {
+                Some(forked) => forked.and_then(ProxyProcess::forked),
+                None => {
+                    link::spawn_proxy(&job.bootstrap, &node.host, node.fork, &self.plan.proxy_exe)
+                }
+            };
+            let started = link::start_child(job, node, process, move |event| {
                 route(idx, event, output.clone(), events.clone(), report)
             });
             match started.link {

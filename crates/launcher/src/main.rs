@@ -61,7 +61,7 @@ fn main() {
     for notice in &options.notices {
         eprintln!("rlaunch: {notice}");
     }
-    let plan = match build_plan(&options, &env) {
+    let mut plan = match build_plan(&options, &env) {
         Ok(plan) => plan,
         Err(PlanError::Usage(msg)) => {
             eprintln!("rlaunch: {msg}");
@@ -72,6 +72,8 @@ fn main() {
             std::process::exit(EXIT_INTERNAL);
         }
     };
+    // Still the only thread: the runtime and the writer thread come after.
+    job::fork_local_proxies(&mut plan);
     let runtime =
         tokio::runtime::Builder::new_current_thread().enable_all().build().expect("tokio runtime");
     let code = runtime.block_on(job::run(plan));
@@ -203,6 +205,7 @@ fn build_plan(o: &Options, env: &[(OsString, OsString)]) -> Result<job::Plan, Pl
         print_all_exit_codes: o.print_all_exit_codes,
         timeout: o.timeout,
         report_bindings: o.report_bindings,
+        forked: Vec::new(),
     })
 }
 

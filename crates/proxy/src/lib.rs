@@ -22,8 +22,29 @@ pub mod procs;
 pub mod rank;
 mod spawn;
 
+use std::ffi::OsString;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+
+use fdio::FdStream;
+
+/// Runs a proxy on the control channel `input`/`output` (its parent's) to the end; child
+/// proxies are started as `proxy_exe`. Returns the process's exit code. The caller has moved
+/// the channel off stdin/stdout.
+pub fn run(input: OwnedFd, output: OwnedFd, proxy_exe: OsString) -> i32 {
+    let runtime =
+        tokio::runtime::Builder::new_current_thread().enable_all().build().expect("tokio runtime");
+    runtime.block_on(async {
+        let channel = FdStream::new(input).and_then(|i| Ok((i, FdStream::new(output)?)));
+        match channel {
+            Ok((up_in, up_out)) => node::serve(up_in, up_out, proxy_exe).await,
+            Err(e) => {
+                eprintln!("rlaunch-proxy: the control channel is not a pipe or socket: {e}");
+                1
+            }
+        }
+    })
+}
 
 /// Moves the control channel off stdin/stdout (so nothing the proxy or a library prints can
 /// corrupt it) and points fds 0 and 1 at /dev/null.
@@ -36,11 +57,17 @@ pub fn take_stdio_channel() -> io::Result<(OwnedFd, OwnedFd)> {
     };
     let input = dup(0)?;
     let output = dup(1)?;
+    null_stdin_stdout()?;
+    Ok((input, output))
+}
+
+/// Points fds 0 and 1 at /dev/null: a proxy reads and writes only its control channel.
+pub fn null_stdin_stdout() -> io::Result<()> {
     let null = std::fs::OpenOptions::new().read(true).write(true).open("/dev/null")?;
     for fd in [0, 1] {
         nix::unistd::dup2(null.as_raw_fd(), fd).map_err(io::Error::from)?;
     }
-    Ok((input, output))
+    Ok(())
 }
 
 /// Keeps glibc's malloc from handing output buffers back to the kernel between chunks.

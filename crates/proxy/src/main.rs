@@ -1,8 +1,6 @@
 //! `rlaunch-proxy`: started by rlaunch or by a parent proxy, never by hand. Its stdin and
 //! stdout are the control channel to its parent.
 
-use rlaunch_proxy::fdio::FdStream;
-
 fn main() {
     rlaunch_proxy::tune_malloc();
     rlaunch_proxy::procs::cloexec_inherited_fds();
@@ -14,17 +12,6 @@ fn main() {
             std::process::exit(1);
         }
     };
-    let runtime =
-        tokio::runtime::Builder::new_current_thread().enable_all().build().expect("tokio runtime");
-    let code = runtime.block_on(async {
-        let channel = FdStream::new(input).and_then(|i| Ok((i, FdStream::new(output)?)));
-        match channel {
-            Ok((up_in, up_out)) => rlaunch_proxy::node::serve(up_in, up_out).await,
-            Err(e) => {
-                eprintln!("rlaunch-proxy: the control channel is not a pipe or socket: {e}");
-                1
-            }
-        }
-    });
-    std::process::exit(code);
+    let me = std::env::current_exe().map_or_else(|_| "rlaunch-proxy".into(), Into::into);
+    std::process::exit(rlaunch_proxy::run(input, output, me));
 }

@@ -153,11 +153,13 @@ pub(crate) struct Node {
     binder: Binder,
     /// Each (job, segment)'s program, prepared once for all its ranks.
     programs: HashMap<(u32, u32), Result<Arc<rank::Program>, ExitOutcome>>,
+    /// The `rlaunch-proxy` this proxy starts its child proxies with.
+    proxy_exe: OsString,
 }
 
-/// Runs a proxy on its stdin/stdout channel until its subtree is finished. Returns the exit
-/// code of the proxy process.
-pub async fn serve(up_in: FdStream, up_out: FdStream) -> i32 {
+/// Runs a proxy on its control channel until its subtree is finished; child proxies are
+/// started as `proxy_exe`. Returns the exit code of the proxy process.
+pub async fn serve(up_in: FdStream, up_out: FdStream, proxy_exe: OsString) -> i32 {
     procs::become_subreaper();
     let host = hostname::get().map(|h| h.to_string_lossy().into_owned()).unwrap_or_default();
     let (control_tx, control_rx) = mpsc::unbounded_channel();
@@ -210,6 +212,7 @@ pub async fn serve(up_in: FdStream, up_out: FdStream) -> i32 {
         pmi_calls: pmi_tx,
         binder: Binder::new(launch.node.host.clone()),
         programs: HashMap::new(),
+        proxy_exe,
         job: Arc::new(launch.job),
         plan: launch.node,
         ranks: Vec::new(),
@@ -302,15 +305,15 @@ impl Node {
     }
 
     fn start_children(&mut self) {
-        let exe =
-            std::env::current_exe().map(OsString::from).unwrap_or_else(|_| "rlaunch-proxy".into());
+        let exe = self.proxy_exe.clone();
         let plans = std::mem::take(&mut self.plan.children);
         for plan in &plans {
             let ranks = plan.walk().iter().flat_map(|n| n.ranks.iter().map(|r| r.rank)).collect();
             let nodes = plan.walk().iter().map(|n| n.index).collect();
             let idx = self.children.len();
             let (data, events) = (self.data.clone(), self.events.clone());
-            let started = link::start_child(&self.job, plan, &exe, move |event| {
+            let process = link::spawn_proxy(&self.job.bootstrap, &plan.host, plan.fork, &exe);
+            let started = link::start_child(&self.job, plan, process, move |event| {
                 relay_child(idx, event, data.clone(), events.clone())
             });
             match started.link {

@@ -28,8 +28,12 @@ use pmi_wire::ids::ExitOutcome;
 
 /// The default search path of execvp when the environment has no PATH.
 const DEFAULT_PATH: &[u8] = b"/bin:/usr/bin";
-/// Stack of the short-lived child; it only makes a few system calls.
-const CHILD_STACK: usize = 64 << 10;
+thread_local! {
+    /// Stack of the short-lived child; it only makes a few system calls. One per thread,
+    /// reused: the parent waits (CLONE_VFORK) until the child no longer needs it. Allocating
+    /// it zeroed for every rank was a 64 KiB memset per rank.
+    static CHILD_STACK: std::cell::RefCell<Vec<u8>> = std::cell::RefCell::new(vec![0; 64 << 10]);
+}
 
 /// One MPMD segment's executable, ready to start any number of times.
 pub struct Program {
@@ -115,7 +119,6 @@ impl Spawn<'_> {
             parent: std::process::id() as i32,
             failure: &failure,
         };
-        let mut stack = vec![0u8; CHILD_STACK];
         // Signals stay blocked across the clone, so that no handler of the proxy's runs in the
         // child (which shares its memory) before the child has reset them.
         let mut all: libc::sigset_t = unsafe { std::mem::zeroed() };
@@ -125,12 +128,14 @@ impl Spawn<'_> {
         let pid = unsafe {
             libc::sigfillset(&mut all);
             libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old);
-            let pid = nix::sched::clone(
-                Box::new(|| child.run()),
-                &mut stack,
-                CloneFlags::CLONE_VM | CloneFlags::CLONE_VFORK,
-                Some(libc::SIGCHLD),
-            );
+            let pid = CHILD_STACK.with_borrow_mut(|stack| {
+                nix::sched::clone(
+                    Box::new(|| child.run()),
+                    stack,
+                    CloneFlags::CLONE_VM | CloneFlags::CLONE_VFORK,
+                    Some(libc::SIGCHLD),
+                )
+            });
             libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut());
             pid
         };
