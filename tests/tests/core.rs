@@ -483,6 +483,26 @@ fn a_killed_proxy_ends_the_job_and_takes_its_ranks() {
     out.tag.wait_until_none(Duration::from_secs(2)).unwrap();
 }
 
+/// Sixteen ranks on a node start on several threads at once. A rank's PR_SET_PDEATHSIG
+/// follows the thread that started it, so those threads must live as long as the proxy:
+/// the ranks run to their end, and go with the proxy when it is killed.
+#[test]
+fn ranks_started_in_parallel_live_and_die_with_their_proxy() {
+    let out = Run::new(&["-n", "16", &rp(), "sleep", "0.5", "exit", "0"]).run();
+    out.assert_code(0);
+
+    let args = ["--launcher", "fork", "--hosts", "n1:1,n2:16", "-n", "17"];
+    let mut job = Run::new(&[&args[..], &[&rp(), "ready", "sleep", "60"]].concat()).spawn();
+    let ready = job.wait_for_ready(17, WAIT);
+    let rank1 = ready.iter().find(|(r, _)| *r == 1).unwrap().1;
+    let proxy = rlaunch_tests::parent_pid(rank1.as_raw());
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(proxy), Signal::SIGKILL).unwrap();
+    let out = job.wait(WAIT);
+    assert_ne!(out.code, Some(0));
+    assert!(out.stderr_str().contains("rlaunch: lost proxy on n2 ("), "{}", out.stderr_str());
+    out.tag.wait_until_none(Duration::from_secs(2)).unwrap();
+}
+
 #[test]
 fn timeout_kills_the_job_with_124() {
     let start = Instant::now();

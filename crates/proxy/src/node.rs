@@ -341,32 +341,67 @@ impl Node {
         let job = self.job.clone();
         let plans = self.plan.ranks.clone();
         let host = self.plan.host.clone();
-        let mut unbound = HashMap::new();
-        for (local_id, rp) in plans.iter().enumerate() {
-            let at = Placement { rank: rp.rank, local_id, local_count: plans.len(), host: &host };
-            let cpus = job.binding.and_then(|b| self.binder.cpus(b, local_id, plans.len()));
-            let start =
-                StartRank { job: &job, job_index: 0, gid: rp.rank, segment: rp.segment, at, cpus };
-            if let Some((peer, answers)) = self.start_rank(start, &setup) {
-                unbound.insert(rp.rank, (peer, answers));
-            }
-        }
+        let batch = plans
+            .iter()
+            .enumerate()
+            .map(|(local_id, rp)| {
+                let at =
+                    Placement { rank: rp.rank, local_id, local_count: plans.len(), host: &host };
+                let cpus = job.binding.and_then(|b| self.binder.cpus(b, local_id, plans.len()));
+                StartRank { job: &job, job_index: 0, gid: rp.rank, segment: rp.segment, at, cpus }
+            })
+            .collect();
+        let unbound = self.start_batch(batch, &setup);
         let _ = self.control.send(Up::Started { node: self.plan.index });
         tracing::debug!(node = self.plan.index, ranks = plans.len(), "ranks started");
         unbound
     }
 
-    /// Starts one rank and the tasks that carry its output, stdin and PMI. Returns its PMI
-    /// answer channel if its connection is still to come (`-pmi-port`).
-    fn start_rank(
+    /// Starts ranks, all processes first (several at a time), then the tasks that carry each
+    /// one's output, stdin and PMI. Returns, by rank, the PMI answer channels of those whose
+    /// connection is still to come (`-pmi-port`).
+    fn start_batch(
         &mut self,
-        start: StartRank,
+        batch: Vec<StartRank>,
         setup: &PmiSetup,
-    ) -> Option<(PmiPeer, pmi::AnswerRx)> {
-        let StartRank { job, job_index, gid, segment, at, cpus } = start;
+    ) -> HashMap<u32, (PmiPeer, pmi::AnswerRx)> {
+        let prepared = batch
+            .iter()
+            .map(|start| {
+                let StartRank { job, job_index, segment, .. } = *start;
+                let program = self
+                    .programs
+                    .entry((job_index, segment))
+                    .or_insert_with(|| {
+                        rank::program(job, &job.segments[segment as usize]).map(Arc::new)
+                    })
+                    .clone()?;
+                let gets_stdin = job_index == 0 && job.stdin.includes(start.gid);
+                let mask = start.cpus.as_ref().map(|c| &c.mask);
+                rank::prepare(program, job.size, &start.at, gets_stdin, setup, mask)
+            })
+            .collect();
+        let started = rank::start_all(prepared);
         for text in self.binder.take_notices() {
             let _ = self.control.send(Up::Notice { host: self.plan.host.clone(), text });
         }
+        let mut unbound = HashMap::new();
+        for (start, result) in batch.into_iter().zip(started) {
+            if let Some((peer, answers)) = self.adopt_rank(start, result) {
+                unbound.insert(peer.rank, (peer, answers));
+            }
+        }
+        unbound
+    }
+
+    /// Takes a rank that started (or could not) into the node's books, with the tasks that
+    /// serve it. Returns its PMI answer channel if its connection is still to come.
+    fn adopt_rank(
+        &mut self,
+        start: StartRank,
+        result: Result<rank::Started, ExitOutcome>,
+    ) -> Option<(PmiPeer, pmi::AnswerRx)> {
+        let StartRank { job, job_index, gid, segment, at, cpus } = start;
         let local = self.ranks.len();
         let gets_stdin = job_index == 0 && job.stdin.includes(gid);
         let mut slot = LocalRank {
@@ -382,13 +417,7 @@ impl Node {
             pmi_open: false,
         };
         let mut unbound = None;
-        let mask = cpus.as_ref().map(|c| &c.mask);
-        let program = self
-            .programs
-            .entry((job_index, segment))
-            .or_insert_with(|| rank::program(job, &job.segments[segment as usize]).map(Arc::new))
-            .clone();
-        match program.and_then(|p| rank::spawn(&p, job.size, &at, gets_stdin, setup, mask)) {
+        match result {
             Ok(started) => {
                 let peer = PmiPeer { local, job: job_index, rank: at.rank, appnum: segment };
                 let (answers_tx, answers_rx) = pmi::answer_channel();
@@ -484,22 +513,24 @@ impl Node {
         self.jobs.insert(sj.job, JobState { pmi, kvs, local: 0 });
         self.swept = false;
         let host = self.plan.host.clone();
-        for (rank, &segment) in plan.iter().enumerate() {
-            let at = Placement {
-                rank: rank as u32,
-                local_id: rank,
-                local_count: plan.len(),
-                host: &host,
-            };
-            let gid = sj.first + rank as u32;
-            // The same policy with the spawned job's own local indexes: its ranks share the
-            // CPUs of the job that spawned them.
-            let cpus = job.binding.and_then(|b| self.binder.cpus(b, rank, plan.len()));
-            self.start_rank(
-                StartRank { job: &job, job_index: sj.job, gid, segment, at, cpus },
-                &PmiSetup::Fd,
-            );
-        }
+        let batch = plan
+            .iter()
+            .enumerate()
+            .map(|(rank, &segment)| {
+                let at = Placement {
+                    rank: rank as u32,
+                    local_id: rank,
+                    local_count: plan.len(),
+                    host: &host,
+                };
+                let gid = sj.first + rank as u32;
+                // The same policy with the spawned job's own local indexes: its ranks share
+                // the CPUs of the job that spawned them.
+                let cpus = job.binding.and_then(|b| self.binder.cpus(b, rank, plan.len()));
+                StartRank { job: &job, job_index: sj.job, gid, segment, at, cpus }
+            })
+            .collect();
+        self.start_batch(batch, &PmiSetup::Fd);
         tracing::debug!(job = sj.job, size, "spawned job started");
         if let Some(parent) = self.ranks.iter().find(|r| r.rank == sj.parent) {
             if let Some(tx) = &parent.pmi {

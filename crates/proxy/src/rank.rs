@@ -68,17 +68,32 @@ pub fn program(job: &Job, segment: &Segment) -> Result<Program, ExitOutcome> {
     Program::new(job, segment, RANK_VARS)
 }
 
-/// Starts one rank of `program` in its own process group, with piped stdout/stderr and, if
-/// it reads the launcher's stdin, a piped stdin (else /dev/null), bound to `cpus` if given.
-/// Returns why if it cannot run.
-pub fn spawn(
-    program: &Program,
+/// A rank ready to start: its pipes and socketpair made, its environment set.
+pub struct Prepared {
+    spawn: Spawn,
+    fds: RankFds,
+}
+
+/// A prepared rank's descriptors: the child's ends, closed once it has started, and ours.
+struct RankFds {
+    theirs: [OwnedFd; 3],
+    pmi: Option<(OwnedFd, OwnedFd)>,
+    stdout: OwnedFd,
+    stderr: OwnedFd,
+    stdin: Option<OwnedFd>,
+}
+
+/// Prepares one rank of `program`: piped stdout/stderr and, if it reads the launcher's stdin,
+/// a piped stdin (else /dev/null), its PMI channel, its variables, bound to `cpus` if given.
+/// [`start_all`] starts it. Returns why if it cannot run.
+pub fn prepare(
+    program: Arc<Program>,
     size: u32,
     at: &Placement,
     gets_stdin: bool,
     pmi: &PmiSetup,
     cpus: Option<&CpuSet>,
-) -> Result<Started, ExitOutcome> {
+) -> Result<Prepared, ExitOutcome> {
     let failed = |e: nix::errno::Errno| ExitOutcome::SpawnFailed { errno: e as i32 };
     let pipe = || pipe2(OFlag::O_CLOEXEC).map_err(failed);
     let (stdout, stdout_w) = pipe()?;
@@ -117,7 +132,7 @@ pub fn spawn(
         }
     };
     debug_assert!(env.iter().all(|(name, _)| RANK_VARS.contains(name)), "{env:?}");
-    let pid = Spawn {
+    let spawn = Spawn {
         program,
         env,
         stdin: stdin_r.as_raw_fd(),
@@ -125,18 +140,48 @@ pub fn spawn(
         stderr: stderr_w.as_raw_fd(),
         keep: pair.as_ref().map(|(_, theirs)| theirs.as_raw_fd()),
         cpus: cpus.copied(),
+    };
+    let theirs = [stdin_r, stdout_w, stderr_w];
+    Ok(Prepared { spawn, fds: RankFds { theirs, pmi: pair, stdout, stderr, stdin } })
+}
+
+/// Starts prepared ranks, each in its own process group, several at a time (see
+/// [`crate::spawn::start_all`]); the results come in the same order.
+pub fn start_all(batch: Vec<Result<Prepared, ExitOutcome>>) -> Vec<Result<Started, ExitOutcome>> {
+    let mut spawns = Vec::new();
+    let fds: Vec<_> = batch
+        .into_iter()
+        .map(|p| {
+            p.map(|p| {
+                spawns.push(p.spawn);
+                p.fds
+            })
+        })
+        .collect();
+    let mut pids = crate::spawn::start_all(spawns).into_iter();
+    fds.into_iter()
+        .map(|fds| {
+            let fds = fds?;
+            let pid = pids.next().expect("a pid for every spawn")?;
+            fds.adopt(pid)
+        })
+        .collect()
+}
+
+impl RankFds {
+    /// The rank `pid` has our ends now; the child's are the child's.
+    fn adopt(self, pid: i32) -> Result<Started, ExitOutcome> {
+        let failed = |e: nix::errno::Errno| ExitOutcome::SpawnFailed { errno: e as i32 };
+        drop(self.theirs);
+        let wrap = |fd: OwnedFd| FdStream::new(fd).map_err(|e| failed(errno_of(&e)));
+        Ok(Started {
+            pid,
+            pmi: self.pmi.map(|(ours, _theirs)| wrap(ours)).transpose()?,
+            stdout: wrap(enlarged(self.stdout))?,
+            stderr: wrap(self.stderr)?,
+            stdin: self.stdin.map(wrap).transpose()?,
+        })
     }
-    .start()?;
-    // The child's ends are the child's now.
-    drop((stdin_r, stdout_w, stderr_w));
-    let wrap = |fd: OwnedFd| FdStream::new(fd).map_err(|e| failed(errno_of(&e)));
-    Ok(Started {
-        pid,
-        pmi: pair.map(|(ours, _theirs)| wrap(ours)).transpose()?,
-        stdout: wrap(enlarged(stdout))?,
-        stderr: wrap(stderr)?,
-        stdin: stdin.map(wrap).transpose()?,
-    })
 }
 
 fn errno_of(e: &io::Error) -> nix::errno::Errno {

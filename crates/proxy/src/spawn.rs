@@ -19,7 +19,8 @@ use std::collections::HashMap;
 use std::ffi::{CStr, CString, OsStr};
 use std::os::fd::RawFd;
 use std::os::unix::ffi::OsStrExt;
-use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::atomic::{AtomicI32, AtomicUsize, Ordering};
+use std::sync::{mpsc, Arc, Condvar, Mutex, OnceLock};
 
 use nix::libc::{self, c_char};
 use nix::sched::{CloneFlags, CpuSet};
@@ -78,10 +79,10 @@ impl Program {
 }
 
 /// One process to start.
-pub struct Spawn<'a> {
-    pub program: &'a Program,
+pub struct Spawn {
+    pub program: Arc<Program>,
     /// Set on top of the program's environment.
-    pub env: Vec<(&'a str, String)>,
+    pub env: Vec<(&'static str, String)>,
     pub stdin: RawFd,
     pub stdout: RawFd,
     pub stderr: RawFd,
@@ -96,10 +97,10 @@ struct Failure {
     errno: AtomicI32,
 }
 
-impl Spawn<'_> {
+impl Spawn {
     /// Starts the process in its own process group; returns its pid.
     pub fn start(&self) -> Result<i32, ExitOutcome> {
-        let p = self.program;
+        let p = &*self.program;
         let extra: Vec<CString> =
             self.env.iter().filter_map(|(k, v)| pair(k.as_bytes(), v.as_bytes())).collect();
         let mut envp: Vec<*const c_char> = p.env.iter().map(|c| c.as_ptr()).collect();
@@ -149,6 +150,109 @@ impl Spawn<'_> {
             }
         }
     }
+}
+
+/// Batches smaller than this start on the calling thread alone.
+const PARALLEL_FROM: usize = 8;
+/// At most this many helper threads, whatever the machine.
+const MAX_HELPERS: usize = 3;
+
+/// Starts every process of `batch`; the results come in the same order.
+///
+/// [`Spawn::start`] returns once its child has exec'd (CLONE_VFORK), and the exec, which is
+/// most of a start's cost, runs on another CPU: one thread starting ranks keeps only one
+/// exec going at a time, where fork would let the parent go on. So a batch is shared
+/// between the calling thread and a helper per further CPU, each waiting on its own child.
+pub fn start_all(batch: Vec<Spawn>) -> Vec<Result<i32, ExitOutcome>> {
+    let helpers = if batch.len() >= PARALLEL_FROM { helpers() } else { &[] };
+    if helpers.is_empty() {
+        return batch.iter().map(Spawn::start).collect();
+    }
+    let shared = Arc::new(Batch {
+        results: Mutex::new((0..batch.len()).map(|_| None).collect()),
+        spawns: batch,
+        next: AtomicUsize::new(0),
+        helpers_left: Mutex::new(helpers.len()),
+        helpers_done: Condvar::new(),
+    });
+    for helper in helpers {
+        // A helper never ends (see `helpers`), so this cannot fail; if it did, the work
+        // would still be done here.
+        if helper.send(shared.clone()).is_err() {
+            *shared.helpers_left.lock().unwrap_or_else(|e| e.into_inner()) -= 1;
+        }
+    }
+    shared.work();
+    let mut left = shared.helpers_left.lock().unwrap_or_else(|e| e.into_inner());
+    while *left > 0 {
+        left = shared.helpers_done.wait(left).unwrap_or_else(|e| e.into_inner());
+    }
+    drop(left);
+    let results = std::mem::take(&mut *shared.results.lock().unwrap_or_else(|e| e.into_inner()));
+    results.into_iter().map(|r| r.expect("every spawn of the batch was started")).collect()
+}
+
+/// A batch shared by the threads starting it.
+struct Batch {
+    spawns: Vec<Spawn>,
+    next: AtomicUsize,
+    results: Mutex<Vec<Option<Result<i32, ExitOutcome>>>>,
+    helpers_left: Mutex<usize>,
+    helpers_done: Condvar,
+}
+
+impl Batch {
+    /// Takes spawns off the batch until none is left.
+    fn work(&self) {
+        loop {
+            let i = self.next.fetch_add(1, Ordering::Relaxed);
+            let Some(spawn) = self.spawns.get(i) else { return };
+            let result = spawn.start();
+            self.results.lock().unwrap_or_else(|e| e.into_inner())[i] = Some(result);
+        }
+    }
+}
+
+/// The helper threads, started on first use and never ended: the kernel sends a rank its
+/// PR_SET_PDEATHSIG when the *thread* that created it exits, so a helper that returned would
+/// kill every rank it started. They end with the process, as they should.
+fn helpers() -> &'static [mpsc::Sender<Arc<Batch>>] {
+    static HELPERS: OnceLock<Vec<mpsc::Sender<Arc<Batch>>>> = OnceLock::new();
+    HELPERS.get_or_init(|| {
+        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+        // Helpers allocate a few small vectors per spawn: the main arena will do, rather
+        // than an arena of their own each.
+        // SAFETY: mallopt with integer arguments.
+        unsafe { libc::mallopt(libc::M_ARENA_MAX, 1) };
+        (1..cpus.min(MAX_HELPERS + 1))
+            .filter_map(|i| {
+                let (tx, rx) = mpsc::channel::<Arc<Batch>>();
+                let spawned = std::thread::Builder::new()
+                    .name(format!("spawn-{i}"))
+                    .stack_size(128 << 10)
+                    .spawn(move || loop {
+                        let Ok(batch) = rx.recv() else {
+                            // The sender is in a static and is never dropped; park for good
+                            // rather than return (see above).
+                            loop {
+                                std::thread::park();
+                            }
+                        };
+                        batch.work();
+                        let mut left = batch.helpers_left.lock().unwrap_or_else(|e| e.into_inner());
+                        *left -= 1;
+                        batch.helpers_done.notify_one();
+                    });
+                match spawned {
+                    Ok(_) => Some(tx),
+                    Err(e) => {
+                        tracing::debug!("cannot start a spawn helper thread: {e}");
+                        None
+                    }
+                }
+            })
+            .collect()
+    })
 }
 
 /// What the child does between clone and execve, all prepared by the parent.
