@@ -388,9 +388,10 @@ pub struct StartedChild {
     pub link: Result<tokio::task::JoinHandle<()>, String>,
 }
 
-/// Takes the proxy started for `node` (by [`spawn_proxy`] or [`fork_proxy`]), sends it its launch, keeps its heartbeat going and runs its
-/// link, handing what it reports to `deliver` (see [`run_link`]). Shared by the launcher and
-/// the proxies, which start their children the same way.
+/// Takes the proxy started for `node` (by [`spawn_proxy`] or [`fork_proxy`]), sends it its
+/// launch, keeps its heartbeat going and runs its link, handing what it reports to `deliver`
+/// (see [`run_link`]). Shared by the launcher and the proxies, which start their children
+/// the same way.
 pub fn start_child<F, Fut>(
     job: &Job,
     node: &NodePlan,

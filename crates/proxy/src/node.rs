@@ -341,20 +341,33 @@ impl Node {
         let job = self.job.clone();
         let plans = self.plan.ranks.clone();
         let host = self.plan.host.clone();
-        let batch = plans
-            .iter()
-            .enumerate()
-            .map(|(local_id, rp)| {
-                let at =
-                    Placement { rank: rp.rank, local_id, local_count: plans.len(), host: &host };
-                let cpus = job.binding.and_then(|b| self.binder.cpus(b, local_id, plans.len()));
-                StartRank { job: &job, job_index: 0, gid: rp.rank, segment: rp.segment, at, cpus }
-            })
-            .collect();
+        let ranks: Vec<_> = plans.iter().map(|rp| (rp.rank, rp.rank, rp.segment)).collect();
+        let batch = self.batch(&job, 0, &host, &ranks);
         let unbound = self.start_batch(batch, &setup);
         let _ = self.control.send(Up::Started { node: self.plan.index });
         tracing::debug!(node = self.plan.index, ranks = plans.len(), "ranks started");
         unbound
+    }
+
+    /// What starting `ranks` of job `job_index` on this node takes; each is (rank in its job,
+    /// id in frames, segment), placed and bound by its index among `ranks`.
+    fn batch<'a>(
+        &mut self,
+        job: &'a Job,
+        job_index: u32,
+        host: &'a str,
+        ranks: &[(u32, u32, u32)],
+    ) -> Vec<StartRank<'a>> {
+        let count = ranks.len();
+        ranks
+            .iter()
+            .enumerate()
+            .map(|(local_id, &(rank, gid, segment))| {
+                let at = Placement { rank, local_id, local_count: count, host };
+                let cpus = job.binding.and_then(|b| self.binder.cpus(b, local_id, count));
+                StartRank { job, job_index, gid, segment, at, cpus }
+            })
+            .collect()
     }
 
     /// Starts ranks, all processes first (several at a time), then the tasks that carry each
@@ -401,9 +414,8 @@ impl Node {
         start: StartRank,
         result: Result<rank::Started, ExitOutcome>,
     ) -> Option<(PmiPeer, pmi::AnswerRx)> {
-        let StartRank { job, job_index, gid, segment, at, cpus } = start;
+        let StartRank { job_index, gid, segment, at, cpus, .. } = start;
         let local = self.ranks.len();
-        let gets_stdin = job_index == 0 && job.stdin.includes(gid);
         let mut slot = LocalRank {
             rank: gid,
             job: job_index,
@@ -460,7 +472,8 @@ impl Node {
                     };
                     tokio::join!(relay(Stream::Stdout, stdout), relay(Stream::Stderr, stderr));
                 });
-                if gets_stdin {
+                // Prepared with a stdin pipe only if it reads the launcher's stdin.
+                if started.stdin.is_some() {
                     let (tx, rx) = mpsc::unbounded_channel();
                     slot.stdin = Some(tx);
                     tokio::spawn(rank::feed_stdin(started.stdin, rx, self.control.clone()));
@@ -513,23 +526,10 @@ impl Node {
         self.jobs.insert(sj.job, JobState { pmi, kvs, local: 0 });
         self.swept = false;
         let host = self.plan.host.clone();
-        let batch = plan
-            .iter()
-            .enumerate()
-            .map(|(rank, &segment)| {
-                let at = Placement {
-                    rank: rank as u32,
-                    local_id: rank,
-                    local_count: plan.len(),
-                    host: &host,
-                };
-                let gid = sj.first + rank as u32;
-                // The same policy with the spawned job's own local indexes: its ranks share
-                // the CPUs of the job that spawned them.
-                let cpus = job.binding.and_then(|b| self.binder.cpus(b, rank, plan.len()));
-                StartRank { job: &job, job_index: sj.job, gid, segment, at, cpus }
-            })
-            .collect();
+        let ranks: Vec<_> = (0..size).zip(plan).map(|(r, seg)| (r, sj.first + r, seg)).collect();
+        // Bound by the same policy over the spawned job's own local indexes: its ranks share
+        // the CPUs of the job that spawned them.
+        let batch = self.batch(&job, sj.job, &host, &ranks);
         self.start_batch(batch, &PmiSetup::Fd);
         tracing::debug!(job = sj.job, size, "spawned job started");
         if let Some(parent) = self.ranks.iter().find(|r| r.rank == sj.parent) {

@@ -94,7 +94,6 @@ pub fn prepare(
     pmi: &PmiSetup,
     cpus: Option<&CpuSet>,
 ) -> Result<Prepared, ExitOutcome> {
-    let failed = |e: nix::errno::Errno| ExitOutcome::SpawnFailed { errno: e as i32 };
     let pipe = || pipe2(OFlag::O_CLOEXEC).map_err(failed);
     let (stdout, stdout_w) = pipe()?;
     let (stderr, stderr_w) = pipe()?;
@@ -171,7 +170,6 @@ pub fn start_all(batch: Vec<Result<Prepared, ExitOutcome>>) -> Vec<Result<Starte
 impl RankFds {
     /// The rank `pid` has our ends now; the child's are the child's.
     fn adopt(self, pid: i32) -> Result<Started, ExitOutcome> {
-        let failed = |e: nix::errno::Errno| ExitOutcome::SpawnFailed { errno: e as i32 };
         drop(self.theirs);
         let wrap = |fd: OwnedFd| FdStream::new(fd).map_err(|e| failed(errno_of(&e)));
         Ok(Started {
@@ -182,6 +180,10 @@ impl RankFds {
             stdin: self.stdin.map(wrap).transpose()?,
         })
     }
+}
+
+fn failed(e: nix::errno::Errno) -> ExitOutcome {
+    ExitOutcome::SpawnFailed { errno: e as i32 }
 }
 
 fn errno_of(e: &io::Error) -> nix::errno::Errno {

@@ -20,7 +20,7 @@ use std::ffi::{CStr, CString, OsStr};
 use std::os::fd::RawFd;
 use std::os::unix::ffi::OsStrExt;
 use std::sync::atomic::{AtomicI32, AtomicUsize, Ordering};
-use std::sync::{mpsc, Arc, Condvar, Mutex, OnceLock};
+use std::sync::{mpsc, Arc, OnceLock};
 
 use nix::libc::{self, c_char};
 use nix::sched::{CloneFlags, CpuSet};
@@ -168,37 +168,31 @@ pub fn start_all(batch: Vec<Spawn>) -> Vec<Result<i32, ExitOutcome>> {
     if helpers.is_empty() {
         return batch.iter().map(Spawn::start).collect();
     }
+    let (done, finished) = mpsc::channel();
     let shared = Arc::new(Batch {
-        results: Mutex::new((0..batch.len()).map(|_| None).collect()),
+        results: (0..batch.len()).map(|_| OnceLock::new()).collect(),
         spawns: batch,
         next: AtomicUsize::new(0),
-        helpers_left: Mutex::new(helpers.len()),
-        helpers_done: Condvar::new(),
+        done,
     });
-    for helper in helpers {
-        // A helper never ends (see `helpers`), so this cannot fail; if it did, the work
-        // would still be done here.
-        if helper.send(shared.clone()).is_err() {
-            *shared.helpers_left.lock().unwrap_or_else(|e| e.into_inner()) -= 1;
-        }
-    }
+    // A helper never ends (see `helpers`), so a send cannot fail; if one did, the work would
+    // still be done here.
+    let working = helpers.iter().filter(|h| h.send(shared.clone()).is_ok()).count();
     shared.work();
-    let mut left = shared.helpers_left.lock().unwrap_or_else(|e| e.into_inner());
-    while *left > 0 {
-        left = shared.helpers_done.wait(left).unwrap_or_else(|e| e.into_inner());
+    for _ in 0..working {
+        // The batch holds a sender, so this waits for a helper rather than failing.
+        let _ = finished.recv();
     }
-    drop(left);
-    let results = std::mem::take(&mut *shared.results.lock().unwrap_or_else(|e| e.into_inner()));
-    results.into_iter().map(|r| r.expect("every spawn of the batch was started")).collect()
+    shared.results.iter().map(|r| *r.get().expect("every spawn of the batch was started")).collect()
 }
 
 /// A batch shared by the threads starting it.
 struct Batch {
     spawns: Vec<Spawn>,
     next: AtomicUsize,
-    results: Mutex<Vec<Option<Result<i32, ExitOutcome>>>>,
-    helpers_left: Mutex<usize>,
-    helpers_done: Condvar,
+    results: Vec<OnceLock<Result<i32, ExitOutcome>>>,
+    /// Each helper says here that it has taken its last spawn.
+    done: mpsc::Sender<()>,
 }
 
 impl Batch {
@@ -207,8 +201,7 @@ impl Batch {
         loop {
             let i = self.next.fetch_add(1, Ordering::Relaxed);
             let Some(spawn) = self.spawns.get(i) else { return };
-            let result = spawn.start();
-            self.results.lock().unwrap_or_else(|e| e.into_inner())[i] = Some(result);
+            let _ = self.results[i].set(spawn.start());
         }
     }
 }
@@ -239,9 +232,7 @@ fn helpers() -> &'static [mpsc::Sender<Arc<Batch>>] {
                             }
                         };
                         batch.work();
-                        let mut left = batch.helpers_left.lock().unwrap_or_else(|e| e.into_inner());
-                        *left -= 1;
-                        batch.helpers_done.notify_one();
+                        let _ = batch.done.send(());
                     });
                 match spawned {
                     Ok(_) => Some(tx),
