@@ -125,25 +125,9 @@ fn tree_width_two_over_seven_nodes_is_three_proxies_deep() {
 /// exits), and the proxies it starts are the real rlaunch-proxy.
 #[test]
 fn the_local_proxy_is_forked_named_and_detached_from_stdio() {
-    let mut job = Run::new(&[
-        "--launcher",
-        "fork",
-        "--hosts",
-        "n1,n2",
-        "--tree-width",
-        "1",
-        "-n",
-        "2",
-        &rp(),
-        "ready",
-        "sleep",
-        "60",
-    ])
-    .spawn();
-    let ready = job.wait_for_ready(2, WAIT);
-    let pid_of = |rank: u32| ready.iter().find(|(r, _)| *r == rank).unwrap().1.as_raw();
-    let forked = rlaunch_tests::parent_pid(pid_of(0));
-    let execd = rlaunch_tests::parent_pid(pid_of(1));
+    let (mut job, pids) = waiting_fake_node_job("n1,n2", 2, &["--tree-width", "1"]);
+    let forked = rlaunch_tests::parent_pid(pids[&0]);
+    let execd = rlaunch_tests::parent_pid(pids[&1]);
     assert_eq!(rlaunch_tests::parent_pid(execd), forked, "n2's proxy hangs below n1's");
     let exe = |pid: i32| std::fs::read_link(format!("/proc/{pid}/exe")).unwrap();
     let comm = |pid: i32| std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap();
@@ -452,35 +436,42 @@ fn killing_rlaunch_leaves_nothing_behind_not_even_daemons() {
         .unwrap_or_else(|left| panic!("left behind after kill -9 of rlaunch: {left:?}"));
 }
 
-/// Two fake nodes whose ranks wait; returns the job and the pid of n2's proxy.
-fn two_node_job_and_proxy_of_n2() -> (rlaunch_tests::Job, i32) {
-    let mut job = Run::new(&[
-        "--launcher",
-        "fork",
-        "--hosts",
-        "n1,n2",
-        "-n",
-        "2",
-        &rp(),
-        "ready",
-        "sleep",
-        "60",
-    ])
-    .spawn();
-    let ready = job.wait_for_ready(2, WAIT);
-    let rank1 = ready.iter().find(|(r, _)| *r == 1).unwrap().1;
-    (job, rlaunch_tests::parent_pid(rank1.as_raw()))
+/// `ranks` ranks over the fake nodes `hosts` (with `more` options), each waiting; returns the
+/// job and each rank's pid.
+fn waiting_fake_node_job(
+    hosts: &str,
+    ranks: u32,
+    more: &[&str],
+) -> (rlaunch_tests::Job, BTreeMap<u32, i32>) {
+    let (n, rp) = (ranks.to_string(), rp());
+    let placement = ["--launcher", "fork", "--hosts", hosts, "-n", &n];
+    let args = [&placement[..], more, &[&rp, "ready", "sleep", "60"]].concat();
+    let mut job = Run::new(&args).spawn();
+    let ready = job.wait_for_ready(ranks as usize, WAIT);
+    let pids = ready.into_iter().map(|(rank, pid)| (rank, pid.as_raw())).collect();
+    (job, pids)
 }
 
-#[test]
-fn a_killed_proxy_ends_the_job_and_takes_its_ranks() {
-    let (job, proxy) = two_node_job_and_proxy_of_n2();
+/// Two fake nodes whose ranks wait; returns the job and the pid of n2's proxy.
+fn two_node_job_and_proxy_of_n2() -> (rlaunch_tests::Job, i32) {
+    let (job, pids) = waiting_fake_node_job("n1,n2", 2, &[]);
+    (job, rlaunch_tests::parent_pid(pids[&1]))
+}
+
+/// Kills n2's proxy with SIGKILL: the job must end, say so, and leave nothing behind.
+fn kill_the_proxy_of_n2(job: rlaunch_tests::Job, proxy: i32) {
     nix::sys::signal::kill(nix::unistd::Pid::from_raw(proxy), Signal::SIGKILL).unwrap();
     let out = job.wait(WAIT);
     assert_ne!(out.code, Some(0));
     assert!(out.stderr_str().contains("rlaunch: lost proxy on n2 ("), "{}", out.stderr_str());
     assert!(out.stderr_str().contains("SIGKILL"), "{}", out.stderr_str());
     out.tag.wait_until_none(Duration::from_secs(2)).unwrap();
+}
+
+#[test]
+fn a_killed_proxy_ends_the_job_and_takes_its_ranks() {
+    let (job, proxy) = two_node_job_and_proxy_of_n2();
+    kill_the_proxy_of_n2(job, proxy);
 }
 
 /// Sixteen ranks on a node start on several threads at once. A rank's PR_SET_PDEATHSIG
@@ -491,16 +482,8 @@ fn ranks_started_in_parallel_live_and_die_with_their_proxy() {
     let out = Run::new(&["-n", "16", &rp(), "sleep", "0.5", "exit", "0"]).run();
     out.assert_code(0);
 
-    let args = ["--launcher", "fork", "--hosts", "n1:1,n2:16", "-n", "17"];
-    let mut job = Run::new(&[&args[..], &[&rp(), "ready", "sleep", "60"]].concat()).spawn();
-    let ready = job.wait_for_ready(17, WAIT);
-    let rank1 = ready.iter().find(|(r, _)| *r == 1).unwrap().1;
-    let proxy = rlaunch_tests::parent_pid(rank1.as_raw());
-    nix::sys::signal::kill(nix::unistd::Pid::from_raw(proxy), Signal::SIGKILL).unwrap();
-    let out = job.wait(WAIT);
-    assert_ne!(out.code, Some(0));
-    assert!(out.stderr_str().contains("rlaunch: lost proxy on n2 ("), "{}", out.stderr_str());
-    out.tag.wait_until_none(Duration::from_secs(2)).unwrap();
+    let (job, pids) = waiting_fake_node_job("n1:1,n2:16", 17, &[]);
+    kill_the_proxy_of_n2(job, rlaunch_tests::parent_pid(pids[&1]));
 }
 
 #[test]
