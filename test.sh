@@ -11,6 +11,7 @@ command -v mpicc.mpich >/dev/null || need_pkgs+=(mpich libmpich-dev)
 command -v ip >/dev/null || need_pkgs+=(iproute2)
 command -v sshd >/dev/null || [ -x /usr/sbin/sshd ] || need_pkgs+=(openssh-server)
 command -v ssh >/dev/null || need_pkgs+=(openssh-client)
+command -v strace >/dev/null || need_pkgs+=(strace)
 if [ ${#need_pkgs[@]} -gt 0 ]; then
     if [ "$(id -u)" != 0 ]; then
         echo "test.sh: need Debian packages ${need_pkgs[*]} and am not root to install them" >&2

@@ -148,6 +148,22 @@ fn the_local_proxy_is_forked_named_and_detached_from_stdio() {
     out.tag.wait_until_none(Duration::from_secs(2)).unwrap();
 }
 
+/// The local proxy is forked holding its launch and starts the ranks at once: it can finish
+/// the whole job and exit before rlaunch's runtime (and its SIGCHLD handler) exists. strace
+/// holds rlaunch (and only rlaunch: no -f) in its runtime's first epoll_create1 for half a
+/// second, long after the proxy is gone; rlaunch must still reap it and end.
+#[test]
+fn a_proxy_that_ends_before_rlaunch_is_ready_is_still_reaped() {
+    let rlaunch = rlaunch_tests::rlaunch();
+    let rlaunch = rlaunch.to_str().unwrap();
+    let delay = "inject=epoll_create1:delay_exit=500000:when=1";
+    let args = ["-o", "/dev/null", "-e", "trace=epoll_create1", "-e", delay, rlaunch];
+    let rank = ["-n", "1", &rp(), "print", "1"];
+    let out = Run::program("strace", &args).args(rank).timeout(WAIT).run();
+    out.assert_code(0);
+    assert_eq!(out.lines(), ["rank 0 line 0"]);
+}
+
 #[test]
 fn output_lines_are_whole_and_in_order_per_rank() {
     let bytes_per_rank = 4 << 20;

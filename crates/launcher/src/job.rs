@@ -67,7 +67,8 @@ pub fn fork_local_proxies(plan: &mut Plan) {
         .map(|node| {
             node.fork.then(|| {
                 // SAFETY: rlaunch has a single thread until `run`, as main guarantees.
-                let forked = unsafe { link::fork_proxy(&plan.proxy_exe, &channels) };
+                let forked =
+                    unsafe { link::fork_proxy(&plan.proxy_exe, &channels, &plan.job, node) };
                 if let Ok(proxy) = &forked {
                     channels.push(proxy.channel.as_raw_fd());
                 }
@@ -187,6 +188,9 @@ pub async fn run(mut plan: Plan) -> i32 {
     };
     let mut readers = root.start_proxies(&events_tx, &output_tx);
     drop(output_tx);
+    // A proxy forked in main starts its ranks at once, and may be gone before the SIGCHLD
+    // handler above existed: its signal is lost, but its zombie is still there to reap.
+    root.reap();
     let mut stdin = if root.stdin_open { stdin::start() } else { None };
     if stdin.is_none() && root.stdin_open {
         root.stdin_open = false;

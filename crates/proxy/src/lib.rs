@@ -27,17 +27,19 @@ use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 
 use fdio::FdStream;
+use pmi_wire::control::Launch;
 
 /// Runs a proxy on the control channel `input`/`output` (its parent's) to the end; child
 /// proxies are started as `proxy_exe`. Returns the process's exit code. The caller has moved
-/// the channel off stdin/stdout.
-pub fn run(input: OwnedFd, output: OwnedFd, proxy_exe: OsString) -> i32 {
+/// the channel off stdin/stdout. `launch` is given to a proxy forked from rlaunch, which then
+/// reads no hello and no Launch frame; an exec'd proxy reads both from `input`.
+pub fn run(input: OwnedFd, output: OwnedFd, proxy_exe: OsString, launch: Option<Launch>) -> i32 {
     let runtime =
         tokio::runtime::Builder::new_current_thread().enable_all().build().expect("tokio runtime");
     runtime.block_on(async {
         let channel = FdStream::new(input).and_then(|i| Ok((i, FdStream::new(output)?)));
         match channel {
-            Ok((up_in, up_out)) => node::serve(up_in, up_out, proxy_exe).await,
+            Ok((up_in, up_out)) => node::serve(up_in, up_out, proxy_exe, launch).await,
             Err(e) => {
                 eprintln!("rlaunch-proxy: the control channel is not a pipe or socket: {e}");
                 1

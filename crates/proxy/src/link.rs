@@ -8,6 +8,9 @@
 //!  Down frames (Launch first) ─────────────► dispatcher
 //!  Up frames ◄────────────────────────────── upstream pump
 //! ```
+//!
+//! A proxy forked from rlaunch ([`fork_proxy`]) is born holding its launch: it reads no hello
+//! and no Launch, and starts its ranks while rlaunch is still setting up.
 
 use std::ffi::OsStr;
 use std::io;
@@ -36,6 +39,9 @@ pub struct ProxyProcess {
     pub stderr: Option<FdStream>,
     /// What the process is, for messages: "its proxy", or the remote launcher's name.
     pub what: String,
+    /// The child was forked holding its launch (see [`fork_proxy`]): it expects neither our
+    /// hello nor a Launch frame.
+    pub launched: bool,
 }
 
 /// A proxy forked from rlaunch itself, with no exec: see [`fork_proxy`].
@@ -49,13 +55,20 @@ pub struct ForkedProxy {
 /// code directly: no exec, no second program to load. A local job's proxy is one exec fewer,
 /// about a fifth of `rlaunch -n 1`'s time. The child is named `rlaunch-proxy`, in its own
 /// process group, with /dev/null on stdin/stdout like an exec'd proxy; its own child proxies
-/// are exec'd from `proxy_exe`. `close` are descriptors the child must not keep (parent ends
+/// are exec'd from `proxy_exe`. It already holds its launch (`job` and `node`, copied in the
+/// child), so it starts its ranks at once instead of waiting for rlaunch's runtime to send
+/// them. `close` are descriptors the child must not keep (parent ends
 /// of earlier channels: a copy held open would hide their end of file).
 ///
 /// # Safety
 /// The calling process must have one thread: the child of a multithreaded fork may only
 /// make async-signal-safe calls, and this one goes on to run a tokio runtime.
-pub unsafe fn fork_proxy(proxy_exe: &OsStr, close: &[RawFd]) -> io::Result<ForkedProxy> {
+pub unsafe fn fork_proxy(
+    proxy_exe: &OsStr,
+    close: &[RawFd],
+    job: &Job,
+    node: &NodePlan,
+) -> io::Result<ForkedProxy> {
     let (ours, theirs) =
         socketpair(AddressFamily::Unix, SockType::Stream, None, SockFlag::SOCK_CLOEXEC)
             .map_err(io::Error::from)?;
@@ -72,7 +85,10 @@ pub unsafe fn fork_proxy(proxy_exe: &OsStr, close: &[RawFd]) -> io::Result<Forke
             // SAFETY: prctl with a NUL-terminated name of at most 16 bytes.
             unsafe { nix::libc::prctl(nix::libc::PR_SET_NAME, c"rlaunch-proxy".as_ptr()) };
             let code = match crate::null_stdin_stdout().and_then(|()| theirs.try_clone()) {
-                Ok(input) => crate::run(input, theirs, proxy_exe.to_owned()),
+                Ok(input) => {
+                    let launch = Launch { job: job.clone(), node: node.clone() };
+                    crate::run(input, theirs, proxy_exe.to_owned(), Some(launch))
+                }
                 Err(e) => {
                     eprintln!("rlaunch-proxy: cannot set up its control channel: {e}");
                     1
@@ -99,6 +115,7 @@ impl ProxyProcess {
             from_child: FdStream::new(proxy.channel)?,
             stderr: None,
             what: "its proxy".to_string(),
+            launched: true,
         })
     }
 }
@@ -146,6 +163,7 @@ pub fn spawn_proxy(
         to_child,
         stderr,
         what,
+        launched: false,
     })
 }
 
@@ -405,8 +423,10 @@ where
     let (down, down_rx) = mpsc::unbounded_channel();
     match process {
         Ok(process) => {
-            let launch = Launch { job: job.clone(), node: node.clone() };
-            let _ = down.send(Down::Launch(Box::new(launch)));
+            if !process.launched {
+                let launch = Launch { job: job.clone(), node: node.clone() };
+                let _ = down.send(Down::Launch(Box::new(launch)));
+            }
             heartbeat(&down, || Down::Ping);
             let state = ChildState::new(node.host.clone(), process.pid, process.what.clone());
             let link = tokio::spawn(run_link(process, down_rx, deliver));
@@ -442,9 +462,9 @@ pub async fn run_link<F, Fut>(
     F: FnMut(LinkEvent) -> Fut,
     Fut: std::future::Future<Output = bool>,
 {
-    let ProxyProcess { from_child, to_child, mut stderr, .. } = process;
+    let ProxyProcess { from_child, to_child, mut stderr, launched, .. } = process;
     tokio::spawn(async move {
-        if let Err(e) = pump(to_child, true, down, None).await {
+        if let Err(e) = pump(to_child, !launched, down, None).await {
             tracing::debug!("writing to a child proxy failed: {e}");
         }
     });

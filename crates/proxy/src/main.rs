@@ -13,5 +13,5 @@ fn main() {
         }
     };
     let me = std::env::current_exe().map_or_else(|_| "rlaunch-proxy".into(), Into::into);
-    std::process::exit(rlaunch_proxy::run(input, output, me));
+    std::process::exit(rlaunch_proxy::run(input, output, me, None));
 }

@@ -158,8 +158,14 @@ pub(crate) struct Node {
 }
 
 /// Runs a proxy on its control channel until its subtree is finished; child proxies are
-/// started as `proxy_exe`. Returns the exit code of the proxy process.
-pub async fn serve(up_in: FdStream, up_out: FdStream, proxy_exe: OsString) -> i32 {
+/// started as `proxy_exe`. Returns the exit code of the proxy process. `launch` is what a
+/// proxy forked from rlaunch was given; any other reads it from its parent.
+pub async fn serve(
+    up_in: FdStream,
+    up_out: FdStream,
+    proxy_exe: OsString,
+    launch: Option<Launch>,
+) -> i32 {
     procs::become_subreaper();
     let host = hostname::get().map(|h| h.to_string_lossy().into_owned()).unwrap_or_default();
     let (control_tx, control_rx) = mpsc::unbounded_channel();
@@ -170,7 +176,11 @@ pub async fn serve(up_in: FdStream, up_out: FdStream, proxy_exe: OsString) -> i3
 
     // Down the tree come control messages and stdin, not output: small reads will do.
     let mut reader = FrameReader::with_chunk(up_in, 16 << 10);
-    let launch = match receive_launch(&mut reader).await {
+    let launch = match launch {
+        Some(launch) => Ok(launch),
+        None => receive_launch(&mut reader).await,
+    };
+    let launch = match launch {
         Ok(launch) => launch,
         Err(msg) => {
             eprintln!("rlaunch-proxy on {host}: {msg}");
