@@ -122,9 +122,13 @@ impl AsyncWrite for FdStream {
 impl FdStream {
     /// Reads what the pipe holds right now, up to `max` bytes, into a buffer of exactly that
     /// size: hundreds of idle ranks then cost no buffer memory. Empty means end of file.
-    pub async fn read_available(&mut self, max: usize) -> io::Result<Vec<u8>> {
+    pub fn poll_read_available(
+        &self,
+        cx: &mut Context<'_>,
+        max: usize,
+    ) -> Poll<io::Result<Vec<u8>>> {
         loop {
-            let mut guard = self.fd.readable().await?;
+            let mut guard = ready!(self.fd.poll_read_ready(cx))?;
             let res = guard.try_io(|fd| {
                 let raw = fd.as_raw_fd();
                 let mut pending: libc::c_int = 0;
@@ -142,9 +146,14 @@ impl FdStream {
                 Ok(buf)
             });
             match res {
-                Ok(r) => return r,
+                Ok(r) => return Poll::Ready(r),
                 Err(_would_block) => continue,
             }
         }
+    }
+
+    /// [`FdStream::poll_read_available`], awaited.
+    pub async fn read_available(&mut self, max: usize) -> io::Result<Vec<u8>> {
+        std::future::poll_fn(|cx| self.poll_read_available(cx, max)).await
     }
 }

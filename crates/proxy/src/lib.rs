@@ -16,6 +16,7 @@
 mod binding;
 pub mod fdio;
 pub mod link;
+mod mailbox;
 pub mod node;
 pub mod pmi;
 pub mod procs;

@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use nix::sys::signal::Signal;
 use pmi_wire::control::{Down, Job, Launch, NodePlan, Segment, SpawnJob, Up, SILENCE};
-use pmi_wire::ids::{ExitOutcome, Stream};
+use pmi_wire::ids::ExitOutcome;
 use pmi_wire::io::FrameReader;
 use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::mpsc;
@@ -469,19 +469,11 @@ impl Node {
                 let cpus = cpus.map(|c| c.list);
                 let hello = Up::RankStarted { rank: gid, pid: started.pid as u32, cpus };
                 let (stdout, stderr) = (started.stdout, started.stderr);
-                tokio::spawn(async move {
-                    // Ahead of any output on the same ordered path: the launcher names output
-                    // files after the pid.
-                    let _ = data.send(hello).await;
-                    let relay = |stream, fd| {
-                        let (data, events) = (data.clone(), events.clone());
-                        async move {
-                            rank::relay_output(gid, stream, fd, data).await;
-                            let _ = events.send(Event::OutputClosed { local });
-                        }
-                    };
-                    tokio::join!(relay(Stream::Stdout, stdout), relay(Stream::Stderr, stderr));
-                });
+                // The start goes ahead of any output on the same ordered path: the launcher
+                // names output files after the pid.
+                tokio::spawn(rank::relay_output(gid, hello, stdout, stderr, data, move || {
+                    let _ = events.send(Event::OutputClosed { local });
+                }));
                 // Prepared with a stdin pipe only if it reads the launcher's stdin.
                 if started.stdin.is_some() {
                     let (tx, rx) = mpsc::unbounded_channel();

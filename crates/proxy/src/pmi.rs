@@ -16,6 +16,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::mpsc;
 
 use crate::fdio::FdStream;
+use crate::mailbox;
 
 /// What every PMI connection of a job needs to answer on its own.
 pub struct PmiJob {
@@ -92,14 +93,13 @@ pub enum PmiAnswer {
     Spawn { kvsname: String, tag: Option<String> },
 }
 
-/// Answers on their way to one rank's connection task. Boxed because a channel allocates
-/// its first block of 32 slots up front: with answers inline that was 2.6 KiB per rank,
-/// 0.7 MiB of a 256-rank proxy, for the handful of answers a rank ever gets.
-pub type AnswerTx = mpsc::UnboundedSender<Box<PmiAnswer>>;
-pub type AnswerRx = mpsc::UnboundedReceiver<Box<PmiAnswer>>;
+/// Answers on their way to one rank's connection task (see [`crate::mailbox`] for why not a
+/// tokio channel). Boxed, so that a queue of them stays small.
+pub type AnswerTx = mailbox::Sender<Box<PmiAnswer>>;
+pub type AnswerRx = mailbox::Receiver<Box<PmiAnswer>>;
 
 pub fn answer_channel() -> (AnswerTx, AnswerRx) {
-    mpsc::unbounded_channel()
+    mailbox::channel()
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -480,9 +480,12 @@ fn quote(bytes: &[u8]) -> String {
     text
 }
 
-/// The loopback listener of `-pmi-port` mode.
+/// The loopback listener of `-pmi-port` mode. Bound by address, not by name: naming a host
+/// would link in getaddrinfo, and with it glibc's resolver, NSS and dlopen (a quarter of a
+/// static proxy's text, resident in every proxy).
 pub fn listen() -> Option<std::net::TcpListener> {
-    match std::net::TcpListener::bind(("127.0.0.1", 0)) {
+    let loopback = std::net::SocketAddr::from((std::net::Ipv4Addr::LOCALHOST, 0));
+    match std::net::TcpListener::bind(loopback) {
         Ok(l) => Some(l),
         Err(e) => {
             tracing::error!("cannot listen for PMI connections on loopback: {e}");
