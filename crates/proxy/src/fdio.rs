@@ -120,8 +120,7 @@ impl AsyncWrite for FdStream {
 }
 
 impl FdStream {
-    /// Reads what the pipe holds right now, up to `max` bytes, into a buffer of exactly that
-    /// size: hundreds of idle ranks then cost no buffer memory. Empty means end of file.
+    /// [`read_now`], once the fd is readable.
     pub fn poll_read_available(
         &self,
         cx: &mut Context<'_>,
@@ -129,23 +128,7 @@ impl FdStream {
     ) -> Poll<io::Result<Vec<u8>>> {
         loop {
             let mut guard = ready!(self.fd.poll_read_ready(cx))?;
-            let res = guard.try_io(|fd| {
-                let raw = fd.as_raw_fd();
-                let mut pending: libc::c_int = 0;
-                // SAFETY: FIONREAD writes one int.
-                let rc = unsafe { libc::ioctl(raw, libc::FIONREAD, &mut pending) };
-                let want = if rc == 0 && pending > 0 { (pending as usize).min(max) } else { 512 };
-                let mut buf = Vec::<u8>::with_capacity(want);
-                // SAFETY: read(2) fills at most `want` bytes of the allocation; we set the
-                // length to what it reports.
-                let n = unsafe { libc::read(raw, buf.as_mut_ptr().cast(), want) };
-                if n < 0 {
-                    return Err(io::Error::last_os_error());
-                }
-                unsafe { buf.set_len(n as usize) };
-                Ok(buf)
-            });
-            match res {
+            match guard.try_io(|fd| read_now(fd.as_raw_fd(), max)) {
                 Ok(r) => return Poll::Ready(r),
                 Err(_would_block) => continue,
             }
@@ -156,4 +139,22 @@ impl FdStream {
     pub async fn read_available(&mut self, max: usize) -> io::Result<Vec<u8>> {
         std::future::poll_fn(|cx| self.poll_read_available(cx, max)).await
     }
+}
+
+/// Reads what the pipe `fd` holds right now, up to `max` bytes, into a buffer of exactly that
+/// size: hundreds of idle ranks then cost no buffer memory. Empty means end of file.
+pub fn read_now(fd: i32, max: usize) -> io::Result<Vec<u8>> {
+    let mut pending: libc::c_int = 0;
+    // SAFETY: FIONREAD writes one int.
+    let rc = unsafe { libc::ioctl(fd, libc::FIONREAD, &mut pending) };
+    let want = if rc == 0 && pending > 0 { (pending as usize).min(max) } else { 512 };
+    let mut buf = Vec::<u8>::with_capacity(want);
+    // SAFETY: read(2) fills at most `want` bytes of the allocation; we set the length to what
+    // it reports.
+    let n = unsafe { libc::read(fd, buf.as_mut_ptr().cast(), want) };
+    if n < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    unsafe { buf.set_len(n as usize) };
+    Ok(buf)
 }

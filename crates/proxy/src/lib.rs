@@ -18,6 +18,7 @@ pub mod fdio;
 pub mod link;
 mod mailbox;
 pub mod node;
+mod outputs;
 pub mod pmi;
 pub mod procs;
 pub mod rank;

@@ -25,6 +25,7 @@ use tokio::time::Instant;
 use crate::binding::{Binder, RankCpus};
 use crate::fdio::FdStream;
 use crate::link::{self, ChildState, LinkEvent};
+use crate::outputs::Outputs;
 use crate::pmi::{self, PmiAnswer, PmiCall, PmiJob, PmiPeer};
 use crate::procs;
 use crate::rank::{self, Placement, PmiSetup, StdinChunk};
@@ -139,6 +140,8 @@ pub(crate) struct Node {
     control: mpsc::UnboundedSender<Up>,
     data: mpsc::Sender<Up>,
     events: mpsc::UnboundedSender<Event>,
+    /// Carries every local rank's output upstream.
+    outputs: Outputs,
     kill: Kill,
     deadline: Option<Instant>,
     /// The parent is gone: finish cleaning up, then exit quietly.
@@ -217,6 +220,17 @@ pub async fn serve(
         process_mapping: launch.job.process_mapping.clone(),
         spawner: None,
     });
+    let closed = events_tx.clone();
+    let outputs = Outputs::start(data_tx.clone(), move |local| {
+        let _ = closed.send(Event::OutputClosed { local });
+    });
+    let outputs = match outputs {
+        Ok(outputs) => outputs,
+        Err(e) => {
+            eprintln!("rlaunch-proxy on {host}: cannot set up output relaying: {e}");
+            return 1;
+        }
+    };
     let mut node = Node {
         jobs: HashMap::from([(0, JobState { pmi: pmi_job, kvs: Kvs::default(), local: 0 })]),
         pmi_calls: pmi_tx,
@@ -230,6 +244,7 @@ pub async fn serve(
         children: Vec::new(),
         child_by_pid: HashMap::new(),
         control: control_tx,
+        outputs,
         data: data_tx,
         events: events_tx,
         kill: Kill::Idle,
@@ -464,16 +479,12 @@ impl Node {
                 slot.running = true;
                 slot.open_streams = 2;
                 self.rank_by_pid.insert(started.pid, local);
-                let data = self.data.clone();
-                let events = self.events.clone();
                 let cpus = cpus.map(|c| c.list);
                 let hello = Up::RankStarted { rank: gid, pid: started.pid as u32, cpus };
                 let (stdout, stderr) = (started.stdout, started.stderr);
                 // The start goes ahead of any output on the same ordered path: the launcher
                 // names output files after the pid.
-                tokio::spawn(rank::relay_output(gid, hello, stdout, stderr, data, move || {
-                    let _ = events.send(Event::OutputClosed { local });
-                }));
+                self.outputs.add(gid, local, hello, stdout, stderr);
                 // Prepared with a stdin pipe only if it reads the launcher's stdin.
                 if started.stdin.is_some() {
                     let (tx, rx) = mpsc::unbounded_channel();

@@ -3,7 +3,6 @@
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::Arc;
-use std::task::Poll;
 
 use nix::fcntl::OFlag;
 use nix::sched::CpuSet;
@@ -11,16 +10,13 @@ use nix::sys::socket::{socketpair, AddressFamily, SockFlag, SockType};
 use nix::sys::stat::Mode;
 use nix::unistd::pipe2;
 use pmi_wire::control::{Job, Segment, Up};
-use pmi_wire::ids::{ExitOutcome, Stream};
+use pmi_wire::ids::ExitOutcome;
 use tokio::io::AsyncWriteExt;
 use tokio::sync::mpsc;
 
 use crate::fdio::FdStream;
 pub use crate::spawn::Program;
 use crate::spawn::Spawn;
-
-/// Largest chunk of output sent in one frame.
-pub const OUTPUT_CHUNK: usize = 128 << 10;
 
 /// Where a rank sits, for its environment.
 pub struct Placement<'a> {
@@ -43,8 +39,9 @@ pub struct Started {
     pub pid: i32,
     /// The proxy's end of the rank's PMI socketpair.
     pub pmi: Option<FdStream>,
-    pub stdout: FdStream,
-    pub stderr: FdStream,
+    /// Output pipes, for [`crate::outputs`] (not registered with the runtime).
+    pub stdout: OwnedFd,
+    pub stderr: OwnedFd,
     pub stdin: Option<FdStream>,
 }
 
@@ -176,8 +173,8 @@ impl RankFds {
         Ok(Started {
             pid,
             pmi: self.pmi.map(|(ours, _theirs)| wrap(ours)).transpose()?,
-            stdout: wrap(enlarged(self.stdout))?,
-            stderr: wrap(self.stderr)?,
+            stdout: enlarged(self.stdout),
+            stderr: self.stderr,
             stdin: self.stdin.map(wrap).transpose()?,
         })
     }
@@ -194,68 +191,6 @@ fn errno_of(e: &io::Error) -> nix::errno::Errno {
 fn enlarged(fd: OwnedFd) -> OwnedFd {
     crate::fdio::enlarge_pipe(&fd, crate::fdio::PIPE_CAPACITY);
     fd
-}
-
-/// Sends `first` upstream, then carries a rank's stdout and stderr until both end, calling
-/// `closed` as each one does. The bounded `data` channel is the backpressure: when the
-/// launcher's reader is slow, this task waits, the pipes fill, and the rank blocks in write.
-///
-/// A proxy holds one of these per rank for the rank's whole life, so it is kept small: one
-/// future for both streams and a single place that waits for room upstream (a pending
-/// `Sender::send` alone is 328 bytes). Two joined per-stream futures were 1.2 KiB.
-pub async fn relay_output(
-    rank: u32,
-    first: Up,
-    stdout: FdStream,
-    stderr: FdStream,
-    data: mpsc::Sender<Up>,
-    mut closed: impl FnMut(),
-) {
-    let mut open = [Some((Stream::Stdout, stdout)), Some((Stream::Stderr, stderr))];
-    // Which stream is asked first; alternates, so a flood on one cannot starve the other.
-    let mut ask = 0;
-    // The message waiting for room upstream, and whether it ends a stream.
-    let mut next = Some((first, false));
-    loop {
-        if let Some((message, ends)) = next.take() {
-            let Ok(permit) = data.reserve().await else {
-                // Upstream is gone: nothing more can be relayed.
-                let still_open = open.iter().filter(|s| s.is_some()).count();
-                (0..still_open + usize::from(ends)).for_each(|_| closed());
-                return;
-            };
-            permit.send(message);
-            if ends {
-                closed();
-            }
-        }
-        if open.iter().all(Option::is_none) {
-            return;
-        }
-        let (i, read) = std::future::poll_fn(|cx| {
-            for i in [ask, 1 - ask] {
-                if let Some((_, fd)) = &open[i] {
-                    if let Poll::Ready(read) = fd.poll_read_available(cx, OUTPUT_CHUNK) {
-                        return Poll::Ready((i, read));
-                    }
-                }
-            }
-            Poll::Pending
-        })
-        .await;
-        ask = 1 - i;
-        let stream = open[i].as_ref().map(|(s, _)| *s).expect("polled streams are open");
-        next = Some(match read {
-            Ok(chunk) if !chunk.is_empty() => (Up::Output { rank, stream, data: chunk }, false),
-            end => {
-                if let Err(e) = end {
-                    tracing::debug!(rank, ?stream, "output read failed: {e}");
-                }
-                open[i] = None;
-                (Up::OutputEnd { rank, stream }, true)
-            }
-        });
-    }
 }
 
 /// What the dispatcher sends a rank's stdin feeder.
