@@ -16,7 +16,7 @@
 
 use std::collections::HashMap;
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 
 use nix::libc;
 use pmi_wire::control::Up;
@@ -28,7 +28,7 @@ use crate::fdio;
 use crate::mailbox;
 
 /// Largest chunk of output sent in one frame.
-pub const OUTPUT_CHUNK: usize = 128 << 10;
+const OUTPUT_CHUNK: usize = 128 << 10;
 /// Ready pipes taken from the epoll set at a time.
 const READY_BATCH: usize = 64;
 
@@ -83,126 +83,142 @@ async fn run(
     set: AsyncFd<OwnedFd>,
     mut added: mailbox::Receiver<Add>,
     data: mpsc::Sender<Up>,
-    mut closed: impl FnMut(usize),
+    closed: impl FnMut(usize),
 ) {
-    let mut pipes: HashMap<u64, Pipe> = HashMap::new();
-    let mut next_key = 0u64;
+    let set_fd = set.as_raw_fd();
+    let mut hub = Hub { set_fd, pipes: HashMap::new(), next_key: 0, data, upstream: true, closed };
     let mut adding = true;
-    let mut ready = [libc::epoll_event { events: 0, u64: 0 }; READY_BATCH];
-    while adding || !pipes.is_empty() {
+    while adding || !hub.pipes.is_empty() {
         tokio::select! {
             biased;
-            add = added.recv(), if adding => {
-                let Some(add) = add else {
-                    adding = false;
-                    continue;
-                };
-                if data.send(add.first).await.is_err() {
-                    break;
-                }
-                for (stream, fd) in [(Stream::Stdout, add.stdout), (Stream::Stderr, add.stderr)] {
-                    let pipe = Pipe { fd, rank: add.rank, local: add.local, stream };
-                    let key = next_key;
-                    next_key += 1;
-                    match watch(&set, &pipe.fd, key) {
-                        Ok(()) => {
-                            pipes.insert(key, pipe);
-                        }
-                        Err(e) => {
-                            tracing::debug!(rank = add.rank, ?stream, "cannot watch output: {e}");
-                            if !end(&set, pipe, &data, &mut closed).await {
-                                break;
-                            }
-                        }
+            add = added.recv(), if adding => match add {
+                Some(add) => hub.add(add).await,
+                None => adding = false,
+            },
+            guard = set.readable(), if !hub.pipes.is_empty() => match guard {
+                Ok(mut guard) => {
+                    if !hub.relay_ready().await {
+                        // Nothing ready: wait for the set to become readable again.
+                        guard.clear_ready();
                     }
                 }
-            }
-            guard = set.readable(), if !pipes.is_empty() => {
-                let Ok(mut guard) = guard else {
-                    break;
-                };
-                // SAFETY: epoll_wait writes at most READY_BATCH events into `ready`.
-                let n = unsafe {
-                    libc::epoll_wait(set.as_raw_fd(), ready.as_mut_ptr(), READY_BATCH as i32, 0)
-                };
-                if n <= 0 {
-                    // Nothing ready (or EINTR): wait for the set to become readable again.
-                    guard.clear_ready();
-                    continue;
+                Err(e) => {
+                    tracing::debug!("the output set failed: {e}");
+                    hub.abandon();
                 }
-                for event in &ready[..n as usize] {
-                    let key = event.u64;
-                    let Some(pipe) = pipes.get(&key) else {
-                        continue;
-                    };
-                    match fdio::read_now(pipe.fd.as_raw_fd(), OUTPUT_CHUNK) {
-                        Ok(chunk) if !chunk.is_empty() => {
-                            let (rank, stream) = (pipe.rank, pipe.stream);
-                            if data.send(Up::Output { rank, stream, data: chunk }).await.is_err() {
-                                break;
-                            }
-                        }
-                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-                        read => {
-                            if let Err(e) = read {
-                                tracing::debug!(rank = pipe.rank, "output read failed: {e}");
-                            }
-                            let pipe = pipes.remove(&key).expect("looked up above");
-                            if !end(&set, pipe, &data, &mut closed).await {
-                                break;
-                            }
-                        }
-                    }
-                }
-                if data.is_closed() {
-                    break;
-                }
-            }
-        }
-        if data.is_closed() {
-            break;
+            },
         }
     }
-    // Upstream is gone: nothing more can be relayed, and the node should not wait for it.
-    for pipe in pipes.into_values() {
-        closed(pipe.local);
+}
+
+struct Hub<F> {
+    /// The epoll set, owned by `run`'s registration.
+    set_fd: RawFd,
+    pipes: HashMap<u64, Pipe>,
+    next_key: u64,
+    data: mpsc::Sender<Up>,
+    /// False once the data channel is closed: nothing more can be relayed.
+    upstream: bool,
+    closed: F,
+}
+
+impl<F: FnMut(usize)> Hub<F> {
+    async fn add(&mut self, add: Add) {
+        self.send(add.first).await;
+        for (stream, fd) in [(Stream::Stdout, add.stdout), (Stream::Stderr, add.stderr)] {
+            let pipe = Pipe { fd, rank: add.rank, local: add.local, stream };
+            if !self.upstream {
+                (self.closed)(pipe.local);
+                continue;
+            }
+            let key = self.next_key;
+            self.next_key += 1;
+            match watch(self.set_fd, &pipe.fd, key) {
+                Ok(()) => {
+                    self.pipes.insert(key, pipe);
+                }
+                Err(e) => {
+                    tracing::debug!(rank = add.rank, ?stream, "cannot watch output: {e}");
+                    self.end(pipe).await;
+                }
+            }
+        }
+    }
+
+    /// Relays what the ready pipes hold; false if none was ready.
+    async fn relay_ready(&mut self) -> bool {
+        let mut ready = [libc::epoll_event { events: 0, u64: 0 }; READY_BATCH];
+        // SAFETY: epoll_wait writes at most READY_BATCH events into `ready`.
+        let n = unsafe { libc::epoll_wait(self.set_fd, ready.as_mut_ptr(), READY_BATCH as i32, 0) };
+        if n <= 0 {
+            // Nothing ready, or EINTR.
+            return false;
+        }
+        for event in &ready[..n as usize] {
+            let key = event.u64;
+            let Some(pipe) = self.pipes.get(&key) else {
+                continue;
+            };
+            match fdio::read_now(pipe.fd.as_raw_fd(), OUTPUT_CHUNK) {
+                Ok(chunk) if !chunk.is_empty() => {
+                    let (rank, stream) = (pipe.rank, pipe.stream);
+                    self.send(Up::Output { rank, stream, data: chunk }).await;
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                read => {
+                    if let Err(e) = read {
+                        tracing::debug!(rank = pipe.rank, "output read failed: {e}");
+                    }
+                    let pipe = self.pipes.remove(&key).expect("looked up above");
+                    self.end(pipe).await;
+                }
+            }
+        }
+        true
+    }
+
+    /// Sends `up` upstream, waiting for room; once upstream is gone, gives up every pipe.
+    async fn send(&mut self, up: Up) {
+        if self.upstream && self.data.send(up).await.is_err() {
+            self.abandon();
+        }
+    }
+
+    /// Ends a stream: out of the set, closed, its end sent upstream and reported.
+    async fn end(&mut self, pipe: Pipe) {
+        // SAFETY: both fds are open; a null event is allowed for EPOLL_CTL_DEL.
+        unsafe {
+            libc::epoll_ctl(
+                self.set_fd,
+                libc::EPOLL_CTL_DEL,
+                pipe.fd.as_raw_fd(),
+                std::ptr::null_mut(),
+            )
+        };
+        let Pipe { fd, rank, local, stream } = pipe;
+        drop(fd);
+        self.send(Up::OutputEnd { rank, stream }).await;
+        (self.closed)(local);
+    }
+
+    /// Upstream is gone: every pipe is closed and reported now (the node waits for each
+    /// stream's end), and so is every stream added from here on.
+    fn abandon(&mut self) {
+        self.upstream = false;
+        for (_, pipe) in self.pipes.drain() {
+            (self.closed)(pipe.local);
+        }
     }
 }
 
 /// Adds `fd` to the set, level-triggered, tagged `key`.
-fn watch(set: &AsyncFd<OwnedFd>, fd: &OwnedFd, key: u64) -> io::Result<()> {
+fn watch(set: RawFd, fd: &OwnedFd, key: u64) -> io::Result<()> {
     fdio::set_nonblocking(fd)?;
     let mut event = libc::epoll_event { events: libc::EPOLLIN as u32, u64: key };
     // SAFETY: both fds are open; `event` is a valid epoll_event.
-    let rc = unsafe {
-        libc::epoll_ctl(set.as_raw_fd(), libc::EPOLL_CTL_ADD, fd.as_raw_fd(), &mut event)
-    };
+    let rc = unsafe { libc::epoll_ctl(set, libc::EPOLL_CTL_ADD, fd.as_raw_fd(), &mut event) };
     if rc != 0 {
         return Err(io::Error::last_os_error());
     }
     Ok(())
-}
-
-/// Ends a stream: out of the set, closed, its end sent upstream and reported. False if
-/// upstream is gone.
-async fn end(
-    set: &AsyncFd<OwnedFd>,
-    pipe: Pipe,
-    data: &mpsc::Sender<Up>,
-    closed: &mut impl FnMut(usize),
-) -> bool {
-    // SAFETY: both fds are open; a null event is allowed for EPOLL_CTL_DEL.
-    unsafe {
-        libc::epoll_ctl(
-            set.as_raw_fd(),
-            libc::EPOLL_CTL_DEL,
-            pipe.fd.as_raw_fd(),
-            std::ptr::null_mut(),
-        )
-    };
-    let Pipe { fd, rank, local, stream } = pipe;
-    drop(fd);
-    let sent = data.send(Up::OutputEnd { rank, stream }).await.is_ok();
-    closed(local);
-    sent
 }
