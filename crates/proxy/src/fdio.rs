@@ -121,23 +121,14 @@ impl AsyncWrite for FdStream {
 
 impl FdStream {
     /// [`read_now`], once the fd is readable.
-    pub fn poll_read_available(
-        &self,
-        cx: &mut Context<'_>,
-        max: usize,
-    ) -> Poll<io::Result<Vec<u8>>> {
+    pub async fn read_available(&mut self, max: usize) -> io::Result<Vec<u8>> {
         loop {
-            let mut guard = ready!(self.fd.poll_read_ready(cx))?;
+            let mut guard = self.fd.readable().await?;
             match guard.try_io(|fd| read_now(fd.as_raw_fd(), max)) {
-                Ok(r) => return Poll::Ready(r),
+                Ok(r) => return r,
                 Err(_would_block) => continue,
             }
         }
-    }
-
-    /// [`FdStream::poll_read_available`], awaited.
-    pub async fn read_available(&mut self, max: usize) -> io::Result<Vec<u8>> {
-        std::future::poll_fn(|cx| self.poll_read_available(cx, max)).await
     }
 }
 

@@ -57,8 +57,8 @@ pub struct ForkedProxy {
 /// process group, with /dev/null on stdin/stdout like an exec'd proxy; its own child proxies
 /// are exec'd from `proxy_exe`. It already holds its launch (`job` and `node`, copied in the
 /// child), so it starts its ranks at once instead of waiting for rlaunch's runtime to send
-/// them. `close` are descriptors the child must not keep (parent ends
-/// of earlier channels: a copy held open would hide their end of file).
+/// them. `close` are descriptors the child must not keep (parent ends of earlier channels: a
+/// copy held open would hide their end of file).
 ///
 /// # Safety
 /// The calling process must have one thread: the child of a multithreaded fork may only

@@ -1,4 +1,5 @@
-//! One rank: how it is started, and the tasks that carry its output and stdin.
+//! One rank: how it is started, and the task that feeds its stdin (its output goes through
+//! [`crate::outputs`]).
 
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
