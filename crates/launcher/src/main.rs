@@ -194,6 +194,7 @@ fn build_plan(o: &Options, env: &[(OsString, OsString)]) -> Result<job::Plan, Pl
         process_mapping: plan::process_mapping(&rank_node),
         pmi_port: o.pmi_port,
         binding: o.binding,
+        liveness: pmi_wire::control::Liveness::default(),
     };
     Ok(job::Plan {
         job,

@@ -22,7 +22,7 @@ use crate::ids::{ExitOutcome, Stream};
 /// First bytes on every control channel, in both directions.
 pub const MAGIC: [u8; 8] = *b"\x7fRLAUNCH";
 /// Bumped whenever a frame changes meaning.
-pub const PROTOCOL_VERSION: u32 = 2;
+pub const PROTOCOL_VERSION: u32 = 3;
 /// Length of the raw hello: magic + u32 BE version.
 pub const HELLO_LEN: usize = MAGIC.len() + 4;
 /// Largest frame either side accepts; checked before any allocation.
@@ -192,8 +192,11 @@ pub enum Up {
     Output { rank: u32, stream: Stream, data: Vec<u8> },
     /// A rank's stream reached end of file.
     OutputEnd { rank: u32, stream: Stream },
-    /// A rank ended; sent the moment it is reaped.
-    RankExited { rank: u32, pid: u32, outcome: ExitOutcome },
+    /// A rank ended: its one verdict, sent once it is reaped and its PMI connection (if it
+    /// had one) has closed. `unfinalized`: the connection closed before PMI finalize, which
+    /// fails the rank even if it exited with 0 (PMI.md §5). `pid` is 0 for a rank that never
+    /// started.
+    RankExited { rank: u32, pid: u32, outcome: ExitOutcome, unfinalized: bool },
     /// A stdin chunk has been written to one rank.
     StdinAck { seq: u64 },
     /// A proxy below lost one of its children.
@@ -218,10 +221,31 @@ pub enum Up {
     Ping,
 }
 
-/// How often each side of a link sends a heartbeat.
-pub const HEARTBEAT: std::time::Duration = std::time::Duration::from_secs(2);
-/// Silence after which a link is taken for lost.
-pub const SILENCE: std::time::Duration = std::time::Duration::from_secs(10);
+/// How a link tells a live peer from a lost one: a dropped network link closes nothing, so
+/// each side sends a heartbeat every `heartbeat_ms` and takes `silence_ms` without a word for
+/// a lost peer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Liveness {
+    pub heartbeat_ms: u64,
+    pub silence_ms: u64,
+}
+
+impl Liveness {
+    pub fn heartbeat(self) -> std::time::Duration {
+        std::time::Duration::from_millis(self.heartbeat_ms)
+    }
+
+    pub fn silence(self) -> std::time::Duration {
+        std::time::Duration::from_millis(self.silence_ms)
+    }
+}
+
+impl Default for Liveness {
+    /// A heartbeat every 2 s; 10 s of silence is a lost peer.
+    fn default() -> Liveness {
+        Liveness { heartbeat_ms: 2000, silence_ms: 10_000 }
+    }
+}
 
 /// What a rank asked to spawn: one command per executable of MPI_Comm_spawn_multiple.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -361,6 +385,8 @@ pub struct Job {
     pub pmi_port: bool,
     /// How ranks are pinned to CPUs; `None` leaves them where the proxy runs.
     pub binding: Option<Binding>,
+    /// Heartbeat and silence timeout of every link of the tree.
+    pub liveness: Liveness,
 }
 
 /// `--bind-to`: each rank gets `count` objects of kind `unit`, in local-rank order, from the
@@ -470,7 +496,12 @@ mod tests {
     #[test]
     fn frames_roundtrip_and_prefixes_are_incomplete() {
         roundtrip(Up::Output { rank: 7, stream: Stream::Stderr, data: b"a\nb".to_vec() });
-        roundtrip(Up::RankExited { rank: 1, pid: 99, outcome: ExitOutcome::Signaled(11) });
+        roundtrip(Up::RankExited {
+            rank: 1,
+            pid: 99,
+            outcome: ExitOutcome::Signaled(11),
+            unfinalized: true,
+        });
         roundtrip(Down::Stdin { seq: 3, data: vec![0, 255, 10] });
         roundtrip(Down::Terminate { grace_ms: 1000 });
     }

@@ -9,7 +9,8 @@
 //! fixed so a failure reproduces.
 
 use pmi_wire::control::{
-    self, Bootstrap, Down, Frame, Job, Launch, NodePlan, RankPlan, Segment, StdinTarget, Up,
+    self, Bootstrap, Down, Frame, Job, Launch, Liveness, NodePlan, RankPlan, Segment, StdinTarget,
+    Up,
 };
 use pmi_wire::ids::{ExitOutcome, Stream};
 use pmi_wire::{pmi1, pmi2};
@@ -105,7 +106,7 @@ fn corpus() -> Vec<Vec<u8>> {
     let up = [
         Up::Greeting { host: "n1".into(), pid: 7 },
         Up::Output { rank: 3, stream: Stream::Stdout, data: b"hello\n".to_vec() },
-        Up::RankExited { rank: 1, pid: 99, outcome: ExitOutcome::Signaled(9) },
+        Up::RankExited { rank: 1, pid: 99, outcome: ExitOutcome::Signaled(9), unfinalized: false },
         Up::ProxyLost { host: "n2".into(), reason: "ssh died".into() },
         Up::FenceIn { epoch: 1, pairs: vec![("k".into(), "v".into())] },
     ];
@@ -132,6 +133,7 @@ fn corpus() -> Vec<Vec<u8>> {
             process_mapping: Some("(vector,(0,1,2))".into()),
             pmi_port: false,
             binding: None,
+            liveness: Liveness::default(),
         },
         node: NodePlan {
             index: 0,

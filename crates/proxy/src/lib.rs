@@ -10,11 +10,25 @@
 //!          child proxies (fork or ssh), same protocol
 //! ```
 //!
-//! Start reading at [`node::serve`]. [`link`] and [`procs`] are shared with the launcher,
-//! which is the root of the same tree.
+//! Start reading at [`node::serve`], the event loop. It routes; the decisions are made by
+//! pure state machines with unit tests of their own:
+//!
+//! * [`ranks`]: the node's ranks, and the one place a rank's end is judged;
+//! * [`kvs`]: a job's puts, gets, fences and node attributes on this node;
+//! * [`fence`]: one fence epoch folded from its parties (also the launcher's);
+//! * [`kill`]: SIGTERM, grace, SIGKILL, then the child proxies.
+//!
+//! [`children`] (the parent side: starting child proxies, routing down, noticing a lost
+//! one), [`link`] (a child's process and connection) and [`procs`] (reaping, sweeping) are
+//! shared with the launcher, which is the root of the same tree. docs/architecture.md tells
+//! the whole story.
 
 mod binding;
+pub mod children;
 pub mod fdio;
+pub mod fence;
+mod kill;
+mod kvs;
 pub mod link;
 mod mailbox;
 pub mod node;
@@ -22,6 +36,7 @@ mod outputs;
 pub mod pmi;
 pub mod procs;
 pub mod rank;
+mod ranks;
 mod spawn;
 
 use std::ffi::OsString;

@@ -20,7 +20,7 @@ use std::process::{Command, Stdio};
 
 use nix::sys::socket::{socketpair, AddressFamily, SockFlag, SockType};
 use pmi_wire::control::{
-    self, Bootstrap, Down, Frame, Job, Launch, NodePlan, Up, HEARTBEAT, PROTOCOL_VERSION, SILENCE,
+    self, Bootstrap, Down, Frame, Job, Launch, NodePlan, Up, PROTOCOL_VERSION,
 };
 use pmi_wire::io::{FrameReader, ReadError};
 use tokio::io::AsyncWriteExt;
@@ -193,7 +193,7 @@ pub enum LinkError {
     NoGreeting,
     #[error("{0}")]
     Io(#[from] io::Error),
-    #[error("no word from it for {} s", .0.as_secs())]
+    #[error("no word from it for {} s", .0.as_secs_f64())]
     Silent(std::time::Duration),
 }
 
@@ -280,112 +280,17 @@ async fn recv_data<M>(data: &mut Option<mpsc::Receiver<M>>) -> Option<M> {
     }
 }
 
-/// The parent's view of one child proxy. A child is lost when its link closes or its process
-/// ends before it said NodeDone; the verdict waits for both events, because a proxy that
-/// finished cleanly exits right after its last frame and SIGCHLD may overtake that frame.
-pub struct ChildState {
-    pub host: String,
-    /// What its process is, for messages: "its proxy" under fork, "ssh" under ssh.
-    process: String,
-    /// Its process (the proxy under fork, the ssh client under ssh); -1 if it never started.
-    pub pid: i32,
-    /// It said NodeDone: its subtree is finished.
-    pub done: bool,
-    /// Lost, and reported.
-    pub lost: bool,
-    exit: Option<pmi_wire::ids::ExitOutcome>,
-    link_closed: bool,
-    link_error: Option<String>,
-    /// The last bytes the remote launcher (ssh) printed on stderr.
-    stderr_tail: Vec<u8>,
-}
-
-impl ChildState {
-    pub fn new(host: String, pid: i32, process: String) -> ChildState {
-        ChildState {
-            host,
-            process,
-            pid,
-            done: false,
-            lost: false,
-            exit: None,
-            link_closed: false,
-            link_error: None,
-            stderr_tail: Vec::new(),
-        }
-    }
-
-    /// A child that could not even be started.
-    pub fn failed(host: String) -> ChildState {
-        let mut c = ChildState::new(host, -1, String::new());
-        c.lost = true;
-        c.link_closed = true;
-        c.exit = Some(pmi_wire::ids::ExitOutcome::Exited(127));
-        c
-    }
-
-    pub fn reaped(&self) -> bool {
-        self.exit.is_some()
-    }
-
-    /// Finished one way or the other, and nothing more will come from it.
-    pub fn settled(&self) -> bool {
-        (self.done || self.lost) && self.reaped()
-    }
-
-    pub fn add_stderr(&mut self, text: &[u8]) {
-        self.stderr_tail.extend_from_slice(text);
-        if self.stderr_tail.len() > 4096 {
-            self.stderr_tail.drain(..self.stderr_tail.len() - 4096);
-        }
-    }
-
-    /// Its process ended. Returns why it is lost, if it now is.
-    pub fn on_exit(&mut self, outcome: pmi_wire::ids::ExitOutcome) -> Option<String> {
-        self.exit = Some(outcome);
-        self.verdict()
-    }
-
-    /// Its link closed (with an error, or at end of file). Returns why it is lost, if it
-    /// now is; a lost child's process (a hung proxy, or an ssh client on a dead network) is
-    /// killed then, as nothing more will come from it.
-    pub fn on_link_closed(&mut self, error: Option<String>) -> Option<String> {
-        self.link_closed = true;
-        self.link_error = error;
-        let verdict = self.verdict();
-        if verdict.is_some() && !self.reaped() && self.pid > 0 {
-            crate::procs::signal_pid(self.pid, nix::sys::signal::Signal::SIGKILL);
-        }
-        verdict
-    }
-
-    fn verdict(&mut self) -> Option<String> {
-        if self.done || self.lost || !self.link_closed {
-            return None;
-        }
-        // A broken link says more than the exit status (a version mismatch, say), but an
-        // exit after a clean end of file is the story.
-        let mut reason = match (&self.link_error, self.exit) {
-            (Some(err), _) => err.clone(),
-            (None, Some(outcome)) => format!("{} {outcome}", self.process),
-            (None, None) => return None,
-        };
-        self.lost = true;
-        let tail = String::from_utf8_lossy(&self.stderr_tail);
-        if let Some(last) = tail.lines().rev().find(|l| !l.trim().is_empty()) {
-            reason = format!("{reason}: {}", last.trim());
-        }
-        Some(reason)
-    }
-}
-
-/// Sends `ping` on `tx` every [`HEARTBEAT`] for as long as anyone else holds a sender (the
+/// Sends `ping` on `tx` every `every` for as long as anyone else holds a sender (the
 /// heartbeat alone does not keep a channel open).
-pub fn heartbeat<M: Send + 'static>(tx: &mpsc::UnboundedSender<M>, ping: fn() -> M) {
+pub fn heartbeat<M: Send + 'static>(
+    tx: &mpsc::UnboundedSender<M>,
+    every: std::time::Duration,
+    ping: fn() -> M,
+) {
     let weak = tx.downgrade();
     tokio::spawn(async move {
         loop {
-            tokio::time::sleep(HEARTBEAT).await;
+            tokio::time::sleep(every).await;
             match weak.upgrade() {
                 Some(tx) if tx.send(ping()).is_ok() => {}
                 _ => return,
@@ -396,49 +301,7 @@ pub fn heartbeat<M: Send + 'static>(tx: &mpsc::UnboundedSender<M>, ping: fn() ->
 
 /// How long a child proxy may take to say hello: ssh's own connect timeout and a login
 /// shell come first.
-const HELLO_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
-
-/// A child proxy as its parent starts it: the parent's view of it, the sender of its Down
-/// frames, and its running link (or why it could not be started).
-pub struct StartedChild {
-    pub state: ChildState,
-    pub down: mpsc::UnboundedSender<Down>,
-    pub link: Result<tokio::task::JoinHandle<()>, String>,
-}
-
-/// Takes the proxy started for `node` (by [`spawn_proxy`] or [`fork_proxy`]), sends it its
-/// launch, keeps its heartbeat going and runs its link, handing what it reports to `deliver`
-/// (see [`run_link`]). Shared by the launcher and the proxies, which start their children
-/// the same way.
-pub fn start_child<F, Fut>(
-    job: &Job,
-    node: &NodePlan,
-    process: io::Result<ProxyProcess>,
-    deliver: F,
-) -> StartedChild
-where
-    F: FnMut(LinkEvent) -> Fut + Send + 'static,
-    Fut: std::future::Future<Output = bool> + Send + 'static,
-{
-    let (down, down_rx) = mpsc::unbounded_channel();
-    match process {
-        Ok(process) => {
-            if !process.launched {
-                let launch = Launch { job: job.clone(), node: node.clone() };
-                let _ = down.send(Down::Launch(Box::new(launch)));
-            }
-            heartbeat(&down, || Down::Ping);
-            let state = ChildState::new(node.host.clone(), process.pid, process.what.clone());
-            let link = tokio::spawn(run_link(process, down_rx, deliver));
-            StartedChild { state, down, link: Ok(link) }
-        }
-        Err(e) => StartedChild {
-            state: ChildState::failed(node.host.clone()),
-            down,
-            link: Err(format!("cannot start its launcher: {e}")),
-        },
-    }
-}
+pub const HELLO_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// What a link to a child proxy reports to its owner.
 pub enum LinkEvent {
@@ -453,10 +316,12 @@ pub enum LinkEvent {
 
 /// Drives the link to one child proxy: writes `down` to it, reads its hello and frames and
 /// its launcher's stderr, and hands each to `deliver` (which may wait: that is how output
-/// backpressure travels up). Stops when the link closes or `deliver` returns false.
+/// backpressure travels up). A link silent for `silence` after the greeting is lost. Stops
+/// when the link closes or `deliver` returns false.
 pub async fn run_link<F, Fut>(
     process: ProxyProcess,
     down: mpsc::UnboundedReceiver<Down>,
+    silence: std::time::Duration,
     mut deliver: F,
 ) where
     F: FnMut(LinkEvent) -> Fut,
@@ -478,9 +343,9 @@ pub async fn run_link<F, Fut>(
             },
             r = async {
                 if greeted {
-                    match tokio::time::timeout(SILENCE, reader.next::<Up>()).await {
+                    match tokio::time::timeout(silence, reader.next::<Up>()).await {
                         Ok(r) => r.map(|o| o.map(LinkEvent::Up)).map_err(LinkError::from),
-                        Err(_) => Err(LinkError::Silent(SILENCE)),
+                        Err(_) => Err(LinkError::Silent(silence)),
                     }
                 } else {
                     match tokio::time::timeout(HELLO_WAIT, read_greeting(&mut reader)).await {

@@ -1,0 +1,141 @@
+//! Why a job ends early, what rlaunch says about it, and the exit status it comes to. The
+//! first cause recorded decides; every status here is one of [`crate::exit`]'s.
+
+use std::time::Duration;
+
+use pmi_wire::ids::ExitOutcome;
+
+use super::roll::Roll;
+use crate::output::FileFailure;
+
+/// Why the job ended early, in the order things happened.
+#[derive(Debug, Clone)]
+pub(crate) enum Cause {
+    RankFailed {
+        rank: u32,
+        pid: u32,
+        how: RankFailure,
+    },
+    TimedOut(Duration),
+    /// A second Ctrl-C.
+    Interrupted,
+    LostProxy {
+        host: String,
+        reason: String,
+    },
+    StdoutClosed,
+    Aborted {
+        rank: u32,
+        pid: u32,
+        code: i32,
+        msg: String,
+    },
+    /// A rank broke the PMI protocol; `what` says how.
+    PmiFault {
+        rank: u32,
+        pid: u32,
+        what: String,
+    },
+    OutputFile(FileFailure),
+}
+
+/// How a rank failed.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum RankFailure {
+    /// A non-zero exit, a signal, a failed start.
+    Ended(ExitOutcome),
+    /// It exited with 0, but its PMI connection closed before finalize (PMI.md §5).
+    Unfinalized,
+}
+
+/// The one judgement of a rank's end at the root: a failure, or `None` for a clean end. A
+/// crash is the story, not the PMI connection it closed on the way.
+pub(crate) fn rank_end(
+    rank: u32,
+    pid: u32,
+    outcome: ExitOutcome,
+    unfinalized: bool,
+) -> Option<Cause> {
+    let how = if !outcome.is_success() {
+        RankFailure::Ended(outcome)
+    } else if unfinalized {
+        RankFailure::Unfinalized
+    } else {
+        return None;
+    };
+    Some(Cause::RankFailed { rank, pid, how })
+}
+
+impl Cause {
+    /// rlaunch's exit status when this cause decides it.
+    pub(crate) fn exit_code(&self) -> i32 {
+        match self {
+            Cause::RankFailed { how: RankFailure::Ended(outcome), .. } => outcome.exit_code(),
+            Cause::RankFailed { how: RankFailure::Unfinalized, .. } => 255,
+            Cause::TimedOut(_) => 124,
+            Cause::Interrupted => 130,
+            Cause::StdoutClosed => 141,
+            // MPI_Abort(comm, 0) still ends the job as a failure.
+            Cause::Aborted { code: 0, .. } => 1,
+            Cause::Aborted { code, .. } => *code,
+            Cause::LostProxy { .. } | Cause::PmiFault { .. } | Cause::OutputFile(_) => 255,
+        }
+    }
+
+    /// The line rlaunch prints about this cause (without "rlaunch: "), if any. `listed`:
+    /// every rank's outcome was printed already (`--print-all-exit-codes`).
+    pub(crate) fn message(&self, roll: &Roll, listed: bool) -> Option<String> {
+        let rank_said = |rank: u32, pid: u32, what: &str| {
+            format!("{} (pid {pid} on {}) {what}", roll.name(rank), roll.host(rank))
+        };
+        match self {
+            Cause::RankFailed { rank, pid, how: RankFailure::Ended(outcome) } => {
+                (!listed).then(|| roll.describe(*rank, *pid, *outcome))
+            }
+            Cause::RankFailed { rank, pid, how: RankFailure::Unfinalized } => {
+                Some(rank_said(*rank, *pid, "closed its PMI connection before calling finalize"))
+            }
+            Cause::TimedOut(after) => {
+                Some(format!("the job timed out after {} s and was killed", after.as_secs_f64()))
+            }
+            // Said when it happened.
+            Cause::Interrupted | Cause::StdoutClosed => None,
+            Cause::LostProxy { host, reason } => Some(format!("lost proxy on {host} ({reason})")),
+            Cause::Aborted { rank, pid, code, msg } => {
+                let msg = if msg.is_empty() { String::new() } else { format!(": {msg}") };
+                Some(rank_said(*rank, *pid, &format!("aborted the job with exit code {code}{msg}")))
+            }
+            Cause::PmiFault { rank, pid, what } => Some(rank_said(*rank, *pid, what)),
+            Cause::OutputFile(failure) => Some(failure.to_string()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_rank_end_is_a_failure_if_it_exited_badly_or_left_pmi_early() {
+        assert!(rank_end(0, 1, ExitOutcome::Exited(0), false).is_none());
+        let crash = rank_end(0, 1, ExitOutcome::Signaled(11), true).unwrap();
+        assert_eq!(crash.exit_code(), 139);
+        assert_eq!(rank_end(0, 1, ExitOutcome::Exited(0), true).unwrap().exit_code(), 255);
+        let missing = rank_end(0, 0, ExitOutcome::SpawnFailed { errno: 2 }, false).unwrap();
+        assert_eq!(missing.exit_code(), 127);
+    }
+
+    #[test]
+    fn every_cause_has_its_documented_status() {
+        let abort = |code| Cause::Aborted { rank: 0, pid: 1, code, msg: String::new() };
+        assert_eq!(abort(0).exit_code(), 1);
+        assert_eq!(abort(7).exit_code(), 7);
+        assert_eq!(Cause::TimedOut(Duration::from_secs(1)).exit_code(), 124);
+        assert_eq!(Cause::Interrupted.exit_code(), 130);
+        assert_eq!(Cause::StdoutClosed.exit_code(), 141);
+        let lost = Cause::LostProxy { host: "n1".into(), reason: "gone".into() };
+        assert_eq!(lost.exit_code(), 255);
+        let fault = Cause::PmiFault { rank: 0, pid: 1, what: "x".into() };
+        assert_eq!(fault.exit_code(), 255);
+    }
+}

@@ -1,0 +1,476 @@
+//! The root of the control tree: the one owner of the job's state. It starts the top
+//! proxies, routes stdin and signals down, collects exits, and alone decides when the job
+//! ends and with which status.
+//!
+//! ```text
+//!  link readers ──Up (control)──►┐                       ┌──► link pumps ──► proxies
+//!  link readers ──Output──► output thread (bounded)      │
+//!  stdin thread ──chunks (credit window)──► Root ──Down──┘
+//!  signals, SIGCHLD, timeout ─────────────► Root
+//! ```
+//!
+//! The parent side (starting proxies, a lost proxy, routing down) is the proxies' own
+//! [`Children`]; a fence is the proxies' [`FenceFold`]. Here: [`roll`] (every process of
+//! the run), [`cause`] (why the job ends, and its exit status), [`names`] (publish and
+//! lookup), [`signals`].
+
+mod cause;
+mod names;
+mod roll;
+mod signals;
+
+use std::collections::{HashMap, HashSet};
+use std::ffi::OsString;
+use std::io;
+use std::os::fd::AsRawFd;
+use std::time::Duration;
+
+use nix::sys::signal::Signal;
+use pmi_wire::control::{Down, Job, NodePlan, SpawnJob, SpawnRequest, StdinTarget, Up};
+use rlaunch_proxy::children::{ChildNews, Children, Lost};
+use rlaunch_proxy::fence::FenceFold;
+use rlaunch_proxy::link::{self, ForkedProxy, LinkEvent, ProxyProcess};
+use rlaunch_proxy::procs;
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+
+use crate::output::{self, Chunk, OutputEvent, OutputSpec, Roster, SpawnedJob};
+use crate::stdin;
+use cause::Cause;
+use names::Names;
+use roll::Roll;
+use signals::ForwardedSignals;
+
+/// Stdin chunks in flight (sent, not yet written into every target rank).
+const STDIN_WINDOW: usize = 8;
+/// A second Ctrl-C within this time kills the job.
+const DOUBLE_INTERRUPT: Duration = Duration::from_secs(5);
+/// After the kill grace, how long proxies get to report before rlaunch kills them.
+const PROXY_GRACE: Duration = Duration::from_secs(5);
+
+/// Everything the root needs to run a job.
+pub struct Plan {
+    pub job: Job,
+    /// The proxies rlaunch starts itself, each with its subtree.
+    pub roots: Vec<NodePlan>,
+    /// Host name of each node, by node index.
+    pub node_hosts: Vec<String>,
+    /// Node index of each rank of the launched job.
+    pub rank_node: Vec<u32>,
+    pub proxy_exe: OsString,
+    /// Prefixes and output files; the writer thread takes it.
+    pub output: OutputSpec,
+    pub print_all_exit_codes: bool,
+    /// `--report-bindings`: a line per rank saying which CPUs it is bound to.
+    pub report_bindings: bool,
+    pub timeout: Option<Duration>,
+    /// Proxies already forked for some of `roots` (by index), by [`fork_local_proxies`].
+    pub forked: Vec<Option<io::Result<ForkedProxy>>>,
+}
+
+/// Forks the proxies of `roots` that run on this machine, now, with no exec (see
+/// [`link::fork_proxy`]); the others are started by [`run`]. Must be called while rlaunch has
+/// one thread: before the runtime, the writer and the stdin threads.
+pub fn fork_local_proxies(plan: &mut Plan) {
+    let mut channels = Vec::new();
+    plan.forked = plan
+        .roots
+        .iter()
+        .map(|node| {
+            node.fork.then(|| {
+                // SAFETY: rlaunch has a single thread until `run`, as main guarantees.
+                let forked =
+                    unsafe { link::fork_proxy(&plan.proxy_exe, &channels, &plan.job, node) };
+                if let Ok(proxy) = &forked {
+                    channels.push(proxy.channel.as_raw_fd());
+                }
+                forked
+            })
+        })
+        .collect();
+}
+
+/// What a link to a top proxy reports (its output goes straight to the writer thread).
+struct Event {
+    child: usize,
+    event: LinkEvent,
+}
+
+/// Stdin on its way to the ranks that read it, in a bounded window of chunks.
+struct StdinFlow {
+    /// Not yet at end of file.
+    open: bool,
+    seq: u64,
+    /// Per chunk in flight, the acknowledgements still missing.
+    pending: HashMap<u64, usize>,
+}
+
+struct Root {
+    plan: Plan,
+    children: Children,
+    roll: Roll,
+    causes: Vec<Cause>,
+    terminating: bool,
+    last_interrupt: Option<Instant>,
+    /// Kill the proxies themselves if they have not finished by then.
+    proxy_deadline: Option<Instant>,
+    timeout_at: Option<Instant>,
+    stdin: StdinFlow,
+    /// The launched job's fence: one party per top proxy.
+    fence: FenceFold,
+    names: Names,
+    /// Tells the output writer about each spawned job before its ranks start.
+    spawned_jobs: std::sync::mpsc::Sender<SpawnedJob>,
+}
+
+/// Runs the job to the end; returns rlaunch's exit status.
+pub async fn run(mut plan: Plan) -> i32 {
+    procs::become_subreaper();
+    let (events_tx, mut events) = mpsc::unbounded_channel();
+    let (output_tx, output_rx) = mpsc::channel(output::QUEUE);
+    let (output_events_tx, mut output_events) = mpsc::unbounded_channel();
+    let (spawned_jobs, spawned_rx) = std::sync::mpsc::channel();
+    let roster = Roster::new(
+        plan.job.jobid.clone(),
+        plan.node_hosts.clone(),
+        plan.rank_node.clone(),
+        spawned_rx,
+    );
+    let writer = output::Writer::new(std::mem::take(&mut plan.output), roster, output_events_tx);
+    let writer = std::thread::spawn(move || writer.run(output_rx));
+
+    let mut sigchld = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::child())
+        .expect("SIGCHLD handler");
+    let mut forwarded = ForwardedSignals::new();
+
+    let mut root = Root {
+        timeout_at: plan.timeout.map(|t| Instant::now() + t),
+        roll: Roll::new(&plan.job, &plan.roots, plan.node_hosts.clone()),
+        children: Children::default(),
+        causes: Vec::new(),
+        terminating: false,
+        last_interrupt: None,
+        proxy_deadline: None,
+        stdin: StdinFlow {
+            open: plan.job.stdin != StdinTarget::None,
+            seq: 0,
+            pending: HashMap::new(),
+        },
+        fence: FenceFold::default(),
+        names: Names::default(),
+        spawned_jobs,
+        plan,
+    };
+    root.start_proxies(&events_tx, &output_tx);
+    drop(output_tx);
+    // A proxy forked in main starts its ranks at once, and may be gone before the SIGCHLD
+    // handler above existed: its signal is lost, but its zombie is still there to reap.
+    root.reap();
+    let mut stdin = if root.stdin.open { stdin::start() } else { None };
+    if stdin.is_none() && root.stdin.open {
+        root.stdin.open = false;
+        root.children.broadcast(&Down::StdinEof);
+    }
+
+    while !root.children.settled() {
+        let stdin_ready = root.stdin.open && root.stdin.pending.len() < STDIN_WINDOW;
+        let timeout_at = root.timeout_at;
+        let proxy_deadline = root.proxy_deadline;
+        tokio::select! {
+            ev = events.recv() => match ev {
+                Some(ev) => root.handle(ev),
+                None => break,
+            },
+            Some(event) = output_events.recv() => match event {
+                OutputEvent::StdoutClosed => root.fail(Cause::StdoutClosed),
+                OutputEvent::FileFailed(failure) => root.fail(Cause::OutputFile(failure)),
+            },
+            chunk = stdin::next(&mut stdin), if stdin_ready => root.stdin_chunk(chunk),
+            _ = sigchld.recv() => root.reap(),
+            sig = forwarded.recv() => root.on_signal(sig),
+            _ = sleep_until(timeout_at), if timeout_at.is_some() => {
+                root.timeout_at = None;
+                let after = root.plan.timeout.unwrap_or_default();
+                root.fail(Cause::TimedOut(after));
+            }
+            _ = sleep_until(proxy_deadline), if proxy_deadline.is_some() => {
+                root.proxy_deadline = None;
+                root.children.kill_unfinished();
+            }
+        }
+    }
+
+    root.children.stop_links().await;
+    // Every sender is gone, so the writer is flushing its last bytes: wait for it right here
+    // (a blocking-pool thread just for this costs more than the wait).
+    let _ = writer.join();
+    // The last lines may have met a file that could not be written: the job ended anyway,
+    // but not with the output it asked for.
+    while let Ok(event) = output_events.try_recv() {
+        if let OutputEvent::FileFailed(failure) = event {
+            root.causes.push(Cause::OutputFile(failure));
+        }
+    }
+    procs::kill_descendants(&HashSet::new());
+    root.report()
+}
+
+async fn sleep_until(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
+impl Root {
+    fn start_proxies(
+        &mut self,
+        events: &mpsc::UnboundedSender<Event>,
+        output: &mpsc::Sender<Chunk>,
+    ) {
+        let report = self.plan.report_bindings;
+        let plan = &mut self.plan;
+        let (children, lost) = Children::start(
+            &plan.job,
+            &plan.roots,
+            |index, node| match plan.forked.get_mut(index).and_then(Option::take) {
+                Some(forked) => forked.and_then(ProxyProcess::forked),
+                None => {
+                    link::spawn_proxy(&plan.job.bootstrap, &node.host, node.fork, &plan.proxy_exe)
+                }
+            },
+            |child| {
+                let (output, events) = (output.clone(), events.clone());
+                move |event| route(child, event, output.clone(), events.clone(), report)
+            },
+        );
+        self.children = children;
+        for Lost { host, reason } in lost {
+            self.causes.push(Cause::LostProxy { host, reason });
+        }
+    }
+
+    fn handle(&mut self, Event { child, event }: Event) {
+        match self.children.on_link(child, event) {
+            Some(ChildNews::Up(up)) => self.handle_up(up),
+            Some(ChildNews::Lost(Lost { host, reason })) => {
+                self.fail(Cause::LostProxy { host, reason })
+            }
+            None => {}
+        }
+    }
+
+    fn handle_up(&mut self, up: Up) {
+        match up {
+            Up::RankExited { rank, pid, outcome, unfinalized } => {
+                if !self.roll.record(rank, pid, outcome) {
+                    tracing::warn!(rank, "exit report for an unknown rank");
+                    return;
+                }
+                tracing::debug!(rank, pid, %outcome, unfinalized, "rank ended");
+                if let Some(cause) = cause::rank_end(rank, pid, outcome, unfinalized) {
+                    self.fail(cause);
+                }
+            }
+            Up::StdinAck { seq } => {
+                if let Some(left) = self.stdin.pending.get_mut(&seq) {
+                    *left -= 1;
+                    if *left == 0 {
+                        self.stdin.pending.remove(&seq);
+                    }
+                }
+            }
+            Up::ProxyLost { host, reason } => self.fail(Cause::LostProxy { host, reason }),
+            Up::Notice { host, text } => eprintln!("rlaunch: note: on {host}: {text}"),
+            Up::Started { node } => tracing::debug!(node, "node started its ranks"),
+            Up::FenceIn { epoch, pairs } => {
+                if epoch != self.fence.epoch() {
+                    let expected = self.fence.epoch();
+                    tracing::warn!(epoch, expected, "fence entry for another epoch");
+                }
+                self.fence.arrive(pairs);
+                if let Some((epoch, pairs)) = self.fence.complete(self.children.live()) {
+                    tracing::debug!(epoch, pairs = pairs.len(), "fence complete");
+                    self.children.broadcast(&Down::FenceOut { epoch, pairs });
+                    self.fence.finish(epoch);
+                }
+            }
+            Up::Name { rank, tag, op } => {
+                let answer = self.names.serve(op);
+                self.children.send_toward_rank(rank, Down::NameReply { rank, tag, answer });
+            }
+            Up::Abort { rank, pid, code, msg } => {
+                self.fail(Cause::Aborted { rank, pid, code, msg })
+            }
+            Up::PmiFault { rank, pid, what } => self.fail(Cause::PmiFault { rank, pid, what }),
+            Up::Spawn { rank, tag, request } => self.spawn(rank, tag, request),
+            Up::RankStarted { rank, pid, cpus } => self.report_binding(rank, pid, cpus),
+            Up::Greeting { .. }
+            | Up::Output { .. }
+            | Up::OutputEnd { .. }
+            | Up::NodeDone { .. }
+            | Up::Ping => {}
+        }
+    }
+
+    /// `--report-bindings`: one line per rank as it starts (route sends RankStarted here
+    /// only then).
+    fn report_binding(&self, rank: u32, pid: u32, cpus: Option<String>) {
+        if !self.roll.contains(rank) {
+            tracing::warn!(rank, "start report for an unknown rank");
+            return;
+        }
+        let bound = match cpus {
+            Some(cpus) => format!("bound to cpus {cpus}"),
+            None => "not bound".to_string(),
+        };
+        let (who, host) = (self.roll.name(rank), self.roll.host(rank));
+        eprintln!("rlaunch: {who} on {host} (pid {pid}) {bound}");
+    }
+
+    /// Records why the job must end; the first cause starts the teardown.
+    fn fail(&mut self, cause: Cause) {
+        tracing::debug!(?cause, "job failing");
+        let first = self.causes.is_empty();
+        self.causes.push(cause);
+        if first {
+            self.terminate(Duration::from_millis(self.plan.job.kill_grace_ms));
+        }
+    }
+
+    /// Has every proxy tear its subtree down, and kills the proxies that are still there
+    /// a while after the grace.
+    fn terminate(&mut self, grace: Duration) {
+        self.children.terminate(grace);
+        let deadline = Instant::now() + grace + PROXY_GRACE;
+        if !self.terminating || self.proxy_deadline.is_some_and(|d| d > deadline) {
+            self.proxy_deadline = Some(deadline);
+        }
+        self.terminating = true;
+    }
+
+    fn on_signal(&mut self, sig: Signal) {
+        tracing::debug!(%sig, "signal");
+        match sig {
+            Signal::SIGINT => {
+                let now = Instant::now();
+                if self.last_interrupt.is_some_and(|t| now - t < DOUBLE_INTERRUPT) {
+                    eprintln!("rlaunch: interrupted again; killing the job");
+                    self.causes.push(Cause::Interrupted);
+                    self.terminate(Duration::ZERO);
+                    return;
+                }
+                self.last_interrupt = Some(now);
+                self.children.broadcast(&Down::Signal { signo: sig as i32 });
+            }
+            Signal::SIGTSTP => {
+                self.children.broadcast(&Down::Signal { signo: sig as i32 });
+                // Stop ourselves too, as the shell expects (SIGCONT resumes us and the ranks),
+                // once the link pumps have had the moment they need to write the signal down.
+                tokio::spawn(async {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    let _ = nix::sys::signal::raise(Signal::SIGSTOP);
+                });
+            }
+            _ => self.children.broadcast(&Down::Signal { signo: sig as i32 }),
+        }
+    }
+
+    fn stdin_chunk(&mut self, chunk: Option<Vec<u8>>) {
+        match chunk {
+            Some(data) => {
+                self.stdin.seq += 1;
+                let seq = self.stdin.seq;
+                let expected = self.children.send_stdin(seq, &data);
+                if expected > 0 {
+                    self.stdin.pending.insert(seq, expected);
+                }
+            }
+            None => {
+                self.stdin.open = false;
+                self.children.broadcast(&Down::StdinEof);
+            }
+        }
+    }
+
+    fn reap(&mut self) {
+        for (pid, outcome) in procs::reap_ended() {
+            if let Some(Lost { host, reason }) = self.children.reaped(pid, outcome) {
+                self.fail(Cause::LostProxy { host, reason });
+            }
+        }
+    }
+
+    /// A rank asked for a new job: give it ids and a kvsname and have the rank's node start
+    /// it. Its ranks count for the run's outcome like any other.
+    fn spawn(&mut self, parent: u32, tag: Option<String>, request: SpawnRequest) {
+        let Some(node) = self.roll.node(parent) else { return };
+        let (job, first) = self.roll.add_spawned(node, &request);
+        let size = self.roll.len() - first;
+        let spawn = SpawnJob {
+            job,
+            kvsname: format!("{}_{job}", self.plan.job.jobid),
+            parent_kvsname: self.plan.job.jobid.clone(),
+            node,
+            first,
+            parent,
+            tag,
+            request,
+        };
+        // Before the proxy hears of it, so the writer knows the job before its first line.
+        let _ = self.spawned_jobs.send(SpawnedJob {
+            job,
+            first,
+            size,
+            host: self.roll.node_host(node).to_string(),
+            jobid: spawn.kvsname.clone(),
+        });
+        tracing::debug!(job, node, first, "spawning a job");
+        self.children.send_toward_node(node, first..first + size, Down::Spawn(Box::new(spawn)));
+    }
+
+    /// Prints why the job failed and returns the exit status.
+    fn report(&self) -> i32 {
+        let listed = self.plan.print_all_exit_codes;
+        if listed {
+            for line in self.roll.all_outcomes() {
+                eprintln!("rlaunch: {line}");
+            }
+        }
+        let Some(cause) = self.causes.first() else {
+            return 0;
+        };
+        if let Some(line) = cause.message(&self.roll, listed) {
+            eprintln!("rlaunch: {line}");
+        }
+        cause.exit_code()
+    }
+}
+
+/// Output goes to the writer thread (waiting when it is full: that is the backpressure),
+/// everything else to the root. With `report_bindings`, the root gets each RankStarted too:
+/// it knows every rank's name and host, spawned ones included.
+async fn route(
+    child: usize,
+    event: LinkEvent,
+    output: mpsc::Sender<Chunk>,
+    events: mpsc::UnboundedSender<Event>,
+    report_bindings: bool,
+) -> bool {
+    match event {
+        LinkEvent::Up(Up::Output { rank, stream, data }) => {
+            output.send(Chunk::Data { rank, stream, data }).await.is_ok()
+        }
+        LinkEvent::Up(Up::RankStarted { rank, pid, cpus }) => {
+            if report_bindings {
+                let up = Up::RankStarted { rank, pid, cpus: cpus.clone() };
+                let _ = events.send(Event { child, event: LinkEvent::Up(up) });
+            }
+            output.send(Chunk::Started { rank, pid, cpus }).await.is_ok()
+        }
+        LinkEvent::Up(Up::OutputEnd { rank, stream }) => {
+            output.send(Chunk::End { rank, stream }).await.is_ok()
+        }
+        event => events.send(Event { child, event }).is_ok(),
+    }
+}

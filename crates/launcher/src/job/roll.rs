@@ -1,0 +1,230 @@
+//! Every process of the run, by global id: the launched job's ranks, then each spawned job's.
+//! It names them in messages ("rank 3", "rank 1 of spawned job 2"), places them on their
+//! host, and holds each one's outcome.
+
+use pmi_wire::control::{NodePlan, SpawnRequest};
+use pmi_wire::ids::ExitOutcome;
+
+/// One process of the run.
+struct Proc {
+    job: u32,
+    /// Rank within its job.
+    rank: u32,
+    node: u32,
+    exe: String,
+    /// Its MPMD segment (for the launched job).
+    segment: u32,
+    /// Its pid and how it ended, once reported.
+    outcome: Option<(u32, ExitOutcome)>,
+}
+
+pub(crate) struct Roll {
+    procs: Vec<Proc>,
+    /// Jobs so far (the launched one is 0).
+    jobs: u32,
+    /// Host name of each node, by node index.
+    node_hosts: Vec<String>,
+    /// Working directory of each segment of the launched job.
+    wdirs: Vec<Vec<u8>>,
+}
+
+impl Roll {
+    /// The launched job's ranks, as `roots` place them.
+    pub(crate) fn new(
+        job: &pmi_wire::control::Job,
+        roots: &[NodePlan],
+        node_hosts: Vec<String>,
+    ) -> Roll {
+        let mut procs: Vec<Option<Proc>> = (0..job.size).map(|_| None).collect();
+        for node in roots.iter().flat_map(|root| root.walk()) {
+            for r in &node.ranks {
+                let exe = String::from_utf8_lossy(&job.segments[r.segment as usize].exe);
+                procs[r.rank as usize] = Some(Proc {
+                    job: 0,
+                    rank: r.rank,
+                    node: node.index,
+                    exe: exe.into_owned(),
+                    segment: r.segment,
+                    outcome: None,
+                });
+            }
+        }
+        Roll {
+            procs: procs.into_iter().map(|p| p.expect("placement covers every rank")).collect(),
+            jobs: 1,
+            node_hosts,
+            wdirs: job.segments.iter().map(|s| s.wdir.clone()).collect(),
+        }
+    }
+
+    pub(crate) fn len(&self) -> u32 {
+        self.procs.len() as u32
+    }
+
+    pub(crate) fn contains(&self, gid: u32) -> bool {
+        (gid as usize) < self.procs.len()
+    }
+
+    /// The node of process `gid`, if there is one.
+    pub(crate) fn node(&self, gid: u32) -> Option<u32> {
+        self.procs.get(gid as usize).map(|p| p.node)
+    }
+
+    pub(crate) fn node_host(&self, node: u32) -> &str {
+        &self.node_hosts[node as usize]
+    }
+
+    /// Adds a job of `request`'s processes on `node`; returns its index and its first
+    /// process's global id.
+    pub(crate) fn add_spawned(&mut self, node: u32, request: &SpawnRequest) -> (u32, u32) {
+        let job = self.jobs;
+        self.jobs += 1;
+        let first = self.len();
+        for cmd in &request.cmds {
+            for _ in 0..cmd.nprocs {
+                let rank = self.len() - first;
+                self.procs.push(Proc {
+                    job,
+                    rank,
+                    node,
+                    exe: cmd.exe.clone(),
+                    segment: 0,
+                    outcome: None,
+                });
+            }
+        }
+        (job, first)
+    }
+
+    /// Records how process `gid` ended; false if there is no such process.
+    pub(crate) fn record(&mut self, gid: u32, pid: u32, outcome: ExitOutcome) -> bool {
+        match self.procs.get_mut(gid as usize) {
+            Some(p) => {
+                p.outcome = Some((pid, outcome));
+                true
+            }
+            None => false,
+        }
+    }
+
+    pub(crate) fn host(&self, gid: u32) -> &str {
+        self.node_host(self.procs[gid as usize].node)
+    }
+
+    /// "rank 3" for the launched job, "rank 1 of spawned job 2" for others.
+    pub(crate) fn name(&self, gid: u32) -> String {
+        match &self.procs[gid as usize] {
+            Proc { job: 0, rank, .. } => format!("rank {rank}"),
+            Proc { job, rank, .. } => format!("rank {rank} of spawned job {job}"),
+        }
+    }
+
+    /// How process `gid` ended, in one phrase: "rank 3 (pid 42 on n2) exited with code 7".
+    pub(crate) fn describe(&self, gid: u32, pid: u32, outcome: ExitOutcome) -> String {
+        let host = self.host(gid);
+        let p = &self.procs[gid as usize];
+        match outcome {
+            ExitOutcome::SpawnFailed { errno } => {
+                format!("cannot start {} on {host}: {}", p.exe, strerror(errno))
+            }
+            ExitOutcome::NoWorkdir { errno } => {
+                let dir = match p.job {
+                    0 => self.wdirs[p.segment as usize].clone(),
+                    _ => b"of its spawned job".to_vec(),
+                };
+                format!(
+                    "cannot start {} on {host}: working directory {}: {}",
+                    self.name(gid),
+                    String::from_utf8_lossy(&dir),
+                    strerror(errno)
+                )
+            }
+            _ => format!("{} (pid {pid} on {host}) {outcome}", self.name(gid)),
+        }
+    }
+
+    /// One line per process: how it ended, or that it did not say.
+    pub(crate) fn all_outcomes(&self) -> Vec<String> {
+        (0..self.len())
+            .map(|gid| match self.procs[gid as usize].outcome {
+                Some((pid, outcome)) => self.describe(gid, pid, outcome),
+                None => {
+                    format!("{} (on {}) did not report an exit", self.name(gid), self.host(gid))
+                }
+            })
+            .collect()
+    }
+}
+
+fn strerror(errno: i32) -> String {
+    crate::hosts::plain(&std::io::Error::from_raw_os_error(errno))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pmi_wire::control::{Bootstrap, Job, Liveness, RankPlan, Segment, SpawnCmd, StdinTarget};
+
+    fn job() -> Job {
+        let segment = |exe: &str| Segment {
+            exe: exe.into(),
+            args: vec![],
+            inherit_env: true,
+            env: vec![],
+            wdir: b"/w".to_vec(),
+        };
+        Job {
+            jobid: "j".into(),
+            size: 3,
+            segments: vec![segment("./a"), segment("./b")],
+            env: vec![],
+            stdin: StdinTarget::None,
+            kill_grace_ms: 0,
+            bootstrap: Bootstrap::Fork,
+            process_mapping: None,
+            pmi_port: false,
+            binding: None,
+            liveness: Liveness::default(),
+        }
+    }
+
+    fn node(index: u32, ranks: &[(u32, u32)], children: Vec<NodePlan>) -> NodePlan {
+        NodePlan {
+            index,
+            host: format!("n{index}"),
+            fork: true,
+            ranks: ranks.iter().map(|&(rank, segment)| RankPlan { rank, segment }).collect(),
+            children,
+        }
+    }
+
+    #[test]
+    fn ranks_are_named_and_placed_spawned_ones_too() {
+        let roots = [node(0, &[(0, 0)], vec![node(1, &[(1, 1), (2, 1)], vec![])])];
+        let mut roll = Roll::new(&job(), &roots, vec!["n0".into(), "n1".into()]);
+        assert_eq!((roll.len(), roll.host(2), roll.name(2)), (3, "n1", "rank 2".to_string()));
+        let cmd = SpawnCmd { exe: "./c".into(), args: vec![], nprocs: 2, info: vec![] };
+        let request = SpawnRequest { cmds: vec![cmd], preput: vec![] };
+        assert_eq!(roll.add_spawned(1, &request), (1, 3));
+        assert_eq!(roll.name(4), "rank 1 of spawned job 1");
+        assert!(roll.contains(4) && !roll.contains(5));
+        assert!(roll.record(4, 77, ExitOutcome::Exited(3)));
+        assert!(!roll.record(9, 1, ExitOutcome::Exited(0)));
+        let lines = roll.all_outcomes();
+        assert_eq!(lines[4], "rank 1 of spawned job 1 (pid 77 on n1) exited with code 3");
+        assert_eq!(lines[0], "rank 0 (on n0) did not report an exit");
+    }
+
+    #[test]
+    fn ranks_that_never_ran_say_why() {
+        let roots = [node(0, &[(0, 0), (1, 1), (2, 1)], vec![])];
+        let roll = Roll::new(&job(), &roots, vec!["n0".into()]);
+        let missing = roll.describe(1, 0, ExitOutcome::SpawnFailed { errno: 2 });
+        assert_eq!(missing, "cannot start ./b on n0: No such file or directory");
+        let nowdir = roll.describe(0, 0, ExitOutcome::NoWorkdir { errno: 2 });
+        assert_eq!(
+            nowdir,
+            "cannot start rank 0 on n0: working directory /w: No such file or directory"
+        );
+    }
+}

@@ -1,0 +1,375 @@
+//! The parent side of the control tree, shared by the launcher (the root) and every proxy:
+//! starting child proxies, the parent's view of each, routing frames down to the subtree that
+//! holds a rank or a node, noticing a lost child, and killing children that do not finish.
+//!
+//! ```text
+//!  owner (Root or Node) ──start(plans)──► Children ──Down──► link pump ──► child proxy
+//!        ▲                                   ▲
+//!        └── ChildNews (Up, Lost) ◄─ on_link ┘◄── LinkEvent ◄── link reader ◄──┘
+//!                                    reaped  ◄── SIGCHLD (the owner reaps)
+//! ```
+//!
+//! What a child's frames mean is the owner's business; what a child's link and process
+//! say about the child itself (greeting, stderr, end of file, exit) is decided here.
+
+use std::collections::{HashMap, HashSet};
+use std::io;
+use std::ops::Range;
+
+use nix::sys::signal::Signal;
+use pmi_wire::control::{Down, Job, Launch, NodePlan, Up};
+use pmi_wire::ids::ExitOutcome;
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+
+use crate::link::{self, LinkEvent, ProxyProcess};
+use crate::procs;
+
+/// A child proxy that is gone before its subtree finished, and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Lost {
+    pub host: String,
+    pub reason: String,
+}
+
+/// What a child's link brought that is the owner's to handle.
+pub enum ChildNews {
+    Up(Up),
+    Lost(Lost),
+}
+
+struct Child {
+    state: ChildState,
+    down: mpsc::UnboundedSender<Down>,
+    /// Ranks of its subtree that read the launcher's stdin.
+    stdin_ranks: usize,
+}
+
+/// Every child proxy of one parent.
+#[derive(Default)]
+pub struct Children {
+    list: Vec<Child>,
+    by_pid: HashMap<i32, usize>,
+    /// The child whose subtree holds each rank (global id), for routing down.
+    rank_child: HashMap<u32, usize>,
+    /// The child whose subtree holds each node (by index), for routing spawns.
+    node_child: HashMap<u32, usize>,
+    /// The tasks that run the links.
+    links: Vec<JoinHandle<()>>,
+}
+
+impl Children {
+    /// Starts a proxy for each of `plans`: `process(i, plan)` starts its process (by fork,
+    /// exec or the remote launcher); `deliver(i)` is what child `i`'s link hands its events
+    /// to (see [`link::run_link`]). Returns the children and those that could not start.
+    pub fn start<P, D, F, Fut>(
+        job: &Job,
+        plans: &[NodePlan],
+        mut process: P,
+        mut deliver: D,
+    ) -> (Children, Vec<Lost>)
+    where
+        P: FnMut(usize, &NodePlan) -> io::Result<ProxyProcess>,
+        D: FnMut(usize) -> F,
+        F: FnMut(LinkEvent) -> Fut + Send + 'static,
+        Fut: std::future::Future<Output = bool> + Send + 'static,
+    {
+        let mut children = Children::default();
+        let mut lost = Vec::new();
+        for (index, plan) in plans.iter().enumerate() {
+            let (down, down_rx) = mpsc::unbounded_channel();
+            let state = match process(index, plan) {
+                Ok(process) => {
+                    if !process.launched {
+                        let launch = Launch { job: job.clone(), node: plan.clone() };
+                        let _ = down.send(Down::Launch(Box::new(launch)));
+                    }
+                    link::heartbeat(&down, job.liveness.heartbeat(), || Down::Ping);
+                    let state = ChildState::new(plan.host.clone(), process.pid, &process.what);
+                    children.by_pid.insert(process.pid, index);
+                    let silence = job.liveness.silence();
+                    children.links.push(tokio::spawn(link::run_link(
+                        process,
+                        down_rx,
+                        silence,
+                        deliver(index),
+                    )));
+                    state
+                }
+                Err(e) => {
+                    let reason = format!("cannot start its launcher: {e}");
+                    lost.push(Lost { host: plan.host.clone(), reason });
+                    ChildState::failed(plan.host.clone())
+                }
+            };
+            let mut stdin_ranks = 0;
+            for node in plan.walk() {
+                children.node_child.insert(node.index, index);
+                for r in &node.ranks {
+                    children.rank_child.insert(r.rank, index);
+                    stdin_ranks += usize::from(job.stdin.includes(r.rank));
+                }
+            }
+            children.list.push(Child { state, down, stdin_ranks });
+        }
+        (children, lost)
+    }
+
+    /// Takes what child `child`'s link reports: returns what is the owner's to handle.
+    pub fn on_link(&mut self, child: usize, event: LinkEvent) -> Option<ChildNews> {
+        let state = &mut self.list[child].state;
+        match event {
+            LinkEvent::Greeted(g) => {
+                tracing::debug!(host = %g.host, pid = g.pid, "proxy up");
+                None
+            }
+            LinkEvent::Up(Up::NodeDone { .. }) => {
+                state.done = true;
+                None
+            }
+            LinkEvent::Up(up) => Some(ChildNews::Up(up)),
+            LinkEvent::Stderr(text) => {
+                state.add_stderr(&text);
+                None
+            }
+            LinkEvent::Closed(error) => state.on_link_closed(error).map(ChildNews::Lost),
+        }
+    }
+
+    /// Whether `pid` is one of the children's processes.
+    pub fn is_child(&self, pid: i32) -> bool {
+        self.by_pid.contains_key(&pid)
+    }
+
+    /// A child's process ended: returns it as lost if it had not finished.
+    pub fn reaped(&mut self, pid: i32, outcome: ExitOutcome) -> Option<Lost> {
+        let &child = self.by_pid.get(&pid)?;
+        self.list[child].state.on_exit(outcome)
+    }
+
+    /// Sends `down` to every child that is not lost.
+    pub fn broadcast(&self, down: &Down) {
+        for c in self.list.iter().filter(|c| !c.state.lost) {
+            let _ = c.down.send(down.clone());
+        }
+    }
+
+    /// Sends `down` toward the subtree holding `rank`; false if none does.
+    pub fn send_toward_rank(&self, rank: u32, down: Down) -> bool {
+        match self.rank_child.get(&rank) {
+            Some(&c) => {
+                let _ = self.list[c].down.send(down);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Sends `down` toward the subtree holding `node`, which will hold `ranks` from now on
+    /// (a spawned job's); false if no subtree holds the node.
+    pub fn send_toward_node(&mut self, node: u32, ranks: Range<u32>, down: Down) -> bool {
+        let Some(&c) = self.node_child.get(&node) else { return false };
+        self.rank_child.extend(ranks.map(|r| (r, c)));
+        let _ = self.list[c].down.send(down);
+        true
+    }
+
+    /// Sends a stdin chunk to the children whose subtrees read stdin; returns how many
+    /// acknowledgements (one per rank) will come back.
+    pub fn send_stdin(&self, seq: u64, data: &[u8]) -> usize {
+        let mut expected = 0;
+        for c in self.list.iter().filter(|c| !c.state.lost && c.stdin_ranks > 0) {
+            expected += c.stdin_ranks;
+            let _ = c.down.send(Down::Stdin { seq, data: data.to_vec() });
+        }
+        expected
+    }
+
+    /// Children not lost.
+    pub fn live(&self) -> usize {
+        self.list.iter().filter(|c| !c.state.lost).count()
+    }
+
+    /// Tells every child to tear its subtree down: SIGTERM, `grace`, SIGKILL.
+    pub fn terminate(&self, grace: std::time::Duration) {
+        self.broadcast(&Down::Terminate { grace_ms: grace.as_millis() as u64 });
+    }
+
+    /// SIGKILLs the children whose process has not ended.
+    pub fn kill_unfinished(&self) {
+        for c in self.list.iter().filter(|c| !c.state.reaped()) {
+            tracing::warn!(host = %c.state.host, "proxy did not finish; killing it");
+            procs::signal_pid(c.state.pid, Signal::SIGKILL);
+        }
+    }
+
+    /// The children's processes that have not ended: sweeps spare them, as each cleans up
+    /// its own subtree.
+    pub fn pids(&self) -> HashSet<i32> {
+        self.list.iter().filter(|c| !c.state.reaped()).map(|c| c.state.pid).collect()
+    }
+
+    /// Every child is finished one way or the other, and nothing more will come from it.
+    pub fn settled(&self) -> bool {
+        self.list.iter().all(|c| c.state.settled())
+    }
+
+    /// Stops reading the links (at the end of the run: what they still hold is not needed).
+    pub async fn stop_links(&mut self) {
+        for link in &self.links {
+            link.abort();
+        }
+        for link in self.links.drain(..) {
+            let _ = link.await;
+        }
+    }
+}
+
+/// The parent's view of one child proxy. A child is lost when its link closes or its process
+/// ends before it said NodeDone; the verdict waits for both events, because a proxy that
+/// finished cleanly exits right after its last frame and SIGCHLD may overtake that frame.
+struct ChildState {
+    host: String,
+    /// What its process is, for messages: "its proxy" under fork, "ssh" under ssh.
+    process: String,
+    /// Its process (the proxy under fork, the ssh client under ssh); -1 if it never started.
+    pid: i32,
+    /// It said NodeDone: its subtree is finished.
+    done: bool,
+    /// Lost, and reported.
+    lost: bool,
+    exit: Option<ExitOutcome>,
+    link_closed: bool,
+    link_error: Option<String>,
+    /// The last bytes the remote launcher (ssh) printed on stderr.
+    stderr_tail: Vec<u8>,
+}
+
+impl ChildState {
+    fn new(host: String, pid: i32, process: &str) -> ChildState {
+        ChildState {
+            host,
+            process: process.to_string(),
+            pid,
+            done: false,
+            lost: false,
+            exit: None,
+            link_closed: false,
+            link_error: None,
+            stderr_tail: Vec::new(),
+        }
+    }
+
+    /// A child that could not even be started.
+    fn failed(host: String) -> ChildState {
+        let mut c = ChildState::new(host, -1, "");
+        c.lost = true;
+        c.link_closed = true;
+        c.exit = Some(ExitOutcome::Exited(127));
+        c
+    }
+
+    fn reaped(&self) -> bool {
+        self.exit.is_some()
+    }
+
+    /// Finished one way or the other, and nothing more will come from it.
+    fn settled(&self) -> bool {
+        (self.done || self.lost) && self.reaped()
+    }
+
+    fn add_stderr(&mut self, text: &[u8]) {
+        self.stderr_tail.extend_from_slice(text);
+        if self.stderr_tail.len() > 4096 {
+            self.stderr_tail.drain(..self.stderr_tail.len() - 4096);
+        }
+    }
+
+    /// Its process ended. Returns it as lost, if it now is.
+    fn on_exit(&mut self, outcome: ExitOutcome) -> Option<Lost> {
+        self.exit = Some(outcome);
+        self.verdict()
+    }
+
+    /// Its link closed (with an error, or at end of file). Returns it as lost, if it now
+    /// is; a lost child's process (a hung proxy, or an ssh client on a dead network) is
+    /// killed then, as nothing more will come from it.
+    fn on_link_closed(&mut self, error: Option<String>) -> Option<Lost> {
+        self.link_closed = true;
+        self.link_error = error;
+        let verdict = self.verdict();
+        if verdict.is_some() && !self.reaped() && self.pid > 0 {
+            procs::signal_pid(self.pid, Signal::SIGKILL);
+        }
+        verdict
+    }
+
+    fn verdict(&mut self) -> Option<Lost> {
+        if self.done || self.lost || !self.link_closed {
+            return None;
+        }
+        // A broken link says more than the exit status (a version mismatch, say), but an
+        // exit after a clean end of file is the story.
+        let mut reason = match (&self.link_error, self.exit) {
+            (Some(err), _) => err.clone(),
+            (None, Some(outcome)) => format!("{} {outcome}", self.process),
+            (None, None) => return None,
+        };
+        self.lost = true;
+        let tail = String::from_utf8_lossy(&self.stderr_tail);
+        if let Some(last) = tail.lines().rev().find(|l| !l.trim().is_empty()) {
+            reason = format!("{reason}: {}", last.trim());
+        }
+        Some(Lost { host: self.host.clone(), reason })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // pid -1: nothing real is ever signalled.
+    fn child() -> ChildState {
+        ChildState::new("n2".into(), -1, "its proxy")
+    }
+
+    #[test]
+    fn a_child_that_said_done_is_not_lost_whatever_the_order() {
+        let mut c = child();
+        c.done = true;
+        assert_eq!(c.on_exit(ExitOutcome::Exited(0)), None);
+        assert_eq!(c.on_link_closed(None), None);
+        assert!(c.settled());
+    }
+
+    #[test]
+    fn a_child_is_lost_once_both_its_link_and_its_process_are_gone() {
+        let mut c = child();
+        assert_eq!(c.on_link_closed(None), None, "its exit tells the story: wait for it");
+        c.add_stderr(b"ssh: connect to host n2: No route to host\n\n");
+        let lost = c.on_exit(ExitOutcome::Exited(255)).unwrap();
+        assert_eq!(lost.host, "n2");
+        assert_eq!(
+            lost.reason,
+            "its proxy exited with code 255: ssh: connect to host n2: No route to host"
+        );
+        assert!(c.settled());
+        assert_eq!(c.on_exit(ExitOutcome::Exited(255)), None, "lost once");
+    }
+
+    #[test]
+    fn a_broken_link_says_more_than_the_exit() {
+        let mut c = child();
+        let lost = c.on_link_closed(Some("no word from it for 10 s".into())).unwrap();
+        assert_eq!(lost.reason, "no word from it for 10 s");
+        assert!(!c.settled(), "its process has not been reaped yet");
+        assert_eq!(c.on_exit(ExitOutcome::Signaled(9)), None);
+        assert!(c.settled());
+    }
+
+    #[test]
+    fn a_child_that_never_started_is_settled_and_lost() {
+        let c = ChildState::failed("n3".into());
+        assert!(c.settled() && c.lost);
+    }
+}

@@ -1,0 +1,110 @@
+//! One fence epoch being folded: parties arrive with the pairs they bring, and once every
+//! party the caller counts on is in, the pairs go on as one message. The root folds its child
+//! proxies' `FenceIn`s into a `FenceOut`; a proxy folds its ranks and its child subtrees into
+//! one `FenceIn` (see [`crate::kvs`]).
+//!
+//! ```text
+//!  party ──arrive(pairs)──►┐
+//!  party ──arrive(pairs)──►│ FenceFold ──complete(parties)──► (epoch, all pairs) ──► on
+//!  put ─────add(pairs)────►┘   (once per epoch)              finish(epoch): next epoch
+//! ```
+//!
+//! Pure: no I/O, no clock.
+
+/// A key-value pair of the PMI key-value space.
+pub type Pair = (String, String);
+
+#[derive(Debug, Default)]
+pub struct FenceFold {
+    epoch: u64,
+    /// Parties in the current epoch so far.
+    arrived: usize,
+    /// Pairs brought since the last completion.
+    pairs: Vec<Pair>,
+    /// The current epoch was completed and is waiting for [`FenceFold::finish`].
+    completed: bool,
+}
+
+impl FenceFold {
+    /// The epoch being folded.
+    pub fn epoch(&self) -> u64 {
+        self.epoch
+    }
+
+    /// Pairs that belong to the current epoch without a party arriving (a rank's put).
+    pub fn add(&mut self, pairs: impl IntoIterator<Item = Pair>) {
+        self.pairs.extend(pairs);
+    }
+
+    /// A party entered the fence, bringing `pairs`.
+    pub fn arrive(&mut self, pairs: impl IntoIterator<Item = Pair>) {
+        self.pairs.extend(pairs);
+        self.arrived += 1;
+    }
+
+    /// Once `parties` have arrived, and only once per epoch: the epoch and every pair it
+    /// brought. The count of parties is the caller's, asked at each call, because parties
+    /// come and go (a lost child proxy is no longer waited for).
+    pub fn complete(&mut self, parties: usize) -> Option<(u64, Vec<Pair>)> {
+        if self.completed || self.arrived < parties {
+            return None;
+        }
+        self.completed = true;
+        self.arrived = 0;
+        Some((self.epoch, std::mem::take(&mut self.pairs)))
+    }
+
+    /// The completion of `epoch` came back (or was sent, at the root): the next epoch starts.
+    /// Returns false if `epoch` was not the one folded, which is worth a warning.
+    pub fn finish(&mut self, epoch: u64) -> bool {
+        let expected = epoch == self.epoch;
+        self.completed = false;
+        self.epoch += 1;
+        expected
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pair(k: &str) -> Pair {
+        (k.to_string(), format!("v{k}"))
+    }
+
+    #[test]
+    fn completes_once_every_party_is_in_with_every_pair() {
+        let mut fold = FenceFold::default();
+        fold.add([pair("a")]);
+        fold.arrive([pair("b")]);
+        assert_eq!(fold.complete(2), None);
+        fold.arrive([]);
+        assert_eq!(fold.complete(2), Some((0, vec![pair("a"), pair("b")])));
+        // Once per epoch, however often it is asked.
+        assert_eq!(fold.complete(2), None);
+        assert!(fold.finish(0));
+        assert_eq!(fold.epoch(), 1);
+        fold.arrive([]);
+        assert_eq!(fold.complete(1), Some((1, vec![])));
+    }
+
+    #[test]
+    fn fewer_parties_complete_the_epoch_at_once() {
+        let mut fold = FenceFold::default();
+        fold.arrive([pair("a")]);
+        assert_eq!(fold.complete(3), None);
+        // Two parties were lost: the one that arrived is all there is.
+        assert_eq!(fold.complete(1), Some((0, vec![pair("a")])));
+    }
+
+    #[test]
+    fn puts_after_completion_belong_to_the_next_epoch() {
+        let mut fold = FenceFold::default();
+        fold.arrive([]);
+        assert!(fold.complete(1).is_some());
+        fold.add([pair("late")]);
+        assert!(!fold.finish(7), "another epoch's completion is noticed");
+        fold.arrive([]);
+        assert_eq!(fold.complete(1), Some((1, vec![pair("late")])));
+    }
+}

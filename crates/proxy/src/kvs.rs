@@ -1,0 +1,233 @@
+//! One job's share of the key-value space on this node: the pairs made visible by completed
+//! fences, the puts held for the next fence, the fence itself, and PMI-2 node attributes.
+//! Pure: each call returns what to send, and to whom; the dispatcher sends it.
+//!
+//! ```text
+//!  rank put ──────► held ──┐
+//!  rank fence ────► waiting├─ FenceFold ──every rank and child in──► FenceIn up (Tree)
+//!  child FenceIn ─────────►┘                                        or done here (ThisNode)
+//!  FenceOut / done ──► visible += pairs, every waiting rank answered
+//! ```
+
+use std::collections::HashMap;
+
+use crate::fence::{FenceFold, Pair};
+use crate::pmi::PmiAnswer;
+
+/// Index of a rank in the node's rank table.
+pub type Local = usize;
+
+/// An answer for one local rank's PMI connection.
+pub type Reply = (Local, PmiAnswer);
+
+/// How far a job's fences reach.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FenceScope {
+    /// The launched job: every node's ranks, so a fence folds up the tree to the root.
+    Tree,
+    /// A job spawned on this node: all its ranks are here, so its fences complete here.
+    ThisNode,
+}
+
+/// What a rank's fence entry led to.
+#[derive(Debug)]
+pub enum FenceStep {
+    /// Still waiting for other parties.
+    Waiting,
+    /// This node's part is complete: send `FenceIn { epoch, pairs }` up the tree.
+    GoUp { epoch: u64, pairs: Vec<Pair> },
+    /// The fence is complete (a `ThisNode` job): these ranks are released.
+    Done(Vec<Reply>),
+}
+
+pub struct Kvs {
+    scope: FenceScope,
+    /// This job's ranks on this node: each is a party of every fence.
+    ranks: usize,
+    /// Pairs made visible by completed fences: later gets are answered from here.
+    visible: HashMap<String, String>,
+    fold: FenceFold,
+    /// Local ranks inside the current fence, with the tag their answer echoes.
+    waiting: Vec<(Local, Option<String>)>,
+    /// PMI-2 node attributes, and the ranks waiting for one to appear.
+    node_attrs: HashMap<String, String>,
+    attr_waiters: Vec<(Local, String, Option<String>)>,
+}
+
+impl Kvs {
+    /// An empty space; `preput` pairs are visible from the start (a spawned job's).
+    pub fn new(scope: FenceScope, preput: impl IntoIterator<Item = Pair>) -> Kvs {
+        Kvs {
+            scope,
+            ranks: 0,
+            visible: preput.into_iter().collect(),
+            fold: FenceFold::default(),
+            waiting: Vec::new(),
+            node_attrs: HashMap::new(),
+            attr_waiters: Vec::new(),
+        }
+    }
+
+    /// One more of this job's ranks lives on this node.
+    pub fn add_rank(&mut self) {
+        self.ranks += 1;
+    }
+
+    /// A put, held until the next fence takes it along.
+    pub fn put(&mut self, key: String, value: String) {
+        self.fold.add([(key, value)]);
+    }
+
+    pub fn get(&self, key: &str) -> Option<String> {
+        self.visible.get(key).cloned()
+    }
+
+    /// A local rank entered the fence. `children` is how many child subtrees take part.
+    pub fn enter(&mut self, local: Local, tag: Option<String>, children: usize) -> FenceStep {
+        self.waiting.push((local, tag));
+        self.fold.arrive([]);
+        self.step(children)
+    }
+
+    /// A child subtree entered the fence with the pairs put below it.
+    pub fn child_entered(&mut self, pairs: Vec<Pair>, children: usize) -> FenceStep {
+        self.fold.arrive(pairs);
+        self.step(children)
+    }
+
+    /// Whether the fence can go on now that a party arrived.
+    fn step(&mut self, children: usize) -> FenceStep {
+        let children = match self.scope {
+            FenceScope::Tree => children,
+            FenceScope::ThisNode => 0,
+        };
+        match self.fold.complete(self.ranks + children) {
+            None => FenceStep::Waiting,
+            Some((epoch, pairs)) => match self.scope {
+                FenceScope::Tree => FenceStep::GoUp { epoch, pairs },
+                FenceScope::ThisNode => FenceStep::Done(self.complete(epoch, pairs)),
+            },
+        }
+    }
+
+    /// The fence `epoch` completed with `pairs` (job-wide): they become visible and every
+    /// waiting rank is released.
+    pub fn complete(&mut self, epoch: u64, pairs: Vec<Pair>) -> Vec<Reply> {
+        if !self.fold.finish(epoch) {
+            tracing::warn!(
+                epoch,
+                expected = self.fold.epoch() - 1,
+                "fence completion for another epoch"
+            );
+        }
+        for (k, v) in pairs {
+            // MPICH never puts a key twice; if a program does, the first value stays (Hydra).
+            self.visible.entry(k).or_insert(v);
+        }
+        std::mem::take(&mut self.waiting)
+            .into_iter()
+            .map(|(local, tag)| (local, PmiAnswer::Fence { tag }))
+            .collect()
+    }
+
+    /// A node attribute is set: the ranks waiting for it get its value.
+    pub fn put_node_attr(&mut self, key: String, value: String) -> Vec<Reply> {
+        let mut replies = Vec::new();
+        self.attr_waiters.retain(|(local, k, tag)| {
+            if *k != key {
+                return true;
+            }
+            let answer = PmiAnswer::GetNodeAttr { value: Some(value.clone()), tag: tag.clone() };
+            replies.push((*local, answer));
+            false
+        });
+        self.node_attrs.insert(key, value);
+        replies
+    }
+
+    /// A rank asks for a node attribute: the answer now, or, with `wait`, once it is set.
+    pub fn get_node_attr(
+        &mut self,
+        local: Local,
+        key: String,
+        wait: bool,
+        tag: Option<String>,
+    ) -> Option<PmiAnswer> {
+        match self.node_attrs.get(&key) {
+            Some(v) => Some(PmiAnswer::GetNodeAttr { value: Some(v.clone()), tag }),
+            None if wait => {
+                self.attr_waiters.push((local, key, tag));
+                None
+            }
+            None => Some(PmiAnswer::GetNodeAttr { value: None, tag }),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pair(k: &str, v: &str) -> Pair {
+        (k.to_string(), v.to_string())
+    }
+
+    fn fence_tags(replies: &[Reply]) -> Vec<(Local, Option<String>)> {
+        replies
+            .iter()
+            .map(|(local, a)| match a {
+                PmiAnswer::Fence { tag } => (*local, tag.clone()),
+                other => panic!("not a fence answer: {other:?}"),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_tree_fence_goes_up_once_ranks_and_children_are_in() {
+        let mut kvs = Kvs::new(FenceScope::Tree, []);
+        kvs.add_rank();
+        kvs.add_rank();
+        kvs.put("a".into(), "1".into());
+        assert!(matches!(kvs.enter(0, Some("t0".into()), 1), FenceStep::Waiting));
+        assert!(matches!(kvs.child_entered(vec![pair("b", "2")], 1), FenceStep::Waiting));
+        let FenceStep::GoUp { epoch, pairs } = kvs.enter(1, None, 1) else { panic!("not up") };
+        assert_eq!((epoch, pairs), (0, vec![pair("a", "1"), pair("b", "2")]));
+        assert_eq!(kvs.get("a"), None, "not visible before the fence completes");
+        let released = kvs.complete(0, vec![pair("a", "1"), pair("b", "2"), pair("c", "3")]);
+        assert_eq!(fence_tags(&released), [(0, Some("t0".into())), (1, None)]);
+        assert_eq!(kvs.get("c").as_deref(), Some("3"));
+    }
+
+    #[test]
+    fn a_spawned_job_fences_on_this_node_alone() {
+        let mut kvs = Kvs::new(FenceScope::ThisNode, [pair("PARENT_ROOT_PORT_NAME", "p")]);
+        kvs.add_rank();
+        assert_eq!(kvs.get("PARENT_ROOT_PORT_NAME").as_deref(), Some("p"));
+        kvs.put("k".into(), "v".into());
+        let FenceStep::Done(released) = kvs.enter(0, None, 5) else { panic!("not done") };
+        assert_eq!(fence_tags(&released), [(0, None)]);
+        assert_eq!(kvs.get("k").as_deref(), Some("v"));
+    }
+
+    #[test]
+    fn the_first_value_of_a_key_put_twice_stays() {
+        let mut kvs = Kvs::new(FenceScope::Tree, []);
+        kvs.complete(0, vec![pair("k", "first"), pair("k", "second")]);
+        assert_eq!(kvs.get("k").as_deref(), Some("first"));
+    }
+
+    #[test]
+    fn node_attributes_answer_at_once_or_when_set() {
+        let mut kvs = Kvs::new(FenceScope::Tree, []);
+        let none = kvs.get_node_attr(0, "x".into(), false, None);
+        assert!(matches!(none, Some(PmiAnswer::GetNodeAttr { value: None, .. })));
+        assert!(kvs.get_node_attr(1, "x".into(), true, Some("t".into())).is_none());
+        assert!(kvs.get_node_attr(2, "y".into(), true, None).is_none());
+        let replies = kvs.put_node_attr("x".into(), "42".into());
+        assert_eq!(replies.len(), 1);
+        let (local, PmiAnswer::GetNodeAttr { value, tag }) = &replies[0] else { panic!() };
+        assert_eq!((*local, value.as_deref(), tag.as_deref()), (1, Some("42"), Some("t")));
+        let now = kvs.get_node_attr(3, "x".into(), true, None);
+        assert!(matches!(now, Some(PmiAnswer::GetNodeAttr { value: Some(v), .. }) if v == "42"));
+    }
+}

@@ -1,0 +1,203 @@
+//! Starting ranks on this node: the launched job's at start, and a spawned job's when the
+//! root asks (MPI_Comm_spawn). Both go through one batch builder: every process first,
+//! several at a time, then the tasks that serve each one's output, stdin and PMI.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use pmi_wire::control::{Job, Segment, SpawnJob, Up};
+use pmi_wire::ids::ExitOutcome;
+use tokio::sync::mpsc;
+
+use super::{JobState, Node};
+use crate::binding::RankCpus;
+use crate::kvs::{FenceScope, Kvs};
+use crate::pmi::{self, PmiAnswer, PmiJob, PmiPeer};
+use crate::rank::{self, Placement, PmiSetup};
+use crate::ranks::PmiState;
+
+/// What starting one rank takes.
+struct StartRank<'a> {
+    job: &'a Job,
+    job_index: u32,
+    /// The id of the rank in every frame: its rank for the launched job.
+    gid: u32,
+    segment: u32,
+    at: Placement<'a>,
+    /// Where `--bind-to` puts it; `None` leaves it on every CPU the proxy may use.
+    cpus: Option<RankCpus>,
+}
+
+/// `--pmi-port` ranks whose connection is still to come, by rank: who they are and where
+/// their answers go.
+type Unbound = HashMap<u32, (PmiPeer, pmi::AnswerRx)>;
+
+impl Node {
+    /// Starts the launched job's ranks on this node, and in `--pmi-port` mode the listener
+    /// that their connections will claim.
+    pub(super) fn start_launched(&mut self) {
+        let listener = if self.job.pmi_port { pmi::listen() } else { None };
+        let setup = match listener.as_ref().and_then(|l| l.local_addr().ok()) {
+            Some(addr) => PmiSetup::Port(addr.to_string()),
+            None => PmiSetup::Fd,
+        };
+        let job = self.job.clone();
+        let host = self.plan.host.clone();
+        let ranks: Vec<_> =
+            self.plan.ranks.iter().map(|rp| (rp.rank, rp.rank, rp.segment)).collect();
+        let batch = self.batch(&job, 0, &host, &ranks);
+        let unbound = self.start_batch(batch, &setup);
+        let _ = self.up.control.send(Up::Started { node: self.plan.index });
+        tracing::debug!(node = self.plan.index, ranks = ranks.len(), "ranks started");
+        if let Some(listener) = listener {
+            let (pmi_job, calls) = (self.jobs[&0].pmi.clone(), self.pmi_calls.clone());
+            tokio::spawn(pmi::accept(listener, unbound, pmi_job, calls));
+        }
+    }
+
+    /// What starting `ranks` of job `job_index` on this node takes; each is (rank in its job,
+    /// id in frames, segment), placed and bound by its index among `ranks`.
+    fn batch<'a>(
+        &mut self,
+        job: &'a Job,
+        job_index: u32,
+        host: &'a str,
+        ranks: &[(u32, u32, u32)],
+    ) -> Vec<StartRank<'a>> {
+        let count = ranks.len();
+        ranks
+            .iter()
+            .enumerate()
+            .map(|(local_id, &(rank, gid, segment))| {
+                let at = Placement { rank, local_id, local_count: count, host };
+                let cpus = job.binding.and_then(|b| self.binder.cpus(b, local_id, count));
+                StartRank { job, job_index, gid, segment, at, cpus }
+            })
+            .collect()
+    }
+
+    /// Starts ranks, all processes first (several at a time), then the tasks that carry each
+    /// one's output, stdin and PMI. Returns the ranks whose PMI connection is still to come.
+    fn start_batch(&mut self, batch: Vec<StartRank>, setup: &PmiSetup) -> Unbound {
+        let prepared = batch
+            .iter()
+            .map(|start| {
+                let StartRank { job, job_index, segment, .. } = *start;
+                let program = self
+                    .programs
+                    .entry((job_index, segment))
+                    .or_insert_with(|| {
+                        rank::program(job, &job.segments[segment as usize]).map(Arc::new)
+                    })
+                    .clone()?;
+                let gets_stdin = job_index == 0 && job.stdin.includes(start.gid);
+                let mask = start.cpus.as_ref().map(|c| &c.mask);
+                rank::prepare(program, job.size, &start.at, gets_stdin, setup, mask)
+            })
+            .collect();
+        let started = rank::start_all(prepared);
+        for text in self.binder.take_notices() {
+            let _ = self.up.control.send(Up::Notice { host: self.plan.host.clone(), text });
+        }
+        let mut unbound = HashMap::new();
+        for (start, result) in batch.into_iter().zip(started) {
+            if let Some((peer, answers)) = self.adopt(start, result) {
+                unbound.insert(peer.rank, (peer, answers));
+            }
+        }
+        unbound
+    }
+
+    /// Takes a rank that started (or could not) into the node's books, with the tasks that
+    /// serve it. Returns its PMI answer channel if its connection is still to come.
+    fn adopt(
+        &mut self,
+        start: StartRank,
+        result: Result<rank::Started, ExitOutcome>,
+    ) -> Option<(PmiPeer, pmi::AnswerRx)> {
+        let StartRank { job_index, gid, segment, at, cpus, .. } = start;
+        if let Some(state) = self.jobs.get_mut(&job_index) {
+            state.kvs.add_rank();
+        }
+        let started = match result {
+            Ok(started) => started,
+            Err(outcome) => {
+                let verdict = self.ranks.add_failed(gid, job_index, outcome);
+                let _ = self.up.control.send(verdict);
+                return None;
+            }
+        };
+        let pmi_state = if started.pmi.is_some() { PmiState::Open } else { PmiState::Unclaimed };
+        let local = self.ranks.add_running(gid, job_index, started.pid, pmi_state);
+        let peer = PmiPeer { local, job: job_index, rank: at.rank, appnum: segment };
+        let (answers_tx, answers_rx) = pmi::answer_channel();
+        self.ranks.get_mut(local).answers = Some(answers_tx);
+        let mut unbound = None;
+        match started.pmi {
+            Some(conn) => {
+                let pmi_job = self.jobs[&job_index].pmi.clone();
+                let calls = self.pmi_calls.clone();
+                tokio::spawn(pmi::serve_rank(conn, Vec::new(), peer, pmi_job, calls, answers_rx));
+            }
+            None => unbound = Some((peer, answers_rx)),
+        }
+        let cpus = cpus.map(|c| c.list);
+        let hello = Up::RankStarted { rank: gid, pid: started.pid as u32, cpus };
+        // The start goes ahead of any output on the same ordered path: the launcher names
+        // output files after the pid.
+        self.outputs.add(gid, local, hello, started.stdout, started.stderr);
+        // Prepared with a stdin pipe only if it reads the launcher's stdin.
+        if started.stdin.is_some() {
+            let (tx, rx) = mpsc::unbounded_channel();
+            self.ranks.get_mut(local).stdin = Some(tx);
+            tokio::spawn(rank::feed_stdin(started.stdin, rx, self.up.control.clone()));
+        }
+        unbound
+    }
+
+    /// Starts a job a local rank spawned, on this node, and answers the spawner.
+    pub(super) fn start_spawned(&mut self, sj: SpawnJob) {
+        let mut segments = Vec::new();
+        let mut plan = Vec::new();
+        for (appnum, cmd) in sj.request.cmds.iter().enumerate() {
+            let info = |k: &str| cmd.info.iter().find(|(key, _)| key == k).map(|(_, v)| v.clone());
+            let exe = match info("path") {
+                Some(dir) if !cmd.exe.contains('/') => format!("{dir}/{}", cmd.exe),
+                _ => cmd.exe.clone(),
+            };
+            let wdir = info("wdir").map(String::into_bytes);
+            segments.push(Segment {
+                exe: exe.into_bytes(),
+                args: cmd.args.iter().map(|a| a.clone().into_bytes()).collect(),
+                inherit_env: true,
+                env: vec![(b"PMI_SPAWNED".to_vec(), b"1".to_vec())],
+                wdir: wdir.unwrap_or_else(|| self.job.segments[0].wdir.clone()),
+            });
+            plan.extend((0..cmd.nprocs).map(|_| appnum as u32));
+        }
+        let size = plan.len() as u32;
+        let mut job = (*self.job).clone();
+        job.jobid = sj.kvsname.clone();
+        job.size = size;
+        job.segments = segments;
+        let pmi = Arc::new(PmiJob {
+            kvsname: sj.kvsname.clone(),
+            size,
+            process_mapping: Some(format!("(vector,(0,1,{size}))")),
+            spawner: Some(sj.parent_kvsname.clone()),
+        });
+        let kvs = Kvs::new(FenceScope::ThisNode, sj.request.preput.iter().cloned());
+        self.jobs.insert(sj.job, JobState { pmi, kvs });
+        self.swept = false;
+        let host = self.plan.host.clone();
+        let ranks: Vec<_> = (0..size).zip(plan).map(|(r, seg)| (r, sj.first + r, seg)).collect();
+        // Bound by the same policy over the spawned job's own local indexes: its ranks share
+        // the CPUs of the job that spawned them.
+        let batch = self.batch(&job, sj.job, &host, &ranks);
+        self.start_batch(batch, &PmiSetup::Fd);
+        tracing::debug!(job = sj.job, size, "spawned job started");
+        if let Some(tx) = self.ranks.find(sj.parent).and_then(|r| r.answers.as_ref()) {
+            let _ = tx.send(Box::new(PmiAnswer::Spawn { kvsname: sj.kvsname, tag: sj.tag }));
+        }
+    }
+}

@@ -1,0 +1,527 @@
+//! The proxy's dispatcher: the one owner of this node's state. It runs the event loop and
+//! routes; the decisions live in pure state machines it owns: the [`RankTable`] (a rank's
+//! verdict), each job's [`Kvs`] (puts, gets, fences, node attributes), the kill
+//! [`Escalation`], and [`Children`] (the parent side, shared with the launcher). Other tasks
+//! own a process's pipes or a connection and talk to it by messages.
+//!
+//! ```text
+//!  upstream reader ──Down──►┐
+//!  child link readers ─────►│ Event ──► Node ──control──► upstream pump ──► parent
+//!  output hub (stream ends)►┘  ▲  │                          ▲
+//!  rank PMI tasks ──PmiCall────┘  └──PmiAnswer──► ranks      │
+//!  SIGCHLD, SIGTERM/HUP/INT ──► Node     output hub, child frames ┘ (bounded data channel)
+//! ```
+//!
+//! Starting ranks (the launched job's and spawned jobs') is in [`launch`].
+
+mod launch;
+
+use std::collections::{HashMap, HashSet};
+use std::ffi::OsString;
+use std::sync::Arc;
+use std::time::Duration;
+
+use nix::sys::signal::Signal;
+use pmi_wire::control::{Down, Job, Launch, NodePlan, Up};
+use pmi_wire::io::FrameReader;
+use tokio::signal::unix::{signal, SignalKind};
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+
+use crate::binding::Binder;
+use crate::children::{ChildNews, Children, Lost};
+use crate::fdio::FdStream;
+use crate::kill::{Escalation, KillStep};
+use crate::kvs::{FenceScope, FenceStep, Kvs, Local, Reply};
+use crate::link::{self, LinkEvent};
+use crate::outputs::Outputs;
+use crate::pmi::{PmiAnswer, PmiCall, PmiJob, PmiPeer};
+use crate::procs;
+use crate::rank::StdinChunk;
+use crate::ranks::RankTable;
+
+/// Frames of rank output buffered towards the parent before ranks feel backpressure.
+const DATA_QUEUE: usize = 32;
+
+/// What the dispatcher hears about, besides PMI calls and signals.
+pub(crate) enum Event {
+    Down(Down),
+    UpstreamClosed(String),
+    /// One of a rank's output streams ended, and its end went upstream.
+    OutputClosed {
+        local: Local,
+    },
+    Child {
+        child: usize,
+        event: LinkEvent,
+    },
+}
+
+/// One job's state on this node: the launched job (0), and any job its ranks spawned here.
+struct JobState {
+    pmi: Arc<PmiJob>,
+    kvs: Kvs,
+}
+
+/// What goes to the parent: control messages, and the bounded channel that output and
+/// child proxies' frames share (so backpressure reaches them).
+struct Upstream {
+    control: mpsc::UnboundedSender<Up>,
+    data: mpsc::Sender<Up>,
+}
+
+pub(crate) struct Node {
+    job: Arc<Job>,
+    /// This node: its index, host and ranks (its children are in `children`).
+    plan: NodePlan,
+    ranks: RankTable,
+    children: Children,
+    jobs: HashMap<u32, JobState>,
+    up: Upstream,
+    events: mpsc::UnboundedSender<Event>,
+    pmi_calls: mpsc::UnboundedSender<(PmiPeer, PmiCall)>,
+    /// Carries every local rank's output upstream.
+    outputs: Outputs,
+    kill: Escalation,
+    /// The parent is gone: finish cleaning up, then exit quietly.
+    orphaned: bool,
+    /// When the parent was last heard from; silence past the job's timeout means it is gone.
+    last_heard: Instant,
+    /// The job is stopped (SIGTSTP): so may be the launcher, whose silence then means nothing.
+    stopped: bool,
+    /// Whatever the ranks left behind was killed once they had all ended.
+    swept: bool,
+    binder: Binder,
+    /// Each (job, segment)'s program, prepared once for all its ranks.
+    programs: HashMap<(u32, u32), Result<Arc<crate::rank::Program>, pmi_wire::ids::ExitOutcome>>,
+    /// The `rlaunch-proxy` this proxy starts its child proxies with.
+    proxy_exe: OsString,
+}
+
+/// Runs a proxy on its control channel until its subtree is finished; child proxies are
+/// started as `proxy_exe`. Returns the exit code of the proxy process. `launch` is what a
+/// proxy forked from rlaunch was given; any other reads it from its parent.
+pub async fn serve(
+    up_in: FdStream,
+    up_out: FdStream,
+    proxy_exe: OsString,
+    launch: Option<Launch>,
+) -> i32 {
+    procs::become_subreaper();
+    let host = hostname::get().map(|h| h.to_string_lossy().into_owned()).unwrap_or_default();
+    let (control_tx, control_rx) = mpsc::unbounded_channel();
+    let (data_tx, data_rx) = mpsc::channel(DATA_QUEUE);
+    let _ = control_tx.send(Up::Greeting { host: host.clone(), pid: std::process::id() });
+    let pump = tokio::spawn(link::pump(up_out, true, control_rx, Some(data_rx)));
+
+    // Down the tree come control messages and stdin, not output: small reads will do.
+    let mut reader = FrameReader::with_chunk(up_in, 16 << 10);
+    let launch = match launch {
+        Some(launch) => Ok(launch),
+        None => receive_launch(&mut reader).await,
+    };
+    let launch = match launch {
+        Ok(launch) => launch,
+        Err(msg) => {
+            eprintln!("rlaunch-proxy on {host}: {msg}");
+            return 1;
+        }
+    };
+    link::heartbeat(&control_tx, launch.job.liveness.heartbeat(), || Up::Ping);
+    let (events_tx, events_rx) = mpsc::unbounded_channel();
+    tokio::spawn(read_upstream(reader, events_tx.clone()));
+
+    let closed = events_tx.clone();
+    let outputs = Outputs::start(data_tx.clone(), move |local| {
+        let _ = closed.send(Event::OutputClosed { local });
+    });
+    let outputs = match outputs {
+        Ok(outputs) => outputs,
+        Err(e) => {
+            eprintln!("rlaunch-proxy on {host}: cannot set up output relaying: {e}");
+            return 1;
+        }
+    };
+    let (pmi_tx, pmi_rx) = mpsc::unbounded_channel();
+    let launched = JobState {
+        pmi: Arc::new(PmiJob {
+            kvsname: launch.job.jobid.clone(),
+            size: launch.job.size,
+            process_mapping: launch.job.process_mapping.clone(),
+            spawner: None,
+        }),
+        kvs: Kvs::new(FenceScope::Tree, []),
+    };
+    let mut node = Node {
+        jobs: HashMap::from([(0, launched)]),
+        pmi_calls: pmi_tx,
+        binder: Binder::new(launch.node.host.clone()),
+        programs: HashMap::new(),
+        proxy_exe,
+        job: Arc::new(launch.job),
+        plan: launch.node,
+        ranks: RankTable::default(),
+        children: Children::default(),
+        up: Upstream { control: control_tx, data: data_tx },
+        outputs,
+        events: events_tx,
+        kill: Escalation::default(),
+        orphaned: false,
+        last_heard: Instant::now(),
+        stopped: false,
+        swept: false,
+    };
+    let code = node.run(events_rx, pmi_rx).await;
+    drop(node);
+    let _ = tokio::time::timeout(Duration::from_secs(5), pump).await;
+    code
+}
+
+async fn receive_launch(reader: &mut FrameReader<FdStream>) -> Result<Launch, String> {
+    let (found, _) = reader.read_hello().await.map_err(|e| e.to_string())?;
+    if found.version != pmi_wire::control::PROTOCOL_VERSION {
+        return Err(format!(
+            "the launcher speaks protocol version {}, this proxy speaks version {}",
+            found.version,
+            pmi_wire::control::PROTOCOL_VERSION
+        ));
+    }
+    match reader.next::<Down>().await {
+        Ok(Some(Down::Launch(launch))) => Ok(*launch),
+        Ok(Some(_)) => Err("the first frame from the launcher was not a launch".into()),
+        Ok(None) => Err("the launcher closed the connection before the launch".into()),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// Hands every frame from the parent to the dispatcher, then how the connection ended.
+async fn read_upstream(mut reader: FrameReader<FdStream>, events: mpsc::UnboundedSender<Event>) {
+    loop {
+        let event = match reader.next::<Down>().await {
+            Ok(Some(down)) => Event::Down(down),
+            Ok(None) => Event::UpstreamClosed("its parent closed the connection".into()),
+            Err(e) => Event::UpstreamClosed(e.to_string()),
+        };
+        let last = matches!(event, Event::UpstreamClosed(_));
+        if events.send(event).is_err() || last {
+            return;
+        }
+    }
+}
+
+impl Node {
+    async fn run(
+        &mut self,
+        mut events: mpsc::UnboundedReceiver<Event>,
+        mut pmi: mpsc::UnboundedReceiver<(PmiPeer, PmiCall)>,
+    ) -> i32 {
+        let mut sigchld = signal(SignalKind::child()).expect("SIGCHLD handler");
+        let mut sigterm = signal(SignalKind::terminate()).expect("SIGTERM handler");
+        let mut sighup = signal(SignalKind::hangup()).expect("SIGHUP handler");
+        let mut sigint = signal(SignalKind::interrupt()).expect("SIGINT handler");
+        self.start_children();
+        self.start_launched();
+        self.reap();
+        let silence = self.job.liveness.silence();
+        while !self.finished() {
+            let deadline = self.kill.deadline();
+            let watch = !self.orphaned && !self.stopped;
+            let silent_at = self.last_heard + silence;
+            tokio::select! {
+                ev = events.recv() => match ev {
+                    Some(ev) => self.handle(ev),
+                    None => break,
+                },
+                Some((peer, call)) = pmi.recv() => self.pmi_call(peer, call),
+                _ = sigchld.recv() => self.reap(),
+                _ = sigterm.recv() => self.lose_upstream("the proxy received SIGTERM"),
+                _ = sighup.recv() => self.lose_upstream("the proxy received SIGHUP"),
+                _ = sigint.recv() => self.lose_upstream("the proxy received SIGINT"),
+                _ = tokio::time::sleep_until(deadline.unwrap_or_else(Instant::now)), if deadline.is_some() => {
+                    let steps = self.kill.on_deadline(Instant::now(), self.orphaned);
+                    self.apply(steps);
+                }
+                _ = tokio::time::sleep_until(silent_at), if watch => {
+                    let secs = silence.as_secs_f64();
+                    self.lose_upstream(&format!("it heard nothing from its parent for {secs} s"));
+                }
+            }
+        }
+        // Nothing of this node outlives it, whatever was left waiting.
+        procs::kill_descendants(&HashSet::new());
+        if !self.orphaned {
+            let _ = self.up.data.send(Up::NodeDone { node: self.plan.index }).await;
+        }
+        0
+    }
+
+    fn start_children(&mut self) {
+        let plans = std::mem::take(&mut self.plan.children);
+        let (data, events) = (self.up.data.clone(), self.events.clone());
+        let (job, exe) = (&self.job, &self.proxy_exe);
+        let (children, lost) = Children::start(
+            job,
+            &plans,
+            |_, plan| link::spawn_proxy(&job.bootstrap, &plan.host, plan.fork, exe),
+            |child| {
+                let (data, events) = (data.clone(), events.clone());
+                move |event| relay_child(child, event, data.clone(), events.clone())
+            },
+        );
+        self.children = children;
+        for lost in lost {
+            self.report_lost(lost);
+        }
+    }
+
+    fn handle(&mut self, ev: Event) {
+        match ev {
+            Event::Down(down) => {
+                self.last_heard = Instant::now();
+                self.handle_down(down);
+            }
+            Event::UpstreamClosed(why) => self.lose_upstream(&why),
+            Event::OutputClosed { local } => self.ranks.stream_closed(local),
+            Event::Child { child, event } => match self.children.on_link(child, event) {
+                Some(ChildNews::Up(Up::FenceIn { pairs, .. })) => {
+                    let live = self.children.live();
+                    let step = self.kvs(0).map(|kvs| kvs.child_entered(pairs, live));
+                    self.fence_step(step);
+                }
+                // relay_child sends every other frame straight up.
+                Some(ChildNews::Up(_)) | None => {}
+                Some(ChildNews::Lost(lost)) => self.report_lost(lost),
+            },
+        }
+    }
+
+    fn handle_down(&mut self, down: Down) {
+        match down {
+            Down::Launch(_) => tracing::warn!("ignoring a second launch"),
+            Down::Ping => {}
+            Down::Stdin { seq, data } => {
+                self.children.send_stdin(seq, &data);
+                let chunk: Arc<[u8]> = Arc::from(data);
+                let stdin = self.job.stdin;
+                for rank in self.ranks.iter().filter(|r| r.job == 0 && stdin.includes(r.gid)) {
+                    let queued = rank.stdin.as_ref().is_some_and(|tx| {
+                        tx.send(StdinChunk::Data { seq, data: chunk.clone() }).is_ok()
+                    });
+                    if !queued {
+                        let _ = self.up.control.send(Up::StdinAck { seq });
+                    }
+                }
+            }
+            Down::StdinEof => {
+                self.children.broadcast(&Down::StdinEof);
+                for rank in self.ranks.iter_mut() {
+                    if let Some(tx) = rank.stdin.take() {
+                        let _ = tx.send(StdinChunk::Eof);
+                    }
+                }
+            }
+            Down::Signal { signo } => {
+                self.children.broadcast(&Down::Signal { signo });
+                if let Ok(sig) = Signal::try_from(signo) {
+                    match sig {
+                        Signal::SIGTSTP => self.stopped = true,
+                        Signal::SIGCONT => self.stopped = false,
+                        _ => {}
+                    }
+                    self.signal_ranks(sig);
+                }
+            }
+            Down::Terminate { grace_ms } => self.terminate(Duration::from_millis(grace_ms)),
+            Down::FenceOut { epoch, pairs } => {
+                self.children.broadcast(&Down::FenceOut { epoch, pairs: pairs.clone() });
+                if let Some(kvs) = self.kvs(0) {
+                    let released = kvs.complete(epoch, pairs);
+                    self.send_replies(released);
+                }
+            }
+            Down::Spawn(sj) => {
+                if sj.node == self.plan.index {
+                    self.start_spawned(*sj);
+                } else {
+                    let size: u32 = sj.request.cmds.iter().map(|c| c.nprocs).sum();
+                    let ranks = sj.first..sj.first + size;
+                    self.children.send_toward_node(sj.node, ranks, Down::Spawn(sj));
+                }
+            }
+            Down::NameReply { rank, tag, answer } => {
+                match self.ranks.find(rank).and_then(|r| r.answers.as_ref()) {
+                    Some(tx) => {
+                        let _ = tx.send(Box::new(PmiAnswer::Name { answer, tag }));
+                    }
+                    None => {
+                        self.children.send_toward_rank(rank, Down::NameReply { rank, tag, answer });
+                    }
+                }
+            }
+        }
+    }
+
+    fn kvs(&mut self, job: u32) -> Option<&mut Kvs> {
+        self.jobs.get_mut(&job).map(|j| &mut j.kvs)
+    }
+
+    /// A request from a rank's PMI connection.
+    fn pmi_call(&mut self, peer: PmiPeer, call: PmiCall) {
+        let local = peer.local;
+        let (gid, pid) = {
+            let rank = self.ranks.get(local);
+            (rank.gid, rank.pid as u32)
+        };
+        let live_children = self.children.live();
+        match call {
+            PmiCall::Closed { clean } => {
+                if let Some(verdict) = self.ranks.pmi_closed(local, clean) {
+                    let _ = self.up.control.send(verdict);
+                }
+            }
+            PmiCall::Put { key, value } => {
+                if let Some(kvs) = self.kvs(peer.job) {
+                    kvs.put(key, value);
+                }
+            }
+            PmiCall::Get { key, tag } => {
+                if let Some(value) = self.kvs(peer.job).map(|kvs| kvs.get(&key)) {
+                    self.answer(local, PmiAnswer::Get { key, value, tag });
+                }
+            }
+            PmiCall::Fence { tag } => {
+                let step = self.kvs(peer.job).map(|kvs| kvs.enter(local, tag, live_children));
+                self.fence_step(step);
+            }
+            PmiCall::PutNodeAttr { key, value } => {
+                if let Some(replies) = self.kvs(peer.job).map(|kvs| kvs.put_node_attr(key, value)) {
+                    self.send_replies(replies);
+                }
+            }
+            PmiCall::GetNodeAttr { key, wait, tag } => {
+                let answer =
+                    self.kvs(peer.job).and_then(|k| k.get_node_attr(local, key, wait, tag));
+                if let Some(answer) = answer {
+                    self.answer(local, answer);
+                }
+            }
+            PmiCall::Name { op, tag } => {
+                let _ = self.up.control.send(Up::Name { rank: gid, tag, op });
+            }
+            PmiCall::Abort { code, msg } => {
+                let _ = self.up.control.send(Up::Abort { rank: gid, pid, code, msg });
+            }
+            PmiCall::Spawn { request, tag } => {
+                let _ = self.up.control.send(Up::Spawn { rank: gid, tag, request });
+            }
+            PmiCall::Finalized => {}
+            PmiCall::Fault(what) => {
+                let _ = self.up.control.send(Up::PmiFault { rank: gid, pid, what });
+            }
+        }
+    }
+
+    /// Where a fence entry led: this node's part goes up, or a node-local fence is done.
+    fn fence_step(&mut self, step: Option<FenceStep>) {
+        match step {
+            Some(FenceStep::GoUp { epoch, pairs }) => {
+                let _ = self.up.control.send(Up::FenceIn { epoch, pairs });
+            }
+            Some(FenceStep::Done(released)) => self.send_replies(released),
+            Some(FenceStep::Waiting) | None => {}
+        }
+    }
+
+    fn answer(&self, local: Local, answer: PmiAnswer) {
+        if let Some(tx) = &self.ranks.get(local).answers {
+            let _ = tx.send(Box::new(answer));
+        }
+    }
+
+    fn send_replies(&self, replies: Vec<Reply>) {
+        for (local, answer) in replies {
+            self.answer(local, answer);
+        }
+    }
+
+    fn signal_ranks(&self, sig: Signal) {
+        for pid in self.ranks.running_pids() {
+            procs::signal_group(pid, sig);
+        }
+    }
+
+    /// SIGTERM now, SIGKILL after the grace period; child proxies do the same below.
+    fn terminate(&mut self, grace: Duration) {
+        tracing::debug!(?grace, "terminating ranks");
+        let steps = self.kill.terminate(Instant::now(), grace);
+        self.apply(steps);
+    }
+
+    fn apply(&mut self, steps: Vec<KillStep>) {
+        for step in steps {
+            match step {
+                KillStep::TerminateChildren(grace) => self.children.terminate(grace),
+                KillStep::SignalRanks(sig) => self.signal_ranks(sig),
+                KillStep::KillStragglers => procs::kill_descendants(&self.children.pids()),
+                KillStep::KillChildProxies => self.children.kill_unfinished(),
+                KillStep::GiveUp => tracing::warn!("giving up on what is left of this node"),
+            }
+        }
+    }
+
+    fn lose_upstream(&mut self, why: &str) {
+        if self.orphaned {
+            return;
+        }
+        tracing::debug!("lost upstream: {why}");
+        self.orphaned = true;
+        self.terminate(Duration::from_millis(self.job.kill_grace_ms));
+    }
+
+    fn reap(&mut self) {
+        for (pid, outcome) in procs::reap_ended() {
+            if let Some(local) = self.ranks.by_pid(pid) {
+                if let Some(verdict) = self.ranks.reaped(local, outcome) {
+                    let _ = self.up.control.send(verdict);
+                }
+            } else if let Some(lost) = self.children.reaped(pid, outcome) {
+                self.report_lost(lost);
+            }
+        }
+        if !self.swept && self.ranks.all_reaped() {
+            // Whatever the ranks left behind (a daemonized grandchild holding a pipe or its
+            // PMI socket open) goes now, so that their output and PMI reach end of file.
+            self.swept = true;
+            procs::kill_descendants(&self.children.pids());
+        }
+    }
+
+    fn report_lost(&self, Lost { host, reason }: Lost) {
+        let _ = self.up.control.send(Up::ProxyLost { host, reason });
+    }
+
+    fn finished(&self) -> bool {
+        self.kill.gave_up() || (self.ranks.finished() && self.children.settled())
+    }
+}
+
+/// Routes what a child proxy's link reports: its frames go up unchanged (through the bounded
+/// data channel, so backpressure reaches the child), except NodeDone and FenceIn, which are
+/// ours to aggregate; everything else about the link goes to the dispatcher.
+async fn relay_child(
+    child: usize,
+    event: LinkEvent,
+    data: mpsc::Sender<Up>,
+    events: mpsc::UnboundedSender<Event>,
+) -> bool {
+    match event {
+        LinkEvent::Up(Up::Ping) => true,
+        // With the parent gone, frames have nowhere to go; the link still runs, so that its
+        // end reaches the dispatcher.
+        LinkEvent::Up(up) if !matches!(up, Up::NodeDone { .. } | Up::FenceIn { .. }) => {
+            let _ = data.send(up).await;
+            true
+        }
+        event => events.send(Event::Child { child, event }).is_ok(),
+    }
+}

@@ -1,0 +1,249 @@
+//! The node's ranks, and the one place where a rank's end is judged.
+//!
+//! A rank's end is known from two events that come in either order: its reap (SIGCHLD) and
+//! the end of its PMI connection. A rank that dies closes its socket a moment before it is
+//! reaped; a rank that closed PMI early and then exited 0 has failed all the same (PMI.md
+//! §5). So the verdict waits for both, and is made once:
+//!
+//! ```text
+//!             reaped(outcome)                 pmi_closed(clean)
+//!  Running ───────────────────► Reaped ──────────────────────────► Judged ──► RankExited
+//!     │                            (PMI still open)                   ▲
+//!     └── pmi: Open ──► Closed ───────── reaped(outcome) ─────────────┘
+//! ```
+//!
+//! A rank without a PMI connection to wait for (`--pmi-port` and never connected, or never
+//! started) is judged at its reap. Pure: no I/O; the dispatcher sends what it returns.
+
+use std::collections::HashMap;
+
+use pmi_wire::control::Up;
+use pmi_wire::ids::ExitOutcome;
+use tokio::sync::mpsc;
+
+use crate::kvs::Local;
+use crate::pmi::AnswerTx;
+use crate::rank::StdinChunk;
+
+/// Where a rank's process is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RankState {
+    Running,
+    /// Reaped; its verdict waits for its PMI connection to close.
+    Reaped(ExitOutcome),
+    /// Its verdict is made (a rank that never started is judged at once).
+    Judged,
+}
+
+/// Where a rank's PMI connection is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PmiState {
+    /// No connection to wait for: `--pmi-port` and not connected (yet, or ever).
+    Unclaimed,
+    /// Being served: the verdict waits for it to close.
+    Open,
+    /// Closed; `clean` if after finalize, or if the rank never spoke PMI.
+    Closed { clean: bool },
+}
+
+/// One rank of this node: the launched job's or a spawned job's.
+pub struct Rank {
+    /// Its id in every frame: the rank, for the launched job.
+    pub gid: u32,
+    /// Its job: 0 for the launched one, then one per MPI_Comm_spawn.
+    pub job: u32,
+    /// Its process id (and process group); 0 if it never started.
+    pub pid: i32,
+    pub state: RankState,
+    pub pmi: PmiState,
+    /// Output streams not yet at end of file (and sent upstream).
+    pub open_streams: u8,
+    /// Answers to its PMI connection's task.
+    pub answers: Option<AnswerTx>,
+    /// Its stdin feeder, if it reads the launcher's stdin.
+    pub stdin: Option<mpsc::UnboundedSender<StdinChunk>>,
+}
+
+#[derive(Default)]
+pub struct RankTable {
+    ranks: Vec<Rank>,
+    by_pid: HashMap<i32, Local>,
+}
+
+impl RankTable {
+    /// A rank that started as `pid`, with both output streams open.
+    pub fn add_running(&mut self, gid: u32, job: u32, pid: i32, pmi: PmiState) -> Local {
+        let local = self.ranks.len();
+        self.by_pid.insert(pid, local);
+        self.ranks.push(Rank {
+            gid,
+            job,
+            pid,
+            state: RankState::Running,
+            pmi,
+            open_streams: 2,
+            answers: None,
+            stdin: None,
+        });
+        local
+    }
+
+    /// A rank that could not start: judged at once.
+    pub fn add_failed(&mut self, gid: u32, job: u32, outcome: ExitOutcome) -> Up {
+        self.ranks.push(Rank {
+            gid,
+            job,
+            pid: 0,
+            state: RankState::Judged,
+            pmi: PmiState::Unclaimed,
+            open_streams: 0,
+            answers: None,
+            stdin: None,
+        });
+        Up::RankExited { rank: gid, pid: 0, outcome, unfinalized: false }
+    }
+
+    pub fn get(&self, local: Local) -> &Rank {
+        &self.ranks[local]
+    }
+
+    pub fn get_mut(&mut self, local: Local) -> &mut Rank {
+        &mut self.ranks[local]
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = &Rank> {
+        self.ranks.iter()
+    }
+
+    pub fn iter_mut(&mut self) -> impl Iterator<Item = &mut Rank> {
+        self.ranks.iter_mut()
+    }
+
+    /// The rank with this id in frames.
+    pub fn find(&self, gid: u32) -> Option<&Rank> {
+        self.ranks.iter().find(|r| r.gid == gid)
+    }
+
+    pub fn by_pid(&self, pid: i32) -> Option<Local> {
+        self.by_pid.get(&pid).copied()
+    }
+
+    /// Process groups of the ranks still running.
+    pub fn running_pids(&self) -> impl Iterator<Item = i32> + '_ {
+        self.ranks.iter().filter(|r| r.state == RankState::Running).map(|r| r.pid)
+    }
+
+    /// The rank was reaped. Returns its verdict if its PMI connection is not still open.
+    pub fn reaped(&mut self, local: Local, outcome: ExitOutcome) -> Option<Up> {
+        let rank = &mut self.ranks[local];
+        if rank.state != RankState::Running {
+            tracing::warn!(rank = rank.gid, "reaped twice");
+            return None;
+        }
+        // Nothing more can be written to it.
+        if let Some(tx) = rank.stdin.take() {
+            let _ = tx.send(StdinChunk::Eof);
+        }
+        rank.state = RankState::Reaped(outcome);
+        self.judge(local)
+    }
+
+    /// The rank's PMI connection ended. Returns its verdict if it was already reaped.
+    pub fn pmi_closed(&mut self, local: Local, clean: bool) -> Option<Up> {
+        let rank = &mut self.ranks[local];
+        rank.answers = None;
+        if rank.state == RankState::Judged {
+            // `--pmi-port`: a connection claimed after the rank was judged.
+            tracing::debug!(rank = rank.gid, clean, "PMI connection of a judged rank closed");
+            return None;
+        }
+        rank.pmi = PmiState::Closed { clean };
+        self.judge(local)
+    }
+
+    fn judge(&mut self, local: Local) -> Option<Up> {
+        let rank = &mut self.ranks[local];
+        let RankState::Reaped(outcome) = rank.state else { return None };
+        let unfinalized = match rank.pmi {
+            PmiState::Open => return None,
+            PmiState::Unclaimed => false,
+            PmiState::Closed { clean } => !clean,
+        };
+        rank.state = RankState::Judged;
+        Some(Up::RankExited { rank: rank.gid, pid: rank.pid as u32, outcome, unfinalized })
+    }
+
+    /// One of the rank's output streams ended.
+    pub fn stream_closed(&mut self, local: Local) {
+        let rank = &mut self.ranks[local];
+        rank.open_streams = rank.open_streams.saturating_sub(1);
+    }
+
+    /// No rank is running (some may wait for their PMI connection to close).
+    pub fn all_reaped(&self) -> bool {
+        self.running_pids().next().is_none()
+    }
+
+    /// Every rank is judged and its output is all sent.
+    pub fn finished(&self) -> bool {
+        self.ranks.iter().all(|r| r.state == RankState::Judged && r.open_streams == 0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const OK: ExitOutcome = ExitOutcome::Exited(0);
+
+    fn exited(rank: u32, pid: u32, outcome: ExitOutcome, unfinalized: bool) -> Option<Up> {
+        Some(Up::RankExited { rank, pid, outcome, unfinalized })
+    }
+
+    #[test]
+    fn the_verdict_waits_for_both_reap_and_pmi_close_in_either_order() {
+        let mut table = RankTable::default();
+        let a = table.add_running(0, 0, 100, PmiState::Open);
+        let b = table.add_running(1, 0, 101, PmiState::Open);
+        assert_eq!(table.reaped(a, OK), None);
+        assert_eq!(table.pmi_closed(a, true), exited(0, 100, OK, false));
+        assert_eq!(table.pmi_closed(b, true), None);
+        let crash = ExitOutcome::Signaled(11);
+        assert_eq!(table.reaped(b, crash), exited(1, 101, crash, false));
+        assert!(table.all_reaped());
+        assert!(!table.finished(), "output streams are still open");
+        for local in [a, a, b, b] {
+            table.stream_closed(local);
+        }
+        assert!(table.finished());
+    }
+
+    #[test]
+    fn closing_pmi_before_finalize_is_part_of_the_verdict() {
+        let mut table = RankTable::default();
+        let a = table.add_running(3, 0, 100, PmiState::Open);
+        assert_eq!(table.pmi_closed(a, false), None, "a running rank is not judged");
+        assert_eq!(table.reaped(a, OK), exited(3, 100, OK, true));
+        // Judged once: nothing later changes it.
+        assert_eq!(table.pmi_closed(a, false), None);
+    }
+
+    #[test]
+    fn without_a_connection_the_reap_decides() {
+        let mut table = RankTable::default();
+        let a = table.add_running(0, 0, 100, PmiState::Unclaimed);
+        assert_eq!(table.by_pid(100), Some(a));
+        assert_eq!(table.running_pids().collect::<Vec<_>>(), [100]);
+        assert_eq!(table.reaped(a, OK), exited(0, 100, OK, false));
+        assert_eq!(table.reaped(a, OK), None, "reaped twice is ignored");
+    }
+
+    #[test]
+    fn a_rank_that_never_started_is_judged_at_once() {
+        let mut table = RankTable::default();
+        let failed = ExitOutcome::SpawnFailed { errno: 2 };
+        assert_eq!(Some(table.add_failed(5, 0, failed)), exited(5, 0, failed, false));
+        assert!(table.all_reaped() && table.finished());
+        assert_eq!(table.find(5).map(|r| r.state), Some(RankState::Judged));
+    }
+}
