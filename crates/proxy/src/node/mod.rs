@@ -12,8 +12,10 @@
 //!  SIGCHLD, SIGTERM/HUP/INT ──► Node     output hub, child frames ┘ (bounded data channel)
 //! ```
 //!
-//! Starting ranks (the launched job's and spawned jobs') is in [`launch`].
+//! Starting ranks (the launched job's and spawned jobs') is in [`launch`]; what a rank's PMI
+//! connection asks of the node, in [`calls`].
 
+mod calls;
 mod launch;
 
 use std::collections::{HashMap, HashSet};
@@ -32,7 +34,7 @@ use crate::binding::Binder;
 use crate::children::{ChildNews, Children, Lost};
 use crate::fdio::FdStream;
 use crate::kill::{Escalation, KillStep};
-use crate::kvs::{FenceScope, FenceStep, Kvs, Local, Reply};
+use crate::kvs::{FenceScope, Kvs, Local};
 use crate::link::{self, LinkEvent};
 use crate::outputs::Outputs;
 use crate::pmi::{PmiAnswer, PmiCall, PmiJob, PmiPeer};
@@ -358,89 +360,6 @@ impl Node {
                     }
                 }
             }
-        }
-    }
-
-    fn kvs(&mut self, job: u32) -> Option<&mut Kvs> {
-        self.jobs.get_mut(&job).map(|j| &mut j.kvs)
-    }
-
-    /// A request from a rank's PMI connection.
-    fn pmi_call(&mut self, peer: PmiPeer, call: PmiCall) {
-        let local = peer.local;
-        let (gid, pid) = {
-            let rank = self.ranks.get(local);
-            (rank.gid, rank.pid as u32)
-        };
-        let live_children = self.children.live();
-        match call {
-            PmiCall::Closed { clean } => {
-                if let Some(verdict) = self.ranks.pmi_closed(local, clean) {
-                    let _ = self.up.control.send(verdict);
-                }
-            }
-            PmiCall::Put { key, value } => {
-                if let Some(kvs) = self.kvs(peer.job) {
-                    kvs.put(key, value);
-                }
-            }
-            PmiCall::Get { key, tag } => {
-                if let Some(value) = self.kvs(peer.job).map(|kvs| kvs.get(&key)) {
-                    self.answer(local, PmiAnswer::Get { key, value, tag });
-                }
-            }
-            PmiCall::Fence { tag } => {
-                let step = self.kvs(peer.job).map(|kvs| kvs.enter(local, tag, live_children));
-                self.fence_step(step);
-            }
-            PmiCall::PutNodeAttr { key, value } => {
-                if let Some(replies) = self.kvs(peer.job).map(|kvs| kvs.put_node_attr(key, value)) {
-                    self.send_replies(replies);
-                }
-            }
-            PmiCall::GetNodeAttr { key, wait, tag } => {
-                let answer =
-                    self.kvs(peer.job).and_then(|k| k.get_node_attr(local, key, wait, tag));
-                if let Some(answer) = answer {
-                    self.answer(local, answer);
-                }
-            }
-            PmiCall::Name { op, tag } => {
-                let _ = self.up.control.send(Up::Name { rank: gid, tag, op });
-            }
-            PmiCall::Abort { code, msg } => {
-                let _ = self.up.control.send(Up::Abort { rank: gid, pid, code, msg });
-            }
-            PmiCall::Spawn { request, tag } => {
-                let _ = self.up.control.send(Up::Spawn { rank: gid, tag, request });
-            }
-            PmiCall::Finalized => {}
-            PmiCall::Fault(what) => {
-                let _ = self.up.control.send(Up::PmiFault { rank: gid, pid, what });
-            }
-        }
-    }
-
-    /// Where a fence entry led: this node's part goes up, or a node-local fence is done.
-    fn fence_step(&mut self, step: Option<FenceStep>) {
-        match step {
-            Some(FenceStep::GoUp { epoch, pairs }) => {
-                let _ = self.up.control.send(Up::FenceIn { epoch, pairs });
-            }
-            Some(FenceStep::Done(released)) => self.send_replies(released),
-            Some(FenceStep::Waiting) | None => {}
-        }
-    }
-
-    fn answer(&self, local: Local, answer: PmiAnswer) {
-        if let Some(tx) = &self.ranks.get(local).answers {
-            let _ = tx.send(Box::new(answer));
-        }
-    }
-
-    fn send_replies(&self, replies: Vec<Reply>) {
-        for (local, answer) in replies {
-            self.answer(local, answer);
         }
     }
 
