@@ -2,7 +2,8 @@
 //!
 //! ```text
 //!   rlaunch ──control frames──► rlaunch-proxy ──PMI-1 / PMI-2──► rank
-//!            (control.rs)                      (pmi1.rs, pmi2.rs)
+//!            (control.rs)          │           (pmi1.rs, pmi2.rs)
+//!                                  └─ one Request / Reply for both (request.rs, reply.rs)
 //! ```
 //!
 //! * [`control`]: the typed, length-prefixed frames between a parent and a child proxy.
@@ -10,6 +11,9 @@
 //! * [`pmi1`]: PMI-1 ("simple PMI") request lines, spawn blocks and Hydra's exact replies.
 //! * [`pmi2`]: PMI-2 length-framed commands, typed requests and replies, and [`pmi2::detect`]
 //!   to tell the two protocols apart on a rank's socket.
+//! * [`request`]: what a rank asks, whichever protocol it speaks: both protocols' requests map
+//!   to one [`request::Request`], which a server answers with a [`reply::Reply`].
+//! * [`reply`]: that answer, worded in PMI-1 or PMI-2.
 //! * [`client`]: a small blocking PMI-1/PMI-2 client for Rust rank programs (std only).
 //! * [`io`] (feature `tokio`): reading and writing frames on an async byte stream.
 //!
@@ -23,3 +27,5 @@ pub mod ids;
 pub mod io;
 pub mod pmi1;
 pub mod pmi2;
+pub mod reply;
+pub mod request;

@@ -3,7 +3,9 @@
 //! A corpus of valid PMI-1 lines, spawn blocks, PMI-2 frames and control frames is mutated
 //! (bit flips, truncation, insertion, deletion, splicing) and fed to each decoder. The
 //! properties: nothing panics, a decoded message never claims more bytes than it was given,
-//! and whatever decodes re-encodes to something that decodes to the same value.
+//! and whatever decodes re-encodes to something that decodes to the same value. Decoded
+//! requests also go through the protocol-neutral mapping ([`pmi_wire::request`]), a spawn's
+//! blocks gathered across messages as a connection gathers them.
 //!
 //! `RLAUNCH_FUZZ_ITERS=<n>` changes the number of mutated inputs (default 100000); the seed is
 //! fixed so a failure reproduces.
@@ -13,6 +15,7 @@ use pmi_wire::control::{
     Up,
 };
 use pmi_wire::ids::{ExitOutcome, Stream};
+use pmi_wire::request::{Message, SpawnBlocks};
 use pmi_wire::{pmi1, pmi2};
 
 /// xorshift64*: tiny, deterministic, good enough to pick mutations.
@@ -229,6 +232,9 @@ fn check(input: &[u8]) {
                 panic!("pmi1 re-encoding of {input:?} did not parse: {again:?}");
             }
         }
+        if let Some(message) = Message::from_pmi1(req, &mut SpawnBlocks::default()) {
+            check_mapping(message, pmi2::Protocol::Pmi1);
+        }
     }
     if let Ok(Some((_, n))) = pmi1::parse_response(input) {
         assert!(n > 0 && n <= len, "pmi1 response took {n} of {len}");
@@ -243,8 +249,9 @@ fn check(input: &[u8]) {
             assert_eq!(back, req);
         }
     }
-    if let Ok(Some((_, n))) = pmi2::parse_request(input) {
+    if let Ok(Some((envelope, n))) = pmi2::parse_request(input) {
         assert!(n <= len);
+        check_mapping(Message::from_pmi2(envelope), pmi2::Protocol::Pmi2);
     }
     let _ = pmi2::detect(input);
     if let Ok(Some((_, n))) = control::decode::<Up>(input) {
@@ -258,11 +265,40 @@ fn check(input: &[u8]) {
     }
 }
 
-/// What a connection does: decode messages off the front until one is incomplete or bad.
+/// A mapped message keeps its protocol; a spawn mapped from PMI-1 holds one command per block.
+fn check_mapping(message: Message, protocol: pmi2::Protocol) {
+    match message {
+        Message::Request(envelope) => {
+            assert_eq!(envelope.protocol, protocol);
+            assert!(protocol == pmi2::Protocol::Pmi2 || envelope.tag.is_none());
+        }
+        Message::Unknown { protocol: p, .. } => assert_eq!(p, protocol),
+        Message::Init { .. } | Message::InitAck { .. } => {
+            assert_eq!(protocol, pmi2::Protocol::Pmi1)
+        }
+    }
+}
+
+/// What a connection does: decode messages off the front until one is incomplete or bad,
+/// mapping each (spawn blocks gathered across messages).
 fn drain(input: &[u8]) {
     let mut rest = input;
-    while let Ok(Some((_, n))) = pmi1::parse_request(rest) {
+    let mut spawn = SpawnBlocks::default();
+    let mut blocks = 0;
+    while let Ok(Some((request, n))) = pmi1::parse_request(rest) {
         rest = &rest[n..];
+        blocks += usize::from(matches!(request, pmi1::Request::Spawn(_)));
+        if let Some(message) = Message::from_pmi1(request, &mut spawn) {
+            if let Message::Request(pmi_wire::request::Envelope {
+                request: pmi_wire::request::Request::Spawn(whole),
+                ..
+            }) = &message
+            {
+                assert_eq!(whole.cmds.len(), blocks, "one command per block");
+                blocks = 0;
+            }
+            check_mapping(message, pmi2::Protocol::Pmi1);
+        }
     }
     let mut rest = input;
     while let Ok(Some((_, n))) = pmi2::parse_frame(rest) {
