@@ -20,7 +20,13 @@ use std::str::FromStr;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::pmi1::{self, Line};
-use crate::pmi2::{self, Command};
+use crate::pmi2;
+
+mod pmi1_client;
+mod pmi2_client;
+
+pub use pmi1_client::Pmi1Client;
+pub use pmi2_client::Pmi2Client;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
@@ -240,7 +246,7 @@ impl Connection {
     }
 }
 
-fn env_number<T: FromStr>(name: &'static str, value: &str) -> Result<T, ClientError> {
+pub(crate) fn env_number<T: FromStr>(name: &'static str, value: &str) -> Result<T, ClientError> {
     value.trim().parse().map_err(|_| ClientError::BadEnv {
         name,
         value: value.to_string(),
@@ -248,7 +254,7 @@ fn env_number<T: FromStr>(name: &'static str, value: &str) -> Result<T, ClientEr
     })
 }
 
-fn expect_cmd(line: &Line, expected: &str) -> Result<(), ClientError> {
+pub(crate) fn expect_cmd(line: &Line, expected: &str) -> Result<(), ClientError> {
     if line.cmd == expected {
         return Ok(());
     }
@@ -256,7 +262,7 @@ fn expect_cmd(line: &Line, expected: &str) -> Result<(), ClientError> {
 }
 
 /// Why a PMI-1 reply said no: its `msg`, or its `rc`.
-fn pmi1_failure(op: &str, line: &Line) -> ClientError {
+pub(crate) fn pmi1_failure(op: &str, line: &Line) -> ClientError {
     let reason = match (line.get("msg"), line.get("rc")) {
         (Some(msg), _) => msg.to_string(),
         (None, Some(rc)) => format!("rc={rc}"),
@@ -266,7 +272,7 @@ fn pmi1_failure(op: &str, line: &Line) -> ClientError {
 }
 
 /// PMI-1 values end at a space and lines at a newline; neither can be escaped.
-fn check_token(what: impl FnOnce() -> String, token: &str) -> Result<(), ClientError> {
+pub(crate) fn check_token(what: impl FnOnce() -> String, token: &str) -> Result<(), ClientError> {
     if token.contains([' ', '\n']) {
         return Err(ClientError::Invalid {
             what: what(),
@@ -275,357 +281,6 @@ fn check_token(what: impl FnOnce() -> String, token: &str) -> Result<(), ClientE
     }
     Ok(())
 }
-
-/// A PMI-1 ("simple PMI" 1.1) client, the protocol of Debian's MPICH.
-pub struct Pmi1Client {
-    conn: Connection,
-    info: JobInfo,
-}
-
-impl Pmi1Client {
-    pub fn from_env() -> Result<Pmi1Client, ClientError> {
-        Pmi1Client::init(Connection::from_env()?)
-    }
-
-    /// The same opening `MPI_Init` makes: init, maxes, appnum, kvsname.
-    pub fn init(conn: Connection) -> Result<Pmi1Client, ClientError> {
-        let rank = conn.rank.unwrap_or(0);
-        let size = conn.size.unwrap_or(1);
-        let mut client =
-            Pmi1Client { conn, info: JobInfo { rank, size, appnum: 0, jobid: String::new() } };
-        let reply =
-            client.call(&pmi1::Request::Init { version: 1, subversion: 1 }, "response_to_init")?;
-        if reply.get("rc") != Some("0") {
-            return Err(pmi1_failure("init", &reply));
-        }
-        client.call(&pmi1::Request::GetMaxes, "maxes")?;
-        client.info.appnum =
-            client.call(&pmi1::Request::GetAppnum, "appnum")?.require_number("appnum")?;
-        let reply = client.call(&pmi1::Request::GetMyKvsname, "my_kvsname")?;
-        client.info.jobid = reply.require("kvsname")?.to_string();
-        Ok(client)
-    }
-
-    pub fn info(&self) -> &JobInfo {
-        &self.info
-    }
-
-    fn call(&mut self, request: &pmi1::Request, expected: &str) -> Result<Line, ClientError> {
-        let bytes = request.encode();
-        if bytes.len() > pmi1::MAX_LINE {
-            return Err(ClientError::Invalid {
-                what: format!("a {expected} request of {} bytes", bytes.len()),
-                reason: "pmi-1 lines are at most 1024 bytes",
-            });
-        }
-        self.conn.send(&bytes)?;
-        let line = self.conn.read_line()?;
-        expect_cmd(&line, expected)?;
-        Ok(line)
-    }
-
-    pub fn put(&mut self, key: &str, value: &str) -> Result<(), ClientError> {
-        check_token(|| format!("key {key:?}"), key)?;
-        check_token(|| format!("the value of {key}"), value)?;
-        let request = pmi1::Request::Put {
-            kvsname: self.info.jobid.clone(),
-            key: key.to_string(),
-            value: value.to_string(),
-        };
-        let reply = self.call(&request, "put_result")?;
-        match reply.get("rc") {
-            Some("0") => Ok(()),
-            _ => Err(pmi1_failure("put", &reply)),
-        }
-    }
-
-    pub fn fence(&mut self) -> Result<(), ClientError> {
-        self.call(&pmi1::Request::BarrierIn, "barrier_out").map(drop)
-    }
-
-    pub fn get(&mut self, key: &str) -> Result<Option<String>, ClientError> {
-        check_token(|| format!("key {key:?}"), key)?;
-        let request = pmi1::Request::Get { kvsname: self.info.jobid.clone(), key: key.to_string() };
-        let reply = self.call(&request, "get_result")?;
-        // MPICH reads a missing rc as success here.
-        match reply.get("rc").unwrap_or("0") {
-            "0" => Ok(Some(reply.require("value")?.to_string())),
-            _ => Ok(None),
-        }
-    }
-
-    /// `MPI_UNIVERSE_SIZE`; `None` when the launcher does not know it.
-    pub fn universe_size(&mut self) -> Result<Option<u32>, ClientError> {
-        let size: i64 =
-            self.call(&pmi1::Request::GetUniverseSize, "universe_size")?.require_number("size")?;
-        Ok(u32::try_from(size).ok())
-    }
-
-    pub fn publish(&mut self, service: &str, port: &str) -> Result<(), ClientError> {
-        check_token(|| format!("service {service:?}"), service)?;
-        check_token(|| format!("port {port:?}"), port)?;
-        let request =
-            pmi1::Request::PublishName { service: service.to_string(), port: port.to_string() };
-        let reply = self.call(&request, "publish_result")?;
-        match reply.get("rc") {
-            Some("0") => Ok(()),
-            _ => Err(pmi1_failure("publish", &reply)),
-        }
-    }
-
-    pub fn lookup(&mut self, service: &str) -> Result<Option<String>, ClientError> {
-        check_token(|| format!("service {service:?}"), service)?;
-        let reply = self
-            .call(&pmi1::Request::LookupName { service: service.to_string() }, "lookup_result")?;
-        match reply.get("rc") {
-            Some("0") => Ok(Some(reply.require("port")?.to_string())),
-            _ => Ok(None),
-        }
-    }
-
-    pub fn unpublish(&mut self, service: &str) -> Result<(), ClientError> {
-        check_token(|| format!("service {service:?}"), service)?;
-        let request = pmi1::Request::UnpublishName { service: service.to_string() };
-        let reply = self.call(&request, "unpublish_result")?;
-        match reply.get("rc") {
-            Some("0") => Ok(()),
-            _ => Err(pmi1_failure("unpublish", &reply)),
-        }
-    }
-
-    /// Asks the launcher to kill the job with `exitcode`; there is no reply.
-    pub fn abort(&mut self, exitcode: i32) -> Result<(), ClientError> {
-        self.conn.send(&pmi1::Request::Abort { exitcode: Some(exitcode) }.encode())
-    }
-
-    pub fn finalize(&mut self) -> Result<(), ClientError> {
-        self.call(&pmi1::Request::Finalize, "finalize_ack")?;
-        self.conn.shutdown();
-        Ok(())
-    }
-}
-
-impl PmiClient for Pmi1Client {
-    fn info(&self) -> &JobInfo {
-        &self.info
-    }
-    fn put(&mut self, key: &str, value: &str) -> Result<(), ClientError> {
-        Pmi1Client::put(self, key, value)
-    }
-    fn fence(&mut self) -> Result<(), ClientError> {
-        Pmi1Client::fence(self)
-    }
-    fn get(&mut self, key: &str) -> Result<Option<String>, ClientError> {
-        Pmi1Client::get(self, key)
-    }
-    fn finalize(&mut self) -> Result<(), ClientError> {
-        Pmi1Client::finalize(self)
-    }
-    fn abort(&mut self, exitcode: i32, _msg: &str) -> Result<(), ClientError> {
-        Pmi1Client::abort(self, exitcode)
-    }
-}
-
-/// A PMI-2 client: a PMI-1 `init` line, then framed commands.
-pub struct Pmi2Client {
-    conn: Connection,
-    info: JobInfo,
-    /// The parent's job id if this job was started by a spawn.
-    spawner_jobid: Option<String>,
-}
-
-impl Pmi2Client {
-    pub fn from_env() -> Result<Pmi2Client, ClientError> {
-        Pmi2Client::init(Connection::from_env()?)
-    }
-
-    /// The PMI-1 handshake for version 2.0, then `fullinit` and `job-getid`.
-    pub fn init(mut conn: Connection) -> Result<Pmi2Client, ClientError> {
-        conn.send(&pmi1::Request::Init { version: 2, subversion: 0 }.encode())?;
-        let reply = conn.read_line()?;
-        expect_cmd(&reply, "response_to_init")?;
-        if reply.get("rc") != Some("0") {
-            return Err(pmi1_failure("init", &reply));
-        }
-        let fullinit = pmi2::Request::FullInit {
-            rank: conn.rank,
-            jobid: conn.pmi_jobid.clone(),
-            threaded: false,
-        };
-        let mut client = Pmi2Client {
-            conn,
-            info: JobInfo { rank: 0, size: 0, appnum: 0, jobid: String::new() },
-            spawner_jobid: None,
-        };
-        let reply = client.call(&fullinit)?;
-        client.info.rank = reply.require_number("rank")?;
-        client.info.size = reply.require_number("size")?;
-        client.info.appnum = reply.require_number("appnum")?;
-        client.spawner_jobid = reply.get("spawner-jobid").map(str::to_string);
-        client.info.jobid = client.call(&pmi2::Request::JobGetId)?.require("jobid")?.to_string();
-        Ok(client)
-    }
-
-    pub fn info(&self) -> &JobInfo {
-        &self.info
-    }
-
-    /// The parent job's id, if this job was spawned.
-    pub fn spawner_jobid(&self) -> Option<&str> {
-        self.spawner_jobid.as_deref()
-    }
-
-    /// Sends a request and reads its reply, checking only the reply's command.
-    fn exchange(&mut self, request: &pmi2::Request) -> Result<Command, ClientError> {
-        let command = request.to_command();
-        check_frame(&command)?;
-        self.conn.send(&command.encode_left())?;
-        let reply = self.conn.read_with(pmi2::parse_frame)?;
-        let expected = format!("{}-response", command.cmd);
-        if reply.cmd != expected {
-            return Err(ClientError::UnexpectedReply { expected, got: reply.cmd });
-        }
-        Ok(reply)
-    }
-
-    /// [`exchange`](Self::exchange), failing on a non-zero `rc`.
-    fn call(&mut self, request: &pmi2::Request) -> Result<Command, ClientError> {
-        let reply = self.exchange(request)?;
-        match reply.require_number::<i32>("rc")? {
-            0 => Ok(reply),
-            rc => {
-                let reason = reply.get("errmsg").map_or_else(|| format!("rc={rc}"), str::to_string);
-                let op = reply.cmd.trim_end_matches("-response").to_string();
-                Err(ClientError::Failed { op, reason })
-            }
-        }
-    }
-
-    /// The `value` of a `found=TRUE` reply.
-    fn found_value(reply: &Command) -> Result<Option<String>, ClientError> {
-        match reply.boolean("found")? {
-            Some(true) => Ok(Some(reply.require("value")?.to_string())),
-            _ => Ok(None),
-        }
-    }
-
-    pub fn put(&mut self, key: &str, value: &str) -> Result<(), ClientError> {
-        self.call(&pmi2::Request::KvsPut { key: key.to_string(), value: value.to_string() })
-            .map(drop)
-    }
-
-    pub fn fence(&mut self) -> Result<(), ClientError> {
-        self.call(&pmi2::Request::KvsFence).map(drop)
-    }
-
-    pub fn get(&mut self, key: &str) -> Result<Option<String>, ClientError> {
-        let request = pmi2::Request::KvsGet {
-            jobid: Some(self.info.jobid.clone()),
-            srcid: Some(-1),
-            key: key.to_string(),
-        };
-        let reply = self.call(&request)?;
-        Pmi2Client::found_value(&reply)
-    }
-
-    /// A job attribute such as `PMI_process_mapping` or `universeSize`.
-    pub fn get_job_attr(&mut self, key: &str) -> Result<Option<String>, ClientError> {
-        let reply = self.call(&pmi2::Request::GetJobAttr { key: key.to_string() })?;
-        Pmi2Client::found_value(&reply)
-    }
-
-    pub fn put_node_attr(&mut self, key: &str, value: &str) -> Result<(), ClientError> {
-        self.call(&pmi2::Request::PutNodeAttr { key: key.to_string(), value: value.to_string() })
-            .map(drop)
-    }
-
-    /// With `wait`, blocks until some rank on this node puts `key`.
-    pub fn get_node_attr(&mut self, key: &str, wait: bool) -> Result<Option<String>, ClientError> {
-        let reply = self.call(&pmi2::Request::GetNodeAttr { key: key.to_string(), wait })?;
-        Pmi2Client::found_value(&reply)
-    }
-
-    pub fn publish(&mut self, name: &str, port: &str) -> Result<(), ClientError> {
-        let request = pmi2::Request::NamePublish {
-            name: name.to_string(),
-            port: port.to_string(),
-            info: vec![],
-        };
-        self.call(&request).map(drop)
-    }
-
-    pub fn lookup(&mut self, name: &str) -> Result<Option<String>, ClientError> {
-        // A miss is rc=1 with found=FALSE, so the rc alone does not mean failure here.
-        let reply =
-            self.exchange(&pmi2::Request::NameLookup { name: name.to_string(), info: vec![] })?;
-        match (reply.boolean("found")?, reply.number::<i32>("rc")?) {
-            (Some(true), Some(0)) => Ok(Some(reply.require("port")?.to_string())),
-            _ => Ok(None),
-        }
-    }
-
-    pub fn unpublish(&mut self, name: &str) -> Result<(), ClientError> {
-        self.call(&pmi2::Request::NameUnpublish { name: name.to_string(), info: vec![] }).map(drop)
-    }
-
-    /// Asks the launcher to kill the whole job, naming the reason; there is no reply.
-    pub fn abort(&mut self, msg: &str) -> Result<(), ClientError> {
-        let command = pmi2::Request::Abort { isworld: true, msg: msg.to_string() }.to_command();
-        check_frame(&command)?;
-        self.conn.send(&command.encode_left())
-    }
-
-    pub fn finalize(&mut self) -> Result<(), ClientError> {
-        self.call(&pmi2::Request::Finalize)?;
-        self.conn.shutdown();
-        Ok(())
-    }
-}
-
-/// The limits the server enforces, checked before sending so the caller gets the reason.
-fn check_frame(command: &Command) -> Result<(), ClientError> {
-    let invalid = |what: String, reason| Err(ClientError::Invalid { what, reason });
-    for (key, value) in &command.pairs {
-        if key.len() > pmi2::MAX_KEY {
-            return invalid(format!("key {key:?}"), "pmi-2 keys are at most 64 bytes");
-        }
-        if key.is_empty() || key.contains(['=', ';']) {
-            return invalid(
-                format!("key {key:?}"),
-                "pmi-2 keys cannot be empty or hold '=' or ';'",
-            );
-        }
-        if value.len() > pmi2::MAX_VALUE {
-            return invalid(format!("the value of {key}"), "pmi-2 values are at most 1024 bytes");
-        }
-    }
-    if command.body().len() > pmi2::MAX_BODY {
-        return invalid(format!("a {} request", command.cmd), "pmi-2 frames are at most 64 KiB");
-    }
-    Ok(())
-}
-
-impl PmiClient for Pmi2Client {
-    fn info(&self) -> &JobInfo {
-        &self.info
-    }
-    fn put(&mut self, key: &str, value: &str) -> Result<(), ClientError> {
-        Pmi2Client::put(self, key, value)
-    }
-    fn fence(&mut self) -> Result<(), ClientError> {
-        Pmi2Client::fence(self)
-    }
-    fn get(&mut self, key: &str) -> Result<Option<String>, ClientError> {
-        Pmi2Client::get(self, key)
-    }
-    fn finalize(&mut self) -> Result<(), ClientError> {
-        Pmi2Client::finalize(self)
-    }
-    fn abort(&mut self, _exitcode: i32, msg: &str) -> Result<(), ClientError> {
-        Pmi2Client::abort(self, msg)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use std::collections::HashMap;
