@@ -1,6 +1,8 @@
 //! `rlaunch`: parse the command line, build the plan, run the job, exit with its status.
 
-mod cli;
+mod args;
+mod configfile;
+mod help;
 mod hosts;
 mod job;
 mod options;
@@ -35,7 +37,7 @@ fn main() {
     let options = match options::parse(&args, &env, &cwd) {
         Ok(Request::Run(options)) => options,
         Ok(Request::Help { all }) => {
-            print!("{}", cli::help(all));
+            print!("{}", help::help(all));
             return;
         }
         Ok(Request::Version) => {
@@ -43,7 +45,7 @@ fn main() {
             return;
         }
         Ok(Request::Info) => {
-            print!("{}", info());
+            print!("{}", help::info());
             return;
         }
         Err(msg) => {
@@ -116,7 +118,7 @@ fn build_plan(o: &Options, env: &[(OsString, OsString)]) -> Result<job::Plan, Pl
     let size = size.ok_or_else(|| usage("too many ranks".into()))?;
     let rank_hosts = plan::place_segments(&lists, &counts, o.map_by == MapBy::Node);
 
-    let proxy_exe = proxy_exe().map_err(PlanError::Setup)?;
+    let proxy_exe = plan::proxy_exe().map_err(PlanError::Setup)?;
     let bootstrap = match o.launcher {
         Some(LauncherKind::Fork) => Bootstrap::Fork,
         kind => {
@@ -209,30 +211,6 @@ fn build_plan(o: &Options, env: &[(OsString, OsString)]) -> Result<job::Plan, Pl
     })
 }
 
-/// `-info`: what this rlaunch is and can do.
-fn info() -> String {
-    let proxy = match proxy_exe() {
-        Ok(p) => p.to_string_lossy().into_owned(),
-        Err(e) => e,
-    };
-    format!(
-        "rlaunch {version}
-  built:      {profile} build for {arch}-{os}, control protocol v{protocol}
-  proxy:      {proxy}
-  launchers:  fork (this machine), ssh, rsh, or any remote shell (--launcher-exec)
-  PMI:        PMI-1 (MPICH's simple PMI, with spawn and name service), PMI-2 (wire v2)
-              over an inherited socket (PMI_FD) or a loopback port (--pmi-port)
-  binding:    hwthread, core, socket, numa from /sys (no hwloc)
-  topology:   proxy tree of width --tree-width (default 32)
-",
-        version = env!("CARGO_PKG_VERSION"),
-        profile = if cfg!(debug_assertions) { "debug" } else { "release" },
-        arch = std::env::consts::ARCH,
-        os = std::env::consts::OS,
-        protocol = pmi_wire::control::PROTOCOL_VERSION,
-    )
-}
-
 /// Raises the soft limit on open files to the hard limit: with an output file per rank,
 /// a large job needs more than the usual 1024. The proxies rlaunch forks inherit it, and
 /// need it too with many ranks on one node.
@@ -246,19 +224,6 @@ fn raise_fd_limit() {
         }
         _ => {}
     }
-}
-
-/// The `rlaunch-proxy` installed next to this `rlaunch`.
-fn proxy_exe() -> Result<OsString, String> {
-    let me = std::env::current_exe().map_err(|e| format!("cannot find my own executable: {e}"))?;
-    let proxy = me.with_file_name("rlaunch-proxy");
-    if !proxy.is_file() {
-        return Err(format!(
-            "cannot find rlaunch-proxy at {} (install it next to rlaunch)",
-            proxy.display()
-        ));
-    }
-    Ok(proxy.into_os_string())
 }
 
 /// Unique per run: also the PMI kvsname, so short and free of spaces.

@@ -1,4 +1,4 @@
-//! What the command line asks for, validated: the parts from [`cli::split`] folded, in
+//! What the command line asks for, validated: the parts from [`args::split`] folded, in
 //! order, into job-wide settings and one [`SegmentSpec`] per MPMD segment, with settings
 //! from the environment filled in where the command line is silent.
 
@@ -9,7 +9,8 @@ use std::time::Duration;
 
 use pmi_wire::control::{Binding, CpuUnit};
 
-use crate::cli::{self, Item, Key, Part};
+use crate::args::{self, Item, Key, Part};
+use crate::configfile;
 use crate::hosts::{self, Host};
 use crate::output::{OutputDir, OutputSpec, Pattern};
 
@@ -134,7 +135,7 @@ pub fn parse(
     env: &[(OsString, OsString)],
     cwd: &Path,
 ) -> Result<Request, String> {
-    let mut parts = cli::split(args)?;
+    let mut parts = args::split(args)?;
     let all = |key: Key| parts.iter().flat_map(|p| &p.items).any(|i| i.key == key);
     if all(Key::HelpAll) {
         return Ok(Request::Help { all: true });
@@ -157,21 +158,7 @@ pub fn parse(
                 item.name
             ));
         }
-        let text = std::fs::read_to_string(&path)
-            .map_err(|e| format!("cannot read {}: {}", path.display(), hosts::plain(&e)))?;
-        let lines = cli::split_configfile(&text)
-            .map_err(|(line, e)| format!("{}:{line}: {e}", path.display()))?;
-        if lines.is_empty() {
-            return Err(format!("{} names no program", path.display()));
-        }
-        for (line, words) in lines {
-            let at = |e: String| format!("{}:{line}: {e}", path.display());
-            let mut found = cli::split(&words).map_err(at)?;
-            if found.len() != 1 || found[0].command.is_empty() {
-                return Err(at("expected options and one program, without ':'".into()));
-            }
-            parts.push(found.remove(0));
-        }
+        parts.extend(configfile::read(&path)?);
         // The command line's own options apply to every segment.
         let head = parts.remove(0);
         parts[0].items.splice(0..0, head.items);
@@ -500,7 +487,7 @@ pub fn read_hosts(source: Option<&HostSource>, own_host: &str) -> Result<Vec<Hos
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cli::os;
+    use crate::args::os;
 
     fn run(line: &str, env: &[(&str, &str)]) -> Result<Options, String> {
         let args: Vec<OsString> = line.split_whitespace().map(os).collect();

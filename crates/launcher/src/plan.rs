@@ -1,6 +1,7 @@
 //! Where ranks go and how proxies are arranged: pure functions, no I/O.
 
 use std::collections::HashMap;
+use std::ffi::OsString;
 
 use pmi_wire::control::{NodePlan, RankPlan};
 
@@ -146,6 +147,19 @@ pub fn process_mapping(rank_node: &[u32]) -> Option<String> {
 /// Depth of the deepest proxy below the launcher.
 pub fn depth(roots: &[NodePlan]) -> usize {
     roots.iter().map(|n| 1 + depth(&n.children)).max().unwrap_or(0)
+}
+
+/// The `rlaunch-proxy` installed next to this `rlaunch`.
+pub fn proxy_exe() -> Result<OsString, String> {
+    let me = std::env::current_exe().map_err(|e| format!("cannot find my own executable: {e}"))?;
+    let proxy = me.with_file_name("rlaunch-proxy");
+    if !proxy.is_file() {
+        return Err(format!(
+            "cannot find rlaunch-proxy at {} (install it next to rlaunch)",
+            proxy.display()
+        ));
+    }
+    Ok(proxy.into_os_string())
 }
 
 #[cfg(test)]

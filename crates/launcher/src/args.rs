@@ -6,10 +6,10 @@
 //!                 └── the OPTIONS table: every spelling, its argument, its topic, its help
 //! ```
 //!
-//! One table drives parsing, suggestions for misspelled options and both help screens, so a
-//! spelling cannot be accepted without being documented. Items keep their order because
-//! order matters: a later `-genv` overrides an earlier `-x`, and `-genvnone` then `-genv A 1`
-//! is not `-genv A 1` then `-genvnone`.
+//! One table drives parsing, suggestions for misspelled options and both help screens
+//! ([`crate::help`]), so a spelling cannot be accepted without being documented. Items keep
+//! their order because order matters: a later `-genv` overrides an earlier `-x`, and
+//! `-genvnone` then `-genv A 1` is not `-genv A 1` then `-genvnone`.
 
 use std::ffi::OsString;
 use std::os::unix::ffi::OsStrExt;
@@ -84,6 +84,7 @@ pub enum Scope {
     Both,
 }
 
+/// Where an option is listed in the help, in this order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Topic {
     Job,
@@ -93,20 +94,6 @@ pub enum Topic {
     Binding,
     Information,
     Compatibility,
-}
-
-impl Topic {
-    fn title(self) -> &'static str {
-        match self {
-            Topic::Job => "Job",
-            Topic::Hosts => "Hosts and launching",
-            Topic::Environment => "Environment and working directory",
-            Topic::Output => "Output",
-            Topic::Binding => "CPU binding",
-            Topic::Information => "Information",
-            Topic::Compatibility => "Accepted for compatibility, no effect",
-        }
-    }
 }
 
 pub struct Opt {
@@ -400,194 +387,6 @@ fn distance(a: &str, b: &str) -> usize {
     }
     row[b.len()]
 }
-
-/// A configfile line's number and words.
-pub type ConfigLine = (usize, Vec<OsString>);
-
-/// Splits a configfile into parts: one per line, `#` comments, `\` at the end of a line
-/// continues it, words split like a shell would (quotes and backslashes, no expansion).
-/// Errors carry the file's 1-based line number.
-pub fn split_configfile(text: &str) -> Result<Vec<ConfigLine>, (usize, String)> {
-    let mut lines = Vec::new();
-    let mut pending = String::new();
-    let mut start = 0;
-    for (i, raw) in text.lines().enumerate() {
-        if pending.is_empty() {
-            start = i + 1;
-        }
-        match raw.strip_suffix('\\') {
-            Some(head) => {
-                pending.push_str(head);
-                pending.push(' ');
-            }
-            None => {
-                pending.push_str(raw);
-                let words = shell_words(&pending).map_err(|e| (start, e))?;
-                if !words.is_empty() {
-                    lines.push((start, words));
-                }
-                pending.clear();
-            }
-        }
-    }
-    if !pending.is_empty() {
-        let words = shell_words(&pending).map_err(|e| (start, e))?;
-        if !words.is_empty() {
-            lines.push((start, words));
-        }
-    }
-    Ok(lines)
-}
-
-/// Words of one line: 'single' and "double" quotes, backslash escapes, `#` starts a comment
-/// outside quotes at the start of a word.
-fn shell_words(line: &str) -> Result<Vec<OsString>, String> {
-    let mut words = Vec::new();
-    let mut word: Option<String> = None;
-    let mut chars = line.chars();
-    while let Some(c) = chars.next() {
-        match c {
-            c if c.is_whitespace() => {
-                if let Some(w) = word.take() {
-                    words.push(w.into());
-                }
-            }
-            '#' if word.is_none() => break,
-            '\'' => {
-                let w = word.get_or_insert_with(String::new);
-                loop {
-                    match chars.next() {
-                        Some('\'') => break,
-                        Some(c) => w.push(c),
-                        None => return Err("unterminated ' quote".into()),
-                    }
-                }
-            }
-            '"' => {
-                let w = word.get_or_insert_with(String::new);
-                loop {
-                    match chars.next() {
-                        Some('"') => break,
-                        Some('\\') => match chars.next() {
-                            Some(c) => w.push(c),
-                            None => return Err("unterminated \" quote".into()),
-                        },
-                        Some(c) => w.push(c),
-                        None => return Err("unterminated \" quote".into()),
-                    }
-                }
-            }
-            '\\' => {
-                if let Some(c) = chars.next() {
-                    word.get_or_insert_with(String::new).push(c);
-                }
-            }
-            c => word.get_or_insert_with(String::new).push(c),
-        }
-    }
-    if let Some(w) = word {
-        words.push(w.into());
-    }
-    Ok(words)
-}
-
-const EXIT_CODES: &str = "\
-Exit status:
-  0        every rank exited with code 0
-  N        the first failing rank exited with code N
-  128+S    the first failing rank was killed by signal S (also after Ctrl-C: 130)
-  124      --timeout expired
-  126/127  a program could not be started (not executable / not found)
-  141      rlaunch's stdout was closed (e.g. piped into `head`)
-  255      a proxy or node was lost, an output file could not be written, or rlaunch
-           itself failed
-  2        bad command line";
-
-const HELP_WIDTH: usize = 100;
-const HELP_INDENT: usize = 30;
-
-/// Words of `text` in lines of at most `width` characters.
-fn wrap(text: &str, width: usize) -> Vec<String> {
-    let mut lines: Vec<String> = Vec::new();
-    for word in text.split_whitespace() {
-        match lines.last_mut() {
-            Some(line) if line.len() + 1 + word.len() <= width => {
-                line.push(' ');
-                line.push_str(word);
-            }
-            _ => lines.push(word.to_string()),
-        }
-    }
-    lines
-}
-
-/// `--help` (common options, rlaunch's spelling) or `--help-all` (everything).
-pub fn help(all: bool) -> String {
-    let mut out = String::from(
-        "rlaunch: launch an MPI-style parallel job, one proxy per node, ranks under the proxies.\n\n\
-         Usage: rlaunch [OPTIONS] [-n N] PROGRAM [ARGS]... [: [OPTIONS] PROGRAM [ARGS]...]...\n",
-    );
-    let mut topics: Vec<Topic> = OPTIONS.iter().map(|o| o.topic).collect();
-    topics.sort();
-    topics.dedup();
-    for topic in topics {
-        let shown: Vec<&Opt> =
-            OPTIONS.iter().filter(|o| o.topic == topic && (all || o.common)).collect();
-        if shown.is_empty() {
-            continue;
-        }
-        out.push_str(&format!("\n{}:\n", topic.title()));
-        for o in shown {
-            let names = if all {
-                o.names.join(", ")
-            } else {
-                // The one-letter spelling too, if there is one: it is what people type.
-                let short = o.names.iter().find(|n| n.len() == 2 && !n.starts_with("--"));
-                match short {
-                    Some(s) if *s != o.names[0] => format!("{s}, {}", o.names[0]),
-                    _ => o.names[0].to_string(),
-                }
-            };
-            let arg = match o.arg {
-                Flag => String::new(),
-                Value(v) => format!(" {v}"),
-                Pair => " NAME VALUE".into(),
-            };
-            let head = format!("  {names}{arg}");
-            let mut lines = wrap(o.help, HELP_WIDTH - HELP_INDENT).into_iter();
-            if head.len() < HELP_INDENT {
-                let first = lines.next().unwrap_or_default();
-                out.push_str(&format!("{head:<HELP_INDENT$}{first}\n"));
-            } else {
-                out.push_str(&format!("{head}\n"));
-            }
-            for line in lines {
-                out.push_str(&format!("{:<HELP_INDENT$}{line}\n", ""));
-            }
-        }
-    }
-    if all {
-        out.push_str(
-            "\nOptions before the first program apply to every segment; -n, -env*, -hosts and \
-             -wdir after\na ':' apply to their segment. A rank's environment, later wins: \
-             rlaunch's environment (all of it,\nor as filtered by -genvnone/-genvlist, or by \
-             the segment's own -envall/-envnone/-envlist), then\n-genv and -x in order, then \
-             the segment's -env in order, then the PMI variables rlaunch sets.\nSettings from \
-             the environment: the command line wins over RLAUNCH_HOSTFILE, RLAUNCH_LAUNCHER,\n\
-             RLAUNCH_LAUNCHER_EXEC, RLAUNCH_TIMEOUT, which win over HYDRA_HOST_FILE, \
-             HYDRA_LAUNCHER,\nHYDRA_LAUNCHER_EXEC, MPIEXEC_TIMEOUT.\n",
-        );
-    } else {
-        out.push_str(
-            "\n`rlaunch --help-all` lists every option with its Hydra and Open MPI spellings.\n",
-        );
-    }
-    out.push('\n');
-    out.push_str(EXIT_CODES);
-    out.push('\n');
-    out
-}
-
 #[cfg(test)]
 /// The words of `s` as a program's argv would carry them.
 pub fn os(s: &str) -> OsString {
@@ -631,17 +430,6 @@ mod tests {
         assert!(split(&args("-n 1 : ./b")).unwrap_err().contains("must follow a program"));
         assert!(split(&args("--np=2 ./a")).is_ok());
         assert!(split(&args("--genvnone=1 ./a")).unwrap_err().contains("takes no value"));
-    }
-
-    #[test]
-    fn configfiles_have_comments_continuations_and_quotes() {
-        let text = "# master\n-n 1 ./m\n\n-n 2 -env A 'x y' \\\n  ./w \"q\\\"z\" # two\n";
-        let lines = split_configfile(text).unwrap();
-        assert_eq!(lines[0], (2, args("-n 1 ./m")));
-        assert_eq!(lines[1].0, 4);
-        assert_eq!(lines[1].1[4], os("x y"));
-        assert_eq!(lines[1].1[6], os("q\"z"));
-        assert_eq!(split_configfile("a\n'b\n").unwrap_err().0, 2);
     }
 
     #[test]
