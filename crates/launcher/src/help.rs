@@ -116,7 +116,7 @@ fn title(topic: Topic) -> &'static str {
 pub fn info() -> String {
     let proxy = match plan::proxy_exe() {
         Ok(p) => p.to_string_lossy().into_owned(),
-        Err(e) => e,
+        Err(e) => e.to_string(),
     };
     format!(
         "rlaunch {version}

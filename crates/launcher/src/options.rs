@@ -11,7 +11,6 @@ use pmi_wire::control::{Binding, CpuUnit};
 
 use crate::args::{self, Item, Key, Part};
 use crate::configfile;
-use crate::hosts::{self, Host};
 use crate::output::{OutputDir, OutputSpec, Pattern};
 
 /// What the command line asks rlaunch to do.
@@ -40,7 +39,7 @@ impl EnvBase {
     }
 
     /// The variables of `env` this base lets through, in `env`'s order.
-    pub fn filter(&self, env: &[(OsString, OsString)]) -> Vec<(Vec<u8>, Vec<u8>)> {
+    pub(crate) fn filter(&self, env: &[(OsString, OsString)]) -> Vec<(Vec<u8>, Vec<u8>)> {
         env.iter()
             .filter(|(k, _)| match self {
                 EnvBase::All => true,
@@ -103,26 +102,26 @@ struct OutputOptions {
 /// Everything the command line (and the environment) decided.
 #[derive(Debug, Clone)]
 pub struct Options {
-    pub segments: Vec<SegmentSpec>,
+    pub(crate) segments: Vec<SegmentSpec>,
     /// The job's hosts, for segments without their own.
-    pub hosts: Option<HostSource>,
-    pub ppn: Option<u32>,
-    pub map_by: MapBy,
-    pub launcher: Option<LauncherKind>,
-    pub launcher_exec: Option<Vec<String>>,
-    pub proxy_path: Option<String>,
-    pub tree_width: u32,
-    pub env_base: EnvBase,
+    pub(crate) hosts: Option<HostSource>,
+    pub(crate) ppn: Option<u32>,
+    pub(crate) map_by: MapBy,
+    pub(crate) launcher: Option<LauncherKind>,
+    pub(crate) launcher_exec: Option<Vec<String>>,
+    pub(crate) proxy_path: Option<String>,
+    pub(crate) tree_width: u32,
+    pub(crate) env_base: EnvBase,
     /// `-genv` and `-x` pairs, in order.
-    pub genv: Vec<(Vec<u8>, Vec<u8>)>,
-    pub stdin: String,
-    pub kill_grace: Duration,
-    pub timeout: Option<Duration>,
-    pub pmi_port: bool,
-    pub binding: Option<Binding>,
-    pub report_bindings: bool,
-    pub output: OutputSpec,
-    pub print_all_exit_codes: bool,
+    pub(crate) genv: Vec<(Vec<u8>, Vec<u8>)>,
+    pub(crate) stdin: String,
+    pub(crate) kill_grace: Duration,
+    pub(crate) timeout: Option<Duration>,
+    pub(crate) pmi_port: bool,
+    pub(crate) binding: Option<Binding>,
+    pub(crate) report_bindings: bool,
+    pub(crate) output: OutputSpec,
+    pub(crate) print_all_exit_codes: bool,
     pub verbose: u8,
     /// One line each, for options accepted without effect.
     pub notices: Vec<String>,
@@ -457,7 +456,7 @@ fn parse_command(name: &str, value: &str) -> Result<Vec<String>, String> {
 }
 
 /// `core`, `socket:2`, `none`.
-pub fn parse_bind_to(name: &str, value: &str) -> Result<Option<Binding>, String> {
+fn parse_bind_to(name: &str, value: &str) -> Result<Option<Binding>, String> {
     let bad =
         || format!("{name} {value}: expected none, hwthread, core, socket or numa, optionally :N");
     let (unit, count) = match value.split_once(':') {
@@ -473,15 +472,6 @@ pub fn parse_bind_to(name: &str, value: &str) -> Result<Option<Binding>, String>
         _ => return Err(bad()),
     };
     Ok(Some(Binding { unit, count }))
-}
-
-/// A segment's hosts: its own source, or this machine with one slot.
-pub fn read_hosts(source: Option<&HostSource>, own_host: &str) -> Result<Vec<Host>, String> {
-    match source {
-        Some(HostSource::List(list)) => hosts::parse_host_list(list),
-        Some(HostSource::File(path)) => hosts::read_hostfile(path),
-        None => Ok(vec![Host { name: own_host.to_string(), slots: 1 }]),
-    }
 }
 
 #[cfg(test)]
