@@ -1,20 +1,9 @@
 //! What rlaunch says about itself: `--help` (the common options), `--help-all` (every option
-//! and spelling), both drawn from [`crate::args::OPTIONS`], and `--info` (how it was built).
+//! and spelling), both drawn from [`crate::args::OPTIONS`] and ending with [`exit::TABLE`],
+//! and `--info` (how it was built).
 
 use crate::args::{Arg, Opt, Topic, OPTIONS};
-use crate::plan;
-
-const EXIT_CODES: &str = "\
-Exit status:
-  0        every rank exited with code 0
-  N        the first failing rank exited with code N
-  128+S    the first failing rank was killed by signal S (also after Ctrl-C: 130)
-  124      --timeout expired
-  126/127  a program could not be started (not executable / not found)
-  141      rlaunch's stdout was closed (e.g. piped into `head`)
-  255      a proxy or node was lost, an output file could not be written, or rlaunch
-           itself failed
-  2        bad command line";
+use crate::{exit, plan};
 
 const HELP_WIDTH: usize = 100;
 const HELP_INDENT: usize = 30;
@@ -96,8 +85,21 @@ pub fn help(all: bool) -> String {
         );
     }
     out.push('\n');
-    out.push_str(EXIT_CODES);
-    out.push('\n');
+    out.push_str(&exit_status());
+    out
+}
+
+/// The "Exit status:" section, from [`exit::TABLE`], code spans without their backticks.
+fn exit_status() -> String {
+    let width = exit::TABLE.iter().map(|row| row.status.len()).max().unwrap_or(0) + 2;
+    let mut out = String::from("Exit status:\n");
+    for row in exit::TABLE {
+        let lines = wrap(&row.meaning.replace('`', ""), HELP_WIDTH - 2 - width);
+        for (i, line) in lines.iter().enumerate() {
+            let status = if i == 0 { row.status } else { "" };
+            out.push_str(&format!("  {status:<width$}{line}\n"));
+        }
+    }
     out
 }
 fn title(topic: Topic) -> &'static str {
@@ -134,4 +136,25 @@ pub fn info() -> String {
         os = std::env::consts::OS,
         protocol = pmi_wire::control::PROTOCOL_VERSION,
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn both_help_screens_end_with_every_exit_status() {
+        for all in [false, true] {
+            let help = help(all);
+            let section = help.split_once("\nExit status:\n").expect("an exit status section").1;
+            let statuses: Vec<&str> = section
+                .lines()
+                .filter(|l| !l.starts_with(&" ".repeat(4)))
+                .map(|l| l.trim_start().split("  ").next().unwrap())
+                .collect();
+            let table: Vec<&str> = exit::TABLE.iter().map(|row| row.status).collect();
+            assert_eq!(statuses, table);
+            assert!(section.lines().all(|l| l.len() <= HELP_WIDTH), "{section}");
+        }
+    }
 }

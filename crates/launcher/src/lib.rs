@@ -8,12 +8,13 @@
 //! ```
 //!
 //! Start reading at [`options::parse`] for the command line, [`plan::build`] for how a job is
-//! laid out over hosts and proxies, and [`job::run`] for how it runs; [`help`] says what the
-//! user sees of each option.
+//! laid out over hosts and proxies, and [`job::run`] for how it runs. [`exit`] is the table of
+//! every status rlaunch ends with; [`help`] says what the user sees of each option.
 
 mod args;
 mod configfile;
 pub mod error;
+pub mod exit;
 pub mod help;
 mod hosts;
 #[expect(

@@ -6,20 +6,21 @@ use std::fmt::Display;
 
 use rlaunch::error::SetupError;
 use rlaunch::options::{self, Request};
-use rlaunch::{help, job, plan, process};
+use rlaunch::{exit, help, job, plan, process};
 
 fn main() {
     rlaunch_proxy::tune_malloc();
     rlaunch_proxy::procs::cloexec_inherited_fds();
     let args: Vec<OsString> = std::env::args_os().skip(1).collect();
     let env: Vec<(OsString, OsString)> = std::env::vars_os().collect();
-    let cwd = std::env::current_dir().unwrap_or_else(|e| fail(SetupError::CurrentDir(e), 255));
+    let cwd =
+        std::env::current_dir().unwrap_or_else(|e| fail(SetupError::CurrentDir(e), exit::FAILURE));
     let options = match options::parse(&args, &env, &cwd) {
         Ok(Request::Run(options)) => options,
         Ok(Request::Help { all }) => return print!("{}", help::help(all)),
         Ok(Request::Version) => return println!("rlaunch {}", env!("CARGO_PKG_VERSION")),
         Ok(Request::Info) => return print!("{}", help::info()),
-        Err(e) => fail(e, 2),
+        Err(e) => fail(e, exit::USAGE),
     };
     process::start_logging(options.verbose);
     process::raise_fd_limit();

@@ -22,8 +22,8 @@ use pmi_wire::control::{Bootstrap, Job, Segment, StdinTarget};
 
 use crate::error::SetupError;
 use crate::hosts::{self, Host};
-use crate::job;
 use crate::options::{HostSource, LauncherKind, MapBy, Options};
+use crate::{exit, job};
 
 /// Why there is no plan.
 #[derive(Debug, thiserror::Error)]
@@ -39,8 +39,8 @@ pub enum PlanError {
 impl PlanError {
     pub fn exit_code(&self) -> i32 {
         match self {
-            PlanError::Usage(_) => 2,
-            PlanError::Setup(_) => 255,
+            PlanError::Usage(_) => exit::USAGE,
+            PlanError::Setup(_) => exit::FAILURE,
         }
     }
 }
