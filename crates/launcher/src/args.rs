@@ -264,15 +264,41 @@ pub struct Part {
     pub command: Vec<OsString>,
 }
 
+/// A command line that does not split into options and programs.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ArgsError {
+    #[error("unknown option '{name}'{} (rlaunch --help-all lists all)", did_you_mean(*.suggestion))]
+    Unknown {
+        name: String,
+        /// The closest spelling, if one is close.
+        suggestion: Option<&'static str>,
+    },
+    /// `what`: the argument's name (`N`), or what is missing (`a value after NAME`).
+    #[error("{option} needs {what}")]
+    NeedsValue { option: &'static str, what: String },
+    #[error("{option} takes no value")]
+    TakesNoValue { option: &'static str },
+    #[error("':' must follow a program: rlaunch -n 1 ./a : -n 2 ./b")]
+    ColonFirst,
+    #[error("a ':' must be followed by a program")]
+    NothingAfterColon,
+    #[error("'--' must be followed by a program")]
+    NothingAfterDashes,
+}
+
+fn did_you_mean(suggestion: Option<&str>) -> String {
+    suggestion.map(|s| format!("; did you mean '{s}'?")).unwrap_or_default()
+}
+
 /// Finds an option by any of its spellings.
-pub fn lookup(name: &str) -> Option<(&'static Opt, &'static str)> {
+fn lookup(name: &str) -> Option<(&'static Opt, &'static str)> {
     OPTIONS.iter().find_map(|o| o.names.iter().find(|n| **n == name).map(|n| (o, *n)))
 }
 
 /// Splits argv (without the program name) into `:`-separated parts. Each part's options
 /// end at its first word that is not an option (its program); from there up to the next
 /// lone `:` everything is the program's.
-pub fn split(args: &[OsString]) -> Result<Vec<Part>, String> {
+pub fn split(args: &[OsString]) -> Result<Vec<Part>, ArgsError> {
     let mut parts = vec![Part::default()];
     let mut i = 0;
     while i < args.len() {
@@ -281,7 +307,7 @@ pub fn split(args: &[OsString]) -> Result<Vec<Part>, String> {
         i += 1;
         if word == ":" {
             if part.command.is_empty() {
-                return Err("':' must follow a program: rlaunch -n 1 ./a : -n 2 ./b".into());
+                return Err(ArgsError::ColonFirst);
             }
             parts.push(Part::default());
             continue;
@@ -302,7 +328,7 @@ pub fn split(args: &[OsString]) -> Result<Vec<Part>, String> {
                     part.command.push(program.clone());
                     i += 1;
                 }
-                None => return Err("'--' must be followed by a program".into()),
+                None => return Err(ArgsError::NothingAfterDashes),
             }
             continue;
         }
@@ -314,27 +340,28 @@ pub fn split(args: &[OsString]) -> Result<Vec<Part>, String> {
         let Some((opt, spelled)) = lookup(name) else {
             return Err(unknown_option(name));
         };
-        let mut take = |what: &str| -> Result<OsString, String> {
-            let v = args.get(i).cloned().ok_or_else(|| format!("{spelled} needs {what}"))?;
+        let mut take = |what: String| -> Result<OsString, ArgsError> {
+            let needs = || ArgsError::NeedsValue { option: spelled, what };
+            let v = args.get(i).cloned().ok_or_else(needs)?;
             i += 1;
             Ok(v)
         };
         let value = match opt.arg {
-            Flag if inline.is_some() => return Err(format!("{spelled} takes no value")),
+            Flag if inline.is_some() => return Err(ArgsError::TakesNoValue { option: spelled }),
             Flag => None,
             Value(what) => Some(match inline {
                 Some(v) => v,
-                None => take(what)?,
+                None => take(what.into())?,
             }),
             Pair => {
                 let first = match inline {
                     Some(v) => v,
-                    None => take("NAME VALUE")?,
+                    None => take("NAME VALUE".into())?,
                 };
                 if first.as_bytes().contains(&b'=') {
                     Some(first)
                 } else {
-                    let value = take(&format!("a value after {}", first.to_string_lossy()))?;
+                    let value = take(format!("a value after {}", first.to_string_lossy()))?;
                     let mut pair = first;
                     pair.push("=");
                     pair.push(value);
@@ -347,13 +374,13 @@ pub fn split(args: &[OsString]) -> Result<Vec<Part>, String> {
     }
     let last = parts.last().expect("never empty");
     if parts.len() > 1 && last.command.is_empty() {
-        return Err("a ':' must be followed by a program".into());
+        return Err(ArgsError::NothingAfterColon);
     }
     Ok(parts)
 }
 
 /// `unknown option '-hostz'; did you mean '-hosts'?`
-fn unknown_option(name: &str) -> String {
+fn unknown_option(name: &str) -> ArgsError {
     let best = OPTIONS
         .iter()
         .flat_map(|o| o.names.iter())
@@ -364,12 +391,8 @@ fn unknown_option(name: &str) -> String {
             (d, dashes(name) != dashes(n), name.len().abs_diff(n.len()), *n)
         })
         .min();
-    match best {
-        Some((d, _, _, n)) if d <= 2.max(name.len() / 3) => {
-            format!("unknown option '{name}'; did you mean '{n}'? (rlaunch --help-all lists all)")
-        }
-        _ => format!("unknown option '{name}' (rlaunch --help-all lists all)"),
-    }
+    let suggestion = best.filter(|(d, ..)| *d <= 2.max(name.len() / 3)).map(|(.., n)| n);
+    ArgsError::Unknown { name: name.to_string(), suggestion }
 }
 
 /// Levenshtein distance, for suggestions.
@@ -423,18 +446,29 @@ mod tests {
 
     #[test]
     fn bad_command_lines_get_one_line() {
-        let e = split(&args("-hostz a ./x")).unwrap_err();
-        assert!(e.contains("'-hostz'; did you mean '-hosts'"), "{e}");
-        assert!(split(&args("-n")).unwrap_err().contains("-n needs N"));
-        assert!(split(&args("./a :")).unwrap_err().contains("followed by a program"));
-        assert!(split(&args("-n 1 : ./b")).unwrap_err().contains("must follow a program"));
+        let error = |line: &str| split(&args(line)).unwrap_err().to_string();
+        assert_eq!(
+            error("-hostz a ./x"),
+            "unknown option '-hostz'; did you mean '-hosts'? (rlaunch --help-all lists all)"
+        );
+        assert_eq!(error("-n"), "-n needs N");
+        assert_eq!(error("-genv A"), "-genv needs a value after A");
+        assert_eq!(error("./a :"), "a ':' must be followed by a program");
+        assert_eq!(error("-n 1 : ./b"), "':' must follow a program: rlaunch -n 1 ./a : -n 2 ./b");
+        assert_eq!(error("--"), "'--' must be followed by a program");
         assert!(split(&args("--np=2 ./a")).is_ok());
-        assert!(split(&args("--genvnone=1 ./a")).unwrap_err().contains("takes no value"));
+        assert_eq!(error("--genvnone=1 ./a"), "--genvnone takes no value");
     }
 
     #[test]
     fn suggestions_are_close_or_absent() {
-        assert!(unknown_option("--tree-wdith").contains("'--tree-width'"));
-        assert!(!unknown_option("--zzzzzzzzzzzz").contains("did you mean"));
+        assert_eq!(
+            unknown_option("--tree-wdith"),
+            ArgsError::Unknown { name: "--tree-wdith".into(), suggestion: Some("--tree-width") }
+        );
+        assert_eq!(
+            unknown_option("--zzzzzzzzzzzz").to_string(),
+            "unknown option '--zzzzzzzzzzzz' (rlaunch --help-all lists all)"
+        );
     }
 }

@@ -2,27 +2,51 @@
 //! (quotes and backslashes, no expansion); `#` comments, `\` at the end of a line continues it.
 
 use std::ffi::OsString;
-use std::path::Path;
+use std::io;
+use std::path::{Path, PathBuf};
 
-use crate::args::{self, Part};
-use crate::hosts;
+use crate::args::{self, ArgsError, Part};
+use crate::hosts::plain;
+
+/// A configfile that cannot be read, or a line of it that names no segment.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigfileError {
+    #[error("cannot read {}: {}", .path.display(), plain(.cause))]
+    Read { path: PathBuf, cause: io::Error },
+    /// `line` is 1-based: the first line of a continued one.
+    #[error("{}:{line}: {error}", .path.display())]
+    Line { path: PathBuf, line: usize, error: LineError },
+    #[error("{} names no program", .0.display())]
+    NoProgram(PathBuf),
+}
+
+/// What is wrong with one line of a configfile.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LineError {
+    /// The quote character.
+    #[error("unterminated {0} quote")]
+    Unterminated(char),
+    #[error(transparent)]
+    Args(#[from] ArgsError),
+    #[error("expected options and one program, without ':'")]
+    NotOneProgram,
+}
 
 /// The segments the configfile at `path` names: one part per line, each with its options and
 /// one program. Errors name the file and line: `job.conf:2: unknown option '-nn'`.
-pub fn read(path: &Path) -> Result<Vec<Part>, String> {
+pub fn read(path: &Path) -> Result<Vec<Part>, ConfigfileError> {
+    let at = |line, error| ConfigfileError::Line { path: path.to_path_buf(), line, error };
     let text = std::fs::read_to_string(path)
-        .map_err(|e| format!("cannot read {}: {}", path.display(), hosts::plain(&e)))?;
-    let lines =
-        split_configfile(&text).map_err(|(line, e)| format!("{}:{line}: {e}", path.display()))?;
+        .map_err(|cause| ConfigfileError::Read { path: path.to_path_buf(), cause })?;
+    let lines = split_configfile(&text).map_err(|(line, error)| at(line, error))?;
     if lines.is_empty() {
-        return Err(format!("{} names no program", path.display()));
+        return Err(ConfigfileError::NoProgram(path.to_path_buf()));
     }
     let mut parts = Vec::new();
     for (line, words) in lines {
-        let at = |e: String| format!("{}:{line}: {e}", path.display());
-        let mut found = args::split(&words).map_err(at)?;
+        let mut found = args::split(&words).map_err(|e| at(line, e.into()))?;
         if found.len() != 1 || found[0].command.is_empty() {
-            return Err(at("expected options and one program, without ':'".into()));
+            return Err(at(line, LineError::NotOneProgram));
         }
         parts.push(found.remove(0));
     }
@@ -35,7 +59,7 @@ type ConfigLine = (usize, Vec<OsString>);
 /// Splits a configfile into parts: one per line, `#` comments, `\` at the end of a line
 /// continues it, words split like a shell would (quotes and backslashes, no expansion).
 /// Errors carry the file's 1-based line number.
-fn split_configfile(text: &str) -> Result<Vec<ConfigLine>, (usize, String)> {
+fn split_configfile(text: &str) -> Result<Vec<ConfigLine>, (usize, LineError)> {
     let mut lines = Vec::new();
     let mut pending = String::new();
     let mut start = 0;
@@ -69,7 +93,7 @@ fn split_configfile(text: &str) -> Result<Vec<ConfigLine>, (usize, String)> {
 
 /// Words of one line: 'single' and "double" quotes, backslash escapes, `#` starts a comment
 /// outside quotes at the start of a word.
-fn shell_words(line: &str) -> Result<Vec<OsString>, String> {
+fn shell_words(line: &str) -> Result<Vec<OsString>, LineError> {
     let mut words = Vec::new();
     let mut word: Option<String> = None;
     let mut chars = line.chars();
@@ -87,7 +111,7 @@ fn shell_words(line: &str) -> Result<Vec<OsString>, String> {
                     match chars.next() {
                         Some('\'') => break,
                         Some(c) => w.push(c),
-                        None => return Err("unterminated ' quote".into()),
+                        None => return Err(LineError::Unterminated('\'')),
                     }
                 }
             }
@@ -98,10 +122,10 @@ fn shell_words(line: &str) -> Result<Vec<OsString>, String> {
                         Some('"') => break,
                         Some('\\') => match chars.next() {
                             Some(c) => w.push(c),
-                            None => return Err("unterminated \" quote".into()),
+                            None => return Err(LineError::Unterminated('"')),
                         },
                         Some(c) => w.push(c),
-                        None => return Err("unterminated \" quote".into()),
+                        None => return Err(LineError::Unterminated('"')),
                     }
                 }
             }
@@ -135,6 +159,7 @@ mod tests {
         assert_eq!(lines[1].0, 4);
         assert_eq!(lines[1].1[4], os("x y"));
         assert_eq!(lines[1].1[6], os("q\"z"));
-        assert_eq!(split_configfile("a\n'b\n").unwrap_err().0, 2);
+        assert_eq!(split_configfile("a\n'b\n").unwrap_err(), (2, LineError::Unterminated('\'')));
+        assert_eq!(LineError::Unterminated('"').to_string(), "unterminated \" quote");
     }
 }

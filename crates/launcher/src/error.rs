@@ -5,7 +5,31 @@
 use std::io;
 use std::path::PathBuf;
 
-use crate::hosts::plain;
+use crate::args::ArgsError;
+use crate::configfile::ConfigfileError;
+use crate::hosts::{plain, HostsError};
+use crate::options::OptionError;
+
+/// The command line, or a file it names, asks for a job rlaunch cannot run as written.
+#[derive(Debug, thiserror::Error)]
+pub enum UsageError {
+    #[error(transparent)]
+    Args(#[from] ArgsError),
+    #[error(transparent)]
+    Configfile(#[from] ConfigfileError),
+    #[error(transparent)]
+    Option(#[from] OptionError),
+    #[error(transparent)]
+    Hosts(#[from] HostsError),
+    /// More than `u32::MAX` ranks in all.
+    #[error("too many ranks")]
+    TooManyRanks,
+    #[error("--stdin {rank}: the job has only {size} ranks")]
+    StdinBeyondJob { rank: u32, size: u32 },
+    /// As written.
+    #[error("--stdin {0}: expected a rank number, 'all' or 'none'")]
+    StdinTarget(String),
+}
 
 /// rlaunch itself cannot run the job, whatever the command line.
 #[derive(Debug, thiserror::Error)]

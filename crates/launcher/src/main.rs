@@ -6,7 +6,8 @@ use std::fmt::Display;
 
 use rlaunch::error::SetupError;
 use rlaunch::options::{self, Request};
-use rlaunch::{exit, help, job, plan, process};
+use rlaunch::plan::{self, PlanError};
+use rlaunch::{exit, help, job, process};
 
 fn main() {
     rlaunch_proxy::tune_malloc();
@@ -27,7 +28,11 @@ fn main() {
     for notice in &options.notices {
         eprintln!("rlaunch: {notice}");
     }
-    let mut plan = plan::build(&options, &env).unwrap_or_else(|e| fail(&e, e.exit_code()));
+    let mut plan = match plan::build(&options, &env) {
+        Ok(plan) => plan,
+        Err(PlanError::Usage(e)) => fail(e, exit::USAGE),
+        Err(PlanError::Setup(e)) => fail(e, exit::FAILURE),
+    };
     // Still the only thread: the runtime and the writer thread come after.
     job::fork_local_proxies(&mut plan);
     let runtime =

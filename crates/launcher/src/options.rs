@@ -11,7 +11,38 @@ use pmi_wire::control::{Binding, CpuUnit};
 
 use crate::args::{self, Item, Key, Part};
 use crate::configfile;
+use crate::error::UsageError;
 use crate::output::{OutputDir, OutputSpec, Pattern};
+
+/// An option, or a setting from the environment, that rlaunch cannot use as given.
+#[derive(Debug, thiserror::Error)]
+pub enum OptionError {
+    /// `option` as spelled, or the environment variable the setting came from.
+    #[error("{option} {value}: expected {what}")]
+    Expected { option: &'static str, value: String, what: &'static str },
+    #[error("{option} {value}: a segment needs at least 1 rank")]
+    NoRanks { option: &'static str, value: String },
+    #[error("{option} {pair}: empty variable name")]
+    EmptyName { option: &'static str, pair: String },
+    #[error("{0}: empty command")]
+    EmptyCommand(&'static str),
+    #[error("the timeout must be more than 0 seconds")]
+    ZeroTimeout,
+    #[error("-l and --prepend-pattern both set the line prefix; give one")]
+    TwoPrefixes,
+    /// `reason`: what the pattern parser said.
+    #[error("{option} {pattern}: {reason}")]
+    Pattern { option: &'static str, pattern: String, reason: String },
+    #[error("--output-filename {0}: no directory given")]
+    NoOutputDir(String),
+    #[error("--output-filename {arg}: unknown option {option} (known: nocopy, nojobid)")]
+    OutputDirOption { arg: String, option: String },
+    /// `-configfile` with a program on the command line too.
+    #[error("{0}: give the programs either in the file or on the command line")]
+    ProgramsTwice(&'static str),
+    #[error("no program given: rlaunch -n N PROGRAM [ARGS]")]
+    NoProgram,
+}
 
 /// What the command line asks rlaunch to do.
 pub enum Request {
@@ -133,7 +164,7 @@ pub fn parse(
     args: &[OsString],
     env: &[(OsString, OsString)],
     cwd: &Path,
-) -> Result<Request, String> {
+) -> Result<Request, UsageError> {
     let mut parts = args::split(args)?;
     let all = |key: Key| parts.iter().flat_map(|p| &p.items).any(|i| i.key == key);
     if all(Key::HelpAll) {
@@ -152,10 +183,7 @@ pub fn parse(
     if let Some(item) = configfile {
         let path = cwd.join(item.value.as_deref().expect("takes a value"));
         if parts.len() > 1 || !parts[0].command.is_empty() {
-            return Err(format!(
-                "{}: give the programs either in the file or on the command line",
-                item.name
-            ));
+            return Err(OptionError::ProgramsTwice(item.name).into());
         }
         parts.extend(configfile::read(&path)?);
         // The command line's own options apply to every segment.
@@ -163,12 +191,16 @@ pub fn parse(
         parts[0].items.splice(0..0, head.items);
     }
     if parts[0].command.is_empty() {
-        return Err("no program given: rlaunch -n N PROGRAM [ARGS]".into());
+        return Err(OptionError::NoProgram.into());
     }
-    fold(parts, env, cwd)
+    Ok(fold(parts, env, cwd)?)
 }
 
-fn fold(parts: Vec<Part>, env: &[(OsString, OsString)], cwd: &Path) -> Result<Request, String> {
+fn fold(
+    parts: Vec<Part>,
+    env: &[(OsString, OsString)],
+    cwd: &Path,
+) -> Result<Request, OptionError> {
     let mut o = Options {
         segments: Vec::new(),
         hosts: None,
@@ -208,15 +240,13 @@ fn fold(parts: Vec<Part>, env: &[(OsString, OsString)], cwd: &Path) -> Result<Re
         for item in &part.items {
             let text = || item.value.as_ref().map(|v| v.to_string_lossy().into_owned());
             let value = text().unwrap_or_default();
-            let bad = |what: &str| format!("{} {value}: expected {what}", item.name);
+            let bad =
+                |what| OptionError::Expected { option: item.name, value: value.clone(), what };
             match item.key {
                 Key::Np => {
                     let n = value.parse::<u32>().map_err(|_| bad("a number of ranks"))?;
                     if n == 0 {
-                        return Err(format!(
-                            "{} {value}: a segment needs at least 1 rank",
-                            item.name
-                        ));
+                        return Err(OptionError::NoRanks { option: item.name, value });
                     }
                     seg.np = Some(n);
                 }
@@ -361,21 +391,25 @@ fn fold(parts: Vec<Part>, env: &[(OsString, OsString)], cwd: &Path) -> Result<Re
         },
     };
     if o.timeout == Some(Duration::ZERO) {
-        return Err("the timeout must be more than 0 seconds".into());
+        return Err(OptionError::ZeroTimeout);
     }
     Ok(Request::Run(Box::new(o)))
 }
 
 /// The output options, checked: patterns parsed, `--output-filename`'s options known.
-fn output_spec(o: &OutputOptions) -> Result<OutputSpec, String> {
-    let pattern = |flag: &str, text: &Option<String>| {
-        let parse = |t: &String| Pattern::parse(t).map_err(|e| format!("{flag} {t}: {e}"));
+fn output_spec(o: &OutputOptions) -> Result<OutputSpec, OptionError> {
+    let pattern = |option, text: &Option<String>| {
+        let parse = |t: &String| {
+            Pattern::parse(t).map_err(|e| OptionError::Pattern {
+                option,
+                pattern: t.clone(),
+                reason: e.to_string(),
+            })
+        };
         text.as_ref().map(parse).transpose()
     };
     let prefix = match (o.prepend_rank, &o.prepend_pattern) {
-        (true, Some(_)) => {
-            return Err("-l and --prepend-pattern both set the line prefix; give one".into())
-        }
+        (true, Some(_)) => return Err(OptionError::TwoPrefixes),
         (true, None) => Some(Pattern::parse("[%r] ").expect("-l's pattern is valid")),
         (false, text) => pattern("--prepend-pattern", text)?,
     };
@@ -390,13 +424,13 @@ fn output_spec(o: &OutputOptions) -> Result<OutputSpec, String> {
 }
 
 /// `--output-filename DIR[:OPTION,...]`, Open MPI's syntax.
-fn output_dir(arg: &str) -> Result<OutputDir, String> {
+fn output_dir(arg: &str) -> Result<OutputDir, OptionError> {
     let (path, options) = match arg.rsplit_once(':') {
         Some((path, options)) => (path, options.split(',').collect()),
         None => (arg, Vec::new()),
     };
     if path.is_empty() {
-        return Err(format!("--output-filename {arg}: no directory given"));
+        return Err(OptionError::NoOutputDir(arg.to_string()));
     }
     let mut dir = OutputDir { path: path.into(), copy: true, per_job: true };
     for option in options {
@@ -404,9 +438,8 @@ fn output_dir(arg: &str) -> Result<OutputDir, String> {
             "nocopy" => dir.copy = false,
             "nojobid" => dir.per_job = false,
             _ => {
-                return Err(format!(
-                    "--output-filename {arg}: unknown option {option} (known: nocopy, nojobid)"
-                ))
+                let (arg, option) = (arg.to_string(), option.to_string());
+                return Err(OptionError::OutputDirOption { arg, option });
             }
         }
     }
@@ -414,51 +447,47 @@ fn output_dir(arg: &str) -> Result<OutputDir, String> {
 }
 
 /// `NAME=VALUE` into its two halves; the name must be a name.
-fn split_pair(item: &Item) -> Result<(Vec<u8>, Vec<u8>), String> {
+fn split_pair(item: &Item) -> Result<(Vec<u8>, Vec<u8>), OptionError> {
     let bytes = item.value.as_ref().expect("pairs have a value").as_bytes();
     let eq = bytes.iter().position(|&b| b == b'=').expect("pairs hold '='");
     let (name, value) = (&bytes[..eq], &bytes[eq + 1..]);
     if name.is_empty() {
-        return Err(format!(
-            "{} {}: empty variable name",
-            item.name,
-            String::from_utf8_lossy(bytes)
-        ));
+        let pair = String::from_utf8_lossy(bytes).into_owned();
+        return Err(OptionError::EmptyName { option: item.name, pair });
     }
     Ok((name.to_vec(), value.to_vec()))
 }
 
-fn parse_seconds(name: &str, value: &str) -> Result<Duration, String> {
+fn parse_seconds(name: &'static str, value: &str) -> Result<Duration, OptionError> {
     value
         .trim()
         .parse::<f64>()
         .ok()
         .filter(|s| s.is_finite() && *s >= 0.0)
         .map(Duration::from_secs_f64)
-        .ok_or_else(|| format!("{name} {value}: expected a number of seconds"))
+        .ok_or_else(|| expected(name, value, "a number of seconds"))
 }
 
-fn parse_launcher(name: &str, value: &str) -> Result<LauncherKind, String> {
+fn parse_launcher(name: &'static str, value: &str) -> Result<LauncherKind, OptionError> {
     match value {
         "fork" => Ok(LauncherKind::Fork),
         "ssh" => Ok(LauncherKind::Ssh),
         "rsh" => Ok(LauncherKind::Rsh),
-        _ => Err(format!("{name} {value}: expected fork, ssh or rsh")),
+        _ => Err(expected(name, value, "fork, ssh or rsh")),
     }
 }
 
-fn parse_command(name: &str, value: &str) -> Result<Vec<String>, String> {
+fn parse_command(name: &'static str, value: &str) -> Result<Vec<String>, OptionError> {
     let words: Vec<String> = value.split_whitespace().map(String::from).collect();
     if words.is_empty() {
-        return Err(format!("{name}: empty command"));
+        return Err(OptionError::EmptyCommand(name));
     }
     Ok(words)
 }
 
 /// `core`, `socket:2`, `none`.
-fn parse_bind_to(name: &str, value: &str) -> Result<Option<Binding>, String> {
-    let bad =
-        || format!("{name} {value}: expected none, hwthread, core, socket or numa, optionally :N");
+fn parse_bind_to(name: &'static str, value: &str) -> Result<Option<Binding>, OptionError> {
+    let bad = || expected(name, value, "none, hwthread, core, socket or numa, optionally :N");
     let (unit, count) = match value.split_once(':') {
         Some((unit, n)) => (unit, n.parse::<u32>().ok().filter(|&n| n > 0).ok_or_else(bad)?),
         None => (value, 1),
@@ -474,12 +503,16 @@ fn parse_bind_to(name: &str, value: &str) -> Result<Option<Binding>, String> {
     Ok(Some(Binding { unit, count }))
 }
 
+fn expected(option: &'static str, value: &str, what: &'static str) -> OptionError {
+    OptionError::Expected { option, value: value.to_string(), what }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::args::os;
 
-    fn run(line: &str, env: &[(&str, &str)]) -> Result<Options, String> {
+    fn run(line: &str, env: &[(&str, &str)]) -> Result<Options, UsageError> {
         let args: Vec<OsString> = line.split_whitespace().map(os).collect();
         let env: Vec<_> = env.iter().map(|(k, v)| (os(k), os(v))).collect();
         match parse(&args, &env, Path::new("/work"))? {
@@ -529,7 +562,7 @@ mod tests {
         assert_eq!(o.timeout, Some(Duration::from_secs(3)));
         assert_eq!(o.launcher, Some(LauncherKind::Ssh));
         let e = run("./a", &[("HYDRA_LAUNCHER", "pbs")]).unwrap_err();
-        assert_eq!(e, "HYDRA_LAUNCHER pbs: expected fork, ssh or rsh");
+        assert_eq!(e.to_string(), "HYDRA_LAUNCHER pbs: expected fork, ssh or rsh");
     }
 
     #[test]

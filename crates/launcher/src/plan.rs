@@ -20,29 +20,20 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use pmi_wire::control::{Bootstrap, Job, Segment, StdinTarget};
 
-use crate::error::SetupError;
-use crate::hosts::{self, Host};
+use crate::error::{SetupError, UsageError};
+use crate::hosts::{self, Host, HostsError};
+use crate::job;
 use crate::options::{HostSource, LauncherKind, MapBy, Options};
-use crate::{exit, job};
 
 /// Why there is no plan.
 #[derive(Debug, thiserror::Error)]
 pub enum PlanError {
     /// The command line asks for a job rlaunch cannot lay out.
-    #[error("{0}")]
-    Usage(String),
+    #[error(transparent)]
+    Usage(#[from] UsageError),
     /// rlaunch itself cannot run the job.
     #[error(transparent)]
     Setup(#[from] SetupError),
-}
-
-impl PlanError {
-    pub fn exit_code(&self) -> i32 {
-        match self {
-            PlanError::Usage(_) => exit::USAGE,
-            PlanError::Setup(_) => exit::FAILURE,
-        }
-    }
 }
 
 /// Lays out the job `o` describes. `env` is rlaunch's environment, which the ranks start from.
@@ -102,7 +93,7 @@ impl HostLists {
     /// The ranks of the whole job.
     fn size(&self) -> Result<u32, PlanError> {
         let size = self.segments.iter().try_fold(0u32, |sum, (_, n)| sum.checked_add(*n));
-        size.ok_or_else(|| PlanError::Usage("too many ranks".into()))
+        size.ok_or(PlanError::Usage(UsageError::TooManyRanks))
     }
 
     /// The segment of each rank, ranks numbered across segments.
@@ -122,7 +113,7 @@ fn host_lists(o: &Options, own_host: &str) -> Result<HostLists, PlanError> {
             Some(i) => i,
             None => {
                 let mut hosts =
-                    read_hosts(seg.hosts.as_ref(), own_host).map_err(PlanError::Usage)?;
+                    read_hosts(seg.hosts.as_ref(), own_host).map_err(UsageError::from)?;
                 if let Some(ppn) = o.ppn {
                     hosts.iter_mut().for_each(|h| h.slots = ppn);
                 }
@@ -138,7 +129,7 @@ fn host_lists(o: &Options, own_host: &str) -> Result<HostLists, PlanError> {
 }
 
 /// A segment's hosts: its own source, or this machine with one slot.
-fn read_hosts(source: Option<&HostSource>, own_host: &str) -> Result<Vec<Host>, String> {
+fn read_hosts(source: Option<&HostSource>, own_host: &str) -> Result<Vec<Host>, HostsError> {
     match source {
         Some(HostSource::List(list)) => hosts::parse_host_list(list),
         Some(HostSource::File(path)) => hosts::read_hostfile(path),
@@ -171,12 +162,8 @@ fn stdin_target(word: &str, size: u32) -> Result<StdinTarget, PlanError> {
         "none" => Ok(StdinTarget::None),
         r => match r.parse::<u32>() {
             Ok(rank) if rank < size => Ok(StdinTarget::Rank(rank)),
-            Ok(rank) => {
-                Err(PlanError::Usage(format!("--stdin {rank}: the job has only {size} ranks")))
-            }
-            Err(_) => Err(PlanError::Usage(format!(
-                "--stdin {r}: expected a rank number, 'all' or 'none'"
-            ))),
+            Ok(rank) => Err(UsageError::StdinBeyondJob { rank, size }.into()),
+            Err(_) => Err(UsageError::StdinTarget(r.to_string()).into()),
         },
     }
 }
