@@ -1,5 +1,5 @@
 //! What rlaunch says about itself: `--help` (the common options), `--help-all` (every option
-//! and spelling), both drawn from [`crate::args::OPTIONS`] and ending with [`exit::TABLE`],
+//! and spelling), both drawn from `args::OPTIONS` and ending with [`exit::TABLE`],
 //! and `--info` (how it was built).
 
 use crate::args::{Arg, Opt, Topic, OPTIONS};

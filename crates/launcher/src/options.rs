@@ -1,4 +1,4 @@
-//! What the command line asks for, validated: the parts from [`args::split`] folded, in
+//! What the command line asks for, validated: the parts from `args::split` folded, in
 //! order, into job-wide settings and one [`SegmentSpec`] per MPMD segment, with settings
 //! from the environment filled in where the command line is silent.
 
@@ -158,7 +158,7 @@ pub struct Options {
     pub notices: Vec<String>,
 }
 
-/// Reads rlaunch's argv (without argv[0]). `env` is rlaunch's environment, `cwd` its
+/// Reads rlaunch's argv (without `argv[0]`). `env` is rlaunch's environment, `cwd` its
 /// directory; both are parameters so that this stays a pure function of its input.
 pub fn parse(
     args: &[OsString],

@@ -9,7 +9,7 @@
 //!                              job::Plan ◄──tree: nodes, proxy tree, process mapping
 //! ```
 //!
-//! [`place`] and [`tree`] are pure; this file reads the hostfiles and finds the proxy.
+//! `place` and `tree` are pure; this file reads the hostfiles and finds the proxy.
 
 mod place;
 mod tree;
