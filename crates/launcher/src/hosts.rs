@@ -1,7 +1,8 @@
 //! Host lists: `--hosts a,b:2`, hostfiles in Hydra's and Open MPI's forms, and which names
 //! mean this machine.
 
-use std::path::Path;
+use std::io;
+use std::path::{Path, PathBuf};
 
 /// A host and how many ranks it takes before placement wraps around.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -10,30 +11,58 @@ pub struct Host {
     pub slots: u32,
 }
 
+/// A host list or hostfile rlaunch cannot use.
+#[derive(Debug, thiserror::Error)]
+pub enum HostsError {
+    #[error("--hosts {list}: {error}")]
+    List { list: String, error: EntryError },
+    #[error("cannot read hostfile {}: {}", .path.display(), plain(.cause))]
+    Read { path: PathBuf, cause: io::Error },
+    /// `line` is 1-based.
+    #[error("{}:{line}: {error}", .path.display())]
+    Line { path: PathBuf, line: usize, error: EntryError },
+    #[error("hostfile {} names no host", .0.display())]
+    NoHost(PathBuf),
+}
+
+/// What is wrong with one host of a list, or one line of a hostfile.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum EntryError {
+    #[error("empty host name")]
+    EmptyName,
+    /// As written.
+    #[error("bad slot count '{0}'")]
+    BadSlots(String),
+    #[error("unexpected '{word}' after host {host}")]
+    Unexpected { word: String, host: String },
+}
+
 /// Parses `a,b:2,c`. A host named twice gets the sum of its slots.
-pub fn parse_host_list(list: &str) -> Result<Vec<Host>, String> {
+pub fn parse_host_list(list: &str) -> Result<Vec<Host>, HostsError> {
     let mut hosts: Vec<Host> = Vec::new();
     for item in list.split(',').map(str::trim) {
-        let (name, slots) = split_count(item).map_err(|e| format!("--hosts {list}: {e}"))?;
+        let (name, slots) = split_count(item)
+            .map_err(|error| HostsError::List { list: list.to_string(), error })?;
         merge(&mut hosts, name, slots);
     }
     Ok(hosts)
 }
 
 /// `name` or `name:N`.
-fn split_count(item: &str) -> Result<(&str, u32), String> {
+fn split_count(item: &str) -> Result<(&str, u32), EntryError> {
     let (name, slots) = match item.rsplit_once(':') {
         Some((name, n)) => (name, parse_slots(n)?),
         None => (item, 1),
     };
     if name.is_empty() {
-        return Err("empty host name".into());
+        return Err(EntryError::EmptyName);
     }
     Ok((name, slots))
 }
 
-fn parse_slots(n: &str) -> Result<u32, String> {
-    n.trim().parse::<u32>().ok().filter(|&s| s > 0).ok_or_else(|| format!("bad slot count '{n}'"))
+fn parse_slots(n: &str) -> Result<u32, EntryError> {
+    let slots = n.trim().parse::<u32>().ok().filter(|&s| s > 0);
+    slots.ok_or_else(|| EntryError::BadSlots(n.to_string()))
 }
 
 fn merge(hosts: &mut Vec<Host>, name: &str, slots: u32) {
@@ -45,19 +74,22 @@ fn merge(hosts: &mut Vec<Host>, name: &str, slots: u32) {
 
 /// Reads a hostfile. Lines: `host`, `host:N`, `host slots=N [max_slots=M]`, `#` comments,
 /// blank lines. Errors name the file and line: `hosts:3: bad slot count 'x'`.
-pub fn read_hostfile(path: &Path) -> Result<Vec<Host>, String> {
+pub fn read_hostfile(path: &Path) -> Result<Vec<Host>, HostsError> {
     let text = std::fs::read_to_string(path)
-        .map_err(|e| format!("cannot read hostfile {}: {}", path.display(), plain(&e)))?;
-    let hosts =
-        parse_hostfile(&text).map_err(|(line, e)| format!("{}:{line}: {e}", path.display()))?;
+        .map_err(|cause| HostsError::Read { path: path.to_path_buf(), cause })?;
+    let hosts = parse_hostfile(&text).map_err(|(line, error)| HostsError::Line {
+        path: path.to_path_buf(),
+        line,
+        error,
+    })?;
     if hosts.is_empty() {
-        return Err(format!("hostfile {} names no host", path.display()));
+        return Err(HostsError::NoHost(path.to_path_buf()));
     }
     Ok(hosts)
 }
 
 /// The text of a hostfile; errors carry the 1-based line number.
-pub fn parse_hostfile(text: &str) -> Result<Vec<Host>, (usize, String)> {
+fn parse_hostfile(text: &str) -> Result<Vec<Host>, (usize, EntryError)> {
     let mut hosts = Vec::new();
     for (i, raw) in text.lines().enumerate() {
         let line = raw.split('#').next().unwrap_or("").trim();
@@ -74,7 +106,10 @@ pub fn parse_hostfile(text: &str) -> Result<Vec<Host>, (usize, String)> {
                 Some(("max_slots" | "max-slots", n)) => {
                     parse_slots(n).map_err(|e| (i + 1, e))?;
                 }
-                _ => return Err((i + 1, format!("unexpected '{word}' after host {name}"))),
+                _ => {
+                    let (word, host) = (word.to_string(), name.to_string());
+                    return Err((i + 1, EntryError::Unexpected { word, host }));
+                }
             }
         }
         merge(&mut hosts, name, slots);
@@ -111,7 +146,10 @@ mod tests {
     #[test]
     fn host_lists_parse_and_merge() {
         assert_eq!(parse_host_list("a,b:2,a:3").unwrap(), vec![h("a", 4), h("b", 2)]);
-        assert!(parse_host_list("a:x").unwrap_err().contains("bad slot count 'x'"));
+        assert_eq!(
+            parse_host_list("a:x").unwrap_err().to_string(),
+            "--hosts a:x: bad slot count 'x'"
+        );
         assert!(parse_host_list("a,,b").is_err());
     }
 
@@ -119,8 +157,10 @@ mod tests {
     fn hostfiles_take_hydra_and_open_mpi_forms() {
         let text = "# cluster\n\nn1\nn2:4\nn3 slots=2 max_slots=8  # big\nn1:2\n";
         assert_eq!(parse_hostfile(text).unwrap(), vec![h("n1", 3), h("n2", 4), h("n3", 2)]);
-        assert_eq!(parse_hostfile("a\nb\nc:x\n").unwrap_err(), (3, "bad slot count 'x'".into()));
+        let bad_slots = EntryError::BadSlots("x".into());
+        assert_eq!(parse_hostfile("a\nb\nc:x\n").unwrap_err(), (3, bad_slots));
         assert_eq!(parse_hostfile("a slots=0").unwrap_err().0, 1);
-        assert!(parse_hostfile("a colour=red").unwrap_err().1.contains("unexpected 'colour=red'"));
+        let error = parse_hostfile("a colour=red").unwrap_err().1.to_string();
+        assert_eq!(error, "unexpected 'colour=red' after host a");
     }
 }

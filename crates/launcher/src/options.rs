@@ -1,4 +1,4 @@
-//! What the command line asks for, validated: the parts from [`cli::split`] folded, in
+//! What the command line asks for, validated: the parts from `args::split` folded, in
 //! order, into job-wide settings and one [`SegmentSpec`] per MPMD segment, with settings
 //! from the environment filled in where the command line is silent.
 
@@ -7,11 +7,47 @@ use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use pmi_wire::control::{Binding, CpuUnit};
+use pmi_wire::control::{Binding, CpuUnit, Liveness};
 
-use crate::cli::{self, Item, Key, Part};
-use crate::hosts::{self, Host};
+use crate::args::{self, Item, Key, Part};
+use crate::configfile;
+use crate::error::UsageError;
 use crate::output::{OutputDir, OutputSpec, Pattern};
+
+/// An option, or a setting from the environment, that rlaunch cannot use as given.
+#[derive(Debug, thiserror::Error)]
+pub enum OptionError {
+    /// `option` as spelled, or the environment variable the setting came from.
+    #[error("{option} {value}: expected {what}")]
+    Expected { option: &'static str, value: String, what: &'static str },
+    #[error("{option} {value}: a segment needs at least 1 rank")]
+    NoRanks { option: &'static str, value: String },
+    #[error("{option} {pair}: empty variable name")]
+    EmptyName { option: &'static str, pair: String },
+    #[error("{0}: empty command")]
+    EmptyCommand(&'static str),
+    #[error("the timeout must be more than 0 seconds")]
+    ZeroTimeout,
+    #[error("--heartbeat {0}: must be at least 0.001 seconds")]
+    ShortHeartbeat(String),
+    /// The silence timeout must leave room for heartbeats, or every link would be lost.
+    #[error("--silence-timeout {silence}: must be longer than the heartbeat ({heartbeat} s)")]
+    ShortSilence { silence: String, heartbeat: f64 },
+    #[error("-l and --prepend-pattern both set the line prefix; give one")]
+    TwoPrefixes,
+    /// `reason`: what the pattern parser said.
+    #[error("{option} {pattern}: {reason}")]
+    Pattern { option: &'static str, pattern: String, reason: String },
+    #[error("--output-filename {0}: no directory given")]
+    NoOutputDir(String),
+    #[error("--output-filename {arg}: unknown option {option} (known: nocopy, nojobid)")]
+    OutputDirOption { arg: String, option: String },
+    /// `-configfile` with a program on the command line too.
+    #[error("{0}: give the programs either in the file or on the command line")]
+    ProgramsTwice(&'static str),
+    #[error("no program given: rlaunch -n N PROGRAM [ARGS]")]
+    NoProgram,
+}
 
 /// What the command line asks rlaunch to do.
 pub enum Request {
@@ -39,7 +75,7 @@ impl EnvBase {
     }
 
     /// The variables of `env` this base lets through, in `env`'s order.
-    pub fn filter(&self, env: &[(OsString, OsString)]) -> Vec<(Vec<u8>, Vec<u8>)> {
+    pub(crate) fn filter(&self, env: &[(OsString, OsString)]) -> Vec<(Vec<u8>, Vec<u8>)> {
         env.iter()
             .filter(|(k, _)| match self {
                 EnvBase::All => true,
@@ -102,39 +138,41 @@ struct OutputOptions {
 /// Everything the command line (and the environment) decided.
 #[derive(Debug, Clone)]
 pub struct Options {
-    pub segments: Vec<SegmentSpec>,
+    pub(crate) segments: Vec<SegmentSpec>,
     /// The job's hosts, for segments without their own.
-    pub hosts: Option<HostSource>,
-    pub ppn: Option<u32>,
-    pub map_by: MapBy,
-    pub launcher: Option<LauncherKind>,
-    pub launcher_exec: Option<Vec<String>>,
-    pub proxy_path: Option<String>,
-    pub tree_width: u32,
-    pub env_base: EnvBase,
+    pub(crate) hosts: Option<HostSource>,
+    pub(crate) ppn: Option<u32>,
+    pub(crate) map_by: MapBy,
+    pub(crate) launcher: Option<LauncherKind>,
+    pub(crate) launcher_exec: Option<Vec<String>>,
+    pub(crate) proxy_path: Option<String>,
+    pub(crate) tree_width: u32,
+    pub(crate) env_base: EnvBase,
     /// `-genv` and `-x` pairs, in order.
-    pub genv: Vec<(Vec<u8>, Vec<u8>)>,
-    pub stdin: String,
-    pub kill_grace: Duration,
-    pub timeout: Option<Duration>,
-    pub pmi_port: bool,
-    pub binding: Option<Binding>,
-    pub report_bindings: bool,
-    pub output: OutputSpec,
-    pub print_all_exit_codes: bool,
+    pub(crate) genv: Vec<(Vec<u8>, Vec<u8>)>,
+    pub(crate) stdin: String,
+    pub(crate) kill_grace: Duration,
+    /// Heartbeat and silence timeout of the tree's links.
+    pub(crate) liveness: Liveness,
+    pub(crate) timeout: Option<Duration>,
+    pub(crate) pmi_port: bool,
+    pub(crate) binding: Option<Binding>,
+    pub(crate) report_bindings: bool,
+    pub(crate) output: OutputSpec,
+    pub(crate) print_all_exit_codes: bool,
     pub verbose: u8,
     /// One line each, for options accepted without effect.
     pub notices: Vec<String>,
 }
 
-/// Reads rlaunch's argv (without argv[0]). `env` is rlaunch's environment, `cwd` its
+/// Reads rlaunch's argv (without `argv[0]`). `env` is rlaunch's environment, `cwd` its
 /// directory; both are parameters so that this stays a pure function of its input.
 pub fn parse(
     args: &[OsString],
     env: &[(OsString, OsString)],
     cwd: &Path,
-) -> Result<Request, String> {
-    let mut parts = cli::split(args)?;
+) -> Result<Request, UsageError> {
+    let mut parts = args::split(args)?;
     let all = |key: Key| parts.iter().flat_map(|p| &p.items).any(|i| i.key == key);
     if all(Key::HelpAll) {
         return Ok(Request::Help { all: true });
@@ -152,37 +190,24 @@ pub fn parse(
     if let Some(item) = configfile {
         let path = cwd.join(item.value.as_deref().expect("takes a value"));
         if parts.len() > 1 || !parts[0].command.is_empty() {
-            return Err(format!(
-                "{}: give the programs either in the file or on the command line",
-                item.name
-            ));
+            return Err(OptionError::ProgramsTwice(item.name).into());
         }
-        let text = std::fs::read_to_string(&path)
-            .map_err(|e| format!("cannot read {}: {}", path.display(), hosts::plain(&e)))?;
-        let lines = cli::split_configfile(&text)
-            .map_err(|(line, e)| format!("{}:{line}: {e}", path.display()))?;
-        if lines.is_empty() {
-            return Err(format!("{} names no program", path.display()));
-        }
-        for (line, words) in lines {
-            let at = |e: String| format!("{}:{line}: {e}", path.display());
-            let mut found = cli::split(&words).map_err(at)?;
-            if found.len() != 1 || found[0].command.is_empty() {
-                return Err(at("expected options and one program, without ':'".into()));
-            }
-            parts.push(found.remove(0));
-        }
+        parts.extend(configfile::read(&path)?);
         // The command line's own options apply to every segment.
         let head = parts.remove(0);
         parts[0].items.splice(0..0, head.items);
     }
     if parts[0].command.is_empty() {
-        return Err("no program given: rlaunch -n N PROGRAM [ARGS]".into());
+        return Err(OptionError::NoProgram.into());
     }
-    fold(parts, env, cwd)
+    Ok(fold(parts, env, cwd)?)
 }
 
-fn fold(parts: Vec<Part>, env: &[(OsString, OsString)], cwd: &Path) -> Result<Request, String> {
+fn fold(
+    parts: Vec<Part>,
+    env: &[(OsString, OsString)],
+    cwd: &Path,
+) -> Result<Request, OptionError> {
     let mut o = Options {
         segments: Vec::new(),
         hosts: None,
@@ -196,6 +221,7 @@ fn fold(parts: Vec<Part>, env: &[(OsString, OsString)], cwd: &Path) -> Result<Re
         genv: Vec::new(),
         stdin: "0".into(),
         kill_grace: Duration::from_secs(1),
+        liveness: Liveness::default(),
         timeout: None,
         pmi_port: false,
         binding: None,
@@ -209,6 +235,8 @@ fn fold(parts: Vec<Part>, env: &[(OsString, OsString)], cwd: &Path) -> Result<Re
     let mut output = OutputOptions::default();
     let getenv = |name: &str| env.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone());
     let mut timeout = None;
+    // As written, for messages.
+    let mut silence_given: Option<String> = None;
     for (index, part) in parts.iter().enumerate() {
         let mut seg = SegmentSpec {
             np: None,
@@ -222,15 +250,13 @@ fn fold(parts: Vec<Part>, env: &[(OsString, OsString)], cwd: &Path) -> Result<Re
         for item in &part.items {
             let text = || item.value.as_ref().map(|v| v.to_string_lossy().into_owned());
             let value = text().unwrap_or_default();
-            let bad = |what: &str| format!("{} {value}: expected {what}", item.name);
+            let bad =
+                |what| OptionError::Expected { option: item.name, value: value.clone(), what };
             match item.key {
                 Key::Np => {
                     let n = value.parse::<u32>().map_err(|_| bad("a number of ranks"))?;
                     if n == 0 {
-                        return Err(format!(
-                            "{} {value}: a segment needs at least 1 rank",
-                            item.name
-                        ));
+                        return Err(OptionError::NoRanks { option: item.name, value });
                     }
                     seg.np = Some(n);
                 }
@@ -277,6 +303,18 @@ fn fold(parts: Vec<Part>, env: &[(OsString, OsString)], cwd: &Path) -> Result<Re
                 Key::ProxyPath => o.proxy_path = Some(value),
                 Key::TreeWidth => {
                     o.tree_width = value.parse().map_err(|_| bad("a number of children"))?
+                }
+                Key::Heartbeat => {
+                    let every = parse_seconds(item.name, &value)?;
+                    if every < Duration::from_millis(1) {
+                        return Err(OptionError::ShortHeartbeat(value));
+                    }
+                    o.liveness.heartbeat_ms = every.as_millis() as u64;
+                }
+                Key::SilenceTimeout => {
+                    let silence = parse_seconds(item.name, &value)?;
+                    o.liveness.silence_ms = silence.as_millis() as u64;
+                    silence_given = Some(value);
                 }
                 Key::Genv => o.genv.push(split_pair(item)?),
                 Key::Export => match value.split_once('=') {
@@ -375,21 +413,31 @@ fn fold(parts: Vec<Part>, env: &[(OsString, OsString)], cwd: &Path) -> Result<Re
         },
     };
     if o.timeout == Some(Duration::ZERO) {
-        return Err("the timeout must be more than 0 seconds".into());
+        return Err(OptionError::ZeroTimeout);
+    }
+    if o.liveness.silence_ms <= o.liveness.heartbeat_ms {
+        let silence = silence_given
+            .unwrap_or_else(|| format!("{} (the default)", o.liveness.silence().as_secs_f64()));
+        let heartbeat = o.liveness.heartbeat().as_secs_f64();
+        return Err(OptionError::ShortSilence { silence, heartbeat });
     }
     Ok(Request::Run(Box::new(o)))
 }
 
 /// The output options, checked: patterns parsed, `--output-filename`'s options known.
-fn output_spec(o: &OutputOptions) -> Result<OutputSpec, String> {
-    let pattern = |flag: &str, text: &Option<String>| {
-        let parse = |t: &String| Pattern::parse(t).map_err(|e| format!("{flag} {t}: {e}"));
+fn output_spec(o: &OutputOptions) -> Result<OutputSpec, OptionError> {
+    let pattern = |option, text: &Option<String>| {
+        let parse = |t: &String| {
+            Pattern::parse(t).map_err(|e| OptionError::Pattern {
+                option,
+                pattern: t.clone(),
+                reason: e.to_string(),
+            })
+        };
         text.as_ref().map(parse).transpose()
     };
     let prefix = match (o.prepend_rank, &o.prepend_pattern) {
-        (true, Some(_)) => {
-            return Err("-l and --prepend-pattern both set the line prefix; give one".into())
-        }
+        (true, Some(_)) => return Err(OptionError::TwoPrefixes),
         (true, None) => Some(Pattern::parse("[%r] ").expect("-l's pattern is valid")),
         (false, text) => pattern("--prepend-pattern", text)?,
     };
@@ -404,13 +452,13 @@ fn output_spec(o: &OutputOptions) -> Result<OutputSpec, String> {
 }
 
 /// `--output-filename DIR[:OPTION,...]`, Open MPI's syntax.
-fn output_dir(arg: &str) -> Result<OutputDir, String> {
+fn output_dir(arg: &str) -> Result<OutputDir, OptionError> {
     let (path, options) = match arg.rsplit_once(':') {
         Some((path, options)) => (path, options.split(',').collect()),
         None => (arg, Vec::new()),
     };
     if path.is_empty() {
-        return Err(format!("--output-filename {arg}: no directory given"));
+        return Err(OptionError::NoOutputDir(arg.to_string()));
     }
     let mut dir = OutputDir { path: path.into(), copy: true, per_job: true };
     for option in options {
@@ -418,9 +466,8 @@ fn output_dir(arg: &str) -> Result<OutputDir, String> {
             "nocopy" => dir.copy = false,
             "nojobid" => dir.per_job = false,
             _ => {
-                return Err(format!(
-                    "--output-filename {arg}: unknown option {option} (known: nocopy, nojobid)"
-                ))
+                let (arg, option) = (arg.to_string(), option.to_string());
+                return Err(OptionError::OutputDirOption { arg, option });
             }
         }
     }
@@ -428,51 +475,47 @@ fn output_dir(arg: &str) -> Result<OutputDir, String> {
 }
 
 /// `NAME=VALUE` into its two halves; the name must be a name.
-fn split_pair(item: &Item) -> Result<(Vec<u8>, Vec<u8>), String> {
+fn split_pair(item: &Item) -> Result<(Vec<u8>, Vec<u8>), OptionError> {
     let bytes = item.value.as_ref().expect("pairs have a value").as_bytes();
     let eq = bytes.iter().position(|&b| b == b'=').expect("pairs hold '='");
     let (name, value) = (&bytes[..eq], &bytes[eq + 1..]);
     if name.is_empty() {
-        return Err(format!(
-            "{} {}: empty variable name",
-            item.name,
-            String::from_utf8_lossy(bytes)
-        ));
+        let pair = String::from_utf8_lossy(bytes).into_owned();
+        return Err(OptionError::EmptyName { option: item.name, pair });
     }
     Ok((name.to_vec(), value.to_vec()))
 }
 
-fn parse_seconds(name: &str, value: &str) -> Result<Duration, String> {
+fn parse_seconds(name: &'static str, value: &str) -> Result<Duration, OptionError> {
     value
         .trim()
         .parse::<f64>()
         .ok()
         .filter(|s| s.is_finite() && *s >= 0.0)
         .map(Duration::from_secs_f64)
-        .ok_or_else(|| format!("{name} {value}: expected a number of seconds"))
+        .ok_or_else(|| expected(name, value, "a number of seconds"))
 }
 
-fn parse_launcher(name: &str, value: &str) -> Result<LauncherKind, String> {
+fn parse_launcher(name: &'static str, value: &str) -> Result<LauncherKind, OptionError> {
     match value {
         "fork" => Ok(LauncherKind::Fork),
         "ssh" => Ok(LauncherKind::Ssh),
         "rsh" => Ok(LauncherKind::Rsh),
-        _ => Err(format!("{name} {value}: expected fork, ssh or rsh")),
+        _ => Err(expected(name, value, "fork, ssh or rsh")),
     }
 }
 
-fn parse_command(name: &str, value: &str) -> Result<Vec<String>, String> {
+fn parse_command(name: &'static str, value: &str) -> Result<Vec<String>, OptionError> {
     let words: Vec<String> = value.split_whitespace().map(String::from).collect();
     if words.is_empty() {
-        return Err(format!("{name}: empty command"));
+        return Err(OptionError::EmptyCommand(name));
     }
     Ok(words)
 }
 
 /// `core`, `socket:2`, `none`.
-pub fn parse_bind_to(name: &str, value: &str) -> Result<Option<Binding>, String> {
-    let bad =
-        || format!("{name} {value}: expected none, hwthread, core, socket or numa, optionally :N");
+fn parse_bind_to(name: &'static str, value: &str) -> Result<Option<Binding>, OptionError> {
+    let bad = || expected(name, value, "none, hwthread, core, socket or numa, optionally :N");
     let (unit, count) = match value.split_once(':') {
         Some((unit, n)) => (unit, n.parse::<u32>().ok().filter(|&n| n > 0).ok_or_else(bad)?),
         None => (value, 1),
@@ -488,21 +531,16 @@ pub fn parse_bind_to(name: &str, value: &str) -> Result<Option<Binding>, String>
     Ok(Some(Binding { unit, count }))
 }
 
-/// A segment's hosts: its own source, or this machine with one slot.
-pub fn read_hosts(source: Option<&HostSource>, own_host: &str) -> Result<Vec<Host>, String> {
-    match source {
-        Some(HostSource::List(list)) => hosts::parse_host_list(list),
-        Some(HostSource::File(path)) => hosts::read_hostfile(path),
-        None => Ok(vec![Host { name: own_host.to_string(), slots: 1 }]),
-    }
+fn expected(option: &'static str, value: &str, what: &'static str) -> OptionError {
+    OptionError::Expected { option, value: value.to_string(), what }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cli::os;
+    use crate::args::os;
 
-    fn run(line: &str, env: &[(&str, &str)]) -> Result<Options, String> {
+    fn run(line: &str, env: &[(&str, &str)]) -> Result<Options, UsageError> {
         let args: Vec<OsString> = line.split_whitespace().map(os).collect();
         let env: Vec<_> = env.iter().map(|(k, v)| (os(k), os(v))).collect();
         match parse(&args, &env, Path::new("/work"))? {
@@ -552,7 +590,7 @@ mod tests {
         assert_eq!(o.timeout, Some(Duration::from_secs(3)));
         assert_eq!(o.launcher, Some(LauncherKind::Ssh));
         let e = run("./a", &[("HYDRA_LAUNCHER", "pbs")]).unwrap_err();
-        assert_eq!(e, "HYDRA_LAUNCHER pbs: expected fork, ssh or rsh");
+        assert_eq!(e.to_string(), "HYDRA_LAUNCHER pbs: expected fork, ssh or rsh");
     }
 
     #[test]
@@ -567,5 +605,23 @@ mod tests {
         assert!(run("--bind-to cores:0 ./a", &[]).is_err());
         let o = run("--mca btl tcp --mca x y ./a", &[]).unwrap();
         assert_eq!(o.notices.len(), 1);
+    }
+
+    #[test]
+    fn heartbeat_and_silence_are_configurable_within_reason() {
+        let o = run("./a", &[]).unwrap();
+        assert_eq!(o.liveness, Liveness { heartbeat_ms: 2000, silence_ms: 10_000 });
+        let o = run("--heartbeat 0.2 --silence-timeout 1 ./a", &[]).unwrap();
+        assert_eq!(o.liveness, Liveness { heartbeat_ms: 200, silence_ms: 1000 });
+        let e = run("--silence-timeout 2 ./a", &[]).unwrap_err().to_string();
+        assert_eq!(e, "--silence-timeout 2: must be longer than the heartbeat (2 s)");
+        let e = run("--heartbeat 12 ./a", &[]).unwrap_err().to_string();
+        assert_eq!(
+            e,
+            "--silence-timeout 10 (the default): must be longer than the heartbeat (12 s)"
+        );
+        let e = run("--heartbeat 0 ./a", &[]).unwrap_err().to_string();
+        assert_eq!(e, "--heartbeat 0: must be at least 0.001 seconds");
+        assert!(run("--heartbeat x ./a", &[]).is_err());
     }
 }

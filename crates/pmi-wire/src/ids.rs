@@ -21,20 +21,7 @@ impl ExitOutcome {
     pub fn is_success(self) -> bool {
         self == ExitOutcome::Exited(0)
     }
-
-    /// The exit code rlaunch uses when this outcome decides the job's status: the code itself,
-    /// 128 + signal, or the shell's 127 (not found) / 126 (not executable) for spawn failures.
-    pub fn exit_code(self) -> i32 {
-        match self {
-            ExitOutcome::Exited(code) => code,
-            ExitOutcome::Signaled(sig) => 128 + sig,
-            ExitOutcome::SpawnFailed { errno } if errno == ENOENT => 127,
-            ExitOutcome::SpawnFailed { .. } | ExitOutcome::NoWorkdir { .. } => 126,
-        }
-    }
 }
-
-const ENOENT: i32 = 2;
 
 impl fmt::Display for ExitOutcome {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -120,11 +107,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn outcomes_map_to_shell_exit_codes() {
-        assert_eq!(ExitOutcome::Exited(7).exit_code(), 7);
-        assert_eq!(ExitOutcome::Signaled(11).exit_code(), 139);
-        assert_eq!(ExitOutcome::SpawnFailed { errno: 2 }.exit_code(), 127);
-        assert_eq!(ExitOutcome::SpawnFailed { errno: 13 }.exit_code(), 126);
+    fn outcomes_read_as_phrases() {
         assert_eq!(ExitOutcome::Signaled(11).to_string(), "was killed by signal 11 (SIGSEGV)");
     }
 }

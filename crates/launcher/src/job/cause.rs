@@ -6,6 +6,7 @@ use std::time::Duration;
 use pmi_wire::ids::ExitOutcome;
 
 use super::roll::Roll;
+use crate::exit;
 use crate::output::FileFailure;
 
 /// Why the job ended early, in the order things happened.
@@ -70,15 +71,19 @@ impl Cause {
     /// rlaunch's exit status when this cause decides it.
     pub(crate) fn exit_code(&self) -> i32 {
         match self {
-            Cause::RankFailed { how: RankFailure::Ended(outcome), .. } => outcome.exit_code(),
-            Cause::RankFailed { how: RankFailure::Unfinalized, .. } => 255,
-            Cause::TimedOut(_) => 124,
-            Cause::Interrupted => 130,
-            Cause::StdoutClosed => 141,
+            Cause::RankFailed { how: RankFailure::Ended(outcome), .. } => {
+                exit::of_outcome(*outcome)
+            }
+            Cause::RankFailed { how: RankFailure::Unfinalized, .. } => exit::FAILURE,
+            Cause::TimedOut(_) => exit::TIMED_OUT,
+            Cause::Interrupted => exit::INTERRUPTED,
+            Cause::StdoutClosed => exit::STDOUT_CLOSED,
             // MPI_Abort(comm, 0) still ends the job as a failure.
             Cause::Aborted { code: 0, .. } => 1,
             Cause::Aborted { code, .. } => *code,
-            Cause::LostProxy { .. } | Cause::PmiFault { .. } | Cause::OutputFile(_) => 255,
+            Cause::LostProxy { .. } | Cause::PmiFault { .. } | Cause::OutputFile(_) => {
+                exit::FAILURE
+            }
         }
     }
 

@@ -6,10 +6,10 @@
 //!                 └── the OPTIONS table: every spelling, its argument, its topic, its help
 //! ```
 //!
-//! One table drives parsing, suggestions for misspelled options and both help screens, so a
-//! spelling cannot be accepted without being documented. Items keep their order because
-//! order matters: a later `-genv` overrides an earlier `-x`, and `-genvnone` then `-genv A 1`
-//! is not `-genv A 1` then `-genvnone`.
+//! One table drives parsing, suggestions for misspelled options and both help screens
+//! ([`crate::help`]), so a spelling cannot be accepted without being documented. Items keep
+//! their order because order matters: a later `-genv` overrides an earlier `-x`, and
+//! `-genvnone` then `-genv A 1` is not `-genv A 1` then `-genvnone`.
 
 use std::ffi::OsString;
 use std::os::unix::ffi::OsStrExt;
@@ -32,6 +32,8 @@ pub enum Key {
     LauncherExec,
     ProxyPath,
     TreeWidth,
+    Heartbeat,
+    SilenceTimeout,
     Genv,
     Genvall,
     Genvnone,
@@ -84,6 +86,7 @@ pub enum Scope {
     Both,
 }
 
+/// Where an option is listed in the help, in this order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Topic {
     Job,
@@ -93,20 +96,6 @@ pub enum Topic {
     Binding,
     Information,
     Compatibility,
-}
-
-impl Topic {
-    fn title(self) -> &'static str {
-        match self {
-            Topic::Job => "Job",
-            Topic::Hosts => "Hosts and launching",
-            Topic::Environment => "Environment and working directory",
-            Topic::Output => "Output",
-            Topic::Binding => "CPU binding",
-            Topic::Information => "Information",
-            Topic::Compatibility => "Accepted for compatibility, no effect",
-        }
-    }
 }
 
 pub struct Opt {
@@ -179,6 +168,11 @@ pub const OPTIONS: &[Opt] = &[
         "path of rlaunch-proxy on the remote hosts (default: the one next to rlaunch)"),
     opt(&["--tree-width"], Value("K"), Key::TreeWidth, Global, Hosts, false,
         "fan-out of the proxy tree (default 32); 0 starts every proxy from rlaunch"),
+    opt(&["--heartbeat"], Value("SECONDS"), Key::Heartbeat, Global, Hosts, false,
+        "seconds between heartbeats on every link of the proxy tree (default 2)"),
+    opt(&["--silence-timeout"], Value("SECONDS"), Key::SilenceTimeout, Global, Hosts, false,
+        "a proxy not heard from for SECONDS is lost and the job ends (default 10; longer than \
+         --heartbeat)"),
     opt(&["--genv", "-genv"], Pair, Key::Genv, Global, Environment, true,
         "set NAME=VALUE for every rank (also written NAME=VALUE)"),
     opt(&["-x"], Value("NAME[=VALUE]"), Key::Export, Global, Environment, true,
@@ -277,15 +271,41 @@ pub struct Part {
     pub command: Vec<OsString>,
 }
 
+/// A command line that does not split into options and programs.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ArgsError {
+    #[error("unknown option '{name}'{} (rlaunch --help-all lists all)", did_you_mean(*.suggestion))]
+    Unknown {
+        name: String,
+        /// The closest spelling, if one is close.
+        suggestion: Option<&'static str>,
+    },
+    /// `what`: the argument's name (`N`), or what is missing (`a value after NAME`).
+    #[error("{option} needs {what}")]
+    NeedsValue { option: &'static str, what: String },
+    #[error("{option} takes no value")]
+    TakesNoValue { option: &'static str },
+    #[error("':' must follow a program: rlaunch -n 1 ./a : -n 2 ./b")]
+    ColonFirst,
+    #[error("a ':' must be followed by a program")]
+    NothingAfterColon,
+    #[error("'--' must be followed by a program")]
+    NothingAfterDashes,
+}
+
+fn did_you_mean(suggestion: Option<&str>) -> String {
+    suggestion.map(|s| format!("; did you mean '{s}'?")).unwrap_or_default()
+}
+
 /// Finds an option by any of its spellings.
-pub fn lookup(name: &str) -> Option<(&'static Opt, &'static str)> {
+fn lookup(name: &str) -> Option<(&'static Opt, &'static str)> {
     OPTIONS.iter().find_map(|o| o.names.iter().find(|n| **n == name).map(|n| (o, *n)))
 }
 
 /// Splits argv (without the program name) into `:`-separated parts. Each part's options
 /// end at its first word that is not an option (its program); from there up to the next
 /// lone `:` everything is the program's.
-pub fn split(args: &[OsString]) -> Result<Vec<Part>, String> {
+pub fn split(args: &[OsString]) -> Result<Vec<Part>, ArgsError> {
     let mut parts = vec![Part::default()];
     let mut i = 0;
     while i < args.len() {
@@ -294,7 +314,7 @@ pub fn split(args: &[OsString]) -> Result<Vec<Part>, String> {
         i += 1;
         if word == ":" {
             if part.command.is_empty() {
-                return Err("':' must follow a program: rlaunch -n 1 ./a : -n 2 ./b".into());
+                return Err(ArgsError::ColonFirst);
             }
             parts.push(Part::default());
             continue;
@@ -315,7 +335,7 @@ pub fn split(args: &[OsString]) -> Result<Vec<Part>, String> {
                     part.command.push(program.clone());
                     i += 1;
                 }
-                None => return Err("'--' must be followed by a program".into()),
+                None => return Err(ArgsError::NothingAfterDashes),
             }
             continue;
         }
@@ -327,27 +347,28 @@ pub fn split(args: &[OsString]) -> Result<Vec<Part>, String> {
         let Some((opt, spelled)) = lookup(name) else {
             return Err(unknown_option(name));
         };
-        let mut take = |what: &str| -> Result<OsString, String> {
-            let v = args.get(i).cloned().ok_or_else(|| format!("{spelled} needs {what}"))?;
+        let mut take = |what: String| -> Result<OsString, ArgsError> {
+            let needs = || ArgsError::NeedsValue { option: spelled, what };
+            let v = args.get(i).cloned().ok_or_else(needs)?;
             i += 1;
             Ok(v)
         };
         let value = match opt.arg {
-            Flag if inline.is_some() => return Err(format!("{spelled} takes no value")),
+            Flag if inline.is_some() => return Err(ArgsError::TakesNoValue { option: spelled }),
             Flag => None,
             Value(what) => Some(match inline {
                 Some(v) => v,
-                None => take(what)?,
+                None => take(what.into())?,
             }),
             Pair => {
                 let first = match inline {
                     Some(v) => v,
-                    None => take("NAME VALUE")?,
+                    None => take("NAME VALUE".into())?,
                 };
                 if first.as_bytes().contains(&b'=') {
                     Some(first)
                 } else {
-                    let value = take(&format!("a value after {}", first.to_string_lossy()))?;
+                    let value = take(format!("a value after {}", first.to_string_lossy()))?;
                     let mut pair = first;
                     pair.push("=");
                     pair.push(value);
@@ -360,13 +381,13 @@ pub fn split(args: &[OsString]) -> Result<Vec<Part>, String> {
     }
     let last = parts.last().expect("never empty");
     if parts.len() > 1 && last.command.is_empty() {
-        return Err("a ':' must be followed by a program".into());
+        return Err(ArgsError::NothingAfterColon);
     }
     Ok(parts)
 }
 
 /// `unknown option '-hostz'; did you mean '-hosts'?`
-fn unknown_option(name: &str) -> String {
+fn unknown_option(name: &str) -> ArgsError {
     let best = OPTIONS
         .iter()
         .flat_map(|o| o.names.iter())
@@ -377,12 +398,8 @@ fn unknown_option(name: &str) -> String {
             (d, dashes(name) != dashes(n), name.len().abs_diff(n.len()), *n)
         })
         .min();
-    match best {
-        Some((d, _, _, n)) if d <= 2.max(name.len() / 3) => {
-            format!("unknown option '{name}'; did you mean '{n}'? (rlaunch --help-all lists all)")
-        }
-        _ => format!("unknown option '{name}' (rlaunch --help-all lists all)"),
-    }
+    let suggestion = best.filter(|(d, ..)| *d <= 2.max(name.len() / 3)).map(|(.., n)| n);
+    ArgsError::Unknown { name: name.to_string(), suggestion }
 }
 
 /// Levenshtein distance, for suggestions.
@@ -400,194 +417,6 @@ fn distance(a: &str, b: &str) -> usize {
     }
     row[b.len()]
 }
-
-/// A configfile line's number and words.
-pub type ConfigLine = (usize, Vec<OsString>);
-
-/// Splits a configfile into parts: one per line, `#` comments, `\` at the end of a line
-/// continues it, words split like a shell would (quotes and backslashes, no expansion).
-/// Errors carry the file's 1-based line number.
-pub fn split_configfile(text: &str) -> Result<Vec<ConfigLine>, (usize, String)> {
-    let mut lines = Vec::new();
-    let mut pending = String::new();
-    let mut start = 0;
-    for (i, raw) in text.lines().enumerate() {
-        if pending.is_empty() {
-            start = i + 1;
-        }
-        match raw.strip_suffix('\\') {
-            Some(head) => {
-                pending.push_str(head);
-                pending.push(' ');
-            }
-            None => {
-                pending.push_str(raw);
-                let words = shell_words(&pending).map_err(|e| (start, e))?;
-                if !words.is_empty() {
-                    lines.push((start, words));
-                }
-                pending.clear();
-            }
-        }
-    }
-    if !pending.is_empty() {
-        let words = shell_words(&pending).map_err(|e| (start, e))?;
-        if !words.is_empty() {
-            lines.push((start, words));
-        }
-    }
-    Ok(lines)
-}
-
-/// Words of one line: 'single' and "double" quotes, backslash escapes, `#` starts a comment
-/// outside quotes at the start of a word.
-fn shell_words(line: &str) -> Result<Vec<OsString>, String> {
-    let mut words = Vec::new();
-    let mut word: Option<String> = None;
-    let mut chars = line.chars();
-    while let Some(c) = chars.next() {
-        match c {
-            c if c.is_whitespace() => {
-                if let Some(w) = word.take() {
-                    words.push(w.into());
-                }
-            }
-            '#' if word.is_none() => break,
-            '\'' => {
-                let w = word.get_or_insert_with(String::new);
-                loop {
-                    match chars.next() {
-                        Some('\'') => break,
-                        Some(c) => w.push(c),
-                        None => return Err("unterminated ' quote".into()),
-                    }
-                }
-            }
-            '"' => {
-                let w = word.get_or_insert_with(String::new);
-                loop {
-                    match chars.next() {
-                        Some('"') => break,
-                        Some('\\') => match chars.next() {
-                            Some(c) => w.push(c),
-                            None => return Err("unterminated \" quote".into()),
-                        },
-                        Some(c) => w.push(c),
-                        None => return Err("unterminated \" quote".into()),
-                    }
-                }
-            }
-            '\\' => {
-                if let Some(c) = chars.next() {
-                    word.get_or_insert_with(String::new).push(c);
-                }
-            }
-            c => word.get_or_insert_with(String::new).push(c),
-        }
-    }
-    if let Some(w) = word {
-        words.push(w.into());
-    }
-    Ok(words)
-}
-
-const EXIT_CODES: &str = "\
-Exit status:
-  0        every rank exited with code 0
-  N        the first failing rank exited with code N
-  128+S    the first failing rank was killed by signal S (also after Ctrl-C: 130)
-  124      --timeout expired
-  126/127  a program could not be started (not executable / not found)
-  141      rlaunch's stdout was closed (e.g. piped into `head`)
-  255      a proxy or node was lost, an output file could not be written, or rlaunch
-           itself failed
-  2        bad command line";
-
-const HELP_WIDTH: usize = 100;
-const HELP_INDENT: usize = 30;
-
-/// Words of `text` in lines of at most `width` characters.
-fn wrap(text: &str, width: usize) -> Vec<String> {
-    let mut lines: Vec<String> = Vec::new();
-    for word in text.split_whitespace() {
-        match lines.last_mut() {
-            Some(line) if line.len() + 1 + word.len() <= width => {
-                line.push(' ');
-                line.push_str(word);
-            }
-            _ => lines.push(word.to_string()),
-        }
-    }
-    lines
-}
-
-/// `--help` (common options, rlaunch's spelling) or `--help-all` (everything).
-pub fn help(all: bool) -> String {
-    let mut out = String::from(
-        "rlaunch: launch an MPI-style parallel job, one proxy per node, ranks under the proxies.\n\n\
-         Usage: rlaunch [OPTIONS] [-n N] PROGRAM [ARGS]... [: [OPTIONS] PROGRAM [ARGS]...]...\n",
-    );
-    let mut topics: Vec<Topic> = OPTIONS.iter().map(|o| o.topic).collect();
-    topics.sort();
-    topics.dedup();
-    for topic in topics {
-        let shown: Vec<&Opt> =
-            OPTIONS.iter().filter(|o| o.topic == topic && (all || o.common)).collect();
-        if shown.is_empty() {
-            continue;
-        }
-        out.push_str(&format!("\n{}:\n", topic.title()));
-        for o in shown {
-            let names = if all {
-                o.names.join(", ")
-            } else {
-                // The one-letter spelling too, if there is one: it is what people type.
-                let short = o.names.iter().find(|n| n.len() == 2 && !n.starts_with("--"));
-                match short {
-                    Some(s) if *s != o.names[0] => format!("{s}, {}", o.names[0]),
-                    _ => o.names[0].to_string(),
-                }
-            };
-            let arg = match o.arg {
-                Flag => String::new(),
-                Value(v) => format!(" {v}"),
-                Pair => " NAME VALUE".into(),
-            };
-            let head = format!("  {names}{arg}");
-            let mut lines = wrap(o.help, HELP_WIDTH - HELP_INDENT).into_iter();
-            if head.len() < HELP_INDENT {
-                let first = lines.next().unwrap_or_default();
-                out.push_str(&format!("{head:<HELP_INDENT$}{first}\n"));
-            } else {
-                out.push_str(&format!("{head}\n"));
-            }
-            for line in lines {
-                out.push_str(&format!("{:<HELP_INDENT$}{line}\n", ""));
-            }
-        }
-    }
-    if all {
-        out.push_str(
-            "\nOptions before the first program apply to every segment; -n, -env*, -hosts and \
-             -wdir after\na ':' apply to their segment. A rank's environment, later wins: \
-             rlaunch's environment (all of it,\nor as filtered by -genvnone/-genvlist, or by \
-             the segment's own -envall/-envnone/-envlist), then\n-genv and -x in order, then \
-             the segment's -env in order, then the PMI variables rlaunch sets.\nSettings from \
-             the environment: the command line wins over RLAUNCH_HOSTFILE, RLAUNCH_LAUNCHER,\n\
-             RLAUNCH_LAUNCHER_EXEC, RLAUNCH_TIMEOUT, which win over HYDRA_HOST_FILE, \
-             HYDRA_LAUNCHER,\nHYDRA_LAUNCHER_EXEC, MPIEXEC_TIMEOUT.\n",
-        );
-    } else {
-        out.push_str(
-            "\n`rlaunch --help-all` lists every option with its Hydra and Open MPI spellings.\n",
-        );
-    }
-    out.push('\n');
-    out.push_str(EXIT_CODES);
-    out.push('\n');
-    out
-}
-
 #[cfg(test)]
 /// The words of `s` as a program's argv would carry them.
 pub fn os(s: &str) -> OsString {
@@ -624,29 +453,29 @@ mod tests {
 
     #[test]
     fn bad_command_lines_get_one_line() {
-        let e = split(&args("-hostz a ./x")).unwrap_err();
-        assert!(e.contains("'-hostz'; did you mean '-hosts'"), "{e}");
-        assert!(split(&args("-n")).unwrap_err().contains("-n needs N"));
-        assert!(split(&args("./a :")).unwrap_err().contains("followed by a program"));
-        assert!(split(&args("-n 1 : ./b")).unwrap_err().contains("must follow a program"));
+        let error = |line: &str| split(&args(line)).unwrap_err().to_string();
+        assert_eq!(
+            error("-hostz a ./x"),
+            "unknown option '-hostz'; did you mean '-hosts'? (rlaunch --help-all lists all)"
+        );
+        assert_eq!(error("-n"), "-n needs N");
+        assert_eq!(error("-genv A"), "-genv needs a value after A");
+        assert_eq!(error("./a :"), "a ':' must be followed by a program");
+        assert_eq!(error("-n 1 : ./b"), "':' must follow a program: rlaunch -n 1 ./a : -n 2 ./b");
+        assert_eq!(error("--"), "'--' must be followed by a program");
         assert!(split(&args("--np=2 ./a")).is_ok());
-        assert!(split(&args("--genvnone=1 ./a")).unwrap_err().contains("takes no value"));
-    }
-
-    #[test]
-    fn configfiles_have_comments_continuations_and_quotes() {
-        let text = "# master\n-n 1 ./m\n\n-n 2 -env A 'x y' \\\n  ./w \"q\\\"z\" # two\n";
-        let lines = split_configfile(text).unwrap();
-        assert_eq!(lines[0], (2, args("-n 1 ./m")));
-        assert_eq!(lines[1].0, 4);
-        assert_eq!(lines[1].1[4], os("x y"));
-        assert_eq!(lines[1].1[6], os("q\"z"));
-        assert_eq!(split_configfile("a\n'b\n").unwrap_err().0, 2);
+        assert_eq!(error("--genvnone=1 ./a"), "--genvnone takes no value");
     }
 
     #[test]
     fn suggestions_are_close_or_absent() {
-        assert!(unknown_option("--tree-wdith").contains("'--tree-width'"));
-        assert!(!unknown_option("--zzzzzzzzzzzz").contains("did you mean"));
+        assert_eq!(
+            unknown_option("--tree-wdith"),
+            ArgsError::Unknown { name: "--tree-wdith".into(), suggestion: Some("--tree-width") }
+        );
+        assert_eq!(
+            unknown_option("--zzzzzzzzzzzz").to_string(),
+            "unknown option '--zzzzzzzzzzzz' (rlaunch --help-all lists all)"
+        );
     }
 }

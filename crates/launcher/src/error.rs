@@ -1,0 +1,44 @@
+//! Why rlaunch does not start a job: the command line asks for something it cannot do
+//! ([`UsageError`], exit status 2), or it cannot run at all ([`SetupError`], 255). Each
+//! renders as the one line rlaunch prints after `rlaunch: `.
+
+use std::io;
+use std::path::PathBuf;
+
+use crate::args::ArgsError;
+use crate::configfile::ConfigfileError;
+use crate::hosts::{plain, HostsError};
+use crate::options::OptionError;
+
+/// The command line, or a file it names, asks for a job rlaunch cannot run as written.
+#[derive(Debug, thiserror::Error)]
+pub enum UsageError {
+    #[error(transparent)]
+    Args(#[from] ArgsError),
+    #[error(transparent)]
+    Configfile(#[from] ConfigfileError),
+    #[error(transparent)]
+    Option(#[from] OptionError),
+    #[error(transparent)]
+    Hosts(#[from] HostsError),
+    /// More than `u32::MAX` ranks in all.
+    #[error("too many ranks")]
+    TooManyRanks,
+    #[error("--stdin {rank}: the job has only {size} ranks")]
+    StdinBeyondJob { rank: u32, size: u32 },
+    /// As written.
+    #[error("--stdin {0}: expected a rank number, 'all' or 'none'")]
+    StdinTarget(String),
+}
+
+/// rlaunch itself cannot run the job, whatever the command line.
+#[derive(Debug, thiserror::Error)]
+pub enum SetupError {
+    #[error("cannot read the current directory: {}", plain(.0))]
+    CurrentDir(io::Error),
+    #[error("cannot find my own executable: {0}")]
+    OwnExecutable(io::Error),
+    /// Where the proxy should have been.
+    #[error("cannot find rlaunch-proxy at {} (install it next to rlaunch)", .0.display())]
+    NoProxy(PathBuf),
+}

@@ -1,0 +1,115 @@
+//! Where ranks go: each segment's ranks on its hosts' slots, in blocks or round-robin, and
+//! the `PMI_process_mapping` that tells MPI the result. Pure functions.
+
+use crate::hosts::Host;
+
+/// The host (an index into `hosts`) of each of `n` ranks: hosts filled in order, each up to
+/// its slots; past the total, around again.
+fn place_block(hosts: &[Host], n: u32) -> Vec<usize> {
+    let slots = hosts.iter().enumerate().flat_map(|(i, h)| (0..h.slots).map(move |_| i));
+    slots.cycle().take(n as usize).collect()
+}
+
+/// The host of each of `n` ranks, one host after the other (`--map-by node`): rank r goes to
+/// the r-th host with a free slot in a round, and rounds repeat past the total.
+fn place_round_robin(hosts: &[Host], n: u32) -> Vec<usize> {
+    let mut placed = Vec::with_capacity(n as usize);
+    let deepest = hosts.iter().map(|h| h.slots).max().unwrap_or(0);
+    // One round: the hosts' first slots, then their second slots, ...
+    let round: Vec<usize> = (0..deepest)
+        .flat_map(|depth| hosts.iter().enumerate().filter(move |(_, h)| h.slots > depth))
+        .map(|(i, _)| i)
+        .collect();
+    while placed.len() < n as usize && !round.is_empty() {
+        let missing = n as usize - placed.len();
+        placed.extend(round.iter().take(missing));
+    }
+    placed
+}
+
+/// The host name of each rank of an MPMD job, ranks numbered across segments. `segments` are
+/// (host list index, rank count); segments drawing on the same list continue where the
+/// previous one stopped, as if they were one block of ranks (Hydra's numbering).
+pub(crate) fn place_segments<'a>(
+    lists: &'a [Vec<Host>],
+    segments: &[(usize, u32)],
+    by_node: bool,
+) -> Vec<&'a str> {
+    let mut sequences: Vec<_> = lists
+        .iter()
+        .enumerate()
+        .map(|(i, hosts)| {
+            let n: u32 = segments.iter().filter(|(l, _)| *l == i).map(|(_, n)| n).sum();
+            let placed = if by_node { place_round_robin(hosts, n) } else { place_block(hosts, n) };
+            placed.into_iter().map(move |h| hosts[h].name.as_str())
+        })
+        .collect();
+    let mut out = Vec::new();
+    for &(list, n) in segments {
+        out.extend(sequences[list].by_ref().take(n as usize));
+    }
+    out
+}
+
+/// `PMI_process_mapping` for a placement (`rank_node[r]` = node id of rank r): one
+/// `(s,n,p)` triple per stretch of consecutive nodes each holding `p` consecutive ranks.
+/// `None` if the value would not fit what an MPICH client can receive.
+pub(crate) fn process_mapping(rank_node: &[u32]) -> Option<String> {
+    // Runs of consecutive ranks on one node: (node, count).
+    let mut runs: Vec<(u32, u32)> = Vec::new();
+    for &node in rank_node {
+        match runs.last_mut() {
+            Some((n, count)) if *n == node => *count += 1,
+            _ => runs.push((node, 1)),
+        }
+    }
+    // Triples: consecutive runs on consecutive nodes with equal counts merge.
+    let mut triples: Vec<(u32, u32, u32)> = Vec::new();
+    for (node, count) in runs {
+        match triples.last_mut() {
+            Some((s, n, p)) if *p == count && *s + *n == node => *n += 1,
+            _ => triples.push((node, 1, count)),
+        }
+    }
+    let body: Vec<String> = triples.iter().map(|(s, n, p)| format!("({s},{n},{p})")).collect();
+    let value = format!("(vector,{})", body.join(","));
+    (value.len() < pmi_wire::pmi1::SERVED_VALUE_LIMIT).then_some(value)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::hosts::parse_host_list;
+
+    #[test]
+    fn block_placement_fills_then_wraps() {
+        let hosts = parse_host_list("n1:2,n2:2").unwrap();
+        assert_eq!(place_block(&hosts, 6), [0, 0, 1, 1, 0, 0]);
+        assert_eq!(place_block(&hosts, 1), [0]);
+    }
+
+    #[test]
+    fn round_robin_placement_deals_one_rank_per_host() {
+        let hosts = parse_host_list("n1:2,n2:1").unwrap();
+        assert_eq!(place_round_robin(&hosts, 5), [0, 1, 0, 0, 1]);
+    }
+
+    #[test]
+    fn segments_continue_on_a_shared_list() {
+        let lists = [parse_host_list("a:2,b:2").unwrap(), parse_host_list("c").unwrap()];
+        let hosts = place_segments(&lists, &[(0, 1), (1, 2), (0, 3)], false);
+        assert_eq!(hosts, ["a", "c", "c", "a", "b", "b"]);
+        let hosts = place_segments(&lists, &[(0, 1), (0, 3)], true);
+        assert_eq!(hosts, ["a", "b", "a", "b"]);
+    }
+
+    #[test]
+    fn process_mapping_compresses_runs() {
+        assert_eq!(process_mapping(&[0, 0, 0, 0]).unwrap(), "(vector,(0,1,4))");
+        assert_eq!(process_mapping(&[0, 0, 1, 1, 2, 2]).unwrap(), "(vector,(0,3,2))");
+        assert_eq!(process_mapping(&[0, 0, 0, 1, 1]).unwrap(), "(vector,(0,1,3),(1,1,2))");
+        assert_eq!(process_mapping(&[0, 0, 1, 1, 0]).unwrap(), "(vector,(0,2,2),(0,1,1))");
+        let scattered: Vec<u32> = (0..400).map(|r| r % 2).collect();
+        assert_eq!(process_mapping(&scattered), None);
+    }
+}
