@@ -20,9 +20,10 @@
 //!
 //! `rankprog`'s script language is documented in `src/bin/rankprog.rs`.
 //!
-//! The binaries are looked up next to the test executable, in the target directory of the
-//! running profile. `cargo test -p rlaunch-tests` builds `rankprog` but not `rlaunch`: run
-//! `cargo build --workspace` first.
+//! * [`rlaunch`], [`proxy`], [`rankprog`] and [`pmiprog`] find the built binaries next to the
+//!   test executable, in the target directory of the running profile; [`fakessh`] and
+//!   [`spawn_client`] find the scripts of `tests/scripts/`. `cargo test -p rlaunch-tests`
+//!   builds `rankprog` but not `rlaunch`: run `cargo build --workspace` first.
 //!
 //! ```no_run
 //! use rlaunch_tests::{rankprog_str, Run};
@@ -34,10 +35,10 @@
 mod flood;
 pub mod mpi;
 mod procs;
+mod programs;
 mod run;
 mod tempdir;
 
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -45,60 +46,11 @@ pub use flood::{check_flood, flood_line, flood_lines, scan_flood, FloodReport, F
 pub use procs::{
     tagged_processes, wait_until_no_tagged, wait_until_tagged, Tag, TaggedProcess, TAG_VAR,
 };
+pub use programs::{
+    fakessh, pmiprog, pmiprog_str, proxy, proxy_str, rankprog, rankprog_str, rlaunch, spawn_client,
+};
 pub use run::{Job, Outcome, Run, DEFAULT_TIMEOUT};
 pub use tempdir::{tempdir, TempDir};
-
-/// The `rlaunch` executable.
-pub fn rlaunch() -> PathBuf {
-    built_binary("rlaunch", "cargo build --workspace")
-}
-
-/// The `rlaunch-proxy` executable.
-pub fn proxy() -> PathBuf {
-    built_binary("rlaunch-proxy", "cargo build --workspace")
-}
-
-/// The `rankprog` helper (this package's binary).
-pub fn rankprog() -> PathBuf {
-    built_binary("rankprog", "cargo build -p rlaunch-tests")
-}
-
-/// [`rankprog`] as a string, for argument lists.
-pub fn rankprog_str() -> String {
-    path_str(rankprog())
-}
-
-/// [`proxy`] as a string, for argument lists.
-pub fn proxy_str() -> String {
-    path_str(proxy())
-}
-
-fn path_str(path: PathBuf) -> String {
-    path.into_os_string()
-        .into_string()
-        .unwrap_or_else(|p| panic!("the target directory is not UTF-8: {p:?}"))
-}
-
-/// Tests run as `target/<profile>/deps/<test>-<hash>` (unit tests of this crate included);
-/// cargo puts the binaries in `target/<profile>/`.
-fn built_binary(name: &str, build: &str) -> PathBuf {
-    let exe = std::env::current_exe()
-        .unwrap_or_else(|e| panic!("cannot locate the test executable: {e}"));
-    let mut dir = exe
-        .parent()
-        .unwrap_or_else(|| panic!("the test executable {} has no directory", exe.display()))
-        .to_path_buf();
-    if dir.ends_with("deps") {
-        dir.pop();
-    }
-    let path = dir.join(format!("{name}{}", std::env::consts::EXE_SUFFIX));
-    assert!(
-        path.is_file(),
-        "error: {name} is not built: {} does not exist; run `{build}` before the tests",
-        path.display()
-    );
-    path
-}
 
 /// The parent of a process (a rank's parent is its node's proxy), from /proc.
 pub fn parent_pid(pid: i32) -> i32 {

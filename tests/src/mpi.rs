@@ -79,13 +79,7 @@ impl CProgram {
 
 /// Where the compiled programs go: `target/<profile>/c-programs/`, next to the binaries.
 fn output_dir() -> PathBuf {
-    let exe = std::env::current_exe()
-        .unwrap_or_else(|e| panic!("cannot locate the test executable: {e}"));
-    let mut dir = exe.parent().expect("the test executable has a directory").to_path_buf();
-    if dir.ends_with("deps") {
-        dir.pop();
-    }
-    dir.join("c-programs")
+    crate::programs::target_dir().join("c-programs")
 }
 
 fn compile(program: CProgram) -> PathBuf {

@@ -228,8 +228,7 @@ fn more_ranks_than_cores_wrap_around_with_one_notice() {
     assert_eq!(wrap_notices(&out.stderr_lines()), [&notice(&hostname())], "{out}");
 
     // From a host started over a remote shell too: the notice travels up the tree.
-    let fakessh = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/fakessh");
-    let out = Run::new(&["--launcher", "ssh", "--launcher-exec", fakessh.to_str().unwrap()])
+    let out = Run::new(&["--launcher", "ssh", "--launcher-exec", &rlaunch_tests::fakessh()])
         .args(["--hosts", &format!("r1:{n}"), "-l", "-n", &n.to_string(), "--bind-to", "core"])
         .args(show_cpus())
         .run();

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use rlaunch_tests::{rankprog_str, Run};
+use rlaunch_tests::{fakessh, rankprog_str, Run};
 
 fn rp() -> String {
     rankprog_str()
@@ -226,11 +226,10 @@ fn settings_come_from_the_environment_when_the_command_line_is_silent() {
     one_line_error(&out, "RLAUNCH_LAUNCHER pbs: expected fork, ssh or rsh");
 
     // HYDRA_LAUNCHER_EXEC is the remote shell; RLAUNCH_LAUNCHER_EXEC wins over it.
-    let fakessh = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("scripts/fakessh");
     let out = Run::new(&["-hosts", "r1,r2", "-l", "-n", "2", &rp(), "env"])
         .env("HYDRA_LAUNCHER", "ssh")
         .env("HYDRA_LAUNCHER_EXEC", "/nonexistent/ssh")
-        .env("RLAUNCH_LAUNCHER_EXEC", &fakessh)
+        .env("RLAUNCH_LAUNCHER_EXEC", fakessh())
         .run();
     out.assert_code(0);
     assert_eq!(hosts_of(&out.lines()), ["r1", "r2"]);

@@ -2,15 +2,9 @@
 //! the remote command here: fast, and no root or sshd needed. The real thing, over sshd in
 //! network namespaces, is tests/multihost.rs.
 
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use rlaunch_tests::{rankprog_str, Run};
-
-fn fakessh() -> String {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("scripts/fakessh");
-    path.to_str().unwrap().to_string()
-}
+use rlaunch_tests::{fakessh, rankprog_str, Run};
 
 fn hosts(n: usize) -> String {
     (1..=n).map(|i| format!("n{i}")).collect::<Vec<_>>().join(",")

@@ -4,11 +4,11 @@
 //! reads what was really written there.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use rlaunch_tests::{check_flood, rankprog_str, tempdir, Run};
+use rlaunch_tests::{check_flood, rankprog_str, spawn_client, tempdir, Run};
 
 const WAIT: Duration = Duration::from_secs(30);
 
@@ -352,7 +352,6 @@ fn an_outfile_pattern_takes_stdout_from_output_filename() {
 
 #[test]
 fn spawned_jobs_get_their_own_tags_hosts_and_job_ids() {
-    let client = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("scripts/spawn_client.py");
     let out = Run::new(&[
         "--launcher",
         "fork",
@@ -364,7 +363,7 @@ fn spawned_jobs_get_their_own_tags_hosts_and_job_ids() {
         "--prepend-pattern",
         "%h %t: ",
         "python3",
-        client.to_str().unwrap(),
+        &spawn_client(),
         "1",
     ])
     .run();

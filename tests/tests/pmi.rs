@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use rlaunch_tests::mpi::{hostname, rlaunch_lines, CProgram};
-use rlaunch_tests::{tempdir, Outcome, Run};
+use rlaunch_tests::{pmiprog_str, tempdir, Outcome, Run};
 
 /// The harness's bound for every run here.
 const LIMIT: Duration = Duration::from_secs(40);
@@ -14,19 +14,12 @@ const LIMIT: Duration = Duration::from_secs(40);
 /// launcher that merely waits for the rank to give up fails this.
 const PROMPT: Duration = Duration::from_secs(10);
 
-fn pmiprog() -> String {
-    let path = rlaunch_tests::rankprog().with_file_name("pmiprog");
-    assert!(
-        path.is_file(),
-        "error: {} is not built: run `cargo build -p rlaunch-tests`",
-        path.display()
-    );
-    path.into_os_string().into_string().expect("the target directory is UTF-8")
-}
-
 /// rlaunch with `options`, then `-n n pmiprog script...`.
 fn pmi_run(options: &[&str], n: u32, script: &[&str]) -> Run {
-    Run::new(options).args(["-n".to_string(), n.to_string(), pmiprog()]).args(script).timeout(LIMIT)
+    Run::new(options)
+        .args(["-n".to_string(), n.to_string(), pmiprog_str()])
+        .args(script)
+        .timeout(LIMIT)
 }
 
 /// The stdout lines that start with `prefix`, sorted.
@@ -277,8 +270,10 @@ fn ranks_that_never_speak_pmi_are_fine() {
         Run::new(&["--launcher", "fork", "--hosts", "a,b", "-n", "2", "true"]).timeout(LIMIT).run();
     out.assert_code(0);
     // Side by side with a rank that does speak PMI (init, get, finalize; no fence).
-    let script =
-        format!("if [ \"$PMI_RANK\" = 0 ]; then exec {} v1 get PMI_process_mapping; fi", pmiprog());
+    let script = format!(
+        "if [ \"$PMI_RANK\" = 0 ]; then exec {} v1 get PMI_process_mapping; fi",
+        pmiprog_str()
+    );
     let out = Run::new(&["-n", "2", "/bin/sh", "-c", &script]).timeout(LIMIT).run();
     out.assert_code(0);
     assert_eq!(out.stdout_str(), "get 0 PMI_process_mapping=(vector,(0,1,2))\n", "{out}");
