@@ -15,6 +15,8 @@
 //! * [`Tag`] marks a run's processes; [`tagged_processes`] and [`wait_until_no_tagged`] find
 //!   them, so a test can check that nothing outlives the launcher. When the `Job` or `Outcome`
 //!   holding a tag drops, every process still carrying it is SIGKILLed.
+//! * [`procfs`] reads what `/proc` says of a process that is not the test's child (a proxy, a
+//!   rank): its command name, state, parent and resident size.
 //! * [`check_flood`] checks the output of `rankprog flood`, [`fnv1a64`] the answer of
 //!   `rankprog stdin-sum`, [`tempdir`] gives a directory removed on drop.
 //!
@@ -34,6 +36,7 @@
 
 mod flood;
 pub mod mpi;
+pub mod procfs;
 mod procs;
 mod programs;
 mod run;
@@ -51,18 +54,6 @@ pub use programs::{
 };
 pub use run::{Job, Outcome, Run, DEFAULT_TIMEOUT};
 pub use tempdir::{tempdir, TempDir};
-
-/// The parent of a process (a rank's parent is its node's proxy), from /proc.
-pub fn parent_pid(pid: i32) -> i32 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .unwrap_or_else(|e| panic!("cannot read /proc/{pid}/stat: {e}"));
-    let close = stat.rfind(')').expect("stat has a command in parentheses");
-    stat[close + 2..]
-        .split_whitespace()
-        .nth(1)
-        .and_then(|p| p.parse().ok())
-        .expect("stat has a ppid")
-}
 
 /// FNV-1a, 64 bits: the hash `rankprog stdin-sum` prints.
 pub fn fnv1a64(bytes: &[u8]) -> u64 {

@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::Signal;
-use rlaunch_tests::{check_flood, rankprog_str, stdin_sum_line, Run};
+use rlaunch_tests::{check_flood, procfs, rankprog_str, stdin_sum_line, Run};
 
 const WAIT: Duration = Duration::from_secs(30);
 
@@ -72,18 +72,16 @@ fn fake_hosts_place_ranks_in_blocks() {
     }
 }
 
-/// The proxies above a process, nearest first: pids whose command is rlaunch-proxy.
+/// How many proxies a process runs under: its ancestors whose command is rlaunch-proxy.
 fn proxy_ancestors(pid: i32) -> usize {
     let mut count = 0;
     let mut pid = pid;
     while pid > 1 {
-        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-        let Some(close) = stat.rfind(')') else { break };
-        let comm = &stat[stat.find('(').unwrap() + 1..close];
-        if comm == "rlaunch-proxy" {
+        let Some(stat) = procfs::stat(pid) else { break };
+        if stat.comm == "rlaunch-proxy" {
             count += 1;
         }
-        pid = stat[close + 2..].split_whitespace().nth(1).and_then(|p| p.parse().ok()).unwrap_or(0);
+        pid = stat.ppid;
     }
     count
 }
@@ -126,15 +124,14 @@ fn tree_width_two_over_seven_nodes_is_three_proxies_deep() {
 #[test]
 fn the_local_proxy_is_forked_named_and_detached_from_stdio() {
     let (mut job, pids) = waiting_fake_node_job("n1,n2", 2, &["--tree-width", "1"]);
-    let forked = rlaunch_tests::parent_pid(pids[&0]);
-    let execd = rlaunch_tests::parent_pid(pids[&1]);
-    assert_eq!(rlaunch_tests::parent_pid(execd), forked, "n2's proxy hangs below n1's");
+    let forked = procfs::parent_pid(pids[&0]);
+    let execd = procfs::parent_pid(pids[&1]);
+    assert_eq!(procfs::parent_pid(execd), forked, "n2's proxy hangs below n1's");
     let exe = |pid: i32| std::fs::read_link(format!("/proc/{pid}/exe")).unwrap();
-    let comm = |pid: i32| std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap();
     assert_eq!(exe(forked), rlaunch_tests::rlaunch().canonicalize().unwrap());
     assert_eq!(exe(execd), rlaunch_tests::proxy().canonicalize().unwrap());
     for pid in [forked, execd] {
-        assert_eq!(comm(pid).trim(), "rlaunch-proxy", "pid {pid}");
+        assert_eq!(procfs::stat(pid).unwrap().comm, "rlaunch-proxy", "pid {pid}");
         for fd in [0, 1] {
             let target = std::fs::read_link(format!("/proc/{pid}/fd/{fd}")).unwrap();
             assert_eq!(target, std::path::Path::new("/dev/null"), "pid {pid} fd {fd}");
@@ -395,11 +392,6 @@ fn a_second_interrupt_kills_the_job() {
     out.tag.wait_until_none(Duration::from_secs(2)).unwrap();
 }
 
-fn process_state(pid: i32) -> char {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
-    stat[stat.rfind(')').unwrap() + 2..].chars().next().unwrap()
-}
-
 #[test]
 fn sigtstp_stops_ranks_and_sigcont_resumes_them() {
     let mut job =
@@ -410,12 +402,12 @@ fn sigtstp_stops_ranks_and_sigcont_resumes_them() {
     // rlaunch stops itself too, as a shell's job control expects.
     let pids: Vec<i32> =
         ready.iter().map(|(_, p)| p.as_raw()).chain([job.pid().as_raw()]).collect();
-    while pids.iter().any(|&pid| process_state(pid) != 'T') {
+    while pids.iter().any(|&pid| procfs::state(pid) != 'T') {
         assert!(Instant::now() < deadline, "ranks and rlaunch did not stop");
         std::thread::sleep(Duration::from_millis(20));
     }
     job.signal(Signal::SIGCONT);
-    while pids.iter().any(|&pid| process_state(pid) == 'T') {
+    while pids.iter().any(|&pid| procfs::state(pid) == 'T') {
         assert!(Instant::now() < deadline, "ranks did not continue");
         std::thread::sleep(Duration::from_millis(20));
     }
@@ -471,7 +463,7 @@ fn waiting_fake_node_job(
 /// Two fake nodes whose ranks wait; returns the job and the pid of n2's proxy.
 fn two_node_job_and_proxy_of_n2() -> (rlaunch_tests::Job, i32) {
     let (job, pids) = waiting_fake_node_job("n1,n2", 2, &[]);
-    (job, rlaunch_tests::parent_pid(pids[&1]))
+    (job, procfs::parent_pid(pids[&1]))
 }
 
 /// Kills n2's proxy with SIGKILL: the job must end, say so, and leave nothing behind.
@@ -499,7 +491,7 @@ fn ranks_started_in_parallel_live_and_die_with_their_proxy() {
     out.assert_code(0);
 
     let (job, pids) = waiting_fake_node_job("n1:1,n2:16", 17, &[]);
-    kill_the_proxy_of_n2(job, rlaunch_tests::parent_pid(pids[&1]));
+    kill_the_proxy_of_n2(job, procfs::parent_pid(pids[&1]));
 }
 
 #[test]
@@ -535,15 +527,6 @@ fn a_proxy_of_another_protocol_version_is_named_clearly() {
     );
 }
 
-fn rss_kib(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .unwrap_or(0)
-}
-
 #[test]
 fn a_slow_reader_slows_the_ranks_down_without_growing_memory() {
     use std::io::Read;
@@ -556,7 +539,7 @@ fn a_slow_reader_slows_the_ranks_down_without_growing_memory() {
         .stdin(std::process::Stdio::null())
         .spawn()
         .unwrap();
-    let pid = child.id();
+    let pid = child.id() as i32;
     let mut stdout = child.stdout.take().unwrap();
     // The reader stalls: the ranks have 256 MiB to write and can only fill the pipes and the
     // bounded queues. Watch rlaunch's memory meanwhile.
@@ -565,7 +548,7 @@ fn a_slow_reader_slows_the_ranks_down_without_growing_memory() {
     stdout.read_exact(&mut first).unwrap();
     for _ in 0..20 {
         std::thread::sleep(Duration::from_millis(100));
-        peak = peak.max(rss_kib(pid));
+        peak = peak.max(procfs::rss_kib(pid));
     }
     let mut rest = Vec::new();
     stdout.read_to_end(&mut rest).unwrap();

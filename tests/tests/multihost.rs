@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use nix::sys::signal::Signal;
 use rlaunch_tests::mpi::CProgram;
-use rlaunch_tests::{rankprog_str, Run};
+use rlaunch_tests::{procfs, rankprog_str, Run};
 
 const NODES: usize = 7;
 const WAIT: Duration = Duration::from_secs(60);
@@ -83,22 +83,15 @@ fn hosts(n: usize) -> String {
 
 /// Remote proxies: their parent is an sshd session, which nothing else here runs under.
 fn remote_proxies() -> Vec<i32> {
-    let mut out = Vec::new();
-    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else { continue };
-        let comm = |p: i32| std::fs::read_to_string(format!("/proc/{p}/comm")).unwrap_or_default();
-        if comm(pid).trim() != "rlaunch-proxy" {
-            continue;
-        }
-        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-        let Some(close) = stat.rfind(')') else { continue };
-        let ppid: i32 =
-            stat[close + 2..].split_whitespace().nth(1).and_then(|p| p.parse().ok()).unwrap_or(0);
-        if comm(ppid).trim().starts_with("sshd") || comm(ppid).trim() == "bash" {
-            out.push(pid);
-        }
-    }
-    out
+    let comm = |pid: i32| procfs::stat(pid).map(|stat| stat.comm).unwrap_or_default();
+    let remote = |stat: &procfs::Stat| {
+        let parent = comm(stat.ppid);
+        stat.comm == "rlaunch-proxy" && (parent.starts_with("sshd") || parent == "bash")
+    };
+    procfs::pids()
+        .into_iter()
+        .filter(|&pid| procfs::stat(pid).is_some_and(|s| remote(&s)))
+        .collect()
 }
 
 fn wait_no_remote_proxies(within: Duration) {
@@ -213,7 +206,7 @@ fn a_killed_node_proxy_aborts_the_job(cluster: &Cluster) {
     // Node n2 sits between n1 and n3 in this chain: losing it must take n3's rank too.
     let rank1 = ready.iter().find(|(r, _)| *r == 1).unwrap().1;
     nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(rlaunch_tests::parent_pid(rank1.as_raw())),
+        nix::unistd::Pid::from_raw(procfs::parent_pid(rank1.as_raw())),
         Signal::SIGKILL,
     )
     .unwrap();
