@@ -15,6 +15,8 @@
 //! * [`Tag`] marks a run's processes; [`tagged_processes`] and [`wait_until_no_tagged`] find
 //!   them, so a test can check that nothing outlives the launcher. When the `Job` or `Outcome`
 //!   holding a tag drops, every process still carrying it is SIGKILLed.
+//! * [`hosts`] names the hosts ranks run on: this machine ([`hosts::hostname`]) and lists of
+//!   fake nodes `n1,n2,...` that `--launcher fork` starts as proxies of their own here.
 //! * [`procfs`] reads what `/proc` says of a process that is not the test's child (a proxy, a
 //!   rank): its command name, state, parent and resident size.
 //! * [`check_flood`] checks the output of `rankprog flood`, [`fnv1a64`] the answer of
@@ -35,6 +37,7 @@
 //! ```
 
 mod flood;
+pub mod hosts;
 pub mod mpi;
 pub mod procfs;
 mod procs;

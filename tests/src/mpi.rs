@@ -14,6 +14,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
 
+use crate::hosts::hostname;
 use crate::Outcome;
 
 /// A C program of `tests/c/`.
@@ -123,14 +124,6 @@ fn compile(program: CProgram) -> PathBuf {
     std::fs::rename(&partial, &out)
         .unwrap_or_else(|e| panic!("error: cannot move {} into place: {e}", partial.display()));
     out
-}
-
-/// This machine's host name, as `gethostname` (and so `MPI_Get_processor_name`) gives it.
-pub fn hostname() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .unwrap_or_else(|e| panic!("cannot read the host name: {e}"))
-        .trim()
-        .to_owned()
 }
 
 /// One rank's line from [`CProgram::Hello`].

@@ -5,6 +5,7 @@
 
 use std::collections::BTreeMap;
 
+use rlaunch_tests::hosts::hostname;
 use rlaunch_tests::Run;
 
 /// Each rank prints its pid (`exec` keeps it: it is the pid the proxy started) and its CPUs.
@@ -12,10 +13,6 @@ const SHOW_CPUS: &str = "echo pid $$; exec grep Cpus_allowed_list /proc/self/sta
 
 fn show_cpus() -> [&'static str; 3] {
     ["sh", "-c", SHOW_CPUS]
-}
-
-fn hostname() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap().trim().to_string()
 }
 
 /// Parses a Linux cpulist: `0-3,8`.

@@ -6,6 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::Signal;
+use rlaunch_tests::hosts::{hostname, node_list};
 use rlaunch_tests::{check_flood, procfs, rankprog_str, stdin_sum_line, Run};
 
 const WAIT: Duration = Duration::from_secs(30);
@@ -33,7 +34,7 @@ fn ranks_get_their_variables_and_the_launch_environment() {
     out.assert_code(0);
     let envs = envs_by_rank(&out.lines());
     assert_eq!(envs.len(), 3);
-    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap().trim().to_string();
+    let host = hostname();
     for (rank, env) in &envs {
         assert_eq!(env["PMI_RANK"], rank.to_string());
         assert_eq!(env["PMI_SIZE"], "3");
@@ -88,12 +89,12 @@ fn proxy_ancestors(pid: i32) -> usize {
 
 #[test]
 fn tree_width_two_over_seven_nodes_is_three_proxies_deep() {
-    let hosts = "n1,n2,n3,n4,n5,n6,n7";
+    let hosts = node_list(7);
     let mut job = Run::new(&[
         "--launcher",
         "fork",
         "--hosts",
-        hosts,
+        &hosts,
         "--tree-width",
         "2",
         "--stdin",
@@ -274,7 +275,7 @@ fn exit_status_is_the_first_failure_and_names_the_culprit() {
     let out = Run::new(&["-n", "4", &rp(), "@3", "exit", "7", "sleep", "30"]).run();
     out.assert_code(7);
     let err = out.stderr_str();
-    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap().trim().to_string();
+    let host = hostname();
     assert!(err.contains("rlaunch: rank 3 (pid "), "{err}");
     assert!(err.contains(&format!(" on {host}) exited with code 7")), "{err}");
     // The ranks killed by the abort are not blamed.

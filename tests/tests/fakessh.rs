@@ -4,11 +4,8 @@
 
 use std::time::{Duration, Instant};
 
+use rlaunch_tests::hosts::node_list;
 use rlaunch_tests::{fakessh, rankprog_str, Run};
-
-fn hosts(n: usize) -> String {
-    (1..=n).map(|i| format!("n{i}")).collect::<Vec<_>>().join(",")
-}
 
 #[test]
 fn ssh_tree_spawn_reaches_every_host() {
@@ -19,7 +16,7 @@ fn ssh_tree_spawn_reaches_every_host() {
         "--launcher-exec",
         &exec,
         "--hosts",
-        &hosts(7),
+        &node_list(7),
         "--tree-width",
         "2",
         "-l",

@@ -7,16 +7,16 @@
 
 use std::time::Duration;
 
-use rlaunch_tests::mpi::{check_hello, hostname, rlaunch_lines, CProgram};
+use rlaunch_tests::hosts::{hostname, node_list_with_slots};
+use rlaunch_tests::mpi::{check_hello, rlaunch_lines, CProgram};
 use rlaunch_tests::{rankprog_str, Run};
 
 /// Each test's bound; MPICH runs here take well under a second (a few with 32 ranks).
 const LIMIT: Duration = Duration::from_secs(40);
 
 /// `--launcher fork --hosts n1:per,...,n<nodes>:per`: fake nodes, each its own proxy.
-fn fake_nodes(nodes: u32, per: u32) -> Vec<String> {
-    let hosts: Vec<String> = (1..=nodes).map(|i| format!("n{i}:{per}")).collect();
-    vec!["--launcher".into(), "fork".into(), "--hosts".into(), hosts.join(",")]
+fn fake_nodes(nodes: usize, per: u32) -> Vec<String> {
+    vec!["--launcher".into(), "fork".into(), "--hosts".into(), node_list_with_slots(nodes, per)]
 }
 
 /// rlaunch running `program args` on `n` ranks, after `options`.

@@ -9,6 +9,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::Signal;
+use rlaunch_tests::hosts::node_list;
 use rlaunch_tests::mpi::CProgram;
 use rlaunch_tests::{procfs, rankprog_str, Run};
 
@@ -77,10 +78,6 @@ impl Drop for Cluster {
     }
 }
 
-fn hosts(n: usize) -> String {
-    (1..=n).map(|i| format!("n{i}")).collect::<Vec<_>>().join(",")
-}
-
 /// Remote proxies: their parent is an sshd session, which nothing else here runs under.
 fn remote_proxies() -> Vec<i32> {
     let comm = |pid: i32| procfs::stat(pid).map(|stat| stat.comm).unwrap_or_default();
@@ -116,7 +113,8 @@ fn jobs_run_across_hosts_over_ssh_and_failures_leave_nothing() {
 }
 
 fn each_node_runs_a_plain_command(cluster: &Cluster) {
-    let out = cluster.run(&["--hosts", &hosts(4), "-l", "-n", "4", "hostname"]).timeout(WAIT).run();
+    let out =
+        cluster.run(&["--hosts", &node_list(4), "-l", "-n", "4", "hostname"]).timeout(WAIT).run();
     out.assert_code(0);
     let mut lines = out.lines();
     lines.sort();
@@ -146,7 +144,7 @@ fn mpich_runs_on_four_nodes_with_two_ranks_each(cluster: &Cluster) {
 
 fn tree_spawn_with_width_two_covers_seven_nodes(cluster: &Cluster) {
     let out = cluster
-        .run(&["--hosts", &hosts(7), "--tree-width", "2", "-l", "-n", "7", "hostname"])
+        .run(&["--hosts", &node_list(7), "--tree-width", "2", "-l", "-n", "7", "hostname"])
         .timeout(WAIT)
         .run();
     out.assert_code(0);
@@ -190,7 +188,7 @@ fn a_killed_node_proxy_aborts_the_job(cluster: &Cluster) {
     let mut job = cluster
         .run(&[
             "--hosts",
-            &hosts(3),
+            &node_list(3),
             "--tree-width",
             "1",
             "-n",
@@ -222,7 +220,7 @@ fn killing_rlaunch_leaves_nothing_on_any_host(cluster: &Cluster) {
     let mut job = cluster
         .run(&[
             "--hosts",
-            &hosts(4),
+            &node_list(4),
             "--tree-width",
             "2",
             "-n",

@@ -5,7 +5,8 @@
 
 use std::time::Duration;
 
-use rlaunch_tests::mpi::{hostname, rlaunch_lines, CProgram};
+use rlaunch_tests::hosts::hostname;
+use rlaunch_tests::mpi::{rlaunch_lines, CProgram};
 use rlaunch_tests::{pmiprog_str, tempdir, Outcome, Run};
 
 /// The harness's bound for every run here.
