@@ -19,6 +19,8 @@
 //!   fake nodes `n1,n2,...` that `--launcher fork` starts as proxies of their own here.
 //! * [`procfs`] reads what `/proc` says of a process that is not the test's child (a proxy, a
 //!   rank): its command name, state, parent and resident size.
+//! * [`output`] reads what a run printed: the ranks' `-l` lines by rank, their environments,
+//!   rlaunch's own lines; [`output::sorted`] puts lines that ranks printed side by side in order.
 //! * [`check_flood`] checks the output of `rankprog flood`, [`fnv1a64`] the answer of
 //!   `rankprog stdin-sum`, [`tempdir`] gives a directory removed on drop.
 //!
@@ -39,6 +41,7 @@
 mod flood;
 pub mod hosts;
 pub mod mpi;
+pub mod output;
 pub mod procfs;
 mod procs;
 mod programs;

@@ -168,11 +168,6 @@ pub fn check_hello(out: &Outcome, n: u32) {
     }
 }
 
-/// The lines of `text` that rlaunch itself printed (`rlaunch: ...`).
-pub fn rlaunch_lines(text: &str) -> Vec<&str> {
-    text.lines().filter(|l| l.starts_with("rlaunch:")).collect()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -6,6 +6,7 @@
 use std::collections::BTreeMap;
 
 use rlaunch_tests::hosts::hostname;
+use rlaunch_tests::output::by_rank;
 use rlaunch_tests::Run;
 
 /// Each rank prints its pid (`exec` keeps it: it is the pid the proxy started) and its CPUs.
@@ -112,13 +113,13 @@ fn objects(unit: Unit, allowed: &[u32]) -> Vec<Vec<u32>> {
 fn seen(lines: &[String]) -> BTreeMap<u32, (u32, String)> {
     let mut pids = BTreeMap::new();
     let mut cpus = BTreeMap::new();
-    for line in lines {
-        let (prefix, rest) = line.split_once("] ").unwrap_or_else(|| panic!("no -l in {line:?}"));
-        let rank: u32 = prefix.trim_start_matches('[').parse().unwrap();
-        if let Some(pid) = rest.strip_prefix("pid ") {
-            pids.insert(rank, pid.parse::<u32>().unwrap());
-        } else if let Some(list) = rest.strip_prefix("Cpus_allowed_list:") {
-            cpus.insert(rank, list.trim().to_string());
+    for (rank, printed) in by_rank(lines) {
+        for line in printed {
+            if let Some(pid) = line.strip_prefix("pid ") {
+                pids.insert(rank, pid.parse::<u32>().unwrap());
+            } else if let Some(list) = line.strip_prefix("Cpus_allowed_list:") {
+                cpus.insert(rank, list.trim().to_string());
+            }
         }
     }
     assert_eq!(pids.len(), cpus.len(), "{lines:?}");

@@ -3,45 +3,22 @@
 //! the one-line errors. Every test checks what the ranks really saw (their environment,
 //! directory, arguments and host), printed by `rankprog`.
 
-use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
+use rlaunch_tests::output::{by_rank, envs_by_rank};
 use rlaunch_tests::{fakessh, rankprog_str, Run};
 
 fn rp() -> String {
     rankprog_str()
 }
 
-/// rank -> what it printed, from `-l` output.
-fn by_rank(lines: &[String]) -> BTreeMap<u32, Vec<String>> {
-    let mut out: BTreeMap<u32, Vec<String>> = BTreeMap::new();
-    for line in lines {
-        let (prefix, rest) = line.split_once("] ").unwrap_or_else(|| panic!("no -l in {line:?}"));
-        let rank = prefix.trim_start_matches('[').parse().expect("rank");
-        out.entry(rank).or_default().push(rest.to_string());
-    }
-    out
-}
-
-/// rank -> NAME -> VALUE, from `-l rankprog env`.
-fn envs(lines: &[String]) -> BTreeMap<u32, BTreeMap<String, String>> {
-    by_rank(lines)
-        .into_iter()
-        .map(|(rank, lines)| {
-            let vars = lines
-                .iter()
-                .filter_map(|l| l.split_once('='))
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect();
-            (rank, vars)
-        })
-        .collect()
-}
-
 /// The host each rank was placed on (fake hosts under `--launcher fork`).
 fn hosts_of(lines: &[String]) -> Vec<String> {
-    envs(lines).values().map(|env| env["MPIR_CVAR_CH3_INTERFACE_HOSTNAME"].clone()).collect()
+    envs_by_rank(lines)
+        .values()
+        .map(|env| env["MPIR_CVAR_CH3_INTERFACE_HOSTNAME"].clone())
+        .collect()
 }
 
 fn one_line_error(out: &rlaunch_tests::Outcome, culprit: &str) {
@@ -93,7 +70,7 @@ fn mpmd_segments_number_ranks_across_and_keep_their_own_options() {
         .args([":", "-n", "1", "-hosts", "n3", &rp(), "env", "cwd"])
         .run();
     out.assert_code(0);
-    let envs = envs(&out.lines());
+    let envs = envs_by_rank(&out.lines());
     let lines = by_rank(&out.lines());
     let here = std::env::current_dir().unwrap();
     assert_eq!(envs.len(), 4, "{out}");
@@ -148,7 +125,7 @@ fn environment_options_decide_what_ranks_see() {
             .env("FWD_B", "b")
             .run();
         out.assert_code(0);
-        envs(&out.lines()).remove(&0).expect("rank 0")
+        envs_by_rank(&out.lines()).remove(&0).expect("rank 0")
     };
     // Hydra's default: everything.
     let env = run(&[]);

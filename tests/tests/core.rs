@@ -7,25 +7,13 @@ use std::time::{Duration, Instant};
 
 use nix::sys::signal::Signal;
 use rlaunch_tests::hosts::{hostname, node_list};
+use rlaunch_tests::output::{envs_by_rank, rlaunch_lines, sorted};
 use rlaunch_tests::{check_flood, procfs, rankprog_str, stdin_sum_line, Run};
 
 const WAIT: Duration = Duration::from_secs(30);
 
 fn rp() -> String {
     rankprog_str()
-}
-
-/// Parses the `env` output of several ranks into rank -> (key -> value).
-fn envs_by_rank(lines: &[String]) -> BTreeMap<u32, BTreeMap<String, String>> {
-    let mut out: BTreeMap<u32, BTreeMap<String, String>> = BTreeMap::new();
-    for line in lines {
-        let (prefix, rest) = line.split_once("] ").expect("-l prefix");
-        let rank: u32 = prefix.trim_start_matches('[').parse().unwrap();
-        if let Some((k, v)) = rest.split_once('=') {
-            out.entry(rank).or_default().insert(k.to_string(), v.to_string());
-        }
-    }
-    out
 }
 
 #[test]
@@ -174,14 +162,12 @@ fn output_lines_are_whole_and_in_order_per_rank() {
 fn prepend_rank_tags_every_line_on_both_streams() {
     let out = Run::new(&["-l", "-n", "2", &rp(), "print", "2", "eprint", "1"]).run();
     out.assert_code(0);
-    let mut lines = out.lines();
-    lines.sort();
+    let lines = sorted(out.lines());
     assert_eq!(
         lines,
         ["[0] rank 0 line 0", "[0] rank 0 line 1", "[1] rank 1 line 0", "[1] rank 1 line 1"]
     );
-    let mut err = out.stderr_lines();
-    err.sort();
+    let err = sorted(out.stderr_lines());
     assert_eq!(err, ["[0] rank 0 line 0", "[1] rank 1 line 0"]);
 }
 
@@ -210,8 +196,7 @@ fn stdin_goes_to_rank_zero_and_arrives_intact() {
     let input: Vec<u8> = (0..10 << 20).map(|i: u32| (i * 7 + i / 4096) as u8).collect();
     let out = Run::new(&["-l", "-n", "3", &rp(), "stdin-sum"]).stdin_bytes(input.clone()).run();
     out.assert_code(0);
-    let mut lines = out.lines();
-    lines.sort();
+    let lines = sorted(out.lines());
     let empty = stdin_sum_line(b"");
     assert_eq!(
         lines,
@@ -279,7 +264,7 @@ fn exit_status_is_the_first_failure_and_names_the_culprit() {
     assert!(err.contains("rlaunch: rank 3 (pid "), "{err}");
     assert!(err.contains(&format!(" on {host}) exited with code 7")), "{err}");
     // The ranks killed by the abort are not blamed.
-    assert_eq!(err.lines().filter(|l| l.starts_with("rlaunch:")).count(), 1, "{err}");
+    assert_eq!(rlaunch_lines(&err).len(), 1, "{err}");
 
     let out = Run::new(&["-n", "2", &rp(), "@0", "signal", "SIGSEGV", "sleep", "30"]).run();
     out.assert_code(139);

@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::Signal;
 use rlaunch_tests::hosts::node_list;
 use rlaunch_tests::mpi::CProgram;
+use rlaunch_tests::output::sorted;
 use rlaunch_tests::{procfs, rankprog_str, Run};
 
 const NODES: usize = 7;
@@ -116,8 +117,7 @@ fn each_node_runs_a_plain_command(cluster: &Cluster) {
     let out =
         cluster.run(&["--hosts", &node_list(4), "-l", "-n", "4", "hostname"]).timeout(WAIT).run();
     out.assert_code(0);
-    let mut lines = out.lines();
-    lines.sort();
+    let lines = sorted(out.lines());
     assert_eq!(lines, ["[0] n1", "[1] n2", "[2] n3", "[3] n4"], "{out}");
 }
 
@@ -148,8 +148,7 @@ fn tree_spawn_with_width_two_covers_seven_nodes(cluster: &Cluster) {
         .timeout(WAIT)
         .run();
     out.assert_code(0);
-    let mut lines = out.lines();
-    lines.sort();
+    let lines = sorted(out.lines());
     let want: Vec<String> = (0..7).map(|r| format!("[{r}] n{}", r + 1)).collect();
     assert_eq!(lines, want, "{out}");
 }

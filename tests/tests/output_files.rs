@@ -8,6 +8,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use rlaunch_tests::output::sorted;
 use rlaunch_tests::{check_flood, rankprog_str, spawn_client, tempdir, Run};
 
 const WAIT: Duration = Duration::from_secs(30);
@@ -29,11 +30,6 @@ fn names(dir: &Path) -> Vec<String> {
         .collect();
     names.sort();
     names
-}
-
-fn sorted(mut lines: Vec<String>) -> Vec<String> {
-    lines.sort();
-    lines
 }
 
 #[test]

@@ -6,7 +6,8 @@
 use std::time::Duration;
 
 use rlaunch_tests::hosts::hostname;
-use rlaunch_tests::mpi::{rlaunch_lines, CProgram};
+use rlaunch_tests::mpi::CProgram;
+use rlaunch_tests::output::{rlaunch_lines, sorted};
 use rlaunch_tests::{pmiprog_str, tempdir, Outcome, Run};
 
 /// The harness's bound for every run here.
@@ -25,16 +26,7 @@ fn pmi_run(options: &[&str], n: u32, script: &[&str]) -> Run {
 
 /// The stdout lines that start with `prefix`, sorted.
 fn lines_with(out: &Outcome, prefix: &str) -> Vec<String> {
-    let mut lines: Vec<String> =
-        out.lines().into_iter().filter(|l| l.starts_with(prefix)).collect();
-    lines.sort();
-    lines
-}
-
-fn sorted(lines: impl IntoIterator<Item = String>) -> Vec<String> {
-    let mut lines: Vec<String> = lines.into_iter().collect();
-    lines.sort();
-    lines
+    sorted(out.lines().into_iter().filter(|l| l.starts_with(prefix)))
 }
 
 #[test]
