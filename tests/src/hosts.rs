@@ -5,6 +5,14 @@
 //! (`MPIR_CVAR_CH3_INTERFACE_HOSTNAME`). Under ssh (`fakessh`, the cluster of multihost.rs) the
 //! same lists name the hosts to reach.
 
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use crate::{rankprog_str, Job, Run};
+
+/// How long [`waiting_fake_node_job`] waits for its ranks to be ready.
+const READY: Duration = Duration::from_secs(30);
+
 /// This machine's host name, as `gethostname` (and so `MPI_Get_processor_name`) gives it.
 pub fn hostname() -> String {
     std::fs::read_to_string("/proc/sys/kernel/hostname")
@@ -21,6 +29,18 @@ pub fn node_list(count: usize) -> String {
 /// `n1:<slots>,...,n<count>:<slots>`, for `--hosts`.
 pub fn node_list_with_slots(count: usize, slots: u32) -> String {
     nodes(count).map(|node| format!("{node}:{slots}")).collect::<Vec<_>>().join(",")
+}
+
+/// `ranks` ranks over the fake nodes `hosts` (with `more` options), each waiting (`rankprog
+/// ready sleep 60`); returns the job once every rank is ready, and each rank's pid.
+pub fn waiting_fake_node_job(hosts: &str, ranks: u32, more: &[&str]) -> (Job, BTreeMap<u32, i32>) {
+    let (n, rankprog) = (ranks.to_string(), rankprog_str());
+    let placement = ["--launcher", "fork", "--hosts", hosts, "-n", &n];
+    let args = [&placement[..], more, &[&rankprog, "ready", "sleep", "60"]].concat();
+    let mut job = Run::new(&args).spawn();
+    let ready = job.wait_for_ready(ranks as usize, READY);
+    let pids = ready.into_iter().map(|(rank, pid)| (rank, pid.as_raw())).collect();
+    (job, pids)
 }
 
 fn nodes(count: usize) -> impl Iterator<Item = String> {

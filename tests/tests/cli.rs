@@ -295,3 +295,16 @@ fn version_and_info_say_what_rlaunch_is() {
         assert!(info.contains(needed), "-info lacks {needed}:\n{info}");
     }
 }
+
+#[test]
+fn an_unknown_option_is_refused_not_run_as_the_program() {
+    let out = Run::new(&["-n", "1", "--prepend-rnk", "true"]).run();
+    out.assert_code(2);
+    assert!(out.stderr_str().contains("'--prepend-rnk'"), "{out}");
+    assert!(out.stderr_str().contains("'--prepend-rank'"), "{out}");
+    // After the program, everything is the program's.
+    let out =
+        Run::new(&["-n", "1", "sh", "-c", "printf '%s|' \"$@\"", "sh", "-n", "--bogus"]).run();
+    out.assert_code(0);
+    assert_eq!(out.stdout_str(), "-n|--bogus|", "{out}");
+}

@@ -194,6 +194,19 @@ fn prepend_rank_and_prepend_pattern_together_are_refused() {
 }
 
 #[test]
+fn prepend_rank_tags_every_line_on_both_streams() {
+    let out = Run::new(&["-l", "-n", "2", &rp(), "print", "2", "eprint", "1"]).run();
+    out.assert_code(0);
+    let lines = sorted(out.lines());
+    assert_eq!(
+        lines,
+        ["[0] rank 0 line 0", "[0] rank 0 line 1", "[1] rank 1 line 0", "[1] rank 1 line 1"]
+    );
+    let err = sorted(out.stderr_lines());
+    assert_eq!(err, ["[0] rank 0 line 0", "[1] rank 1 line 0"]);
+}
+
+#[test]
 fn tag_output_is_open_mpis_and_goes_before_the_rank_prefix() {
     let out = Run::new(&["--tag-output", "-n", "2", &rp(), "print", "1", "eprint", "1"]).run();
     out.assert_code(0);
