@@ -19,7 +19,7 @@ fn two_node_job_and_proxy_of_n2() -> (rlaunch_tests::Job, i32) {
 fn kill_the_proxy_of_n2(job: rlaunch_tests::Job, proxy: i32) {
     nix::sys::signal::kill(nix::unistd::Pid::from_raw(proxy), Signal::SIGKILL).unwrap();
     let out = job.wait(WAIT);
-    assert_ne!(out.code, Some(0));
+    out.assert_code(255);
     assert!(out.stderr_str().contains("rlaunch: lost proxy on n2 ("), "{}", out.stderr_str());
     assert!(out.stderr_str().contains("SIGKILL"), "{}", out.stderr_str());
     out.tag.wait_until_none(Duration::from_secs(2)).unwrap();
@@ -49,7 +49,7 @@ fn a_hung_proxy_is_found_by_its_silence() {
     let start = Instant::now();
     nix::sys::signal::kill(nix::unistd::Pid::from_raw(proxy), Signal::SIGSTOP).unwrap();
     let out = job.wait(WAIT);
-    assert_ne!(out.code, Some(0));
+    out.assert_code(255);
     assert!(
         out.stderr_str().contains("rlaunch: lost proxy on n2 (no word from it for 10 s)"),
         "{out}"

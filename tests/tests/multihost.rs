@@ -208,7 +208,7 @@ fn a_killed_node_proxy_aborts_the_job(cluster: &Cluster) {
     )
     .unwrap();
     let out = job.wait(WAIT);
-    assert_ne!(out.code, Some(0));
+    out.assert_code(255);
     assert!(out.stderr_str().contains("rlaunch: lost proxy on n2 ("), "{out}");
     out.tag.wait_until_none(Duration::from_secs(10)).unwrap();
     wait_no_remote_proxies(Duration::from_secs(10));
@@ -260,7 +260,7 @@ fn a_node_whose_link_goes_down_is_lost_and_cleans_up_alone(cluster: &Cluster) {
     let cut = Instant::now();
     cluster.ctl("link-down", 5);
     let out = job.wait(WAIT);
-    assert_ne!(out.code, Some(0));
+    out.assert_code(255);
     assert!(
         out.stderr_str().contains("rlaunch: lost proxy on n5 (no word from it for 10 s)"),
         "{out}"
