@@ -28,11 +28,15 @@ fn a_last_line_without_newline_arrives_and_bytes_pass_unchanged() {
 
 #[test]
 fn a_closed_stdout_ends_the_job_promptly() {
-    let script = format!("{} -n 4 yes | head -1", rlaunch_tests::rlaunch().display());
+    // The shell's status is head's; rlaunch's own goes to stderr.
+    let rlaunch = rlaunch_tests::rlaunch();
+    let script =
+        format!("{{ {} -n 4 yes; echo \"rlaunch exited $?\" >&2; }} | head -1", rlaunch.display());
     let start = Instant::now();
     let out = Run::program("/bin/sh", &["-c", &script]).timeout(WAIT).run();
     out.assert_code(0);
     assert_eq!(out.stdout_str(), "y\n");
+    assert!(out.stderr_lines().contains(&"rlaunch exited 141".to_owned()), "{out}");
     assert!(start.elapsed() < Duration::from_secs(10), "took {:?}", start.elapsed());
 }
 
