@@ -15,21 +15,30 @@
 //! * [`Tag`] marks a run's processes; [`tagged_processes`] and [`wait_until_no_tagged`] find
 //!   them, so a test can check that nothing outlives the launcher. When the `Job` or `Outcome`
 //!   holding a tag drops, every process still carrying it is SIGKILLed.
-//! * [`hosts`] names the hosts ranks run on: this machine ([`hosts::hostname`]) and lists of
-//!   fake nodes `n1,n2,...` that `--launcher fork` starts as proxies of their own here.
-//! * [`procfs`] reads what `/proc` says of a process that is not the test's child (a proxy, a
-//!   rank): its command name, state, parent and resident size.
-//! * [`output`] reads what a run printed: the ranks' `-l` lines by rank, their environments,
-//!   rlaunch's own lines; [`output::sorted`] puts lines that ranks printed side by side in order.
-//! * [`check_flood`] checks the output of `rankprog flood`, [`fnv1a64`] the answer of
-//!   `rankprog stdin-sum`, [`tempdir`] gives a directory removed on drop.
-//!
-//! `rankprog`'s script language is documented in `src/bin/rankprog.rs`.
-//!
 //! * [`rlaunch`], [`proxy`], [`rankprog`] and [`pmiprog`] find the built binaries next to the
 //!   test executable, in the target directory of the running profile; [`fakessh`] and
 //!   [`spawn_client`] find the scripts of `tests/scripts/`. `cargo test -p rlaunch-tests`
 //!   builds `rankprog` but not `rlaunch`: run `cargo build --workspace` first.
+//! * [`hosts`] names the hosts ranks run on: this machine ([`hosts::hostname`]) and lists of
+//!   fake nodes `n1,n2,...` that `--launcher fork` starts as proxies of their own here
+//!   ([`hosts::waiting_fake_node_job`] starts ranks there that wait).
+//! * [`output`] reads what a run printed: the ranks' `-l` lines by rank, their environments,
+//!   rlaunch's own lines; [`output::sorted`] puts lines that ranks printed side by side in order.
+//! * [`procfs`] reads what `/proc` says of a process that is not the test's child (a proxy, a
+//!   rank): its command name, state, parent and resident size.
+//! * [`mpi`] compiles the MPI and PMI-2 programs of `tests/c/` and checks what they print.
+//! * [`check_flood`] checks the output of `rankprog flood`, [`fnv1a64`] the answer of
+//!   `rankprog stdin-sum`, [`tempdir`] gives a directory removed on drop.
+//!
+//! `rankprog`'s script language is documented in `src/bin/rankprog.rs`, `pmiprog`'s in
+//! `src/bin/pmiprog.rs`.
+//!
+//! The tests, a file a topic: `launch` (the ranks' environment, placement, the proxy tree),
+//! `output_relay` (stdout and stderr on their way to rlaunch's), `output_files` (prefixes and
+//! output files), `stdin`, `exit_status` (failures, timeouts), `signals`, `lost_proxies`,
+//! `cli` (the drop-in command line), `binding`, `fakessh` (the ssh bootstrap, with a fake ssh),
+//! `multihost` (real ssh between network namespaces; needs root), `mpich`, `pmi`, `spawn`,
+//! and `rankprog` (the helper itself).
 //!
 //! ```no_run
 //! use rlaunch_tests::{rankprog_str, Run};
