@@ -15,14 +15,30 @@
 //! * [`Tag`] marks a run's processes; [`tagged_processes`] and [`wait_until_no_tagged`] find
 //!   them, so a test can check that nothing outlives the launcher. When the `Job` or `Outcome`
 //!   holding a tag drops, every process still carrying it is SIGKILLed.
+//! * [`rlaunch`], [`proxy`], [`rankprog`] and [`pmiprog`] find the built binaries next to the
+//!   test executable, in the target directory of the running profile; [`fakessh`] and
+//!   [`spawn_client`] find the scripts of `tests/scripts/`. `cargo test -p rlaunch-tests`
+//!   builds `rankprog` but not `rlaunch`: run `cargo build --workspace` first.
+//! * [`hosts`] names the hosts ranks run on: this machine ([`hosts::hostname`]) and lists of
+//!   fake nodes `n1,n2,...` that `--launcher fork` starts as proxies of their own here
+//!   ([`hosts::waiting_fake_node_job`] starts ranks there that wait).
+//! * [`output`] reads what a run printed: the ranks' `-l` lines by rank, their environments,
+//!   rlaunch's own lines; [`output::sorted`] puts lines that ranks printed side by side in order.
+//! * [`procfs`] reads what `/proc` says of a process that is not the test's child (a proxy, a
+//!   rank): its command name, state, parent and resident size.
+//! * [`mpi`] compiles the MPI and PMI-2 programs of `tests/c/` and checks what they print.
 //! * [`check_flood`] checks the output of `rankprog flood`, [`fnv1a64`] the answer of
 //!   `rankprog stdin-sum`, [`tempdir`] gives a directory removed on drop.
 //!
-//! `rankprog`'s script language is documented in `src/bin/rankprog.rs`.
+//! `rankprog`'s script language is documented in `src/bin/rankprog.rs`, `pmiprog`'s in
+//! `src/bin/pmiprog.rs`.
 //!
-//! The binaries are looked up next to the test executable, in the target directory of the
-//! running profile. `cargo test -p rlaunch-tests` builds `rankprog` but not `rlaunch`: run
-//! `cargo build --workspace` first.
+//! The tests, a file a topic: `launch` (the ranks' environment, placement, the proxy tree),
+//! `output_relay` (stdout and stderr on their way to rlaunch's), `output_files` (prefixes and
+//! output files), `stdin`, `exit_status` (failures, timeouts), `signals`, `lost_proxies`,
+//! `cli` (the drop-in command line), `binding`, `fakessh` (the ssh bootstrap, with a fake ssh),
+//! `multihost` (real ssh between network namespaces; needs root), `mpich`, `pmi`, `spawn`,
+//! and `rankprog` (the helper itself).
 //!
 //! ```no_run
 //! use rlaunch_tests::{rankprog_str, Run};
@@ -32,12 +48,15 @@
 //! ```
 
 mod flood;
+pub mod hosts;
 pub mod mpi;
+pub mod output;
+pub mod procfs;
 mod procs;
+mod programs;
 mod run;
 mod tempdir;
 
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -45,72 +64,11 @@ pub use flood::{check_flood, flood_line, flood_lines, scan_flood, FloodReport, F
 pub use procs::{
     tagged_processes, wait_until_no_tagged, wait_until_tagged, Tag, TaggedProcess, TAG_VAR,
 };
+pub use programs::{
+    fakessh, pmiprog, pmiprog_str, proxy, proxy_str, rankprog, rankprog_str, rlaunch, spawn_client,
+};
 pub use run::{Job, Outcome, Run, DEFAULT_TIMEOUT};
 pub use tempdir::{tempdir, TempDir};
-
-/// The `rlaunch` executable.
-pub fn rlaunch() -> PathBuf {
-    built_binary("rlaunch", "cargo build --workspace")
-}
-
-/// The `rlaunch-proxy` executable.
-pub fn proxy() -> PathBuf {
-    built_binary("rlaunch-proxy", "cargo build --workspace")
-}
-
-/// The `rankprog` helper (this package's binary).
-pub fn rankprog() -> PathBuf {
-    built_binary("rankprog", "cargo build -p rlaunch-tests")
-}
-
-/// [`rankprog`] as a string, for argument lists.
-pub fn rankprog_str() -> String {
-    path_str(rankprog())
-}
-
-/// [`proxy`] as a string, for argument lists.
-pub fn proxy_str() -> String {
-    path_str(proxy())
-}
-
-fn path_str(path: PathBuf) -> String {
-    path.into_os_string()
-        .into_string()
-        .unwrap_or_else(|p| panic!("the target directory is not UTF-8: {p:?}"))
-}
-
-/// Tests run as `target/<profile>/deps/<test>-<hash>` (unit tests of this crate included);
-/// cargo puts the binaries in `target/<profile>/`.
-fn built_binary(name: &str, build: &str) -> PathBuf {
-    let exe = std::env::current_exe()
-        .unwrap_or_else(|e| panic!("cannot locate the test executable: {e}"));
-    let mut dir = exe
-        .parent()
-        .unwrap_or_else(|| panic!("the test executable {} has no directory", exe.display()))
-        .to_path_buf();
-    if dir.ends_with("deps") {
-        dir.pop();
-    }
-    let path = dir.join(format!("{name}{}", std::env::consts::EXE_SUFFIX));
-    assert!(
-        path.is_file(),
-        "error: {name} is not built: {} does not exist; run `{build}` before the tests",
-        path.display()
-    );
-    path
-}
-
-/// The parent of a process (a rank's parent is its node's proxy), from /proc.
-pub fn parent_pid(pid: i32) -> i32 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .unwrap_or_else(|e| panic!("cannot read /proc/{pid}/stat: {e}"));
-    let close = stat.rfind(')').expect("stat has a command in parentheses");
-    stat[close + 2..]
-        .split_whitespace()
-        .nth(1)
-        .and_then(|p| p.parse().ok())
-        .expect("stat has a ppid")
-}
 
 /// FNV-1a, 64 bits: the hash `rankprog stdin-sum` prints.
 pub fn fnv1a64(bytes: &[u8]) -> u64 {

@@ -14,6 +14,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
 
+use crate::hosts::hostname;
 use crate::Outcome;
 
 /// A C program of `tests/c/`.
@@ -79,13 +80,7 @@ impl CProgram {
 
 /// Where the compiled programs go: `target/<profile>/c-programs/`, next to the binaries.
 fn output_dir() -> PathBuf {
-    let exe = std::env::current_exe()
-        .unwrap_or_else(|e| panic!("cannot locate the test executable: {e}"));
-    let mut dir = exe.parent().expect("the test executable has a directory").to_path_buf();
-    if dir.ends_with("deps") {
-        dir.pop();
-    }
-    dir.join("c-programs")
+    crate::programs::target_dir().join("c-programs")
 }
 
 fn compile(program: CProgram) -> PathBuf {
@@ -131,14 +126,6 @@ fn compile(program: CProgram) -> PathBuf {
     out
 }
 
-/// This machine's host name, as `gethostname` (and so `MPI_Get_processor_name`) gives it.
-pub fn hostname() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .unwrap_or_else(|e| panic!("cannot read the host name: {e}"))
-        .trim()
-        .to_owned()
-}
-
 /// One rank's line from [`CProgram::Hello`].
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct HelloLine {
@@ -179,11 +166,6 @@ pub fn check_hello(out: &Outcome, n: u32) {
         let want = HelloLine { rank: hello.rank, size: n, sum, name: host.clone() };
         assert_eq!(*hello, want, "{out}");
     }
-}
-
-/// The lines of `text` that rlaunch itself printed (`rlaunch: ...`).
-pub fn rlaunch_lines(text: &str) -> Vec<&str> {
-    text.lines().filter(|l| l.starts_with("rlaunch:")).collect()
 }
 
 #[cfg(test)]

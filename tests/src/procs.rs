@@ -15,6 +15,8 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 
+use crate::procfs;
+
 /// The environment variable carrying a run's tag.
 pub const TAG_VAR: &str = "RLAUNCH_TEST_TAG";
 
@@ -136,32 +138,18 @@ pub(crate) fn list(processes: &[TaggedProcess]) -> String {
 /// users'), are skipped. A zombie's environment is gone with its memory, so zombies seldom
 /// show up; when one does, [`TaggedProcess::is_running`] says so.
 pub fn tagged_processes(tag: &str) -> Vec<TaggedProcess> {
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return Vec::new();
-    };
     let wanted = format!("{TAG_VAR}={tag}");
-    let mut found: Vec<TaggedProcess> = entries
-        .filter_map(|entry| {
-            let pid: i32 = entry.ok()?.file_name().to_str()?.parse().ok()?;
+    let mut found: Vec<TaggedProcess> = procfs::pids()
+        .into_iter()
+        .filter_map(|pid| {
             let environ = std::fs::read(format!("/proc/{pid}/environ")).ok()?;
             environ.split(|&b| b == 0).any(|var| var == wanted.as_bytes()).then_some(())?;
-            let (comm, state) = comm_and_state(pid)?;
+            let procfs::Stat { comm, state, .. } = procfs::stat(pid)?;
             Some(TaggedProcess { pid: Pid::from_raw(pid), comm, state })
         })
         .collect();
     found.sort_by_key(|p| p.pid.as_raw());
     found
-}
-
-/// `/proc/<pid>/stat` reads `pid (comm) S ...`; comm may hold spaces and parentheses, so the
-/// last `)` ends it.
-fn comm_and_state(pid: i32) -> Option<(String, char)> {
-    let stat = std::fs::read(format!("/proc/{pid}/stat")).ok()?;
-    let open = stat.iter().position(|&b| b == b'(')?;
-    let close = stat.iter().rposition(|&b| b == b')')?;
-    let comm = String::from_utf8_lossy(stat.get(open + 1..close)?).into_owned();
-    let state = char::from(*stat.get(close + 2)?);
-    Some((comm, state))
 }
 
 /// Waits until no running process carries `tag`; on timeout, returns those still running.

@@ -5,6 +5,8 @@
 
 use std::collections::BTreeMap;
 
+use rlaunch_tests::hosts::hostname;
+use rlaunch_tests::output::by_rank;
 use rlaunch_tests::Run;
 
 /// Each rank prints its pid (`exec` keeps it: it is the pid the proxy started) and its CPUs.
@@ -12,10 +14,6 @@ const SHOW_CPUS: &str = "echo pid $$; exec grep Cpus_allowed_list /proc/self/sta
 
 fn show_cpus() -> [&'static str; 3] {
     ["sh", "-c", SHOW_CPUS]
-}
-
-fn hostname() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap().trim().to_string()
 }
 
 /// Parses a Linux cpulist: `0-3,8`.
@@ -115,13 +113,13 @@ fn objects(unit: Unit, allowed: &[u32]) -> Vec<Vec<u32>> {
 fn seen(lines: &[String]) -> BTreeMap<u32, (u32, String)> {
     let mut pids = BTreeMap::new();
     let mut cpus = BTreeMap::new();
-    for line in lines {
-        let (prefix, rest) = line.split_once("] ").unwrap_or_else(|| panic!("no -l in {line:?}"));
-        let rank: u32 = prefix.trim_start_matches('[').parse().unwrap();
-        if let Some(pid) = rest.strip_prefix("pid ") {
-            pids.insert(rank, pid.parse::<u32>().unwrap());
-        } else if let Some(list) = rest.strip_prefix("Cpus_allowed_list:") {
-            cpus.insert(rank, list.trim().to_string());
+    for (rank, printed) in by_rank(lines) {
+        for line in printed {
+            if let Some(pid) = line.strip_prefix("pid ") {
+                pids.insert(rank, pid.parse::<u32>().unwrap());
+            } else if let Some(list) = line.strip_prefix("Cpus_allowed_list:") {
+                cpus.insert(rank, list.trim().to_string());
+            }
         }
     }
     assert_eq!(pids.len(), cpus.len(), "{lines:?}");
@@ -228,8 +226,7 @@ fn more_ranks_than_cores_wrap_around_with_one_notice() {
     assert_eq!(wrap_notices(&out.stderr_lines()), [&notice(&hostname())], "{out}");
 
     // From a host started over a remote shell too: the notice travels up the tree.
-    let fakessh = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/fakessh");
-    let out = Run::new(&["--launcher", "ssh", "--launcher-exec", fakessh.to_str().unwrap()])
+    let out = Run::new(&["--launcher", "ssh", "--launcher-exec", &rlaunch_tests::fakessh()])
         .args(["--hosts", &format!("r1:{n}"), "-l", "-n", &n.to_string(), "--bind-to", "core"])
         .args(show_cpus())
         .run();

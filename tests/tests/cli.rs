@@ -3,45 +3,18 @@
 //! the one-line errors. Every test checks what the ranks really saw (their environment,
 //! directory, arguments and host), printed by `rankprog`.
 
-use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use rlaunch_tests::{rankprog_str, Run};
-
-fn rp() -> String {
-    rankprog_str()
-}
-
-/// rank -> what it printed, from `-l` output.
-fn by_rank(lines: &[String]) -> BTreeMap<u32, Vec<String>> {
-    let mut out: BTreeMap<u32, Vec<String>> = BTreeMap::new();
-    for line in lines {
-        let (prefix, rest) = line.split_once("] ").unwrap_or_else(|| panic!("no -l in {line:?}"));
-        let rank = prefix.trim_start_matches('[').parse().expect("rank");
-        out.entry(rank).or_default().push(rest.to_string());
-    }
-    out
-}
-
-/// rank -> NAME -> VALUE, from `-l rankprog env`.
-fn envs(lines: &[String]) -> BTreeMap<u32, BTreeMap<String, String>> {
-    by_rank(lines)
-        .into_iter()
-        .map(|(rank, lines)| {
-            let vars = lines
-                .iter()
-                .filter_map(|l| l.split_once('='))
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect();
-            (rank, vars)
-        })
-        .collect()
-}
+use rlaunch_tests::output::{by_rank, envs_by_rank};
+use rlaunch_tests::{fakessh, rankprog_str, Run};
 
 /// The host each rank was placed on (fake hosts under `--launcher fork`).
 fn hosts_of(lines: &[String]) -> Vec<String> {
-    envs(lines).values().map(|env| env["MPIR_CVAR_CH3_INTERFACE_HOSTNAME"].clone()).collect()
+    envs_by_rank(lines)
+        .values()
+        .map(|env| env["MPIR_CVAR_CH3_INTERFACE_HOSTNAME"].clone())
+        .collect()
 }
 
 fn one_line_error(out: &rlaunch_tests::Outcome, culprit: &str) {
@@ -70,14 +43,14 @@ fn hydra_and_open_mpi_host_spellings_place_the_same_ranks() {
         &["--launcher", "fork", "-H", "n1,n2", "-N", "2", "-c", "4", "--oversubscribe"],
     ];
     for args in spellings {
-        let out = Run::new(args).args(["-l", &rp(), "env"]).run();
+        let out = Run::new(args).args(["-l", &rankprog_str(), "env"]).run();
         out.assert_code(0);
         assert_eq!(hosts_of(&out.lines()), ["n1", "n1", "n2", "n2"], "{args:?}");
     }
     for by_node in [&["--map-by", "node"][..], &["-map-by", "node"], &["--bynode"]] {
         let out = Run::new(&["--launcher", "fork", "-hosts", "n1:2,n2:2", "-n", "4"])
             .args(by_node)
-            .args(["-l", &rp(), "env"])
+            .args(["-l", &rankprog_str(), "env"])
             .run();
         assert_eq!(hosts_of(&out.lines()), ["n1", "n2", "n1", "n2"], "{by_node:?}");
     }
@@ -88,12 +61,12 @@ fn mpmd_segments_number_ranks_across_and_keep_their_own_options() {
     let dir = rlaunch_tests::tempdir();
     let d = dir.path().to_str().unwrap();
     let out = Run::new(&["-l", "--launcher", "fork", "-hosts", "n1:2,n2:2"])
-        .args(["-n", "1", "-env", "ROLE", "master", &rp(), "env", "cwd", "echo", "a1"])
-        .args([":", "-n", "2", "-env", "ROLE=worker", "-wdir", d, &rp(), "env", "cwd"])
-        .args([":", "-n", "1", "-hosts", "n3", &rp(), "env", "cwd"])
+        .args(["-n", "1", "-env", "ROLE", "master", &rankprog_str(), "env", "cwd", "echo", "a1"])
+        .args([":", "-n", "2", "-env", "ROLE=worker", "-wdir", d, &rankprog_str(), "env", "cwd"])
+        .args([":", "-n", "1", "-hosts", "n3", &rankprog_str(), "env", "cwd"])
         .run();
     out.assert_code(0);
-    let envs = envs(&out.lines());
+    let envs = envs_by_rank(&out.lines());
     let lines = by_rank(&out.lines());
     let here = std::env::current_dir().unwrap();
     assert_eq!(envs.len(), 4, "{out}");
@@ -119,7 +92,7 @@ fn a_configfile_holds_the_segments() {
     let text = format!(
         "# a master and two workers\n-n 1 -env ROLE master {rp} echo 'two words'\n\n\
          -n 2 -env ROLE worker \\\n   {rp} echo \"x\\\"y\"   # workers\n",
-        rp = rp()
+        rp = rankprog_str()
     );
     std::fs::write(&conf, text).unwrap();
     let out = Run::new(&["-l", "-configfile", conf.to_str().unwrap()]).run();
@@ -129,10 +102,11 @@ fn a_configfile_holds_the_segments() {
     assert_eq!(lines[&1], ["x\"y"], "{out}");
     assert_eq!(lines[&2], ["x\"y"], "{out}");
 
-    std::fs::write(&conf, format!("-n 1 {rp} cwd\n-n 2 -nn 3 {rp} cwd\n", rp = rp())).unwrap();
+    std::fs::write(&conf, format!("-n 1 {rp} cwd\n-n 2 -nn 3 {rp} cwd\n", rp = rankprog_str()))
+        .unwrap();
     let out = Run::new(&["-configfile", conf.to_str().unwrap()]).run();
     one_line_error(&out, &format!("{}:2: unknown option '-nn'", conf.display()));
-    let out = Run::new(&["-configfile", conf.to_str().unwrap(), &rp()]).run();
+    let out = Run::new(&["-configfile", conf.to_str().unwrap(), &rankprog_str()]).run();
     one_line_error(&out, "either in the file or on the command line");
     let out = Run::new(&["-configfile", "/nonexistent/job.conf"]).run();
     one_line_error(&out, "cannot read /nonexistent/job.conf");
@@ -143,12 +117,12 @@ fn environment_options_decide_what_ranks_see() {
     let run = |args: &[&str]| {
         let out = Run::new(&["-l", "-n", "1"])
             .args(args)
-            .args([&rp(), "env"])
+            .args([&rankprog_str(), "env"])
             .env("FWD_A", "a")
             .env("FWD_B", "b")
             .run();
         out.assert_code(0);
-        envs(&out.lines()).remove(&0).expect("rank 0")
+        envs_by_rank(&out.lines()).remove(&0).expect("rank 0")
     };
     // Hydra's default: everything.
     let env = run(&[]);
@@ -179,7 +153,7 @@ fn environment_options_decide_what_ranks_see() {
     assert!(!env.contains_key("FWD_A") && env.contains_key("FWD_B"));
     assert_eq!(env["G"], "seg");
 
-    let out = Run::new(&["-genv", "=x", &rp(), "env"]).run();
+    let out = Run::new(&["-genv", "=x", &rankprog_str(), "env"]).run();
     one_line_error(&out, "-genv =x: empty variable name");
     let out = Run::new(&["-genv", "ONLY_A_NAME"]).run();
     one_line_error(&out, "-genv needs a value after ONLY_A_NAME");
@@ -191,7 +165,7 @@ fn the_working_directory_is_rlaunchs_unless_told() {
     std::fs::create_dir(dir.path().join("sub")).unwrap();
     let sub = dir.path().join("sub").canonicalize().unwrap();
     let cwd_of = |args: &[&str]| {
-        let out = Run::new(args).args([&rp(), "cwd"]).current_dir(dir.path()).run();
+        let out = Run::new(args).args([&rankprog_str(), "cwd"]).current_dir(dir.path()).run();
         out.assert_code(0);
         PathBuf::from(out.lines()[0].clone())
     };
@@ -200,7 +174,7 @@ fn the_working_directory_is_rlaunchs_unless_told() {
     assert_eq!(cwd_of(&["--wdir", sub.to_str().unwrap()]), sub);
     assert_eq!(cwd_of(&["-wd", "sub"]), sub);
 
-    let out = Run::new(&["-n", "2", "-wdir", "/nonexistent/dir", &rp(), "cwd"]).run();
+    let out = Run::new(&["-n", "2", "-wdir", "/nonexistent/dir", &rankprog_str(), "cwd"]).run();
     out.assert_code(126);
     let err = out.stderr_str();
     assert!(err.contains("working directory /nonexistent/dir: No such file or directory"), "{err}");
@@ -213,7 +187,7 @@ fn settings_come_from_the_environment_when_the_command_line_is_silent() {
     std::fs::write(&a, "na1\nna2\n").unwrap();
     std::fs::write(&b, "nb1\n").unwrap();
     let hosts = |run: Run| {
-        let out = run.args(["-l", "-n", "2", &rp(), "env"]).run();
+        let out = run.args(["-l", "-n", "2", &rankprog_str(), "env"]).run();
         out.assert_code(0);
         hosts_of(&out.lines())
     };
@@ -222,26 +196,25 @@ fn settings_come_from_the_environment_when_the_command_line_is_silent() {
     assert_eq!(hosts(base().env("RLAUNCH_HOSTFILE", &b)), ["nb1", "nb1"]);
     assert_eq!(hosts(base().env("RLAUNCH_HOSTFILE", &b).args(["-hosts", "nc"])), ["nc", "nc"]);
 
-    let out = base().env("RLAUNCH_LAUNCHER", "pbs").args([&rp(), "env"]).run();
+    let out = base().env("RLAUNCH_LAUNCHER", "pbs").args([&rankprog_str(), "env"]).run();
     one_line_error(&out, "RLAUNCH_LAUNCHER pbs: expected fork, ssh or rsh");
 
     // HYDRA_LAUNCHER_EXEC is the remote shell; RLAUNCH_LAUNCHER_EXEC wins over it.
-    let fakessh = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("scripts/fakessh");
-    let out = Run::new(&["-hosts", "r1,r2", "-l", "-n", "2", &rp(), "env"])
+    let out = Run::new(&["-hosts", "r1,r2", "-l", "-n", "2", &rankprog_str(), "env"])
         .env("HYDRA_LAUNCHER", "ssh")
         .env("HYDRA_LAUNCHER_EXEC", "/nonexistent/ssh")
-        .env("RLAUNCH_LAUNCHER_EXEC", &fakessh)
+        .env("RLAUNCH_LAUNCHER_EXEC", fakessh())
         .run();
     out.assert_code(0);
     assert_eq!(hosts_of(&out.lines()), ["r1", "r2"]);
-    let out = Run::new(&["-hosts", "r1", "-n", "1", &rp(), "env"])
+    let out = Run::new(&["-hosts", "r1", "-n", "1", &rankprog_str(), "env"])
         .env("HYDRA_LAUNCHER_EXEC", "/nonexistent/ssh")
         .run();
     out.assert_code(255);
     assert!(out.stderr_str().contains("r1"), "{out}");
 
     let start = Instant::now();
-    let out = Run::new(&["-n", "1", &rp(), "sleep", "60"])
+    let out = Run::new(&["-n", "1", &rankprog_str(), "sleep", "60"])
         .env("MPIEXEC_TIMEOUT", "100")
         .env("RLAUNCH_TIMEOUT", "1")
         .run();
@@ -251,24 +224,25 @@ fn settings_come_from_the_environment_when_the_command_line_is_silent() {
 
 #[test]
 fn unknown_options_get_one_line_with_a_suggestion() {
+    let rp = rankprog_str();
     one_line_error(
-        &Run::new(&["-hostz", "a", &rp()]).run(),
+        &Run::new(&["-hostz", "a", &rp]).run(),
         "unknown option '-hostz'; did you mean '-hosts'?",
     );
-    one_line_error(&Run::new(&["--tree-wdith", "2", &rp()]).run(), "did you mean '--tree-width'?");
-    one_line_error(&Run::new(&["-genvlits", "A", &rp()]).run(), "did you mean '-genvlist'?");
-    one_line_error(&Run::new(&["--outptu-filename", "d", &rp()]).run(), "'--output-filename'");
-    one_line_error(&Run::new(&["-n", "x", &rp()]).run(), "-n x: expected a number of ranks");
-    one_line_error(&Run::new(&["-n", "1", &rp(), "args", ":"]).run(), "followed by a program");
-    one_line_error(&Run::new(&["--map-by", "ppr:2:socket", &rp()]).run(), "ppr:N:node");
-    one_line_error(&Run::new(&["--bind-to", "corez", &rp()]).run(), "--bind-to corez");
+    one_line_error(&Run::new(&["--tree-wdith", "2", &rp]).run(), "did you mean '--tree-width'?");
+    one_line_error(&Run::new(&["-genvlits", "A", &rp]).run(), "did you mean '-genvlist'?");
+    one_line_error(&Run::new(&["--outptu-filename", "d", &rp]).run(), "'--output-filename'");
+    one_line_error(&Run::new(&["-n", "x", &rp]).run(), "-n x: expected a number of ranks");
+    one_line_error(&Run::new(&["-n", "1", &rp, "args", ":"]).run(), "followed by a program");
+    one_line_error(&Run::new(&["--map-by", "ppr:2:socket", &rp]).run(), "ppr:N:node");
+    one_line_error(&Run::new(&["--bind-to", "corez", &rp]).run(), "--bind-to corez");
     one_line_error(&Run::new(&["-n", "2"]).run(), "no program given");
 }
 
 #[test]
 fn options_without_meaning_here_are_accepted_with_a_notice() {
     let out = Run::new(&["-iface", "eth0", "--mca", "btl", "tcp", "--allow-run-as-root"])
-        .args(["-n", "2", &rp(), "echo", "ran"])
+        .args(["-n", "2", &rankprog_str(), "echo", "ran"])
         .run();
     out.assert_code(0);
     assert_eq!(out.lines(), ["ran", "ran"]);
@@ -318,4 +292,17 @@ fn version_and_info_say_what_rlaunch_is() {
     for needed in ["launchers:", "ssh", "fork", "PMI-1", "PMI-2", "rlaunch-proxy", "binding:"] {
         assert!(info.contains(needed), "-info lacks {needed}:\n{info}");
     }
+}
+
+#[test]
+fn an_unknown_option_is_refused_not_run_as_the_program() {
+    let out = Run::new(&["-n", "1", "--prepend-rnk", "true"]).run();
+    out.assert_code(2);
+    assert!(out.stderr_str().contains("'--prepend-rnk'"), "{out}");
+    assert!(out.stderr_str().contains("'--prepend-rank'"), "{out}");
+    // After the program, everything is the program's.
+    let out =
+        Run::new(&["-n", "1", "sh", "-c", "printf '%s|' \"$@\"", "sh", "-n", "--bogus"]).run();
+    out.assert_code(0);
+    assert_eq!(out.stdout_str(), "-n|--bogus|", "{out}");
 }

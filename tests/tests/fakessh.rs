@@ -2,19 +2,10 @@
 //! the remote command here: fast, and no root or sshd needed. The real thing, over sshd in
 //! network namespaces, is tests/multihost.rs.
 
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use rlaunch_tests::{rankprog_str, Run};
-
-fn fakessh() -> String {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("scripts/fakessh");
-    path.to_str().unwrap().to_string()
-}
-
-fn hosts(n: usize) -> String {
-    (1..=n).map(|i| format!("n{i}")).collect::<Vec<_>>().join(",")
-}
+use rlaunch_tests::hosts::node_list;
+use rlaunch_tests::{fakessh, rankprog_str, Run};
 
 #[test]
 fn ssh_tree_spawn_reaches_every_host() {
@@ -25,7 +16,7 @@ fn ssh_tree_spawn_reaches_every_host() {
         "--launcher-exec",
         &exec,
         "--hosts",
-        &hosts(7),
+        &node_list(7),
         "--tree-width",
         "2",
         "-l",

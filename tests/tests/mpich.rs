@@ -7,16 +7,17 @@
 
 use std::time::Duration;
 
-use rlaunch_tests::mpi::{check_hello, hostname, rlaunch_lines, CProgram};
+use rlaunch_tests::hosts::{hostname, node_list_with_slots};
+use rlaunch_tests::mpi::{check_hello, CProgram};
+use rlaunch_tests::output::{rlaunch_lines, sorted};
 use rlaunch_tests::{rankprog_str, Run};
 
 /// Each test's bound; MPICH runs here take well under a second (a few with 32 ranks).
 const LIMIT: Duration = Duration::from_secs(40);
 
 /// `--launcher fork --hosts n1:per,...,n<nodes>:per`: fake nodes, each its own proxy.
-fn fake_nodes(nodes: u32, per: u32) -> Vec<String> {
-    let hosts: Vec<String> = (1..=nodes).map(|i| format!("n{i}:{per}")).collect();
-    vec!["--launcher".into(), "fork".into(), "--hosts".into(), hosts.join(",")]
+fn fake_nodes(nodes: usize, per: u32) -> Vec<String> {
+    vec!["--launcher".into(), "fork".into(), "--hosts".into(), node_list_with_slots(nodes, per)]
 }
 
 /// rlaunch running `program args` on `n` ranks, after `options`.
@@ -56,13 +57,12 @@ fn hello_allreduce_with_32_ranks_on_eight_fake_nodes() {
 fn a_token_goes_around_a_ring_of_eight() {
     let out = mpi_run(&[], 8, CProgram::Ring, &[]).run();
     out.assert_code(0);
-    let mut lines = out.lines();
-    lines.sort();
-    let mut want: Vec<String> = (0..8)
-        .map(|r| format!("ring {r} got {}", if r == 0 { 8 } else { r }))
-        .chain(["ring done size 8 token 8".to_string()])
-        .collect();
-    want.sort();
+    let lines = sorted(out.lines());
+    let want = sorted(
+        (0..8)
+            .map(|r| format!("ring {r} got {}", if r == 0 { 8 } else { r }))
+            .chain(["ring done size 8 token 8".to_string()]),
+    );
     assert_eq!(lines, want, "{out}");
 }
 
@@ -82,8 +82,7 @@ fn mpi_abort_ends_the_job_with_its_code_and_names_the_rank() {
         assert_eq!(rest, format!("on {host}) aborted the job with exit code 42"), "{out}");
         // Every rank got as far as blocking (rank 1 waited for them), none got past it, and
         // nothing of the job survives.
-        let mut lines = out.lines();
-        lines.sort();
+        let lines = sorted(out.lines());
         assert_eq!(lines, ["blocking 0", "blocking 1", "blocking 2", "blocking 3"], "{out}");
         out.tag.wait_until_none(Duration::from_secs(5)).unwrap_or_else(|left| {
             panic!("left running after MPI_Abort: {left:?}");
@@ -96,8 +95,7 @@ fn publish_and_lookup_a_name_between_two_ranks() {
     let port = "rlaunch-test-port#tag=1;x";
     let out = mpi_run(&[], 2, CProgram::Publish, &["rlaunch-test-service", port]).run();
     out.assert_code(0);
-    let mut lines = out.lines();
-    lines.sort();
+    let lines = sorted(out.lines());
     assert_eq!(
         lines,
         [
@@ -156,8 +154,7 @@ fn mpmd_segments_share_one_world_and_see_their_appnum() {
         .timeout(LIMIT)
         .run();
     out.assert_code(0);
-    let mut seen: Vec<String> = out.lines();
-    seen.sort();
+    let seen = sorted(out.lines());
     let want: Vec<String> = (0..4)
         .map(|r| {
             let (appnum, role) = if r == 0 { (0, "master") } else { (1, "worker") };

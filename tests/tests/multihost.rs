@@ -9,8 +9,10 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::Signal;
+use rlaunch_tests::hosts::node_list;
 use rlaunch_tests::mpi::CProgram;
-use rlaunch_tests::{rankprog_str, Run};
+use rlaunch_tests::output::sorted;
+use rlaunch_tests::{procfs, rankprog_str, Run};
 
 const NODES: usize = 7;
 const WAIT: Duration = Duration::from_secs(60);
@@ -77,28 +79,17 @@ impl Drop for Cluster {
     }
 }
 
-fn hosts(n: usize) -> String {
-    (1..=n).map(|i| format!("n{i}")).collect::<Vec<_>>().join(",")
-}
-
 /// Remote proxies: their parent is an sshd session, which nothing else here runs under.
 fn remote_proxies() -> Vec<i32> {
-    let mut out = Vec::new();
-    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else { continue };
-        let comm = |p: i32| std::fs::read_to_string(format!("/proc/{p}/comm")).unwrap_or_default();
-        if comm(pid).trim() != "rlaunch-proxy" {
-            continue;
-        }
-        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-        let Some(close) = stat.rfind(')') else { continue };
-        let ppid: i32 =
-            stat[close + 2..].split_whitespace().nth(1).and_then(|p| p.parse().ok()).unwrap_or(0);
-        if comm(ppid).trim().starts_with("sshd") || comm(ppid).trim() == "bash" {
-            out.push(pid);
-        }
-    }
-    out
+    let comm = |pid: i32| procfs::stat(pid).map(|stat| stat.comm).unwrap_or_default();
+    let remote = |stat: &procfs::Stat| {
+        let parent = comm(stat.ppid);
+        stat.comm == "rlaunch-proxy" && (parent.starts_with("sshd") || parent == "bash")
+    };
+    procfs::pids()
+        .into_iter()
+        .filter(|&pid| procfs::stat(pid).is_some_and(|s| remote(&s)))
+        .collect()
 }
 
 fn wait_no_remote_proxies(within: Duration) {
@@ -123,10 +114,10 @@ fn jobs_run_across_hosts_over_ssh_and_failures_leave_nothing() {
 }
 
 fn each_node_runs_a_plain_command(cluster: &Cluster) {
-    let out = cluster.run(&["--hosts", &hosts(4), "-l", "-n", "4", "hostname"]).timeout(WAIT).run();
+    let out =
+        cluster.run(&["--hosts", &node_list(4), "-l", "-n", "4", "hostname"]).timeout(WAIT).run();
     out.assert_code(0);
-    let mut lines = out.lines();
-    lines.sort();
+    let lines = sorted(out.lines());
     assert_eq!(lines, ["[0] n1", "[1] n2", "[2] n3", "[3] n4"], "{out}");
 }
 
@@ -153,12 +144,11 @@ fn mpich_runs_on_four_nodes_with_two_ranks_each(cluster: &Cluster) {
 
 fn tree_spawn_with_width_two_covers_seven_nodes(cluster: &Cluster) {
     let out = cluster
-        .run(&["--hosts", &hosts(7), "--tree-width", "2", "-l", "-n", "7", "hostname"])
+        .run(&["--hosts", &node_list(7), "--tree-width", "2", "-l", "-n", "7", "hostname"])
         .timeout(WAIT)
         .run();
     out.assert_code(0);
-    let mut lines = out.lines();
-    lines.sort();
+    let lines = sorted(out.lines());
     let want: Vec<String> = (0..7).map(|r| format!("[{r}] n{}", r + 1)).collect();
     assert_eq!(lines, want, "{out}");
 }
@@ -197,7 +187,7 @@ fn a_killed_node_proxy_aborts_the_job(cluster: &Cluster) {
     let mut job = cluster
         .run(&[
             "--hosts",
-            &hosts(3),
+            &node_list(3),
             "--tree-width",
             "1",
             "-n",
@@ -213,12 +203,12 @@ fn a_killed_node_proxy_aborts_the_job(cluster: &Cluster) {
     // Node n2 sits between n1 and n3 in this chain: losing it must take n3's rank too.
     let rank1 = ready.iter().find(|(r, _)| *r == 1).unwrap().1;
     nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(rlaunch_tests::parent_pid(rank1.as_raw())),
+        nix::unistd::Pid::from_raw(procfs::parent_pid(rank1.as_raw())),
         Signal::SIGKILL,
     )
     .unwrap();
     let out = job.wait(WAIT);
-    assert_ne!(out.code, Some(0));
+    out.assert_code(255);
     assert!(out.stderr_str().contains("rlaunch: lost proxy on n2 ("), "{out}");
     out.tag.wait_until_none(Duration::from_secs(10)).unwrap();
     wait_no_remote_proxies(Duration::from_secs(10));
@@ -229,7 +219,7 @@ fn killing_rlaunch_leaves_nothing_on_any_host(cluster: &Cluster) {
     let mut job = cluster
         .run(&[
             "--hosts",
-            &hosts(4),
+            &node_list(4),
             "--tree-width",
             "2",
             "-n",
@@ -270,7 +260,7 @@ fn a_node_whose_link_goes_down_is_lost_and_cleans_up_alone(cluster: &Cluster) {
     let cut = Instant::now();
     cluster.ctl("link-down", 5);
     let out = job.wait(WAIT);
-    assert_ne!(out.code, Some(0));
+    out.assert_code(255);
     assert!(
         out.stderr_str().contains("rlaunch: lost proxy on n5 (no word from it for 10 s)"),
         "{out}"

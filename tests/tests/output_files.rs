@@ -4,17 +4,14 @@
 //! reads what was really written there.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use rlaunch_tests::{check_flood, rankprog_str, tempdir, Run};
+use rlaunch_tests::output::sorted;
+use rlaunch_tests::{check_flood, rankprog_str, spawn_client, tempdir, Run};
 
 const WAIT: Duration = Duration::from_secs(30);
-
-fn rp() -> String {
-    rankprog_str()
-}
 
 fn read(path: impl AsRef<Path>) -> String {
     let path = path.as_ref();
@@ -29,11 +26,6 @@ fn names(dir: &Path) -> Vec<String> {
         .collect();
     names.sort();
     names
-}
-
-fn sorted(mut lines: Vec<String>) -> Vec<String> {
-    lines.sort();
-    lines
 }
 
 #[test]
@@ -91,7 +83,7 @@ fn ranks_sharing_a_file_write_whole_lines_into_it() {
         "4",
         "--outfile-pattern",
         "shared.out",
-        &rp(),
+        &rankprog_str(),
         "flood",
         &bytes_per_rank.to_string(),
     ])
@@ -111,7 +103,7 @@ fn ranks_sharing_a_file_write_whole_lines_into_it() {
         "both.log",
         "--errfile-pattern",
         "both.log",
-        &rp(),
+        &rankprog_str(),
         "print",
         "100",
         "eprint",
@@ -142,7 +134,7 @@ fn the_prepend_pattern_prefixes_lines_on_the_terminal_and_in_files() {
         "2",
         "-prepend-pattern",
         "<%r@%h> ",
-        &rp(),
+        &rankprog_str(),
         "print",
         "2",
         "eprint",
@@ -169,7 +161,7 @@ fn the_prepend_pattern_prefixes_lines_on_the_terminal_and_in_files() {
         "%r| ",
         "--outfile-pattern",
         "o.%r",
-        &rp(),
+        &rankprog_str(),
         "print",
         "2",
         "noeol",
@@ -198,8 +190,22 @@ fn prepend_rank_and_prepend_pattern_together_are_refused() {
 }
 
 #[test]
+fn prepend_rank_tags_every_line_on_both_streams() {
+    let out = Run::new(&["-l", "-n", "2", &rankprog_str(), "print", "2", "eprint", "1"]).run();
+    out.assert_code(0);
+    let lines = sorted(out.lines());
+    assert_eq!(
+        lines,
+        ["[0] rank 0 line 0", "[0] rank 0 line 1", "[1] rank 1 line 0", "[1] rank 1 line 1"]
+    );
+    let err = sorted(out.stderr_lines());
+    assert_eq!(err, ["[0] rank 0 line 0", "[1] rank 1 line 0"]);
+}
+
+#[test]
 fn tag_output_is_open_mpis_and_goes_before_the_rank_prefix() {
-    let out = Run::new(&["--tag-output", "-n", "2", &rp(), "print", "1", "eprint", "1"]).run();
+    let out =
+        Run::new(&["--tag-output", "-n", "2", &rankprog_str(), "print", "1", "eprint", "1"]).run();
     out.assert_code(0);
     assert_eq!(sorted(out.lines()), ["[1,0]<stdout>:rank 0 line 0", "[1,1]<stdout>:rank 1 line 0"]);
     assert_eq!(
@@ -207,7 +213,7 @@ fn tag_output_is_open_mpis_and_goes_before_the_rank_prefix() {
         ["[1,0]<stderr>:rank 0 line 0", "[1,1]<stderr>:rank 1 line 0"]
     );
 
-    let out = Run::new(&["-tag-output", "-l", "-n", "1", &rp(), "echo", "x"]).run();
+    let out = Run::new(&["-tag-output", "-l", "-n", "1", &rankprog_str(), "echo", "x"]).run();
     out.assert_code(0);
     assert_eq!(out.stdout_str(), "[1,0]<stdout>:[0] x\n");
 }
@@ -255,7 +261,7 @@ fn timestamps_are_utc_of_arrival_and_never_go_back() {
         "--tag-output",
         "-n",
         "2",
-        &rp(),
+        &rankprog_str(),
         "print",
         "50",
         "sleep",
@@ -292,10 +298,19 @@ fn timestamps_are_utc_of_arrival_and_never_go_back() {
 #[test]
 fn output_filename_writes_open_mpis_tree_and_still_copies_to_the_terminal() {
     let dir = tempdir();
-    let out =
-        Run::new(&["-n", "2", "--output-filename", "tree", &rp(), "print", "2", "eprint", "1"])
-            .current_dir(dir.path())
-            .run();
+    let out = Run::new(&[
+        "-n",
+        "2",
+        "--output-filename",
+        "tree",
+        &rankprog_str(),
+        "print",
+        "2",
+        "eprint",
+        "1",
+    ])
+    .current_dir(dir.path())
+    .run();
     out.assert_code(0);
     for rank in 0..2 {
         let rank_dir = dir.join(format!("tree/1/rank.{rank}"));
@@ -310,9 +325,10 @@ fn output_filename_writes_open_mpis_tree_and_still_copies_to_the_terminal() {
     assert_eq!(out.stderr_lines().len(), 2, "{out}");
 
     // Ranks padded to the width of the job size; nocopy keeps the terminal quiet.
-    let out = Run::new(&["-n", "12", "-output-filename", "quiet:nocopy", &rp(), "print", "1"])
-        .current_dir(dir.path())
-        .run();
+    let out =
+        Run::new(&["-n", "12", "-output-filename", "quiet:nocopy", &rankprog_str(), "print", "1"])
+            .current_dir(dir.path())
+            .run();
     out.assert_code(0);
     assert_eq!(out.stdout_str(), "", "{out}");
     let ranks = names(&dir.join("quiet/1"));
@@ -331,7 +347,7 @@ fn an_outfile_pattern_takes_stdout_from_output_filename() {
         "tree",
         "--outfile-pattern",
         "out.%r",
-        &rp(),
+        &rankprog_str(),
         "print",
         "1",
         "eprint",
@@ -352,7 +368,6 @@ fn an_outfile_pattern_takes_stdout_from_output_filename() {
 
 #[test]
 fn spawned_jobs_get_their_own_tags_hosts_and_job_ids() {
-    let client = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("scripts/spawn_client.py");
     let out = Run::new(&[
         "--launcher",
         "fork",
@@ -364,7 +379,7 @@ fn spawned_jobs_get_their_own_tags_hosts_and_job_ids() {
         "--prepend-pattern",
         "%h %t: ",
         "python3",
-        client.to_str().unwrap(),
+        &spawn_client(),
         "1",
     ])
     .run();
@@ -416,7 +431,7 @@ fn an_output_file_that_cannot_be_created_ends_the_job_and_names_the_file() {
         "2",
         "--outfile-pattern",
         "missing/out.%r",
-        &rp(),
+        &rankprog_str(),
         "ready",
         "sleep",
         "60",

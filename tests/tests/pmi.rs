@@ -5,42 +5,31 @@
 
 use std::time::Duration;
 
-use rlaunch_tests::mpi::{hostname, rlaunch_lines, CProgram};
-use rlaunch_tests::{tempdir, Outcome, Run};
+use rlaunch_tests::hosts::hostname;
+use rlaunch_tests::mpi::CProgram;
+use rlaunch_tests::output::{rlaunch_lines, sorted};
+use rlaunch_tests::{pmiprog_str, tempdir, Outcome, Run};
 
 /// The harness's bound for every run here.
 const LIMIT: Duration = Duration::from_secs(40);
 /// How fast a job with a misbehaving rank must end. pmiprog's own patience is 20 s, so a
 /// launcher that merely waits for the rank to give up fails this.
 const PROMPT: Duration = Duration::from_secs(10);
-
-fn pmiprog() -> String {
-    let path = rlaunch_tests::rankprog().with_file_name("pmiprog");
-    assert!(
-        path.is_file(),
-        "error: {} is not built: run `cargo build -p rlaunch-tests`",
-        path.display()
-    );
-    path.into_os_string().into_string().expect("the target directory is UTF-8")
-}
+/// rlaunch's exit status when a rank broke the PMI protocol, closing its PMI socket before
+/// finalize included (README, "Exit status").
+const PROTOCOL_FAULT: i32 = 255;
 
 /// rlaunch with `options`, then `-n n pmiprog script...`.
 fn pmi_run(options: &[&str], n: u32, script: &[&str]) -> Run {
-    Run::new(options).args(["-n".to_string(), n.to_string(), pmiprog()]).args(script).timeout(LIMIT)
+    Run::new(options)
+        .args(["-n".to_string(), n.to_string(), pmiprog_str()])
+        .args(script)
+        .timeout(LIMIT)
 }
 
 /// The stdout lines that start with `prefix`, sorted.
 fn lines_with(out: &Outcome, prefix: &str) -> Vec<String> {
-    let mut lines: Vec<String> =
-        out.lines().into_iter().filter(|l| l.starts_with(prefix)).collect();
-    lines.sort();
-    lines
-}
-
-fn sorted(lines: impl IntoIterator<Item = String>) -> Vec<String> {
-    let mut lines: Vec<String> = lines.into_iter().collect();
-    lines.sort();
-    lines
+    sorted(out.lines().into_iter().filter(|l| l.starts_with(prefix)))
 }
 
 #[test]
@@ -153,10 +142,10 @@ impl Layout<'_> {
         pmi_run(self.options, self.size, &args).timeout(PROMPT).run()
     }
 
-    /// Checks that the job failed with one line from rlaunch, blaming the bad rank on its host
-    /// and showing `sent`; that the bystanders were still waiting; that nothing is left.
-    fn check_blamed(&self, out: &Outcome, sent: &str) {
-        assert!(matches!(out.code, Some(c) if c != 0), "rlaunch must fail: {out}");
+    /// Checks that the job failed with `code` and one line from rlaunch, blaming the bad rank on
+    /// its host and showing `sent`; that the bystanders were still waiting; that nothing is left.
+    fn check_blamed(&self, out: &Outcome, code: i32, sent: &str) {
+        out.assert_code(code);
         let err = out.stderr_str();
         let ours = rlaunch_lines(&err);
         assert_eq!(ours.len(), 1, "one line from rlaunch, naming the culprit only: {out}");
@@ -181,14 +170,18 @@ fn bad_rank_run(script: &[&str]) -> Outcome {
 }
 
 /// [`Layout::check_blamed`] for [`Layout::local`].
-fn check_blamed(out: &Outcome, sent: &str) {
-    Layout::local().check_blamed(out, sent);
+fn check_blamed(out: &Outcome, code: i32, sent: &str) {
+    Layout::local().check_blamed(out, code, sent);
 }
 
 #[test]
 fn an_unknown_command_ends_the_job() {
-    check_blamed(&bad_rank_run(&["raw", "cmd=frobnicate\\n"]), "frobnicate");
-    check_blamed(&bad_rank_run(&["raw", "--init", "cmd=frobnicate with=args\\n"]), "frobnicate");
+    check_blamed(&bad_rank_run(&["raw", "cmd=frobnicate\\n"]), PROTOCOL_FAULT, "frobnicate");
+    check_blamed(
+        &bad_rank_run(&["raw", "--init", "cmd=frobnicate with=args\\n"]),
+        PROTOCOL_FAULT,
+        "frobnicate",
+    );
 }
 
 #[test]
@@ -197,20 +190,20 @@ fn a_bad_rank_deep_in_the_proxy_tree_is_blamed_by_its_host() {
     let options = ["--launcher", "fork", "--hosts", "a,b,c", "--tree-width", "1"];
     let layout = Layout { options: &options, size: 3, bad: 2, host: "c".into() };
     let out = layout.run(&["raw", "--init", "cmd=frobnicate\\n"]);
-    layout.check_blamed(&out, "frobnicate");
+    layout.check_blamed(&out, PROTOCOL_FAULT, "frobnicate");
 }
 
 #[test]
 fn an_unknown_pmi2_command_ends_the_job() {
     // The PMI-2 opening line, then a frame: a 6-byte length and the body.
     let bytes = "cmd=init pmi_version=2 pmi_subversion=0\\n15    cmd=frobnicate;";
-    check_blamed(&bad_rank_run(&["raw", bytes]), "frobnicate");
+    check_blamed(&bad_rank_run(&["raw", bytes]), PROTOCOL_FAULT, "frobnicate");
 }
 
 #[test]
 fn a_get_from_a_foreign_kvsname_ends_the_job() {
     let out = bad_rank_run(&["raw", "--init", "cmd=get kvsname=wrong_kvs key=k0\\n"]);
-    check_blamed(&out, "wrong_kvs");
+    check_blamed(&out, PROTOCOL_FAULT, "wrong_kvs");
 }
 
 #[test]
@@ -219,7 +212,7 @@ fn an_overlong_line_ends_the_job() {
     // bytes), and a server that waits for the newline hangs.
     let line = format!("cmd=put kvsname=x key=k value={}", "a".repeat(2000 - 30));
     assert_eq!(line.len(), 2000);
-    check_blamed(&bad_rank_run(&["raw", "--init", &line]), "cmd=put kvsname=x");
+    check_blamed(&bad_rank_run(&["raw", "--init", &line]), PROTOCOL_FAULT, "cmd=put kvsname=x");
 }
 
 #[test]
@@ -232,7 +225,7 @@ fn garbage_bytes_end_the_job() {
         let err = out.stderr_str();
         let shown = rlaunch_lines(&err).iter().any(|l| nul.iter().any(|n| l.contains(n)));
         assert!(shown, "the line should show what the rank sent: {out}");
-        check_blamed(&out, "rank 1");
+        check_blamed(&out, PROTOCOL_FAULT, "rank 1");
     }
 }
 
@@ -240,8 +233,7 @@ fn garbage_bytes_end_the_job() {
 fn a_pmi2_abort_ends_the_job_with_its_message() {
     let bytes = "cmd=init pmi_version=2 pmi_subversion=0\\n31    cmd=abort;isworld=TRUE;msg=bye;";
     let out = bad_rank_run(&["raw", bytes]);
-    check_blamed(&out, "aborted the job with exit code 1: bye");
-    out.assert_code(1);
+    check_blamed(&out, 1, "aborted the job with exit code 1: bye");
 }
 
 #[test]
@@ -250,7 +242,7 @@ fn end_of_file_before_finalize_fails_the_rank() {
     // with 0 (Hydra records exit status 1).
     let out = pmi_run(&[], 1, &["v1", "quit"]).timeout(PROMPT).run();
     assert!(out.stdout_str().contains("quitting 0\n"), "{out}");
-    assert!(matches!(out.code, Some(c) if c != 0), "rlaunch must fail: {out}");
+    out.assert_code(PROTOCOL_FAULT);
     let err = out.stderr_str();
     let ours = rlaunch_lines(&err);
     assert_eq!(ours.len(), 1, "{out}");
@@ -264,7 +256,7 @@ fn end_of_file_before_finalize_does_not_leave_the_others_waiting() {
     for version in ["v1", "v2"] {
         let out = bad_rank_run(&[version, "quit"]);
         assert!(out.stdout_str().contains("quitting 1\n"), "{out}");
-        check_blamed(&out, "rank 1");
+        check_blamed(&out, PROTOCOL_FAULT, "rank 1");
     }
 }
 
@@ -277,8 +269,10 @@ fn ranks_that_never_speak_pmi_are_fine() {
         Run::new(&["--launcher", "fork", "--hosts", "a,b", "-n", "2", "true"]).timeout(LIMIT).run();
     out.assert_code(0);
     // Side by side with a rank that does speak PMI (init, get, finalize; no fence).
-    let script =
-        format!("if [ \"$PMI_RANK\" = 0 ]; then exec {} v1 get PMI_process_mapping; fi", pmiprog());
+    let script = format!(
+        "if [ \"$PMI_RANK\" = 0 ]; then exec {} v1 get PMI_process_mapping; fi",
+        pmiprog_str()
+    );
     let out = Run::new(&["-n", "2", "/bin/sh", "-c", &script]).timeout(LIMIT).run();
     out.assert_code(0);
     assert_eq!(out.stdout_str(), "get 0 PMI_process_mapping=(vector,(0,1,2))\n", "{out}");

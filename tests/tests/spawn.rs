@@ -2,14 +2,7 @@
 //! cannot spawn over UCX, so a raw client (tests/scripts/spawn_client.py) sends the wire
 //! bytes spec/PMI.md gives.
 
-use std::path::PathBuf;
-
-use rlaunch_tests::Run;
-
-fn client() -> String {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("scripts/spawn_client.py");
-    path.to_str().unwrap().to_string()
-}
+use rlaunch_tests::{spawn_client, Run};
 
 fn python() -> &'static str {
     let ok = std::process::Command::new("python3")
@@ -22,8 +15,9 @@ fn python() -> &'static str {
 
 #[test]
 fn pmi1_spawn_starts_a_new_job_with_its_own_kvs_and_preput() {
+    let client = spawn_client();
     let out =
-        Run::new(&["--launcher", "fork", "--hosts", "n1,n2", "-n", "2", python(), &client(), "1"])
+        Run::new(&["--launcher", "fork", "--hosts", "n1,n2", "-n", "2", python(), &client, "1"])
             .run();
     out.assert_code(0);
     let lines = out.lines();
@@ -44,7 +38,7 @@ fn pmi1_spawn_starts_a_new_job_with_its_own_kvs_and_preput() {
 
 #[test]
 fn pmi2_spawn_echoes_thrid_and_children_know_their_spawner() {
-    let out = Run::new(&["-n", "1", python(), &client(), "2"]).run();
+    let out = Run::new(&["-n", "1", python(), &spawn_client(), "2"]).run();
     out.assert_code(0);
     let text = out.stdout_str();
     let parent = text.lines().find(|l| l.starts_with("parent 0")).expect("parent line");
@@ -61,7 +55,7 @@ fn a_failing_spawned_rank_fails_the_run_and_is_named() {
     // A variant of the client whose spawned children exit 3 after finalize.
     let dir = rlaunch_tests::tempdir();
     let script = dir.path().join("bad_child.py");
-    let source = std::fs::read_to_string(client()).unwrap().replace(
+    let source = std::fs::read_to_string(spawn_client()).unwrap().replace(
         "    assert line(\"cmd=finalize\") == \"cmd=finalize_ack\"",
         "    assert line(\"cmd=finalize\") == \"cmd=finalize_ack\"\n    sys.exit(3 if spawned else 0)",
     );

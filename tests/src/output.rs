@@ -1,0 +1,78 @@
+//! Reading what a run printed: the ranks' lines by rank (under `rlaunch -l`, each starts with
+//! `[<rank>] `), the `rankprog env` dumps among them, and rlaunch's own `rlaunch: ...` lines.
+//! Ranks print side by side, so their lines arrive in any order: compare them [`sorted`].
+
+use std::collections::BTreeMap;
+
+/// rank -> the lines it printed, in order, from the `-l` output `lines`; panics on a line
+/// without the prefix.
+pub fn by_rank(lines: &[String]) -> BTreeMap<u32, Vec<String>> {
+    let mut out: BTreeMap<u32, Vec<String>> = BTreeMap::new();
+    for line in lines {
+        let (rank, rest) = split_rank(line).unwrap_or_else(|| panic!("no -l prefix in {line:?}"));
+        out.entry(rank).or_default().push(rest.to_owned());
+    }
+    out
+}
+
+/// rank -> NAME -> VALUE, from the `-l` output of `rankprog env` (lines without `=` are
+/// passed over).
+pub fn envs_by_rank(lines: &[String]) -> BTreeMap<u32, BTreeMap<String, String>> {
+    by_rank(lines)
+        .into_iter()
+        .map(|(rank, lines)| {
+            let vars = lines
+                .iter()
+                .filter_map(|l| l.split_once('='))
+                .map(|(k, v)| (k.to_owned(), v.to_owned()))
+                .collect();
+            (rank, vars)
+        })
+        .collect()
+}
+
+/// The lines of `text` that rlaunch itself printed (`rlaunch: ...`).
+pub fn rlaunch_lines(text: &str) -> Vec<&str> {
+    text.lines().filter(|l| l.starts_with("rlaunch:")).collect()
+}
+
+/// The items in order, for comparing lines that ranks printed side by side.
+pub fn sorted<T: Ord>(items: impl IntoIterator<Item = T>) -> Vec<T> {
+    let mut items: Vec<T> = items.into_iter().collect();
+    items.sort();
+    items
+}
+
+/// `[<rank>] rest` -> `(rank, rest)`.
+fn split_rank(line: &str) -> Option<(u32, &str)> {
+    let (prefix, rest) = line.split_once("] ")?;
+    Some((prefix.strip_prefix('[')?.parse().ok()?, rest))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lines(text: &str) -> Vec<String> {
+        text.lines().map(str::to_owned).collect()
+    }
+
+    #[test]
+    fn lines_and_environments_by_rank() {
+        let out = lines("[1] A=1\n[0] hello\n[1] B=x=y\n[0] A=0");
+        assert_eq!(by_rank(&out)[&1], ["A=1", "B=x=y"]);
+        let envs = envs_by_rank(&out);
+        assert_eq!(envs[&0]["A"], "0");
+        assert_eq!(envs[&1]["B"], "x=y");
+        assert_eq!(envs[&0].len(), 1);
+    }
+
+    #[test]
+    fn rlaunch_lines_and_order() {
+        assert_eq!(
+            rlaunch_lines("x\nrlaunch: a\n rlaunch: b\nrlaunch: c"),
+            ["rlaunch: a", "rlaunch: c"]
+        );
+        assert_eq!(sorted(["b", "a"]), ["a", "b"]);
+    }
+}

@@ -1,0 +1,95 @@
+//! Where the programs the tests run are: the built binaries (`rlaunch`, `rlaunch-proxy`, and
+//! this package's `rankprog` and `pmiprog`) and the scripts of `tests/scripts/`.
+//!
+//! ```text
+//!   target/<profile>/deps/<test>-<hash>   the running test (unit tests of this crate too)
+//!   target/<profile>/rlaunch, rankprog... the binaries: one directory up
+//!   tests/scripts/fakessh, ...            the scripts: in the package's sources
+//! ```
+//!
+//! `cargo test -p rlaunch-tests` builds `rankprog` and `pmiprog` but not `rlaunch`: each lookup
+//! that finds nothing panics with the command to run.
+
+use std::path::{Path, PathBuf};
+
+/// The `rlaunch` executable.
+pub fn rlaunch() -> PathBuf {
+    built_binary("rlaunch", "cargo build --workspace")
+}
+
+/// The `rlaunch-proxy` executable.
+pub fn proxy() -> PathBuf {
+    built_binary("rlaunch-proxy", "cargo build --workspace")
+}
+
+/// The `rankprog` helper (this package's binary).
+pub fn rankprog() -> PathBuf {
+    built_binary("rankprog", "cargo build -p rlaunch-tests")
+}
+
+/// The `pmiprog` helper (this package's binary): a PMI client driven by a script.
+pub fn pmiprog() -> PathBuf {
+    built_binary("pmiprog", "cargo build -p rlaunch-tests")
+}
+
+/// [`proxy`] as a string, for argument lists.
+pub fn proxy_str() -> String {
+    path_str(proxy())
+}
+
+/// [`rankprog`] as a string, for argument lists.
+pub fn rankprog_str() -> String {
+    path_str(rankprog())
+}
+
+/// [`pmiprog`] as a string, for argument lists.
+pub fn pmiprog_str() -> String {
+    path_str(pmiprog())
+}
+
+/// `tests/scripts/fakessh`: an `ssh` that runs the remote command here; hosts named
+/// `unreachable*` fail as a name ssh cannot resolve does.
+pub fn fakessh() -> String {
+    path_str(script("fakessh"))
+}
+
+/// `tests/scripts/spawn_client.py`: a raw PMI client that spawns a job (`python3 ... 1|2`).
+pub fn spawn_client() -> String {
+    path_str(script("spawn_client.py"))
+}
+
+/// The directory of the running profile's binaries, `target/<profile>/`.
+pub(crate) fn target_dir() -> PathBuf {
+    let exe = std::env::current_exe()
+        .unwrap_or_else(|e| panic!("cannot locate the test executable: {e}"));
+    let mut dir = exe
+        .parent()
+        .unwrap_or_else(|| panic!("the test executable {} has no directory", exe.display()))
+        .to_path_buf();
+    if dir.ends_with("deps") {
+        dir.pop();
+    }
+    dir
+}
+
+fn built_binary(name: &str, build: &str) -> PathBuf {
+    let path = target_dir().join(format!("{name}{}", std::env::consts::EXE_SUFFIX));
+    assert!(
+        path.is_file(),
+        "error: {name} is not built: {} does not exist; run `{build}` before the tests",
+        path.display()
+    );
+    path
+}
+
+fn script(name: &str) -> PathBuf {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts").join(name);
+    assert!(path.is_file(), "error: the script {} is missing", path.display());
+    path
+}
+
+fn path_str(path: PathBuf) -> String {
+    path.into_os_string()
+        .into_string()
+        .unwrap_or_else(|p| panic!("the target directory is not UTF-8: {p:?}"))
+}

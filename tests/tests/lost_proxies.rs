@@ -1,0 +1,81 @@
+//! Losing a proxy: killed, hung (found by its silence), or speaking another protocol version.
+//! The job must end, say which node it lost and why, and leave nothing behind.
+
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::Signal;
+use rlaunch_tests::hosts::waiting_fake_node_job;
+use rlaunch_tests::{procfs, rankprog_str, Run};
+
+const WAIT: Duration = Duration::from_secs(30);
+
+/// Two fake nodes whose ranks wait; returns the job and the pid of n2's proxy.
+fn two_node_job_and_proxy_of_n2() -> (rlaunch_tests::Job, i32) {
+    let (job, pids) = waiting_fake_node_job("n1,n2", 2, &[]);
+    (job, procfs::parent_pid(pids[&1]))
+}
+
+/// Kills n2's proxy with SIGKILL: the job must end, say so, and leave nothing behind.
+fn kill_the_proxy_of_n2(job: rlaunch_tests::Job, proxy: i32) {
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(proxy), Signal::SIGKILL).unwrap();
+    let out = job.wait(WAIT);
+    out.assert_code(255);
+    assert!(out.stderr_str().contains("rlaunch: lost proxy on n2 ("), "{}", out.stderr_str());
+    assert!(out.stderr_str().contains("SIGKILL"), "{}", out.stderr_str());
+    out.tag.wait_until_none(Duration::from_secs(2)).unwrap();
+}
+
+#[test]
+fn a_killed_proxy_ends_the_job_and_takes_its_ranks() {
+    let (job, proxy) = two_node_job_and_proxy_of_n2();
+    kill_the_proxy_of_n2(job, proxy);
+}
+
+/// Sixteen ranks on a node start on several threads at once. A rank's PR_SET_PDEATHSIG
+/// follows the thread that started it, so those threads must live as long as the proxy:
+/// the ranks run to their end, and go with the proxy when it is killed.
+#[test]
+fn ranks_started_in_parallel_live_and_die_with_their_proxy() {
+    let out = Run::new(&["-n", "16", &rankprog_str(), "sleep", "0.5", "exit", "0"]).run();
+    out.assert_code(0);
+
+    let (job, pids) = waiting_fake_node_job("n1:1,n2:16", 17, &[]);
+    kill_the_proxy_of_n2(job, procfs::parent_pid(pids[&1]));
+}
+
+#[test]
+fn a_hung_proxy_is_found_by_its_silence() {
+    let (job, proxy) = two_node_job_and_proxy_of_n2();
+    let start = Instant::now();
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(proxy), Signal::SIGSTOP).unwrap();
+    let out = job.wait(WAIT);
+    out.assert_code(255);
+    assert!(
+        out.stderr_str().contains("rlaunch: lost proxy on n2 (no word from it for 10 s)"),
+        "{out}"
+    );
+    assert!(start.elapsed() < Duration::from_secs(25), "took {:?}", start.elapsed());
+    out.tag.wait_until_none(Duration::from_secs(5)).unwrap();
+}
+
+#[test]
+fn a_proxy_of_another_protocol_version_is_named_clearly() {
+    let dir = rlaunch_tests::tempdir();
+    let rlaunch = dir.path().join("rlaunch");
+    std::fs::copy(rlaunch_tests::rlaunch(), &rlaunch).unwrap();
+    let fake = dir.path().join("rlaunch-proxy");
+    std::fs::write(&fake, "#!/bin/sh\nprintf '\\177RLAUNCH\\000\\000\\000\\011'\nsleep 1\n")
+        .unwrap();
+    std::fs::set_permissions(&fake, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    // rlaunch forks the proxies of its own machine; proxies exec theirs: n2's is the fake.
+    let args = ["--launcher", "fork", "--hosts", "n1,n2", "--tree-width", "1", "-n", "2", "true"];
+    let out = Run::program(&rlaunch, &args).run();
+    out.assert_code(255);
+    let err = out.stderr_str();
+    assert!(err.contains("lost proxy on n2"), "{err}");
+    let ours = pmi_wire::control::PROTOCOL_VERSION;
+    assert!(
+        err.contains(&format!("protocol version 9, this rlaunch speaks version {ours}")),
+        "{err}"
+    );
+}
