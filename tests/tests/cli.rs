@@ -306,3 +306,15 @@ fn an_unknown_option_is_refused_not_run_as_the_program() {
     out.assert_code(0);
     assert_eq!(out.stdout_str(), "-n|--bogus|", "{out}");
 }
+
+#[test]
+fn a_silence_timeout_within_the_heartbeat_is_refused() {
+    let out = Run::new(&["--heartbeat", "3", "--silence-timeout", "2", "true"]).run();
+    one_line_error(&out, "--silence-timeout 2: must be longer than the heartbeat (3 s)");
+    let out = Run::new(&["--heartbeat", "0", "true"]).run();
+    one_line_error(&out, "--heartbeat 0: must be at least 0.001 seconds");
+    // Within reason, a job runs with them.
+    let out =
+        Run::new(&["--heartbeat", "0.05", "--silence-timeout", "0.5", "-n", "2", "true"]).run();
+    out.assert_code(0);
+}

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use rlaunch_tests::hosts::hostname;
 use rlaunch_tests::output::rlaunch_lines;
-use rlaunch_tests::{rankprog_str, Run};
+use rlaunch_tests::{procfs, rankprog_str, Run};
 
 #[test]
 fn exit_status_is_the_first_failure_and_names_the_culprit() {
@@ -30,13 +30,34 @@ fn exit_status_is_the_first_failure_and_names_the_culprit() {
 
 #[test]
 fn print_all_exit_codes_lists_every_rank() {
-    let out =
-        Run::new(&["-print-all-exitcodes", "-n", "3", &rankprog_str(), "@1", "exit", "5"]).run();
+    let mut job = Run::new(&["-print-all-exitcodes", "-n", "3", &rankprog_str()])
+        .args(["ready", "@1", "wait-signal", "@1", "exit", "5"])
+        .spawn();
+    let ready = job.wait_for_ready(3, Duration::from_secs(20));
+    // Ranks 0 and 2 end with 0 before rank 1 fails: the teardown cannot overtake them.
+    let ended = |pid: i32| procfs::stat(pid).map_or(true, |s| s.state == 'Z');
+    for &(_, pid) in ready.iter().filter(|(rank, _)| *rank != 1) {
+        let start = Instant::now();
+        while !ended(pid.as_raw()) {
+            assert!(start.elapsed() < Duration::from_secs(10), "rank pid {pid} did not end");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+    let rank1 = ready.iter().find(|(rank, _)| *rank == 1).expect("rank 1 is ready").1;
+    nix::sys::signal::kill(rank1, nix::sys::signal::Signal::SIGUSR1).unwrap();
+    let out = job.wait(Duration::from_secs(20));
     out.assert_code(5);
+    let host = hostname();
     let err = out.stderr_str();
-    assert!(err.contains("rank 0 (pid ") && err.contains("exited with code 0"), "{err}");
-    assert!(err.contains("rank 1 (pid ") && err.contains("exited with code 5"), "{err}");
-    assert!(err.contains("rank 2 (pid "), "{err}");
+    let lines = rlaunch_lines(&err);
+    let want: Vec<String> = ready
+        .iter()
+        .map(|&(rank, pid)| {
+            let code = if rank == 1 { 5 } else { 0 };
+            format!("rlaunch: rank {rank} (pid {pid} on {host}) exited with code {code}")
+        })
+        .collect();
+    assert_eq!(lines, want, "{out}");
 }
 
 #[test]

@@ -45,16 +45,20 @@ fn ranks_started_in_parallel_live_and_die_with_their_proxy() {
 
 #[test]
 fn a_hung_proxy_is_found_by_its_silence() {
-    let (job, proxy) = two_node_job_and_proxy_of_n2();
+    // A heartbeat every 0.2 s, and 1 s of silence is a lost proxy (the defaults are 2 and 10).
+    let liveness = ["--heartbeat", "0.2", "--silence-timeout", "1"];
+    let (job, pids) = waiting_fake_node_job("n1,n2", 2, &liveness);
+    let proxy = procfs::parent_pid(pids[&1]);
     let start = Instant::now();
     nix::sys::signal::kill(nix::unistd::Pid::from_raw(proxy), Signal::SIGSTOP).unwrap();
     let out = job.wait(WAIT);
     out.assert_code(255);
     assert!(
-        out.stderr_str().contains("rlaunch: lost proxy on n2 (no word from it for 10 s)"),
+        out.stderr_str().contains("rlaunch: lost proxy on n2 (no word from it for 1 s)"),
         "{out}"
     );
-    assert!(start.elapsed() < Duration::from_secs(25), "took {:?}", start.elapsed());
+    // 1 s of silence, then the kill grace (1 s) and the SIGKILL of what is left.
+    assert!(start.elapsed() < Duration::from_secs(6), "took {:?}", start.elapsed());
     out.tag.wait_until_none(Duration::from_secs(5)).unwrap();
 }
 
