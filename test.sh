@@ -5,14 +5,33 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 
+# Each file the tests use, and the Debian package that has it: a file, not a stand-in (mpich's
+# compiler wrapper is there without libmpich-dev's headers).
+multiarch=$(gcc -print-multiarch 2>/dev/null || echo x86_64-linux-gnu)
 need_pkgs=()
-command -v mpicc.mpich >/dev/null || need_pkgs+=(mpich libmpich-dev)
-[ -e /usr/include/slurm/pmi2.h ] || need_pkgs+=(libpmi2-0-dev)
-command -v ip >/dev/null || need_pkgs+=(iproute2)
-command -v sshd >/dev/null || [ -x /usr/sbin/sshd ] || need_pkgs+=(openssh-server)
-command -v ssh >/dev/null || need_pkgs+=(openssh-client)
-command -v strace >/dev/null || need_pkgs+=(strace)
+need_files=()
+need() {
+    need_files+=("$1")
+    [ -e "$1" ] || need_pkgs+=("$2")
+}
+need /usr/bin/gcc gcc
+need /usr/bin/mpicc.mpich mpich
+need /usr/bin/mpiexec.hydra mpich
+need "/usr/include/$multiarch/mpich/mpi.h" libmpich-dev
+need "/usr/lib/$multiarch/libmpich.so" libmpich-dev
+need /usr/include/slurm/pmi2.h libpmi2-0-dev
+need "/usr/lib/$multiarch/libpmi2.so" libpmi2-0-dev
+need /usr/bin/python3 python3
+need /usr/sbin/ip iproute2
+need /usr/sbin/sshd openssh-server
+need /usr/bin/ssh openssh-client
+need /usr/bin/ssh-keygen openssh-client
+need /usr/bin/strace strace
+need /usr/bin/flock util-linux
+need /usr/bin/unshare util-linux
 if [ ${#need_pkgs[@]} -gt 0 ]; then
+    # Once each: one package may provide several of the files.
+    mapfile -t need_pkgs < <(printf '%s\n' "${need_pkgs[@]}" | sort -u)
     if [ "$(id -u)" != 0 ]; then
         echo "test.sh: need Debian packages ${need_pkgs[*]} and am not root to install them" >&2
         exit 1
@@ -20,8 +39,12 @@ if [ ${#need_pkgs[@]} -gt 0 ]; then
     echo "test.sh: installing ${need_pkgs[*]}" >&2
     export DEBIAN_FRONTEND=noninteractive
     apt-get update -qq
-    apt-get install -y -qq --no-install-recommends "${need_pkgs[@]}" >/dev/null
+    # --reinstall: a package may be installed and still miss its file.
+    apt-get install -y -qq --reinstall --no-install-recommends "${need_pkgs[@]}" >/dev/null
 fi
+for f in "${need_files[@]}"; do
+    [ -e "$f" ] || { echo "test.sh: $f is still missing after installing its package" >&2; exit 1; }
+done
 
 cargo build --workspace --all-targets
 cargo test --workspace -- --test-threads="${RLAUNCH_TEST_THREADS:-4}"
