@@ -7,12 +7,19 @@ use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use pmi_wire::control::{Binding, CpuUnit, Liveness};
+use pmi_wire::control::{Binding, Liveness};
 
-use crate::args::{self, Item, Key, Part};
+use crate::args::{self, Key, Part};
 use crate::configfile;
 use crate::error::UsageError;
-use crate::output::{OutputDir, OutputSpec, Pattern};
+use crate::output::OutputSpec;
+
+mod values;
+
+use values::{
+    output_spec, parse_bind_to, parse_command, parse_launcher, parse_seconds, split_pair,
+    OutputOptions,
+};
 
 /// An option, or a setting from the environment, that rlaunch cannot use as given.
 #[derive(Debug, thiserror::Error)]
@@ -120,19 +127,6 @@ pub struct SegmentSpec {
     /// `-env` pairs, in order.
     pub env: Vec<(Vec<u8>, Vec<u8>)>,
     pub command: Vec<OsString>,
-}
-
-/// The output options as written, before [`output_spec`] checks them.
-#[derive(Debug, Default)]
-struct OutputOptions {
-    pub prepend_rank: bool,
-    pub prepend_pattern: Option<String>,
-    pub tag: bool,
-    pub timestamp: bool,
-    pub outfile: Option<String>,
-    pub errfile: Option<String>,
-    /// `--output-filename DIR[:nocopy]`.
-    pub dir: Option<String>,
 }
 
 /// Everything the command line (and the environment) decided.
@@ -424,121 +418,11 @@ fn fold(
     Ok(Request::Run(Box::new(o)))
 }
 
-/// The output options, checked: patterns parsed, `--output-filename`'s options known.
-fn output_spec(o: &OutputOptions) -> Result<OutputSpec, OptionError> {
-    let pattern = |option, text: &Option<String>| {
-        let parse = |t: &String| {
-            Pattern::parse(t).map_err(|e| OptionError::Pattern {
-                option,
-                pattern: t.clone(),
-                reason: e.to_string(),
-            })
-        };
-        text.as_ref().map(parse).transpose()
-    };
-    let prefix = match (o.prepend_rank, &o.prepend_pattern) {
-        (true, Some(_)) => return Err(OptionError::TwoPrefixes),
-        (true, None) => Some(Pattern::parse("[%r] ").expect("-l's pattern is valid")),
-        (false, text) => pattern("--prepend-pattern", text)?,
-    };
-    Ok(OutputSpec {
-        prefix,
-        tag: o.tag,
-        timestamp: o.timestamp,
-        outfile: pattern("--outfile-pattern", &o.outfile)?,
-        errfile: pattern("--errfile-pattern", &o.errfile)?,
-        dir: o.dir.as_deref().map(output_dir).transpose()?,
-    })
-}
-
-/// `--output-filename DIR[:OPTION,...]`, Open MPI's syntax.
-fn output_dir(arg: &str) -> Result<OutputDir, OptionError> {
-    let (path, options) = match arg.rsplit_once(':') {
-        Some((path, options)) => (path, options.split(',').collect()),
-        None => (arg, Vec::new()),
-    };
-    if path.is_empty() {
-        return Err(OptionError::NoOutputDir(arg.to_string()));
-    }
-    let mut dir = OutputDir { path: path.into(), copy: true, per_job: true };
-    for option in options {
-        match option.to_ascii_lowercase().as_str() {
-            "nocopy" => dir.copy = false,
-            "nojobid" => dir.per_job = false,
-            _ => {
-                let (arg, option) = (arg.to_string(), option.to_string());
-                return Err(OptionError::OutputDirOption { arg, option });
-            }
-        }
-    }
-    Ok(dir)
-}
-
-/// `NAME=VALUE` into its two halves; the name must be a name.
-fn split_pair(item: &Item) -> Result<(Vec<u8>, Vec<u8>), OptionError> {
-    let bytes = item.value.as_ref().expect("pairs have a value").as_bytes();
-    let eq = bytes.iter().position(|&b| b == b'=').expect("pairs hold '='");
-    let (name, value) = (&bytes[..eq], &bytes[eq + 1..]);
-    if name.is_empty() {
-        let pair = String::from_utf8_lossy(bytes).into_owned();
-        return Err(OptionError::EmptyName { option: item.name, pair });
-    }
-    Ok((name.to_vec(), value.to_vec()))
-}
-
-fn parse_seconds(name: &'static str, value: &str) -> Result<Duration, OptionError> {
-    value
-        .trim()
-        .parse::<f64>()
-        .ok()
-        .filter(|s| s.is_finite() && *s >= 0.0)
-        .map(Duration::from_secs_f64)
-        .ok_or_else(|| expected(name, value, "a number of seconds"))
-}
-
-fn parse_launcher(name: &'static str, value: &str) -> Result<LauncherKind, OptionError> {
-    match value {
-        "fork" => Ok(LauncherKind::Fork),
-        "ssh" => Ok(LauncherKind::Ssh),
-        "rsh" => Ok(LauncherKind::Rsh),
-        _ => Err(expected(name, value, "fork, ssh or rsh")),
-    }
-}
-
-fn parse_command(name: &'static str, value: &str) -> Result<Vec<String>, OptionError> {
-    let words: Vec<String> = value.split_whitespace().map(String::from).collect();
-    if words.is_empty() {
-        return Err(OptionError::EmptyCommand(name));
-    }
-    Ok(words)
-}
-
-/// `core`, `socket:2`, `none`.
-fn parse_bind_to(name: &'static str, value: &str) -> Result<Option<Binding>, OptionError> {
-    let bad = || expected(name, value, "none, hwthread, core, socket or numa, optionally :N");
-    let (unit, count) = match value.split_once(':') {
-        Some((unit, n)) => (unit, n.parse::<u32>().ok().filter(|&n| n > 0).ok_or_else(bad)?),
-        None => (value, 1),
-    };
-    let unit = match unit {
-        "none" if count == 1 => return Ok(None),
-        "hwthread" | "hwthreads" | "thread" => CpuUnit::Hwthread,
-        "core" | "cores" => CpuUnit::Core,
-        "socket" | "sockets" | "package" => CpuUnit::Socket,
-        "numa" | "numanode" => CpuUnit::Numa,
-        _ => return Err(bad()),
-    };
-    Ok(Some(Binding { unit, count }))
-}
-
-fn expected(option: &'static str, value: &str, what: &'static str) -> OptionError {
-    OptionError::Expected { option, value: value.to_string(), what }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::args::os;
+    use pmi_wire::control::CpuUnit;
 
     fn run(line: &str, env: &[(&str, &str)]) -> Result<Options, UsageError> {
         let args: Vec<OsString> = line.split_whitespace().map(os).collect();
