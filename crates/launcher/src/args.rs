@@ -32,6 +32,7 @@ pub enum Key {
     LauncherExec,
     ProxyPath,
     TreeWidth,
+    Rmk,
     Heartbeat,
     SilenceTimeout,
     Genv,
@@ -168,6 +169,9 @@ pub const OPTIONS: &[Opt] = &[
         "path of rlaunch-proxy on the remote hosts (default: the one next to rlaunch)"),
     opt(&["--tree-width"], Value("K"), Key::TreeWidth, Global, Hosts, false,
         "fan-out of the proxy tree (default 32); 0 starts every proxy from rlaunch"),
+    opt(&["--rmk", "-rmk"], Value("KIND"), Key::Rmk, Global, Hosts, false,
+        "take the hosts and slots from the batch scheduler's allocation: slurm, sge, pbs, lsf, \
+         or none (the default); --hosts and --hostfile win over it"),
     opt(&["--heartbeat"], Value("SECONDS"), Key::Heartbeat, Global, Hosts, false,
         "seconds between heartbeats on every link of the proxy tree (default 2)"),
     opt(&["--silence-timeout"], Value("SECONDS"), Key::SilenceTimeout, Global, Hosts, false,
@@ -234,9 +238,6 @@ pub const OPTIONS: &[Opt] = &[
     opt(&["-nameserver"], Value("HOST"), Key::NoEffect(
         "rlaunch serves publish/lookup itself, per job"),
         Global, Compatibility, false, "Hydra: name server"),
-    opt(&["-rmk"], Value("KIND"), Key::NoEffect(
-        "give hosts with --hosts or --hostfile"),
-        Global, Compatibility, false, "Hydra: resource manager"),
     opt(&["-demux"], Value("KIND"), Key::NoEffect("rlaunch always uses epoll"),
         Global, Compatibility, false, "Hydra: I/O demultiplexer"),
     opt(&["-disable-x", "-enable-x"], Flag, Key::NoEffect("ssh always runs with -x"),

@@ -5,6 +5,7 @@
 use std::io;
 use std::path::PathBuf;
 
+use crate::allocation::AllocationError;
 use crate::args::ArgsError;
 use crate::configfile::ConfigfileError;
 use crate::hosts::{plain, HostsError};
@@ -21,6 +22,8 @@ pub enum UsageError {
     Option(#[from] OptionError),
     #[error(transparent)]
     Hosts(#[from] HostsError),
+    #[error(transparent)]
+    Allocation(#[from] AllocationError),
     /// More than `u32::MAX` ranks in all.
     #[error("too many ranks")]
     TooManyRanks,

@@ -65,7 +65,7 @@ fn parse_slots(n: &str) -> Result<u32, EntryError> {
     slots.ok_or_else(|| EntryError::BadSlots(n.to_string()))
 }
 
-fn merge(hosts: &mut Vec<Host>, name: &str, slots: u32) {
+pub(crate) fn merge(hosts: &mut Vec<Host>, name: &str, slots: u32) {
     match hosts.iter_mut().find(|h| h.name == name) {
         Some(h) => h.slots += slots,
         None => hosts.push(Host { name: name.to_string(), slots }),

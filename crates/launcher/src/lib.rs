@@ -11,6 +11,7 @@
 //! laid out over hosts and proxies, and [`job::run`] for how it runs. [`exit`] is the table of
 //! every status rlaunch ends with; [`help`] says what the user sees of each option.
 
+mod allocation;
 mod args;
 mod configfile;
 pub mod error;

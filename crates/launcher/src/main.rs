@@ -33,6 +33,9 @@ fn main() {
         Err(PlanError::Usage(e)) => fail(e, exit::USAGE),
         Err(PlanError::Setup(e)) => fail(e, exit::FAILURE),
     };
+    for notice in &plan.notices {
+        eprintln!("rlaunch: {notice}");
+    }
     // Still the only thread: the runtime and the writer thread come after.
     job::fork_local_proxies(&mut plan);
     let runtime =

@@ -20,6 +20,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use pmi_wire::control::{Bootstrap, Job, Segment, StdinTarget};
 
+use crate::allocation::{self, Allocation};
 use crate::error::{SetupError, UsageError};
 use crate::hosts::{self, Host, HostsError};
 use crate::job;
@@ -39,7 +40,12 @@ pub enum PlanError {
 /// Lays out the job `o` describes. `env` is rlaunch's environment, which the ranks start from.
 pub fn build(o: &Options, env: &[(OsString, OsString)]) -> Result<job::Plan, PlanError> {
     let own_host = own_host();
-    let lists = host_lists(o, &own_host)?;
+    let allocation = match o.rmk {
+        Some(scheduler) => Some(read_allocation(scheduler, env)?),
+        None => None,
+    };
+    let mut notices = Vec::new();
+    let lists = host_lists(o, &own_host, allocation.as_ref(), &mut notices)?;
     let size = lists.size()?;
     let rank_hosts = place::place_segments(&lists.hosts, &lists.segments, o.map_by == MapBy::Node);
     let proxy_exe = proxy_exe()?;
@@ -79,6 +85,7 @@ pub fn build(o: &Options, env: &[(OsString, OsString)]) -> Result<job::Plan, Pla
         timeout: o.timeout,
         report_bindings: o.report_bindings,
         forked: Vec::new(),
+        notices,
     })
 }
 
@@ -104,17 +111,44 @@ impl HostLists {
     }
 }
 
+/// The allocation of `scheduler`, read from rlaunch's environment.
+fn read_allocation(
+    scheduler: allocation::Scheduler,
+    env: &[(OsString, OsString)],
+) -> Result<Allocation, PlanError> {
+    let getenv = |name: &str| {
+        env.iter().find(|(k, _)| k == name).map(|(_, v)| v.to_string_lossy().into_owned())
+    };
+    let found = allocation::read(scheduler, getenv).map_err(UsageError::from)?;
+    tracing::info!(
+        hosts = found.hosts.len(),
+        slots = found.slots(),
+        "hosts from the {} allocation",
+        scheduler.name()
+    );
+    Ok(found)
+}
+
 /// Reads each segment's hosts (`--ppn` overrides their slots); a segment without `-n` gets
-/// as many ranks as its hosts have slots.
-fn host_lists(o: &Options, own_host: &str) -> Result<HostLists, PlanError> {
+/// as many ranks as its hosts have slots. Segments without hosts of their own take the
+/// `allocation`'s, if there is one; past its slots, placement wraps around (Hydra's rule)
+/// and `notices` says so.
+fn host_lists(
+    o: &Options,
+    own_host: &str,
+    allocation: Option<&Allocation>,
+    notices: &mut Vec<String>,
+) -> Result<HostLists, PlanError> {
     let mut sources = Vec::new();
     let mut lists = HostLists { hosts: Vec::new(), segments: Vec::new() };
     for seg in &o.segments {
         let list = match sources.iter().position(|s| *s == seg.hosts.as_ref()) {
             Some(i) => i,
             None => {
-                let mut hosts =
-                    read_hosts(seg.hosts.as_ref(), own_host).map_err(UsageError::from)?;
+                let mut hosts = match (seg.hosts.as_ref(), allocation) {
+                    (None, Some(allocation)) => allocation.hosts.clone(),
+                    (source, _) => read_hosts(source, own_host).map_err(UsageError::from)?,
+                };
                 if let Some(ppn) = o.ppn {
                     hosts.iter_mut().for_each(|h| h.slots = ppn);
                 }
@@ -125,6 +159,23 @@ fn host_lists(o: &Options, own_host: &str) -> Result<HostLists, PlanError> {
         };
         let slots: u32 = lists.hosts[list].iter().map(|h| h.slots).sum();
         lists.segments.push((list, seg.np.unwrap_or(slots)));
+    }
+    if let Some(allocation) = allocation {
+        let slots = allocation.slots();
+        let ranks: u32 = o
+            .segments
+            .iter()
+            .zip(&lists.segments)
+            .filter(|(seg, _)| seg.hosts.is_none())
+            .map(|(_, (_, n))| *n)
+            .sum();
+        if ranks > slots && o.ppn.is_none() {
+            notices.push(format!(
+                "note: {ranks} ranks on the {slots} slots of the {} allocation: placement \
+                 wraps around",
+                allocation.scheduler.name()
+            ));
+        }
     }
     Ok(lists)
 }

@@ -66,6 +66,8 @@ pub struct Plan {
     pub timeout: Option<Duration>,
     /// Proxies already forked for some of `roots` (by index), by [`fork_local_proxies`].
     pub forked: Vec<Option<io::Result<ForkedProxy>>>,
+    /// One line each, for the user, about how the job was laid out.
+    pub notices: Vec<String>,
 }
 
 /// Forks the proxies of `roots` that run on this machine, now, with no exec (see

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use pmi_wire::control::{Binding, Liveness};
 
+use crate::allocation::Scheduler;
 use crate::args::{self, Key, Part};
 use crate::configfile;
 use crate::error::UsageError;
@@ -141,6 +142,8 @@ pub struct Options {
     pub(crate) launcher_exec: Option<Vec<String>>,
     pub(crate) proxy_path: Option<String>,
     pub(crate) tree_width: u32,
+    /// `--rmk`: the scheduler whose allocation gives the hosts of segments without their own.
+    pub(crate) rmk: Option<Scheduler>,
     pub(crate) env_base: EnvBase,
     /// `-genv` and `-x` pairs, in order.
     pub(crate) genv: Vec<(Vec<u8>, Vec<u8>)>,
@@ -211,6 +214,7 @@ fn fold(
         launcher_exec: None,
         proxy_path: None,
         tree_width: 32,
+        rmk: None,
         env_base: EnvBase::All,
         genv: Vec::new(),
         stdin: "0".into(),
@@ -297,6 +301,15 @@ fn fold(
                 Key::ProxyPath => o.proxy_path = Some(value),
                 Key::TreeWidth => {
                     o.tree_width = value.parse().map_err(|_| bad("a number of children"))?
+                }
+                Key::Rmk => {
+                    o.rmk = match value.as_str() {
+                        "none" => None,
+                        name => Some(
+                            Scheduler::parse(name)
+                                .ok_or_else(|| bad("slurm, sge, pbs, lsf or none"))?,
+                        ),
+                    }
                 }
                 Key::Heartbeat => {
                     let every = parse_seconds(item.name, &value)?;
