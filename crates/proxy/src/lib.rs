@@ -37,6 +37,7 @@ pub mod pmi;
 pub mod procs;
 pub mod rank;
 mod ranks;
+pub mod secure;
 mod spawn;
 
 use std::ffi::OsString;
