@@ -35,7 +35,7 @@ fn print_all_exit_codes_lists_every_rank() {
         .spawn();
     let ready = job.wait_for_ready(3, Duration::from_secs(20));
     // Ranks 0 and 2 end with 0 before rank 1 fails: the teardown cannot overtake them.
-    let ended = |pid: i32| procfs::stat(pid).map_or(true, |s| s.state == 'Z');
+    let ended = |pid: i32| procfs::stat(pid).is_none_or(|s| s.state == 'Z');
     for &(_, pid) in ready.iter().filter(|(rank, _)| *rank != 1) {
         let start = Instant::now();
         while !ended(pid.as_raw()) {

@@ -277,3 +277,48 @@ fn ranks_that_never_speak_pmi_are_fine() {
     out.assert_code(0);
     assert_eq!(out.stdout_str(), "get 0 PMI_process_mapping=(vector,(0,1,2))\n", "{out}");
 }
+
+/// A PMI-1 `init` on the rank's PMI_FD, in bash.
+const BASH_INIT: &str =
+    "printf 'cmd=init pmi_version=1 pmi_subversion=1\\n' >&$PMI_FD; read -r -u $PMI_FD reply";
+
+#[test]
+fn a_failing_rank_is_named_even_while_its_child_holds_its_pmi_socket() {
+    // Rank 0 leaves a child that inherits its PMI socket and fails; rank 1 waits in a fence
+    // that will not complete. The failure must end the job now, not when the child ends.
+    let script = format!(
+        "{BASH_INIT}; if [ $PMI_RANK = 0 ]; then (sleep 300 </dev/null >/dev/null 2>&1 &); \
+         exit 3; fi; printf 'cmd=barrier_in\\n' >&$PMI_FD; read -r -u $PMI_FD reply"
+    );
+    let start = std::time::Instant::now();
+    let out = Run::new(&["-n", "2", "bash", "-c", &script]).timeout(LIMIT).run();
+    out.assert_code(3);
+    assert!(start.elapsed() < PROMPT, "took {:?}", start.elapsed());
+    let err = out.stderr_str();
+    let ours = rlaunch_lines(&err);
+    assert_eq!(ours.len(), 1, "{out}");
+    assert!(ours[0].starts_with("rlaunch: rank 0 (pid "), "{out}");
+    assert!(ours[0].ends_with(&format!(" on {}) exited with code 3", hostname())), "{out}");
+    out.tag.wait_until_none(Duration::from_secs(5)).unwrap();
+}
+
+#[test]
+fn a_rank_that_leaves_pmi_and_lives_on_ends_the_job_at_once() {
+    // Its peers would wait for it in their next fence for ever.
+    let script = format!("{BASH_INIT}; eval \"exec $PMI_FD>&-\"; sleep 30");
+    let start = std::time::Instant::now();
+    let out = Run::new(&["-n", "2", "bash", "-c", &script]).timeout(LIMIT).run();
+    out.assert_code(255);
+    assert!(start.elapsed() < PROMPT, "took {:?}", start.elapsed());
+    let err = out.stderr_str();
+    let ours = rlaunch_lines(&err);
+    assert_eq!(ours.len(), 1, "{out}");
+    let host = hostname();
+    let line = ours[0];
+    assert!(line.starts_with("rlaunch: rank ") && line.contains(" (pid "), "{out}");
+    assert!(
+        line.ends_with(&format!(" on {host}) closed its PMI connection before calling finalize")),
+        "{out}"
+    );
+    out.tag.wait_until_none(Duration::from_secs(5)).unwrap();
+}

@@ -97,6 +97,24 @@ pub fn descendants(spare: &HashSet<i32>) -> Vec<i32> {
     out
 }
 
+/// Whether process `pid` has begun to exit (the kernel's PF_EXITING, set before it closes
+/// its files), has exited, or is gone. A rank's socket reaching end of file while the rank
+/// is not exiting means the rank closed it and lives on.
+pub fn is_exiting(pid: i32) -> bool {
+    const PF_EXITING: u64 = 0x4;
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return true;
+    };
+    // "pid (comm) state ppid pgrp session tty_nr tpgid flags ...": comm may hold anything.
+    let Some(rest) = stat.rfind(')').map(|i| &stat[i + 1..]) else {
+        return true;
+    };
+    let mut fields = rest.split_whitespace();
+    let state = fields.next().unwrap_or("X");
+    let flags = fields.nth(5).and_then(|f| f.parse::<u64>().ok()).unwrap_or(0);
+    matches!(state, "Z" | "X" | "x") || flags & PF_EXITING != 0
+}
+
 /// Whether this process has any child at all, live or ended (without reaping one).
 fn has_children() -> bool {
     use nix::libc;

@@ -3,17 +3,26 @@
 //! A rank's end is known from two events that come in either order: its reap (SIGCHLD) and
 //! the end of its PMI connection. A rank that dies closes its socket a moment before it is
 //! reaped; a rank that closed PMI early and then exited 0 has failed all the same (PMI.md
-//! §5). So the verdict waits for both, and is made once:
+//! §5). Each rank is judged once:
 //!
 //! ```text
-//!             reaped(outcome)                 pmi_closed(clean)
-//!  Running ───────────────────► Reaped ──────────────────────────► Judged ──► RankExited
-//!     │                            (PMI still open)                   ▲
-//!     └── pmi: Open ──► Closed ───────── reaped(outcome) ─────────────┘
+//!             reaped(failure) ──────────────────────────────────► Judged ──► RankExited
+//!  Running ── reaped(exit 0) ─► Reaped ── pmi_closed(clean) ───► Judged ──► RankExited
+//!     │                          (PMI open)                         ▲
+//!     └── pmi_closed ──► Closed ───────── reaped(outcome) ──────────┘
 //! ```
 //!
-//! A rank without a PMI connection to wait for (`--pmi-port` and never connected, or never
-//! started) is judged at its reap. Pure: no I/O; the dispatcher sends what it returns.
+//! - A failure (a non-zero exit, a signal) is judged at its reap: a leftover child of the
+//!   rank may hold its PMI socket open for ever, and the failure must end the job now.
+//! - An exit of 0 waits for the connection to close, to know whether it was finalized.
+//! - A connection that ends before finalize while its rank lives on (not exiting) is a
+//!   protocol fault, reported at once, as any other: the rank's peers would wait for it in
+//!   their next fence for ever. A rank that is exiting is judged at its reap, so that a crash
+//!   is named as the crash it is.
+//! - A rank without a connection to wait for (`--pmi-port` and not connected, or never
+//!   started) is judged at its reap.
+//!
+//! Pure: no I/O; the dispatcher reads whether a rank is exiting, and sends what it returns.
 
 use std::collections::HashMap;
 
@@ -133,7 +142,8 @@ impl RankTable {
         self.ranks.iter().filter(|r| r.state == RankState::Running).map(|r| r.pid)
     }
 
-    /// The rank was reaped. Returns its verdict if its PMI connection is not still open.
+    /// The rank was reaped. Returns its verdict, unless it exited 0 with its PMI connection
+    /// still open.
     pub fn reaped(&mut self, local: Local, outcome: ExitOutcome) -> Option<Up> {
         let rank = &mut self.ranks[local];
         if rank.state != RankState::Running {
@@ -148,14 +158,30 @@ impl RankTable {
         self.judge(local)
     }
 
-    /// The rank's PMI connection ended. Returns its verdict if it was already reaped.
-    pub fn pmi_closed(&mut self, local: Local, clean: bool) -> Option<Up> {
+    /// A `--pmi-port` connection claimed the rank: its verdict now waits for the close.
+    pub fn pmi_opened(&mut self, local: Local) {
+        let rank = &mut self.ranks[local];
+        if rank.state == RankState::Running && rank.pmi == PmiState::Unclaimed {
+            rank.pmi = PmiState::Open;
+        }
+    }
+
+    /// The rank's PMI connection ended; `exiting`: its process has begun to exit. Returns
+    /// its verdict if it was already reaped, or a protocol fault if it left PMI before
+    /// finalize and lives on.
+    pub fn pmi_closed(&mut self, local: Local, clean: bool, exiting: bool) -> Option<Up> {
         let rank = &mut self.ranks[local];
         rank.answers = None;
         if rank.state == RankState::Judged {
-            // `--pmi-port`: a connection claimed after the rank was judged.
+            // A failure judged at its reap, or a `--pmi-port` connection claimed after it.
             tracing::debug!(rank = rank.gid, clean, "PMI connection of a judged rank closed");
             return None;
+        }
+        if !clean && rank.state == RankState::Running && !exiting {
+            // Reported now; its exit is judged as if the connection had ended cleanly.
+            rank.pmi = PmiState::Closed { clean: true };
+            let what = "closed its PMI connection before calling finalize".to_string();
+            return Some(Up::PmiFault { rank: rank.gid, pid: rank.pid as u32, what });
         }
         rank.pmi = PmiState::Closed { clean };
         self.judge(local)
@@ -165,8 +191,8 @@ impl RankTable {
         let rank = &mut self.ranks[local];
         let RankState::Reaped(outcome) = rank.state else { return None };
         let unfinalized = match rank.pmi {
-            PmiState::Open => return None,
-            PmiState::Unclaimed => false,
+            PmiState::Open if outcome.is_success() => return None,
+            PmiState::Open | PmiState::Unclaimed => false,
             PmiState::Closed { clean } => !clean,
         };
         rank.state = RankState::Judged;
@@ -201,15 +227,15 @@ mod tests {
     }
 
     #[test]
-    fn the_verdict_waits_for_both_reap_and_pmi_close_in_either_order() {
+    fn an_exit_of_0_waits_for_the_pmi_close_in_either_order() {
         let mut table = RankTable::default();
         let a = table.add_running(0, 0, 100, PmiState::Open);
         let b = table.add_running(1, 0, 101, PmiState::Open);
         assert_eq!(table.reaped(a, OK), None);
-        assert_eq!(table.pmi_closed(a, true), exited(0, 100, OK, false));
-        assert_eq!(table.pmi_closed(b, true), None);
-        let crash = ExitOutcome::Signaled(11);
-        assert_eq!(table.reaped(b, crash), exited(1, 101, crash, false));
+        assert_eq!(table.pmi_closed(a, true, true), exited(0, 100, OK, false));
+        // A dying rank's socket ends a moment before its reap.
+        assert_eq!(table.pmi_closed(b, true, true), None);
+        assert_eq!(table.reaped(b, OK), exited(1, 101, OK, false));
         assert!(table.all_reaped());
         assert!(!table.finished(), "output streams are still open");
         for local in [a, a, b, b] {
@@ -219,13 +245,35 @@ mod tests {
     }
 
     #[test]
-    fn closing_pmi_before_finalize_is_part_of_the_verdict() {
+    fn a_failure_is_judged_at_its_reap_whatever_holds_its_socket() {
         let mut table = RankTable::default();
+        let a = table.add_running(2, 0, 100, PmiState::Open);
+        let crash = ExitOutcome::Signaled(11);
+        assert_eq!(table.reaped(a, crash), exited(2, 100, crash, false));
+        // The socket closes later (a leftover child held it): nothing more.
+        assert_eq!(table.pmi_closed(a, false, true), None);
+        // A crash that closed the socket first is still named as the crash.
+        let b = table.add_running(3, 0, 101, PmiState::Open);
+        assert_eq!(table.pmi_closed(b, false, true), None);
+        assert_eq!(table.reaped(b, crash), exited(3, 101, crash, true));
+    }
+
+    #[test]
+    fn closing_pmi_before_finalize_fails_the_rank() {
+        let mut table = RankTable::default();
+        // While exiting: judged at the reap, even with an exit of 0.
         let a = table.add_running(3, 0, 100, PmiState::Open);
-        assert_eq!(table.pmi_closed(a, false), None, "a running rank is not judged");
+        assert_eq!(table.pmi_closed(a, false, true), None);
         assert_eq!(table.reaped(a, OK), exited(3, 100, OK, true));
-        // Judged once: nothing later changes it.
-        assert_eq!(table.pmi_closed(a, false), None);
+        assert_eq!(table.pmi_closed(a, false, true), None, "judged once");
+        // Alive: a protocol fault at once, and its exit is judged on its own later.
+        let b = table.add_running(4, 0, 101, PmiState::Open);
+        let what = "closed its PMI connection before calling finalize".to_string();
+        assert_eq!(
+            table.pmi_closed(b, false, false),
+            Some(Up::PmiFault { rank: 4, pid: 101, what })
+        );
+        assert_eq!(table.reaped(b, OK), exited(4, 101, OK, false));
     }
 
     #[test]
@@ -236,6 +284,11 @@ mod tests {
         assert_eq!(table.running_pids().collect::<Vec<_>>(), [100]);
         assert_eq!(table.reaped(a, OK), exited(0, 100, OK, false));
         assert_eq!(table.reaped(a, OK), None, "reaped twice is ignored");
+        // A --pmi-port connection that claims its rank makes the verdict wait for it.
+        let b = table.add_running(1, 0, 101, PmiState::Unclaimed);
+        table.pmi_opened(b);
+        assert_eq!(table.reaped(b, OK), None);
+        assert_eq!(table.pmi_closed(b, false, true), exited(1, 101, OK, true));
     }
 
     #[test]

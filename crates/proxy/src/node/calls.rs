@@ -23,10 +23,13 @@ impl Node {
         let live_children = self.children.live();
         match call {
             PmiCall::Closed { clean } => {
-                if let Some(verdict) = self.ranks.pmi_closed(local, clean) {
-                    let _ = self.up.control.send(verdict);
+                // Only an early close needs to know whether the rank is on its way out.
+                let exiting = clean || crate::procs::is_exiting(pid as i32);
+                if let Some(up) = self.ranks.pmi_closed(local, clean, exiting) {
+                    let _ = self.up.control.send(up);
                 }
             }
+            PmiCall::Opened => self.ranks.pmi_opened(local),
             PmiCall::Put { key, value } => {
                 if let Some(kvs) = self.kvs(peer.job) {
                     kvs.put(key, value);

@@ -89,6 +89,8 @@ pub enum PmiCall {
         tag: Option<String>,
     },
     Finalized,
+    /// A `--pmi-port` connection claimed this rank (a socketpair is open from the start).
+    Opened,
     /// The rank broke the protocol; it gets no answer, the job ends.
     Fault(String),
     /// The connection ended; `clean` if after finalize (or before any request).
@@ -239,6 +241,7 @@ pub async fn accept(
         if conn.greet(job.size, peer.rank).await.is_err() {
             continue;
         }
+        let _ = calls.send((peer, PmiCall::Opened));
         tokio::spawn(serve(conn, peer, job.clone(), calls.clone(), answers));
     }
 }
