@@ -29,6 +29,18 @@ need /usr/bin/ssh-keygen openssh-client
 need /usr/bin/strace strace
 need /usr/bin/flock util-linux
 need /usr/bin/unshare util-linux
+# The Slurm cluster of tests/cluster/slurm.sh (Debian installs the daemons as *-wlm and links
+# the plain names through update-alternatives).
+need /usr/sbin/munged munge
+need /usr/sbin/slurmctld-wlm slurmctld
+need /usr/sbin/slurmd-wlm slurmd
+need /usr/sbin/slurmstepd-wlm slurmd
+need /usr/bin/srun slurm-client
+need /usr/bin/salloc slurm-client
+need /usr/bin/sbatch slurm-client
+need /usr/bin/scancel slurm-client
+need /usr/bin/sinfo slurm-client
+need /usr/bin/squeue slurm-client
 if [ ${#need_pkgs[@]} -gt 0 ]; then
     # Once each: one package may provide several of the files.
     mapfile -t need_pkgs < <(printf '%s\n' "${need_pkgs[@]}" | sort -u)

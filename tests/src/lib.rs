@@ -27,6 +27,8 @@
 //! * [`procfs`] reads what `/proc` says of a process that is not the test's child (a proxy, a
 //!   rank): its command name, state, parent and resident size.
 //! * [`mpi`] compiles the MPI and PMI-2 programs of `tests/c/` and checks what they print.
+//! * [`slurm`] brings up a real Slurm cluster of fake nodes (`tests/cluster/slurm.sh`; needs
+//!   root) and runs Slurm's clients against it.
 //! * [`check_flood`] checks the output of `rankprog flood`, [`fnv1a64`] the answer of
 //!   `rankprog stdin-sum`, [`tempdir`] gives a directory removed on drop.
 //!
@@ -37,8 +39,9 @@
 //! `output_relay` (stdout and stderr on their way to rlaunch's), `output_files` (prefixes and
 //! output files), `stdin`, `exit_status` (failures, timeouts), `signals`, `lost_proxies`,
 //! `cli` (the drop-in command line), `binding`, `fakessh` (the ssh bootstrap, with a fake ssh),
-//! `multihost` (real ssh between network namespaces; needs root), `mpich`, `pmi`, `spawn`,
-//! and `rankprog` (the helper itself).
+//! `multihost` (real ssh between network namespaces; needs root), `slurm` (a real Slurm
+//! cluster of fake nodes; needs root), `mpich`, `pmi`, `spawn`, and `rankprog` (the helper
+//! itself).
 //!
 //! ```no_run
 //! use rlaunch_tests::{rankprog_str, Run};
@@ -55,6 +58,7 @@ pub mod procfs;
 mod procs;
 mod programs;
 mod run;
+pub mod slurm;
 mod tempdir;
 
 use std::sync::atomic::{AtomicU64, Ordering};

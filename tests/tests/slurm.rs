@@ -1,0 +1,152 @@
+//! A real Slurm cluster (tests/cluster/slurm.sh: munged, slurmctld and one slurmd per fake
+//! node n1..n3, each in its own network and UTS namespaces) and Slurm's own clients against it:
+//! proof that the cluster the launcher's Slurm support will be tested on is real. Needs root.
+//!
+//! One test function brings the cluster up once, runs every scenario in turn, and takes it
+//! down again on every path out (the cluster's Drop), passing or failing; on success it also
+//! checks that nothing of the cluster is left.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use rlaunch_tests::mpi::{parse_hello, CProgram, HelloLine};
+use rlaunch_tests::output::sorted;
+use rlaunch_tests::slurm::SlurmCluster;
+
+const NODES: usize = 3;
+/// Each Slurm command's bound; they take well under a second here (`sbatch --wait` ~2 s).
+const WAIT: Duration = Duration::from_secs(20);
+
+/// A scenario run on the shared cluster, and its name for the timing lines.
+type Step = (&'static str, fn(&SlurmCluster));
+
+#[test]
+fn slurm_runs_steps_allocations_batch_jobs_and_mpi_and_cancels_cleanly() {
+    let started = Instant::now();
+    let cluster = SlurmCluster::up(NODES);
+    eprintln!("slurm cluster up in {:?}", started.elapsed());
+    assert_eq!(cluster.running_daemons().len(), 2 + NODES, "munged, slurmctld, a slurmd a node");
+    let steps: [Step; 5] = [
+        ("srun", srun_runs_a_task_on_each_node),
+        ("salloc", salloc_exports_the_allocation),
+        ("sbatch", sbatch_wait_runs_a_batch_script_on_the_first_node),
+        ("mpich", mpich_over_pmi2_spans_the_nodes),
+        ("scancel", scancel_leaves_no_process_of_the_job),
+    ];
+    for (name, step) in steps {
+        let step_started = Instant::now();
+        cluster.wait_idle(WAIT);
+        step(&cluster);
+        eprintln!("slurm {name}: {:?}", step_started.elapsed());
+    }
+    let stopping = Instant::now();
+    cluster.down();
+    eprintln!("slurm cluster down in {:?}", stopping.elapsed());
+}
+
+fn srun_runs_a_task_on_each_node(cluster: &SlurmCluster) {
+    let out = cluster.run("srun", &["-N3", "-n3", "hostname"]).timeout(WAIT).run();
+    out.assert_code(0);
+    assert_eq!(sorted(out.lines()), cluster.nodes(), "{out}");
+}
+
+fn salloc_exports_the_allocation(cluster: &SlurmCluster) {
+    // salloc runs its command on the head, with the allocation in its environment.
+    let out = cluster.run("salloc", &["-N3", "-n5", "env"]).timeout(WAIT).run();
+    out.assert_code(0);
+    let lines = out.lines();
+    let env: BTreeMap<&str, &str> = lines.iter().filter_map(|l| l.split_once('=')).collect();
+    for (key, want) in [
+        ("SLURM_JOB_NODELIST", "n[1-3]"),
+        ("SLURM_TASKS_PER_NODE", "2(x2),1"),
+        ("SLURM_JOB_CPUS_PER_NODE", "2(x2),1"),
+        ("SLURM_NTASKS", "5"),
+        ("SLURM_JOB_NUM_NODES", "3"),
+        ("SLURM_CLUSTER_NAME", "rls"),
+    ] {
+        assert_eq!(env.get(key).copied(), Some(want), "{key}: {out}");
+    }
+    let job_id = env.get("SLURM_JOB_ID").unwrap_or_else(|| panic!("no SLURM_JOB_ID: {out}"));
+    assert!(job_id.parse::<u32>().is_ok_and(|id| id > 0), "SLURM_JOB_ID={job_id}");
+}
+
+fn sbatch_wait_runs_a_batch_script_on_the_first_node(cluster: &SlurmCluster) {
+    let script = cluster.dir().join("batch.sh");
+    let output = cluster.dir().join("batch.out");
+    std::fs::write(
+        &script,
+        "#!/bin/sh\necho \"batch on $(hostname) nodes $SLURM_JOB_NUM_NODES\"\nsrun hostname | sort\n",
+    )
+    .unwrap();
+    let out = cluster
+        .run("sbatch", &["--wait", "-N3", "-o", output.to_str().unwrap(), script.to_str().unwrap()])
+        .timeout(WAIT)
+        .run();
+    out.assert_code(0);
+    assert!(out.stdout_str().starts_with("Submitted batch job "), "{out}");
+    let text = std::fs::read_to_string(&output).unwrap_or_else(|e| panic!("{e}: {out}"));
+    assert_eq!(text, "batch on n1 nodes 3\nn1\nn2\nn3\n");
+}
+
+fn mpich_over_pmi2_spans_the_nodes(cluster: &SlurmCluster) {
+    let hello = CProgram::Hello.path_str();
+    let out = cluster
+        .run("srun", &["--mpi=pmi2", "-N3", "-n6", &hello, "6"])
+        .env("HWLOC_COMPONENTS", "-pci,-linuxio")
+        .timeout(WAIT)
+        .run();
+    out.assert_code(0);
+    let mut ranks: Vec<HelloLine> = out
+        .lines()
+        .iter()
+        .map(|l| parse_hello(l).unwrap_or_else(|| panic!("unexpected line {l:?}: {out}")))
+        .collect();
+    ranks.sort_by_key(|h| h.rank);
+    // Block distribution: two ranks a node, in node order; one world of 6, not 6 singletons.
+    let want: Vec<HelloLine> = (0..6)
+        .map(|rank| HelloLine { rank, size: 6, sum: 15, name: format!("n{}", rank / 2 + 1) })
+        .collect();
+    assert_eq!(ranks, want, "{out}");
+}
+
+fn scancel_leaves_no_process_of_the_job(cluster: &SlurmCluster) {
+    let name = format!("rls-cancel-{}", std::process::id());
+    let mut job = cluster
+        .run(
+            "srun",
+            &[
+                "-N3",
+                "-n3",
+                "-J",
+                &name,
+                "sh",
+                "-c",
+                "echo ready $SLURMD_NODENAME $(hostname); exec sleep 600",
+            ],
+        )
+        .spawn();
+    let mut ready: Vec<String> =
+        (0..3).map(|_| job.wait_for_line(|l| l.starts_with("ready "), WAIT)).collect();
+    ready.sort();
+    assert_eq!(ready, ["ready n1 n1", "ready n2 n2", "ready n3 n3"]);
+    // The tag travels with srun's environment into every task: one sleep a node.
+    let sleeps = || {
+        rlaunch_tests::tagged_processes(job.tag())
+            .into_iter()
+            .filter(|p| p.comm == "sleep" && p.is_running())
+            .count()
+    };
+    assert_eq!(sleeps(), 3, "{:?}", rlaunch_tests::tagged_processes(job.tag()));
+
+    let cancelled = Instant::now();
+    let scancel = cluster.run("scancel", &["-n", &name]).timeout(WAIT).run();
+    scancel.assert_code(0);
+    let out = job.wait(WAIT);
+    assert_ne!(out.code, Some(0), "srun of a cancelled job: {out}");
+    assert!(out.stderr_str().contains("CANCELLED"), "{out}");
+    out.tag.wait_until_none(Duration::from_secs(10)).unwrap_or_else(|left| {
+        panic!("left on the nodes {:?} after scancel: {left:?}", cancelled.elapsed())
+    });
+    let state = cluster.run("squeue", &["-h", "-t", "all", "-n", &name, "-o", "%T"]).run();
+    assert_eq!(state.lines(), ["CANCELLED"], "{state}");
+}
