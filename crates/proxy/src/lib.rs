@@ -57,7 +57,9 @@ pub fn run(input: OwnedFd, output: OwnedFd, proxy_exe: OsString, launch: Option<
     runtime.block_on(async {
         let channel = FdStream::new(input).and_then(|i| Ok((i, FdStream::new(output)?)));
         match channel {
-            Ok((up_in, up_out)) => node::serve(up_in, up_out, proxy_exe, launch).await,
+            Ok((up_in, up_out)) => {
+                node::serve(Box::new(up_in), Box::new(up_out), proxy_exe, launch).await
+            }
             Err(e) => {
                 eprintln!("rlaunch-proxy: the control channel is not a pipe or socket: {e}");
                 1

@@ -23,18 +23,25 @@ use pmi_wire::control::{
     self, Bootstrap, Down, Frame, Job, Launch, NodePlan, Up, PROTOCOL_VERSION,
 };
 use pmi_wire::io::{FrameReader, ReadError};
-use tokio::io::AsyncWriteExt;
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::sync::mpsc;
 
 use crate::fdio::FdStream;
 
+/// The reading half of a control channel: a pipe or socketpair, or an encrypted TCP link.
+pub type LinkRead = Box<dyn AsyncRead + Send + Unpin>;
+/// The writing half of a control channel.
+pub type LinkWrite = Box<dyn AsyncWrite + Send + Unpin>;
+
 /// A started child proxy, before the handshake.
 pub struct ProxyProcess {
     pub pid: i32,
-    /// The child's stdout: its Up frames.
-    pub from_child: FdStream,
-    /// The child's stdin: our Down frames.
-    pub to_child: FdStream,
+    /// Its Up frames (a forked or exec'd child's stdout), and a greeting already read from
+    /// them, if the child dialed in and had to say who it is before it got a link.
+    pub from_child: FrameReader<LinkRead>,
+    pub greeted: Option<Greeting>,
+    /// Our Down frames (its stdin).
+    pub to_child: LinkWrite,
     /// The remote launcher's stderr (ssh's complaints), quoted when the host fails.
     pub stderr: Option<FdStream>,
     /// What the process is, for messages: "its proxy", or the remote launcher's name.
@@ -111,8 +118,9 @@ impl ProxyProcess {
     pub fn forked(proxy: ForkedProxy) -> io::Result<ProxyProcess> {
         Ok(ProxyProcess {
             pid: proxy.pid,
-            to_child: FdStream::new(proxy.channel.try_clone()?)?,
-            from_child: FdStream::new(proxy.channel)?,
+            to_child: Box::new(FdStream::new(proxy.channel.try_clone()?)?),
+            from_child: FrameReader::new(Box::new(FdStream::new(proxy.channel)?)),
+            greeted: None,
             stderr: None,
             what: "its proxy".to_string(),
             launched: true,
@@ -159,8 +167,9 @@ pub fn spawn_proxy(
     let to_child = FdStream::new(ours.try_clone()?)?;
     Ok(ProxyProcess {
         pid: child.id() as i32,
-        from_child: FdStream::new(ours)?,
-        to_child,
+        from_child: FrameReader::new(Box::new(FdStream::new(ours)?)),
+        greeted: None,
+        to_child: Box::new(to_child),
         stderr,
         what,
         launched: false,
@@ -207,7 +216,9 @@ pub struct Greeting {
 }
 
 /// Reads the child's hello and greeting.
-pub async fn read_greeting(reader: &mut FrameReader<FdStream>) -> Result<Greeting, LinkError> {
+pub async fn read_greeting<R: AsyncRead + Unpin>(
+    reader: &mut FrameReader<R>,
+) -> Result<Greeting, LinkError> {
     let (found, preamble) = reader.read_hello().await?;
     if found.version != PROTOCOL_VERSION {
         return Err(LinkError::Version { theirs: found.version, ours: PROTOCOL_VERSION });
@@ -222,7 +233,7 @@ pub async fn read_greeting(reader: &mut FrameReader<FdStream>) -> Result<Greetin
 /// (bounded, so its senders feel backpressure) fills the rest of each write. Messages that are
 /// ready together are written with one syscall.
 pub async fn pump<M: Frame>(
-    mut out: FdStream,
+    mut out: impl AsyncWrite + Unpin,
     hello: bool,
     mut control: mpsc::UnboundedReceiver<M>,
     mut data: Option<mpsc::Receiver<M>>,
@@ -266,6 +277,8 @@ pub async fn pump<M: Frame>(
             }
         }
         out.write_all(&buf).await?;
+        // An encrypted link holds the last record until flushed; a pipe has nothing to flush.
+        out.flush().await?;
         buf.clear();
         if buf.capacity() > BATCH * 2 {
             buf.shrink_to(64 << 10);
@@ -327,14 +340,19 @@ pub async fn run_link<F, Fut>(
     F: FnMut(LinkEvent) -> Fut,
     Fut: std::future::Future<Output = bool>,
 {
-    let ProxyProcess { from_child, to_child, mut stderr, launched, .. } = process;
+    let ProxyProcess { from_child: mut reader, to_child, mut stderr, launched, greeted, .. } =
+        process;
     tokio::spawn(async move {
         if let Err(e) = pump(to_child, !launched, down, None).await {
             tracing::debug!("writing to a child proxy failed: {e}");
         }
     });
-    let mut reader = FrameReader::new(from_child);
-    let mut greeted = false;
+    let mut said_hello = greeted.is_some();
+    if let Some(greeting) = greeted {
+        if !deliver(LinkEvent::Greeted(greeting)).await {
+            return;
+        }
+    }
     let error = loop {
         let next = tokio::select! {
             text = read_stderr(&mut stderr) => match text {
@@ -342,7 +360,7 @@ pub async fn run_link<F, Fut>(
                 None => { stderr = None; continue; }
             },
             r = async {
-                if greeted {
+                if said_hello {
                     match tokio::time::timeout(silence, reader.next::<Up>()).await {
                         Ok(r) => r.map(|o| o.map(LinkEvent::Up)).map_err(LinkError::from),
                         Err(_) => Err(LinkError::Silent(silence)),
@@ -371,7 +389,7 @@ pub async fn run_link<F, Fut>(
                 Err(e) => break Some(e.to_string()),
             },
         };
-        greeted |= matches!(next, LinkEvent::Greeted(_));
+        said_hello |= matches!(next, LinkEvent::Greeted(_));
         if !deliver(next).await {
             return;
         }

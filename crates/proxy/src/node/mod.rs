@@ -32,10 +32,10 @@ use tokio::time::Instant;
 
 use crate::binding::Binder;
 use crate::children::{ChildNews, Children, Lost};
-use crate::fdio::FdStream;
 use crate::kill::{Escalation, KillStep};
 use crate::kvs::{FenceScope, Kvs, Local};
 use crate::link::{self, LinkEvent};
+use crate::link::{LinkRead, LinkWrite};
 use crate::outputs::Outputs;
 use crate::pmi::{PmiAnswer, PmiCall, PmiJob, PmiPeer};
 use crate::procs;
@@ -104,8 +104,8 @@ pub(crate) struct Node {
 /// started as `proxy_exe`. Returns the exit code of the proxy process. `launch` is what a
 /// proxy forked from rlaunch was given; any other reads it from its parent.
 pub async fn serve(
-    up_in: FdStream,
-    up_out: FdStream,
+    up_in: LinkRead,
+    up_out: LinkWrite,
     proxy_exe: OsString,
     launch: Option<Launch>,
 ) -> i32 {
@@ -179,7 +179,7 @@ pub async fn serve(
     code
 }
 
-async fn receive_launch(reader: &mut FrameReader<FdStream>) -> Result<Launch, String> {
+async fn receive_launch(reader: &mut FrameReader<LinkRead>) -> Result<Launch, String> {
     let (found, _) = reader.read_hello().await.map_err(|e| e.to_string())?;
     if found.version != pmi_wire::control::PROTOCOL_VERSION {
         return Err(format!(
@@ -197,7 +197,7 @@ async fn receive_launch(reader: &mut FrameReader<FdStream>) -> Result<Launch, St
 }
 
 /// Hands every frame from the parent to the dispatcher, then how the connection ended.
-async fn read_upstream(mut reader: FrameReader<FdStream>, events: mpsc::UnboundedSender<Event>) {
+async fn read_upstream(mut reader: FrameReader<LinkRead>, events: mpsc::UnboundedSender<Event>) {
     loop {
         let event = match reader.next::<Down>().await {
             Ok(Some(down)) => Event::Down(down),
