@@ -26,12 +26,13 @@ fn slurm_runs_steps_allocations_batch_jobs_and_mpi_and_cancels_cleanly() {
     let cluster = SlurmCluster::up(NODES);
     eprintln!("slurm cluster up in {:?}", started.elapsed());
     assert_eq!(cluster.running_daemons().len(), 2 + NODES, "munged, slurmctld, a slurmd a node");
-    let steps: [Step; 5] = [
+    let steps: [Step; 6] = [
         ("srun", srun_runs_a_task_on_each_node),
         ("salloc", salloc_exports_the_allocation),
         ("sbatch", sbatch_wait_runs_a_batch_script_on_the_first_node),
         ("mpich", mpich_over_pmi2_spans_the_nodes),
         ("scancel", scancel_leaves_no_process_of_the_job),
+        ("rlaunch", rlaunch_inside_salloc_starts_its_proxies_with_one_srun),
     ];
     for (name, step) in steps {
         let step_started = Instant::now();
@@ -149,4 +150,36 @@ fn scancel_leaves_no_process_of_the_job(cluster: &SlurmCluster) {
     });
     let state = cluster.run("squeue", &["-h", "-t", "all", "-n", &name, "-o", "%T"]).run();
     assert_eq!(state.lines(), ["CANCELLED"], "{state}");
+}
+
+/// The head's address on the cluster's network (tests/cluster/slurm.sh). The head does not
+/// resolve the nodes' names, so rlaunch is told where to listen.
+const HEAD_IP: &str = "10.214.0.1";
+
+fn rlaunch_inside_salloc_starts_its_proxies_with_one_srun(cluster: &SlurmCluster) {
+    let hello = CProgram::Hello.path_str();
+    let rlaunch = rlaunch_tests::rlaunch().to_string_lossy().into_owned();
+    let options = ["--rmk", "slurm", "--launcher", "slurm", "--bind-address", HEAD_IP];
+    let args = [&["-N3", "-n6", rlaunch.as_str()][..], &options, &[hello.as_str(), "6"]].concat();
+    let out =
+        cluster.run("salloc", &args).env("HWLOC_COMPONENTS", "-pci,-linuxio").timeout(WAIT).run();
+    out.assert_code(0);
+    let mut ranks: Vec<HelloLine> = out.lines().iter().filter_map(|l| parse_hello(l)).collect();
+    ranks.sort_by_key(|h| h.rank);
+    // The allocation's 2 tasks a node, in node order: one world of 6 across the 3 nodes.
+    let want: Vec<HelloLine> = (0..6)
+        .map(|rank| HelloLine { rank, size: 6, sum: 15, name: format!("n{}", rank / 2 + 1) })
+        .collect();
+    assert_eq!(ranks, want, "{out}");
+    // Each rank's parent is its node's proxy, whose parent is Slurm's step daemon (Debian
+    // names it slurmstepd-wlm): scancel, time limits and accounting cover every rank.
+    let lineage = "p=$(cut -d' ' -f4 /proc/$PPID/stat); \
+                   echo lineage $(hostname) $(cat /proc/$PPID/comm) $(cat /proc/$p/comm)";
+    let args = [&["-N3", "-n3", rlaunch.as_str()][..], &options, &["sh", "-c", lineage]].concat();
+    let out = cluster.run("salloc", &args).timeout(WAIT).run();
+    out.assert_code(0);
+    let lines = sorted(out.lines().into_iter().filter(|l| l.starts_with("lineage ")));
+    let want: Vec<String> =
+        (1..=3).map(|i| format!("lineage n{i} rlaunch-proxy slurmstepd-wlm")).collect();
+    assert_eq!(lines, want, "{out}");
 }

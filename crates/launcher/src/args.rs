@@ -31,6 +31,7 @@ pub enum Key {
     Launcher,
     LauncherExec,
     ProxyPath,
+    BindAddress,
     TreeWidth,
     Rmk,
     Heartbeat,
@@ -159,12 +160,15 @@ pub const OPTIONS: &[Opt] = &[
         "more ranks than slots wrap around the hosts (always so in rlaunch, as in Hydra)"),
     opt(&["--launcher", "-launcher", "-bootstrap", "--bootstrap"], Value("KIND"), Key::Launcher,
         Global, Hosts, true,
-        "how proxies start: fork, ssh or rsh (default: fork here, ssh elsewhere; also \
+        "how proxies start: fork, ssh, rsh or slurm (default: fork here, ssh elsewhere; also \
          RLAUNCH_LAUNCHER, HYDRA_LAUNCHER)"),
     opt(&["--launcher-exec", "-launcher-exec", "-bootstrap-exec"], Value("COMMAND"),
         Key::LauncherExec, Global, Hosts, false,
         "the remote shell with its arguments: 'ssh -p 2222' (also RLAUNCH_LAUNCHER_EXEC, \
          HYDRA_LAUNCHER_EXEC)"),
+    opt(&["--bind-address"], Value("ADDR"), Key::BindAddress, Global, Hosts, false,
+        "the address rlaunch listens on for proxies that dial in (default: the one that \
+         reaches the first node)"),
     opt(&["--proxy-path"], Value("PATH"), Key::ProxyPath, Global, Hosts, false,
         "path of rlaunch-proxy on the remote hosts (default: the one next to rlaunch)"),
     opt(&["--tree-width"], Value("K"), Key::TreeWidth, Global, Hosts, false,

@@ -52,13 +52,22 @@ pub fn build(o: &Options, env: &[(OsString, OsString)]) -> Result<job::Plan, Pla
     let bootstrap = bootstrap(o, &proxy_exe);
     let stdin = stdin_target(&o.stdin, size)?;
 
-    let forced_remote = matches!(o.launcher, Some(LauncherKind::Ssh | LauncherKind::Rsh));
+    // With srun, every node's proxy is srun's, this machine's too: Slurm then sees and
+    // accounts for every rank. The proxies dial rlaunch itself: one level, for now.
+    let dial = (o.launcher == Some(LauncherKind::Slurm)).then(|| job::DialPlan {
+        launcher: o.launcher_exec.clone().unwrap_or_else(|| vec!["srun".into()]),
+        proxy_path: o.proxy_path.clone().unwrap_or_else(|| proxy_exe.to_string_lossy().into()),
+        bind: o.bind_address,
+    });
+    let forced_remote =
+        matches!(o.launcher, Some(LauncherKind::Ssh | LauncherKind::Rsh | LauncherKind::Slurm));
     let fork_host = |name: &str| {
         bootstrap == Bootstrap::Fork || (!forced_remote && hosts::is_local(name, &own_host))
     };
     let tree::Nodes { nodes, hosts: node_hosts, rank_node } =
         tree::group_nodes(&rank_hosts, lists.rank_segments(), fork_host);
-    let roots = tree::build_tree(nodes, o.tree_width);
+    let width = if dial.is_some() { 0 } else { o.tree_width };
+    let roots = tree::build_tree(nodes, width);
     tracing::debug!(nodes = node_hosts.len(), depth = tree::depth(&roots), "plan ready");
 
     let job = Job {
@@ -85,6 +94,7 @@ pub fn build(o: &Options, env: &[(OsString, OsString)]) -> Result<job::Plan, Pla
         timeout: o.timeout,
         report_bindings: o.report_bindings,
         forked: Vec::new(),
+        dial,
         notices,
     })
 }

@@ -22,7 +22,7 @@ use pmi_wire::ids::ExitOutcome;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
-use crate::link::{self, LinkEvent, ProxyProcess};
+use crate::link::{self, Greeting, LinkEvent, ProxyProcess};
 use crate::procs;
 
 /// A child proxy that is gone before its subtree finished, and why.
@@ -41,6 +41,8 @@ pub enum ChildNews {
 struct Child {
     state: ChildState,
     down: mpsc::UnboundedSender<Down>,
+    /// A child that will dial in: its Down frames (its launch first) until it does.
+    dialing: Option<mpsc::UnboundedReceiver<Down>>,
     /// Ranks of its subtree that read the launcher's stdin.
     stdin_ranks: usize,
 }
@@ -60,8 +62,9 @@ pub struct Children {
 
 impl Children {
     /// Starts a proxy for each of `plans`: `process(i, plan)` starts its process (by fork,
-    /// exec or the remote launcher); `deliver(i)` is what child `i`'s link hands its events
-    /// to (see [`link::run_link`]). Returns the children and those that could not start.
+    /// exec or the remote launcher), or returns `None` for a child that will dial in (see
+    /// [`Children::attach`]); `deliver(i)` is what child `i`'s link hands its events to (see
+    /// [`link::run_link`]). Returns the children and those that could not start.
     pub fn start<P, D, F, Fut>(
         job: &Job,
         plans: &[NodePlan],
@@ -69,7 +72,7 @@ impl Children {
         mut deliver: D,
     ) -> (Children, Vec<Lost>)
     where
-        P: FnMut(usize, &NodePlan) -> io::Result<ProxyProcess>,
+        P: FnMut(usize, &NodePlan) -> io::Result<Option<ProxyProcess>>,
         D: FnMut(usize) -> F,
         F: FnMut(LinkEvent) -> Fut + Send + 'static,
         Fut: std::future::Future<Output = bool> + Send + 'static,
@@ -78,8 +81,15 @@ impl Children {
         let mut lost = Vec::new();
         for (index, plan) in plans.iter().enumerate() {
             let (down, down_rx) = mpsc::unbounded_channel();
+            let mut dialing = None;
             let state = match process(index, plan) {
-                Ok(process) => {
+                Ok(None) => {
+                    let launch = Launch { job: job.clone(), node: plan.clone() };
+                    let _ = down.send(Down::Launch(Box::new(launch)));
+                    dialing = Some(down_rx);
+                    ChildState::dialing(plan.host.clone())
+                }
+                Ok(Some(process)) => {
                     if !process.launched {
                         let launch = Launch { job: job.clone(), node: plan.clone() };
                         let _ = down.send(Down::Launch(Box::new(launch)));
@@ -110,9 +120,54 @@ impl Children {
                     stdin_ranks += usize::from(job.stdin.includes(r.rank));
                 }
             }
-            children.list.push(Child { state, down, stdin_ranks });
+            children.list.push(Child { state, down, dialing, stdin_ranks });
         }
         (children, lost)
+    }
+
+    /// A proxy dialed in and greeted as `greeting.host`: runs its link as the child of that
+    /// name, if one is waiting for it. Returns the child's index, or why it was refused.
+    pub fn attach<F, Fut>(
+        &mut self,
+        mut process: ProxyProcess,
+        greeting: Greeting,
+        job: &Job,
+        deliver: impl FnOnce(usize) -> F,
+    ) -> Result<usize, String>
+    where
+        F: FnMut(LinkEvent) -> Fut + Send + 'static,
+        Fut: std::future::Future<Output = bool> + Send + 'static,
+    {
+        let host = greeting.host.clone();
+        let Some(index) =
+            self.list.iter().position(|c| c.state.host == host && c.dialing.is_some())
+        else {
+            return Err(format!("no proxy on {host} is expected"));
+        };
+        let child = &mut self.list[index];
+        let down_rx = child.dialing.take().expect("found waiting");
+        link::heartbeat(&child.down, job.liveness.heartbeat(), || Down::Ping);
+        process.greeted = Some(greeting);
+        let silence = job.liveness.silence();
+        self.links.push(tokio::spawn(link::run_link(process, down_rx, silence, deliver(index))));
+        Ok(index)
+    }
+
+    /// Children still waiting to dial in.
+    pub fn dialing(&self) -> usize {
+        self.list.iter().filter(|c| c.dialing.is_some()).count()
+    }
+
+    /// Stops waiting for the children that have not dialed in: they are lost, for `reason`.
+    pub fn give_up_dialing(&mut self, reason: &str) -> Vec<Lost> {
+        let mut lost = Vec::new();
+        for child in self.list.iter_mut().filter(|c| c.dialing.is_some()) {
+            child.dialing = None;
+            child.state.lost = true;
+            child.state.link_closed = true;
+            lost.push(Lost { host: child.state.host.clone(), reason: reason.to_string() });
+        }
+        lost
     }
 
     /// Takes what child `child`'s link reports: returns what is the owner's to handle.
@@ -232,8 +287,11 @@ struct ChildState {
     host: String,
     /// What its process is, for messages: "its proxy" under fork, "ssh" under ssh.
     process: String,
-    /// Its process (the proxy under fork, the ssh client under ssh); -1 if it never started.
+    /// Its process (the proxy under fork, the ssh client under ssh); -1 if it never started
+    /// or has none of its own (it dialed in; the launcher that started it is not its own).
     pid: i32,
+    /// It has a process of its own, whose end is part of its verdict.
+    own_process: bool,
     /// It said NodeDone: its subtree is finished.
     done: bool,
     /// Lost, and reported.
@@ -251,6 +309,7 @@ impl ChildState {
             host,
             process: process.to_string(),
             pid,
+            own_process: true,
             done: false,
             lost: false,
             exit: None,
@@ -269,8 +328,15 @@ impl ChildState {
         c
     }
 
+    /// A child that will dial in: no process of its own, so its link alone decides.
+    fn dialing(host: String) -> ChildState {
+        let mut c = ChildState::new(host, -1, "its proxy");
+        c.own_process = false;
+        c
+    }
+
     fn reaped(&self) -> bool {
-        self.exit.is_some()
+        !self.own_process || self.exit.is_some()
     }
 
     /// Finished one way or the other, and nothing more will come from it.
@@ -313,6 +379,7 @@ impl ChildState {
         let mut reason = match (&self.link_error, self.exit) {
             (Some(err), _) => err.clone(),
             (None, Some(outcome)) => format!("{} {outcome}", self.process),
+            (None, None) if !self.own_process => "its connection closed".to_string(),
             (None, None) => return None,
         };
         self.lost = true;

@@ -52,13 +52,12 @@ use pmi_wire::control::Launch;
 /// the channel off stdin/stdout. `launch` is given to a proxy forked from rlaunch, which then
 /// reads no hello and no Launch frame; an exec'd proxy reads both from `input`.
 pub fn run(input: OwnedFd, output: OwnedFd, proxy_exe: OsString, launch: Option<Launch>) -> i32 {
-    let runtime =
-        tokio::runtime::Builder::new_current_thread().enable_all().build().expect("tokio runtime");
-    runtime.block_on(async {
+    runtime().block_on(async {
         let channel = FdStream::new(input).and_then(|i| Ok((i, FdStream::new(output)?)));
         match channel {
             Ok((up_in, up_out)) => {
-                node::serve(Box::new(up_in), Box::new(up_out), proxy_exe, launch).await
+                let (up_in, up_out) = (Box::new(up_in), Box::new(up_out));
+                node::serve(up_in, up_out, proxy_exe, launch, own_host()).await
             }
             Err(e) => {
                 eprintln!("rlaunch-proxy: the control channel is not a pipe or socket: {e}");
@@ -66,6 +65,80 @@ pub fn run(input: OwnedFd, output: OwnedFd, proxy_exe: OsString, launch: Option<
             }
         }
     })
+}
+
+/// Where a proxy started by a scheduler's launcher (srun) finds its parent: the address to
+/// dial and the job's secret, from its environment.
+pub struct Dial {
+    pub parent: std::net::SocketAddr,
+    pub secret: secure::Secret,
+}
+
+/// The environment variable that holds the address a dialing proxy connects to.
+pub const PARENT_VAR: &str = "RLAUNCH_PARENT";
+
+impl Dial {
+    /// `Ok(None)`: this proxy was not started to dial. Removes the variables from the
+    /// process's environment (before any thread exists), so nothing it starts inherits the
+    /// secret.
+    pub fn from_env() -> Result<Option<Dial>, String> {
+        let Some(parent) = std::env::var_os(PARENT_VAR) else { return Ok(None) };
+        let secret = std::env::var_os(secure::SECRET_VAR);
+        // SAFETY: called from main before any other thread exists.
+        unsafe {
+            std::env::remove_var(PARENT_VAR);
+            std::env::remove_var(secure::SECRET_VAR);
+        }
+        let parent = parent.to_str().and_then(|p| p.parse().ok()).ok_or_else(|| {
+            format!("{PARENT_VAR} is not an address:port: {:?}", parent.to_string_lossy())
+        })?;
+        let secret = secret
+            .and_then(|s| s.to_str().and_then(secure::Secret::from_hex))
+            .ok_or_else(|| format!("{} is missing or malformed", secure::SECRET_VAR))?;
+        Ok(Some(Dial { parent, secret }))
+    }
+}
+
+/// How long a dialing proxy tries to reach its parent and prove itself.
+const DIAL_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// Runs a proxy that dials its parent (started by a scheduler's launcher, whose stdio is
+/// not a channel of its own): connects, proves it holds the job's secret, and serves over
+/// the encrypted link. Its name is the scheduler's for its node (`SLURMD_NODENAME`), else
+/// the host name: its parent finds its place in the tree by it.
+pub fn run_dialing(dial: Dial, proxy_exe: OsString) -> i32 {
+    let host = std::env::var("SLURMD_NODENAME").ok().filter(|n| !n.is_empty());
+    let host = host.unwrap_or_else(own_host);
+    runtime().block_on(async {
+        let connected = async {
+            let stream = tokio::net::TcpStream::connect(dial.parent).await?;
+            stream.set_nodelay(true)?;
+            let (r, w) = stream.into_split();
+            secure::connect(r, w, &dial.secret, DIAL_WAIT).await.map_err(io::Error::other)
+        };
+        match tokio::time::timeout(DIAL_WAIT, connected).await {
+            Ok(Ok(link)) => {
+                let (up_in, up_out) = (Box::new(link.reader), Box::new(link.writer));
+                node::serve(up_in, up_out, proxy_exe, None, host).await
+            }
+            Ok(Err(e)) => {
+                eprintln!("rlaunch-proxy on {host}: cannot reach rlaunch at {}: {e}", dial.parent);
+                1
+            }
+            Err(_) => {
+                eprintln!("rlaunch-proxy on {host}: no answer from rlaunch at {}", dial.parent);
+                1
+            }
+        }
+    })
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread().enable_all().build().expect("tokio runtime")
+}
+
+fn own_host() -> String {
+    hostname::get().map(|h| h.to_string_lossy().into_owned()).unwrap_or_default()
 }
 
 /// Moves the control channel off stdin/stdout (so nothing the proxy or a library prints can

@@ -5,6 +5,21 @@ fn main() {
     rlaunch_proxy::tune_malloc();
     rlaunch_proxy::procs::cloexec_inherited_fds();
     rlaunch_proxy::init_logging("rlaunch-proxy");
+    let me = std::env::current_exe().map_or_else(|_| "rlaunch-proxy".into(), Into::into);
+    match rlaunch_proxy::Dial::from_env() {
+        Ok(Some(dial)) => {
+            // Started by a scheduler's launcher: stdio is not a channel, only a log.
+            if let Err(e) = rlaunch_proxy::null_stdin_stdout() {
+                eprintln!("rlaunch-proxy: cannot point stdin and stdout at /dev/null: {e}");
+            }
+            std::process::exit(rlaunch_proxy::run_dialing(dial, me));
+        }
+        Ok(None) => {}
+        Err(e) => {
+            eprintln!("rlaunch-proxy: {e}");
+            std::process::exit(1);
+        }
+    }
     let (input, output) = match rlaunch_proxy::take_stdio_channel() {
         Ok(fds) => fds,
         Err(e) => {
@@ -12,6 +27,5 @@ fn main() {
             std::process::exit(1);
         }
     };
-    let me = std::env::current_exe().map_or_else(|_| "rlaunch-proxy".into(), Into::into);
     std::process::exit(rlaunch_proxy::run(input, output, me, None));
 }

@@ -15,6 +15,7 @@
 //! lookup), [`signals`].
 
 mod cause;
+mod dial;
 mod names;
 mod roll;
 mod signals;
@@ -37,6 +38,7 @@ use tokio::time::Instant;
 use crate::output::{self, Chunk, OutputEvent, OutputSpec, Roster, SpawnedJob};
 use crate::stdin;
 use cause::Cause;
+pub use dial::DialPlan;
 use names::Names;
 use roll::Roll;
 use signals::ForwardedSignals;
@@ -66,6 +68,8 @@ pub struct Plan {
     pub timeout: Option<Duration>,
     /// Proxies already forked for some of `roots` (by index), by [`fork_local_proxies`].
     pub forked: Vec<Option<io::Result<ForkedProxy>>>,
+    /// Start every proxy with one launcher (srun), and have them dial back.
+    pub dial: Option<DialPlan>,
     /// One line each, for the user, about how the job was laid out.
     pub notices: Vec<String>,
 }
@@ -123,6 +127,18 @@ struct Root {
     names: Names,
     /// Tells the output writer about each spawned job before its ranks start.
     spawned_jobs: std::sync::mpsc::Sender<SpawnedJob>,
+    /// The launcher that started the proxies that dial in, and how it ended.
+    launcher: Option<Launcher>,
+    /// Proxies that have not dialed in by then are lost.
+    dial_deadline: Option<Instant>,
+}
+
+/// The one process (srun) that started every proxy of a dialing launch.
+struct Launcher {
+    pid: i32,
+    name: String,
+    ended: Option<pmi_wire::ids::ExitOutcome>,
+    acceptor: tokio::task::JoinHandle<()>,
 }
 
 /// Runs the job to the end; returns rlaunch's exit status.
@@ -161,10 +177,12 @@ pub async fn run(mut plan: Plan) -> i32 {
         fence: FenceFold::default(),
         names: Names::default(),
         spawned_jobs,
+        launcher: None,
+        dial_deadline: None,
         plan,
     };
-    root.start_proxies(&events_tx, &output_tx);
-    drop(output_tx);
+    let (dialed_tx, mut dialed) = mpsc::unbounded_channel();
+    root.start_proxies(&events_tx, &output_tx, dialed_tx);
     // A proxy forked in main starts its ranks at once, and may be gone before the SIGCHLD
     // handler above existed: its signal is lost, but its zombie is still there to reap.
     root.reap();
@@ -174,15 +192,22 @@ pub async fn run(mut plan: Plan) -> i32 {
         root.children.broadcast(&Down::StdinEof);
     }
 
-    while !root.children.settled() {
+    while !root.finished() {
         let stdin_ready = root.stdin.open && root.stdin.pending.len() < STDIN_WINDOW;
         let timeout_at = root.timeout_at;
         let proxy_deadline = root.proxy_deadline;
+        let dial_deadline = root.dial_deadline;
         tokio::select! {
             ev = events.recv() => match ev {
                 Some(ev) => root.handle(ev),
                 None => break,
             },
+            Some(proxy) = dialed.recv() => root.attach(proxy, &events_tx, &output_tx),
+            _ = sleep_until(dial_deadline), if dial_deadline.is_some() => {
+                root.dial_deadline = None;
+                let wait = link::HELLO_WAIT.as_secs();
+                root.give_up_dialing(&format!("its proxy did not call back within {wait} s"));
+            }
             Some(event) = output_events.recv() => match event {
                 OutputEvent::StdoutClosed => root.fail(Cause::StdoutClosed),
                 OutputEvent::FileFailed(failure) => root.fail(Cause::OutputFile(failure)),
@@ -198,11 +223,19 @@ pub async fn run(mut plan: Plan) -> i32 {
             _ = sleep_until(proxy_deadline), if proxy_deadline.is_some() => {
                 root.proxy_deadline = None;
                 root.children.kill_unfinished();
+                if let Some(launcher) = root.launcher.as_ref().filter(|l| l.ended.is_none()) {
+                    tracing::warn!(launcher = %launcher.name, "did not finish; killing it");
+                    procs::signal_pid(launcher.pid, Signal::SIGKILL);
+                }
             }
         }
     }
 
+    if let Some(launcher) = &root.launcher {
+        launcher.acceptor.abort();
+    }
     root.children.stop_links().await;
+    drop(output_tx);
     // Every sender is gone, so the writer is flushing its last bytes: wait for it right here
     // (a blocking-pool thread just for this costs more than the wait).
     let _ = writer.join();
@@ -229,16 +262,20 @@ impl Root {
         &mut self,
         events: &mpsc::UnboundedSender<Event>,
         output: &mpsc::Sender<Chunk>,
+        dialed: mpsc::UnboundedSender<dial::Dialed>,
     ) {
         let report = self.plan.report_bindings;
         let plan = &mut self.plan;
+        let dialing = plan.dial.is_some();
         let (children, lost) = Children::start(
             &plan.job,
             &plan.roots,
             |index, node| match plan.forked.get_mut(index).and_then(Option::take) {
-                Some(forked) => forked.and_then(ProxyProcess::forked),
+                _ if dialing => Ok(None),
+                Some(forked) => forked.and_then(ProxyProcess::forked).map(Some),
                 None => {
                     link::spawn_proxy(&plan.job.bootstrap, &node.host, node.fork, &plan.proxy_exe)
+                        .map(Some)
                 }
             },
             |child| {
@@ -250,6 +287,59 @@ impl Root {
         for Lost { host, reason } in lost {
             self.causes.push(Cause::LostProxy { host, reason });
         }
+        if let Some(dial_plan) = &self.plan.dial {
+            let hosts: Vec<&str> = self.plan.roots.iter().map(|n| n.host.as_str()).collect();
+            let name = dial_plan.launcher.first().cloned().unwrap_or_default();
+            match dial::start(dial_plan, &hosts, dialed) {
+                Ok(started) => {
+                    self.launcher = Some(Launcher {
+                        pid: started.pid,
+                        name,
+                        ended: None,
+                        acceptor: started.acceptor,
+                    });
+                    self.dial_deadline = Some(Instant::now() + link::HELLO_WAIT);
+                }
+                Err(e) => {
+                    let why = format!("cannot start {name}: {}", crate::hosts::plain(&e));
+                    self.give_up_dialing(&why);
+                }
+            }
+        }
+    }
+
+    /// A proxy dialed in: it becomes the child of its name, if one waits for it.
+    fn attach(
+        &mut self,
+        proxy: dial::Dialed,
+        events: &mpsc::UnboundedSender<Event>,
+        output: &mpsc::Sender<Chunk>,
+    ) {
+        let report = self.plan.report_bindings;
+        let host = proxy.greeting.host.clone();
+        let job = &self.plan.job;
+        let attached = self.children.attach(proxy.process, proxy.greeting, job, |child| {
+            let (output, events) = (output.clone(), events.clone());
+            move |event| route(child, event, output.clone(), events.clone(), report)
+        });
+        match attached {
+            Ok(_) if self.children.dialing() == 0 => self.dial_deadline = None,
+            Ok(_) => {}
+            Err(why) => tracing::warn!(%host, "dropped a proxy that dialed in: {why}"),
+        }
+    }
+
+    /// The proxies still to dial in are lost, for `reason`.
+    fn give_up_dialing(&mut self, reason: &str) {
+        self.dial_deadline = None;
+        for Lost { host, reason } in self.children.give_up_dialing(reason) {
+            self.fail(Cause::LostProxy { host, reason });
+        }
+    }
+
+    /// Every proxy is finished, and so is the launcher that started them.
+    fn finished(&self) -> bool {
+        self.children.settled() && self.launcher.as_ref().is_none_or(|l| l.ended.is_some())
     }
 
     fn handle(&mut self, Event { child, event }: Event) {
@@ -397,7 +487,14 @@ impl Root {
 
     fn reap(&mut self) {
         for (pid, outcome) in procs::reap_ended() {
-            if let Some(Lost { host, reason }) = self.children.reaped(pid, outcome) {
+            if let Some(launcher) = self.launcher.as_mut().filter(|l| l.pid == pid) {
+                launcher.ended = Some(outcome);
+                tracing::debug!(launcher = %launcher.name, %outcome, "launcher ended");
+                if self.children.dialing() > 0 {
+                    let name = launcher.name.clone();
+                    self.give_up_dialing(&format!("{name} {outcome} before its proxy called back"));
+                }
+            } else if let Some(Lost { host, reason }) = self.children.reaped(pid, outcome) {
                 self.fail(Cause::LostProxy { host, reason });
             }
         }

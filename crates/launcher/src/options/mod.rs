@@ -112,6 +112,8 @@ pub enum LauncherKind {
     Fork,
     Ssh,
     Rsh,
+    /// One `srun` starts every node's proxy, and each dials back.
+    Slurm,
 }
 
 /// One executable of the job and how its ranks are set up.
@@ -141,6 +143,8 @@ pub struct Options {
     pub(crate) launcher: Option<LauncherKind>,
     pub(crate) launcher_exec: Option<Vec<String>>,
     pub(crate) proxy_path: Option<String>,
+    /// `--bind-address`: where rlaunch listens for proxies that dial in (`--launcher slurm`).
+    pub(crate) bind_address: Option<std::net::IpAddr>,
     pub(crate) tree_width: u32,
     /// `--rmk`: the scheduler whose allocation gives the hosts of segments without their own.
     pub(crate) rmk: Option<Scheduler>,
@@ -213,6 +217,7 @@ fn fold(
         launcher: None,
         launcher_exec: None,
         proxy_path: None,
+        bind_address: None,
         tree_width: 32,
         rmk: None,
         env_base: EnvBase::All,
@@ -299,6 +304,9 @@ fn fold(
                 Key::Launcher => o.launcher = Some(parse_launcher(item.name, &value)?),
                 Key::LauncherExec => o.launcher_exec = Some(parse_command(item.name, &value)?),
                 Key::ProxyPath => o.proxy_path = Some(value),
+                Key::BindAddress => {
+                    o.bind_address = Some(value.parse().map_err(|_| bad("an IP address"))?)
+                }
                 Key::TreeWidth => {
                     o.tree_width = value.parse().map_err(|_| bad("a number of children"))?
                 }
@@ -487,7 +495,7 @@ mod tests {
         assert_eq!(o.timeout, Some(Duration::from_secs(3)));
         assert_eq!(o.launcher, Some(LauncherKind::Ssh));
         let e = run("./a", &[("HYDRA_LAUNCHER", "pbs")]).unwrap_err();
-        assert_eq!(e.to_string(), "HYDRA_LAUNCHER pbs: expected fork, ssh or rsh");
+        assert_eq!(e.to_string(), "HYDRA_LAUNCHER pbs: expected fork, ssh, rsh or slurm");
     }
 
     #[test]

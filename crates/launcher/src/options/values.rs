@@ -100,7 +100,8 @@ pub(super) fn parse_launcher(name: &'static str, value: &str) -> Result<Launcher
         "fork" => Ok(LauncherKind::Fork),
         "ssh" => Ok(LauncherKind::Ssh),
         "rsh" => Ok(LauncherKind::Rsh),
-        _ => Err(expected(name, value, "fork, ssh or rsh")),
+        "slurm" | "srun" => Ok(LauncherKind::Slurm),
+        _ => Err(expected(name, value, "fork, ssh, rsh or slurm")),
     }
 }
 

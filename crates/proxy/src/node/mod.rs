@@ -102,15 +102,16 @@ pub(crate) struct Node {
 
 /// Runs a proxy on its control channel until its subtree is finished; child proxies are
 /// started as `proxy_exe`. Returns the exit code of the proxy process. `launch` is what a
-/// proxy forked from rlaunch was given; any other reads it from its parent.
+/// proxy forked from rlaunch was given; any other reads it from its parent. `host` is the
+/// name this proxy greets its parent with.
 pub async fn serve(
     up_in: LinkRead,
     up_out: LinkWrite,
     proxy_exe: OsString,
     launch: Option<Launch>,
+    host: String,
 ) -> i32 {
     procs::become_subreaper();
-    let host = hostname::get().map(|h| h.to_string_lossy().into_owned()).unwrap_or_default();
     let (control_tx, control_rx) = mpsc::unbounded_channel();
     let (data_tx, data_rx) = mpsc::channel(DATA_QUEUE);
     let _ = control_tx.send(Up::Greeting { host: host.clone(), pid: std::process::id() });
@@ -264,7 +265,7 @@ impl Node {
         let (children, lost) = Children::start(
             job,
             &plans,
-            |_, plan| link::spawn_proxy(&job.bootstrap, &plan.host, plan.fork, exe),
+            |_, plan| link::spawn_proxy(&job.bootstrap, &plan.host, plan.fork, exe).map(Some),
             |child| {
                 let (data, events) = (data.clone(), events.clone());
                 move |event| relay_child(child, event, data.clone(), events.clone())
