@@ -26,13 +26,15 @@ fn slurm_runs_steps_allocations_batch_jobs_and_mpi_and_cancels_cleanly() {
     let cluster = SlurmCluster::up(NODES);
     eprintln!("slurm cluster up in {:?}", started.elapsed());
     assert_eq!(cluster.running_daemons().len(), 2 + NODES, "munged, slurmctld, a slurmd a node");
-    let steps: [Step; 6] = [
+    let steps: [Step; 8] = [
         ("srun", srun_runs_a_task_on_each_node),
         ("salloc", salloc_exports_the_allocation),
         ("sbatch", sbatch_wait_runs_a_batch_script_on_the_first_node),
         ("mpich", mpich_over_pmi2_spans_the_nodes),
         ("scancel", scancel_leaves_no_process_of_the_job),
         ("rlaunch", rlaunch_inside_salloc_starts_its_proxies_with_one_srun),
+        ("rlaunch-sbatch", rlaunch_in_a_batch_script_needs_no_host_options),
+        ("rlaunch-nested", rlaunch_inside_a_step_overlaps_it_instead_of_hanging),
     ];
     for (name, step) in steps {
         let step_started = Instant::now();
@@ -182,4 +184,54 @@ fn rlaunch_inside_salloc_starts_its_proxies_with_one_srun(cluster: &SlurmCluster
     let want: Vec<String> =
         (1..=3).map(|i| format!("lineage n{i} rlaunch-proxy slurmstepd-wlm")).collect();
     assert_eq!(lines, want, "{out}");
+}
+
+/// Ranks 0..n of a hello run over the allocation `2(x2),1`, in node order.
+fn hello_over_2_2_1(n: u32) -> Vec<HelloLine> {
+    let node = |rank: u32| format!("n{}", rank / 2 + 1);
+    (0..n)
+        .map(|rank| HelloLine { rank, size: n, sum: (n * (n - 1) / 2) as u64, name: node(rank) })
+        .collect()
+}
+
+fn hello_lines(text: &str) -> Vec<HelloLine> {
+    let mut ranks: Vec<HelloLine> = text.lines().filter_map(parse_hello).collect();
+    ranks.sort_by_key(|h| h.rank);
+    ranks
+}
+
+fn rlaunch_in_a_batch_script_needs_no_host_options(cluster: &SlurmCluster) {
+    // The script runs on n1, which resolves the nodes' names: rlaunch finds the allocation
+    // and where to listen by itself.
+    let script = cluster.dir().join("rlaunch-batch.sh");
+    let output = cluster.dir().join("rlaunch-batch.out");
+    let hello = CProgram::Hello.path_str();
+    let rlaunch = rlaunch_tests::rlaunch().to_string_lossy().into_owned();
+    std::fs::write(&script, format!("#!/bin/sh\nexec {rlaunch} {hello} 5\n")).unwrap();
+    let out = cluster
+        .run(
+            "sbatch",
+            &["--wait", "-N3", "-n5", "-o", output.to_str().unwrap(), script.to_str().unwrap()],
+        )
+        .env("HWLOC_COMPONENTS", "-pci,-linuxio")
+        .timeout(WAIT)
+        .run();
+    out.assert_code(0);
+    let text = std::fs::read_to_string(&output).unwrap_or_else(|e| panic!("{e}: {out}"));
+    assert_eq!(hello_lines(&text), hello_over_2_2_1(5), "{text}");
+    assert!(!text.contains("rlaunch:"), "rlaunch had something to say: {text}");
+}
+
+fn rlaunch_inside_a_step_overlaps_it_instead_of_hanging(cluster: &SlurmCluster) {
+    // `srun -n1 rlaunch`: a plain srun inside a step waits for that step's resources for
+    // ever; rlaunch's proxies overlap it, over the job's whole allocation.
+    let hello = CProgram::Hello.path_str();
+    let rlaunch = rlaunch_tests::rlaunch().to_string_lossy().into_owned();
+    let out = cluster
+        .run("salloc", &["-N3", "-n5", "srun", "-N1", "-n1", &rlaunch, &hello, "5"])
+        .env("HWLOC_COMPONENTS", "-pci,-linuxio")
+        .timeout(WAIT)
+        .run();
+    out.assert_code(0);
+    assert_eq!(hello_lines(&out.stdout_str()), hello_over_2_2_1(5), "{out}");
 }

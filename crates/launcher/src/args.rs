@@ -175,7 +175,7 @@ pub const OPTIONS: &[Opt] = &[
         "fan-out of the proxy tree (default 32); 0 starts every proxy from rlaunch"),
     opt(&["--rmk", "-rmk"], Value("KIND"), Key::Rmk, Global, Hosts, false,
         "take the hosts and slots from the batch scheduler's allocation: slurm, sge, pbs, lsf, \
-         or none (the default); --hosts and --hostfile win over it"),
+         or none (default: Slurm's, when rlaunch runs in one); --hosts and --hostfile win"),
     opt(&["--heartbeat"], Value("SECONDS"), Key::Heartbeat, Global, Hosts, false,
         "seconds between heartbeats on every link of the proxy tree (default 2)"),
     opt(&["--silence-timeout"], Value("SECONDS"), Key::SilenceTimeout, Global, Hosts, false,

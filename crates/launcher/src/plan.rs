@@ -20,11 +20,11 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use pmi_wire::control::{Bootstrap, Job, Segment, StdinTarget};
 
-use crate::allocation::{self, Allocation};
+use crate::allocation::{self, Allocation, Scheduler};
 use crate::error::{SetupError, UsageError};
 use crate::hosts::{self, Host, HostsError};
 use crate::job;
-use crate::options::{HostSource, LauncherKind, MapBy, Options};
+use crate::options::{HostSource, LauncherKind, MapBy, Options, Rmk};
 
 /// Why there is no plan.
 #[derive(Debug, thiserror::Error)]
@@ -40,27 +40,39 @@ pub enum PlanError {
 /// Lays out the job `o` describes. `env` is rlaunch's environment, which the ranks start from.
 pub fn build(o: &Options, env: &[(OsString, OsString)]) -> Result<job::Plan, PlanError> {
     let own_host = own_host();
-    let allocation = match o.rmk {
-        Some(scheduler) => Some(read_allocation(scheduler, env)?),
-        None => None,
+    let getenv = |name: &str| {
+        env.iter().find(|(k, _)| k == name).map(|(_, v)| v.to_string_lossy().into_owned())
     };
+    let needs_hosts = o.segments.iter().any(|s| s.hosts.is_none());
+    let scheduler = match o.rmk {
+        Rmk::Use(scheduler) => Some(scheduler),
+        Rmk::Detect if needs_hosts => allocation::detect(getenv),
+        Rmk::Detect | Rmk::Off => None,
+    };
+    let allocation = scheduler.map(|s| read_allocation(s, getenv)).transpose()?;
+    // Inside a Slurm allocation, srun starts the proxies unless told otherwise.
+    let launcher = o.launcher.or_else(|| {
+        let slurm = allocation.as_ref().is_some_and(|a| a.scheduler == Scheduler::Slurm);
+        slurm.then_some(LauncherKind::Slurm)
+    });
     let mut notices = Vec::new();
     let lists = host_lists(o, &own_host, allocation.as_ref(), &mut notices)?;
     let size = lists.size()?;
     let rank_hosts = place::place_segments(&lists.hosts, &lists.segments, o.map_by == MapBy::Node);
     let proxy_exe = proxy_exe()?;
-    let bootstrap = bootstrap(o, &proxy_exe);
+    let bootstrap = bootstrap(o, launcher, &proxy_exe);
     let stdin = stdin_target(&o.stdin, size)?;
 
     // With srun, every node's proxy is srun's, this machine's too: Slurm then sees and
     // accounts for every rank. The proxies dial rlaunch itself: one level, for now.
-    let dial = (o.launcher == Some(LauncherKind::Slurm)).then(|| job::DialPlan {
+    let dial = (launcher == Some(LauncherKind::Slurm)).then(|| job::DialPlan {
         launcher: o.launcher_exec.clone().unwrap_or_else(|| vec!["srun".into()]),
         proxy_path: o.proxy_path.clone().unwrap_or_else(|| proxy_exe.to_string_lossy().into()),
         bind: o.bind_address,
+        overlap: allocation.as_ref().is_some_and(|a| a.nested),
     });
     let forced_remote =
-        matches!(o.launcher, Some(LauncherKind::Ssh | LauncherKind::Rsh | LauncherKind::Slurm));
+        matches!(launcher, Some(LauncherKind::Ssh | LauncherKind::Rsh | LauncherKind::Slurm));
     let fork_host = |name: &str| {
         bootstrap == Bootstrap::Fork || (!forced_remote && hosts::is_local(name, &own_host))
     };
@@ -123,12 +135,9 @@ impl HostLists {
 
 /// The allocation of `scheduler`, read from rlaunch's environment.
 fn read_allocation(
-    scheduler: allocation::Scheduler,
-    env: &[(OsString, OsString)],
+    scheduler: Scheduler,
+    getenv: impl Fn(&str) -> Option<String>,
 ) -> Result<Allocation, PlanError> {
-    let getenv = |name: &str| {
-        env.iter().find(|(k, _)| k == name).map(|(_, v)| v.to_string_lossy().into_owned())
-    };
     let found = allocation::read(scheduler, getenv).map_err(UsageError::from)?;
     tracing::info!(
         hosts = found.hosts.len(),
@@ -201,13 +210,13 @@ fn read_hosts(source: Option<&HostSource>, own_host: &str) -> Result<Vec<Host>, 
 
 /// How proxies on other machines are started: by fork everywhere (`--launcher fork`), or
 /// over the remote shell, which runs `proxy_path` there.
-fn bootstrap(o: &Options, proxy_exe: &OsString) -> Bootstrap {
-    if o.launcher == Some(LauncherKind::Fork) {
+fn bootstrap(o: &Options, launcher: Option<LauncherKind>, proxy_exe: &OsString) -> Bootstrap {
+    if launcher == Some(LauncherKind::Fork) {
         return Bootstrap::Fork;
     }
     let argv = match &o.launcher_exec {
         Some(argv) => argv.clone(),
-        None if o.launcher == Some(LauncherKind::Rsh) => vec!["rsh".to_string()],
+        None if launcher == Some(LauncherKind::Rsh) => vec!["rsh".to_string()],
         None => vec!["ssh".into(), "-x".into(), "-oBatchMode=yes".into()],
     };
     let proxy_path = match &o.proxy_path {

@@ -7,6 +7,10 @@
 //! | PBS / Torque | `PBS_NODEFILE`: a host per line, once per slot | lines per host |
 //! | LSF | `LSB_MCPU_HOSTS` (`hostA 4 hostB 2`), else `LSB_DJOB_HOSTFILE` (as PBS) | in the list |
 //!
+//! Inside a Slurm step (`srun ... rlaunch`, `SLURM_STEP_ID` set), the tasks per node are the
+//! step's: the job's allocation is `SLURM_JOB_CPUS_PER_NODE` then, and proxies need a step
+//! that may overlap the one rlaunch runs in ([`Allocation::nested`]).
+//!
 //! Reading is pure but for the files these name; errors name the variable or file:line.
 
 mod files;
@@ -55,6 +59,17 @@ pub(crate) struct Allocation {
     pub scheduler: Scheduler,
     /// In the scheduler's order, each with its slots.
     pub hosts: Vec<Host>,
+    /// rlaunch runs inside a Slurm step, whose resources a new step must overlap (a plain
+    /// srun there waits for them for ever).
+    pub nested: bool,
+}
+
+/// The scheduler whose allocation rlaunch runs in, if any: by default (no `--rmk`), only
+/// Slurm, whose launcher rlaunch has; the others are read with `--rmk`.
+pub(crate) fn detect(getenv: impl Fn(&str) -> Option<String>) -> Option<Scheduler> {
+    let set = |name: &str| getenv(name).is_some_and(|v| !v.trim().is_empty());
+    (set("SLURM_JOB_ID") && (set("SLURM_JOB_NODELIST") || set("SLURM_NODELIST")))
+        .then_some(Scheduler::Slurm)
 }
 
 impl Allocation {
@@ -91,11 +106,16 @@ pub(crate) fn read(
             .find_map(|&v| getenv(v).filter(|s| !s.trim().is_empty()).map(|s| (v, s)))
             .ok_or(AllocationError::Missing { rmk, var: vars[0], scheduler: scheduler.name() })
     };
+    let nested = scheduler == Scheduler::Slurm && getenv("SLURM_STEP_ID").is_some();
     let hosts = match scheduler {
         Scheduler::Slurm => {
             let (list_var, list) = need("slurm", &["SLURM_JOB_NODELIST", "SLURM_NODELIST"])?;
-            let (counts_var, counts) =
-                need("slurm", &["SLURM_TASKS_PER_NODE", "SLURM_JOB_CPUS_PER_NODE"])?;
+            let counts = if nested {
+                ["SLURM_JOB_CPUS_PER_NODE", "SLURM_TASKS_PER_NODE"]
+            } else {
+                ["SLURM_TASKS_PER_NODE", "SLURM_JOB_CPUS_PER_NODE"]
+            };
+            let (counts_var, counts) = need("slurm", &counts)?;
             slurm_hosts(list_var, &list, counts_var, &counts)?
         }
         Scheduler::GridEngine => {
@@ -114,7 +134,7 @@ pub(crate) fn read(
             }
         },
     };
-    Ok(Allocation { scheduler, hosts })
+    Ok(Allocation { scheduler, hosts, nested })
 }
 
 fn slurm_hosts(
@@ -191,6 +211,27 @@ mod tests {
         let long = format!("n[1-2]{}", "x".repeat(200));
         let text = err(&[("SLURM_JOB_NODELIST", &long), ("SLURM_TASKS_PER_NODE", "1(x3)")]);
         assert!(text.len() < 160, "the value is cut: {text}");
+    }
+
+    #[test]
+    fn inside_a_step_the_jobs_allocation_is_read() {
+        let vars = [
+            ("SLURM_JOB_NODELIST", "n[1-3]"),
+            ("SLURM_TASKS_PER_NODE", "1"),
+            ("SLURM_JOB_CPUS_PER_NODE", "2(x2),1"),
+            ("SLURM_STEP_ID", "0"),
+        ];
+        let alloc = read(Scheduler::Slurm, env(&vars)).unwrap();
+        assert_eq!(alloc.hosts, [h("n1", 2), h("n2", 2), h("n3", 1)]);
+        assert!(alloc.nested);
+    }
+
+    #[test]
+    fn only_slurm_is_detected_without_rmk() {
+        let vars = [("SLURM_JOB_ID", "7"), ("SLURM_JOB_NODELIST", "n1")];
+        assert_eq!(detect(env(&vars)), Some(Scheduler::Slurm));
+        assert_eq!(detect(env(&[("SLURM_JOB_NODELIST", "n1")])), None);
+        assert_eq!(detect(env(&[("PBS_NODEFILE", "/x"), ("PBS_JOBID", "1")])), None);
     }
 
     #[test]

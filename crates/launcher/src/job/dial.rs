@@ -37,6 +37,9 @@ pub struct DialPlan {
     pub proxy_path: String,
     /// `--bind-address`; by default, the address that reaches the first node.
     pub bind: Option<IpAddr>,
+    /// rlaunch runs inside a step: the proxies' step must overlap it (`srun --overlap`), or
+    /// it waits for that step's resources for ever.
+    pub overlap: bool,
 }
 
 /// A proxy that dialed in and said who it is.
@@ -79,6 +82,7 @@ pub(crate) fn start(
         // One failed proxy ends the step; the proxies are no MPI program; they and their
         // ranks may use every CPU of the node, as the allocation gave them.
         .args(["--kill-on-bad-exit=1", "--input=none", "--mpi=none", "--cpu-bind=none"])
+        .args(plan.overlap.then_some("--overlap"))
         .arg(&plan.proxy_path)
         .env(rlaunch_proxy::PARENT_VAR, address.to_string())
         .env(secure::SECRET_VAR, secret.to_hex())

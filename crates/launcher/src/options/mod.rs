@@ -116,6 +116,16 @@ pub enum LauncherKind {
     Slurm,
 }
 
+/// `--rmk`: which batch scheduler's allocation gives the hosts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Rmk {
+    /// The one rlaunch runs in, if any (Slurm's, found by its variables).
+    Detect,
+    /// None: `--rmk none`.
+    Off,
+    Use(Scheduler),
+}
+
 /// One executable of the job and how its ranks are set up.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SegmentSpec {
@@ -147,7 +157,7 @@ pub struct Options {
     pub(crate) bind_address: Option<std::net::IpAddr>,
     pub(crate) tree_width: u32,
     /// `--rmk`: the scheduler whose allocation gives the hosts of segments without their own.
-    pub(crate) rmk: Option<Scheduler>,
+    pub(crate) rmk: Rmk,
     pub(crate) env_base: EnvBase,
     /// `-genv` and `-x` pairs, in order.
     pub(crate) genv: Vec<(Vec<u8>, Vec<u8>)>,
@@ -219,7 +229,7 @@ fn fold(
         proxy_path: None,
         bind_address: None,
         tree_width: 32,
-        rmk: None,
+        rmk: Rmk::Detect,
         env_base: EnvBase::All,
         genv: Vec::new(),
         stdin: "0".into(),
@@ -312,8 +322,8 @@ fn fold(
                 }
                 Key::Rmk => {
                     o.rmk = match value.as_str() {
-                        "none" => None,
-                        name => Some(
+                        "none" => Rmk::Off,
+                        name => Rmk::Use(
                             Scheduler::parse(name)
                                 .ok_or_else(|| bad("slurm, sge, pbs, lsf or none"))?,
                         ),
