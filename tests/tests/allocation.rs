@@ -127,3 +127,35 @@ fn a_missing_or_malformed_allocation_is_named_in_one_line() {
         "--rmk moab: expected slurm, sge, pbs, lsf or none",
     );
 }
+
+#[test]
+fn inside_slurm_rlaunch_finds_the_allocation_and_says_where_it_cannot_listen() {
+    // No --rmk, no --launcher: Slurm's variables are found, and srun's proxies would dial
+    // back; a first node that does not resolve leaves rlaunch nowhere to listen.
+    let vars = [
+        ("SLURM_JOB_ID", "1"),
+        ("SLURM_JOB_NODELIST", "rl-nosuchnode[1-2]"),
+        ("SLURM_TASKS_PER_NODE", "1(x2)"),
+    ];
+    let mut run = Run::new(&["true"]);
+    for (k, v) in vars {
+        run = run.env(k, v);
+    }
+    let out = run.run();
+    out.assert_code(255);
+    let err = out.stderr_str();
+    assert!(
+        err.starts_with(
+            "rlaunch: cannot find the address that reaches rl-nosuchnode1 to listen on for its \
+             proxy ("
+        ) && err.ends_with("); give --bind-address\n")
+            && err.lines().count() == 1,
+        "{out}"
+    );
+    // --rmk none: the allocation is not used, and the job runs here.
+    let mut run = Run::new(&["--rmk", "none", "true"]);
+    for (k, v) in vars {
+        run = run.env(k, v);
+    }
+    run.run().assert_code(0);
+}

@@ -26,7 +26,7 @@ fn slurm_runs_steps_allocations_batch_jobs_and_mpi_and_cancels_cleanly() {
     let cluster = SlurmCluster::up(NODES);
     eprintln!("slurm cluster up in {:?}", started.elapsed());
     assert_eq!(cluster.running_daemons().len(), 2 + NODES, "munged, slurmctld, a slurmd a node");
-    let steps: [Step; 8] = [
+    let steps: [Step; 10] = [
         ("srun", srun_runs_a_task_on_each_node),
         ("salloc", salloc_exports_the_allocation),
         ("sbatch", sbatch_wait_runs_a_batch_script_on_the_first_node),
@@ -35,6 +35,8 @@ fn slurm_runs_steps_allocations_batch_jobs_and_mpi_and_cancels_cleanly() {
         ("rlaunch", rlaunch_inside_salloc_starts_its_proxies_with_one_srun),
         ("rlaunch-sbatch", rlaunch_in_a_batch_script_needs_no_host_options),
         ("rlaunch-nested", rlaunch_inside_a_step_overlaps_it_instead_of_hanging),
+        ("rlaunch-scancel", scancel_of_an_rlaunch_job_leaves_nothing),
+        ("rlaunch-kill", killing_rlaunch_in_an_allocation_leaves_nothing),
     ];
     for (name, step) in steps {
         let step_started = Instant::now();
@@ -234,4 +236,47 @@ fn rlaunch_inside_a_step_overlaps_it_instead_of_hanging(cluster: &SlurmCluster) 
         .run();
     out.assert_code(0);
     assert_eq!(hello_lines(&out.stdout_str()), hello_over_2_2_1(5), "{out}");
+}
+
+/// salloc running rlaunch over 3 nodes, a rank a node, each rank ready then waiting; the
+/// job (named `name`) and the ready ranks' pids.
+fn waiting_rlaunch_job(cluster: &SlurmCluster, name: &str) -> (rlaunch_tests::Job, Vec<i32>) {
+    let rlaunch = rlaunch_tests::rlaunch().to_string_lossy().into_owned();
+    let rankprog = rlaunch_tests::rankprog_str();
+    let args = ["-N3", "-n3", "-J", name, &rlaunch, "--bind-address", HEAD_IP];
+    let args = [&args[..], &[rankprog.as_str(), "ready", "sleep", "600"]].concat();
+    let mut job = cluster.run("salloc", &args).timeout(WAIT).spawn();
+    let ready = job.wait_for_ready(3, WAIT);
+    (job, ready.iter().map(|(_, pid)| pid.as_raw()).collect())
+}
+
+fn scancel_of_an_rlaunch_job_leaves_nothing(cluster: &SlurmCluster) {
+    let name = format!("rls-rlaunch-cancel-{}", std::process::id());
+    let (job, ranks) = waiting_rlaunch_job(cluster, &name);
+    assert_eq!(ranks.len(), 3);
+    let cancelled = Instant::now();
+    cluster.run("scancel", &["-n", &name]).timeout(WAIT).run().assert_code(0);
+    let out = job.wait(WAIT);
+    assert_ne!(out.code, Some(0), "a cancelled job: {out}");
+    out.tag.wait_until_none(Duration::from_secs(10)).unwrap_or_else(|left| {
+        panic!("left on the nodes {:?} after scancel: {left:?}", cancelled.elapsed())
+    });
+}
+
+fn killing_rlaunch_in_an_allocation_leaves_nothing(cluster: &SlurmCluster) {
+    let name = format!("rls-rlaunch-kill-{}", std::process::id());
+    let (job, _) = waiting_rlaunch_job(cluster, &name);
+    let rlaunch = rlaunch_tests::tagged_processes(job.tag())
+        .into_iter()
+        .find(|p| p.comm == "rlaunch")
+        .unwrap_or_else(|| {
+            panic!("no rlaunch among {:?}", rlaunch_tests::tagged_processes(job.tag()))
+        });
+    let killed = Instant::now();
+    nix::sys::signal::kill(rlaunch.pid, nix::sys::signal::Signal::SIGKILL).unwrap();
+    let out = job.wait(WAIT);
+    out.tag.wait_until_none(Duration::from_secs(10)).unwrap_or_else(|left| {
+        panic!("left on the nodes {:?} after kill -9 of rlaunch: {left:?}", killed.elapsed())
+    });
+    let _ = out;
 }

@@ -44,4 +44,7 @@ pub enum SetupError {
     /// Where the proxy should have been.
     #[error("cannot find rlaunch-proxy at {} (install it next to rlaunch)", .0.display())]
     NoProxy(PathBuf),
+    /// No address of this machine is known to reach `node`.
+    #[error("cannot find the address that reaches {node} to listen on for its proxy ({}); give --bind-address", plain(.cause))]
+    NoRoute { node: String, cause: io::Error },
 }

@@ -65,12 +65,7 @@ pub fn build(o: &Options, env: &[(OsString, OsString)]) -> Result<job::Plan, Pla
 
     // With srun, every node's proxy is srun's, this machine's too: Slurm then sees and
     // accounts for every rank. The proxies dial rlaunch itself: one level, for now.
-    let dial = (launcher == Some(LauncherKind::Slurm)).then(|| job::DialPlan {
-        launcher: o.launcher_exec.clone().unwrap_or_else(|| vec!["srun".into()]),
-        proxy_path: o.proxy_path.clone().unwrap_or_else(|| proxy_exe.to_string_lossy().into()),
-        bind: o.bind_address,
-        overlap: allocation.as_ref().is_some_and(|a| a.nested),
-    });
+    let dialing = launcher == Some(LauncherKind::Slurm);
     let forced_remote =
         matches!(launcher, Some(LauncherKind::Ssh | LauncherKind::Rsh | LauncherKind::Slurm));
     let fork_host = |name: &str| {
@@ -78,9 +73,24 @@ pub fn build(o: &Options, env: &[(OsString, OsString)]) -> Result<job::Plan, Pla
     };
     let tree::Nodes { nodes, hosts: node_hosts, rank_node } =
         tree::group_nodes(&rank_hosts, lists.rank_segments(), fork_host);
-    let width = if dial.is_some() { 0 } else { o.tree_width };
+    let width = if dialing { 0 } else { o.tree_width };
     let roots = tree::build_tree(nodes, width);
     tracing::debug!(nodes = node_hosts.len(), depth = tree::depth(&roots), "plan ready");
+    let dial = if dialing {
+        let bind = match o.bind_address {
+            Some(ip) => ip,
+            None => job::reaching(&node_hosts[0])
+                .map_err(|cause| SetupError::NoRoute { node: node_hosts[0].clone(), cause })?,
+        };
+        Some(job::DialPlan {
+            launcher: o.launcher_exec.clone().unwrap_or_else(|| vec!["srun".into()]),
+            proxy_path: o.proxy_path.clone().unwrap_or_else(|| proxy_exe.to_string_lossy().into()),
+            bind,
+            overlap: allocation.as_ref().is_some_and(|a| a.nested),
+        })
+    } else {
+        None
+    };
 
     let job = Job {
         jobid: job_id(),

@@ -35,8 +35,8 @@ pub struct DialPlan {
     pub launcher: Vec<String>,
     /// `rlaunch-proxy` on the nodes.
     pub proxy_path: String,
-    /// `--bind-address`; by default, the address that reaches the first node.
-    pub bind: Option<IpAddr>,
+    /// Where rlaunch listens: `--bind-address`, or [`reaching`] the first node.
+    pub bind: IpAddr,
     /// rlaunch runs inside a step: the proxies' step must overlap it (`srun --overlap`), or
     /// it waits for that step's resources for ever.
     pub overlap: bool,
@@ -61,11 +61,7 @@ pub(crate) fn start(
     nodes: &[&str],
     dialed: mpsc::UnboundedSender<Dialed>,
 ) -> io::Result<Started> {
-    let ip = match plan.bind {
-        Some(ip) => ip,
-        None => reaching(nodes[0])?,
-    };
-    let listener = std::net::TcpListener::bind(SocketAddr::new(ip, 0))?;
+    let listener = std::net::TcpListener::bind(SocketAddr::new(plan.bind, 0))?;
     listener.set_nonblocking(true)?;
     let address = listener.local_addr()?;
     let listener = tokio::net::TcpListener::from_std(listener)?;
@@ -95,7 +91,7 @@ pub(crate) fn start(
 }
 
 /// The local address of the route to `node`: one the node can reach us at.
-fn reaching(node: &str) -> io::Result<IpAddr> {
+pub(crate) fn reaching(node: &str) -> io::Result<IpAddr> {
     let target = (node, 9).to_socket_addrs()?.find(SocketAddr::is_ipv4).ok_or_else(|| {
         io::Error::new(io::ErrorKind::NotFound, format!("{node} has no IPv4 address"))
     })?;

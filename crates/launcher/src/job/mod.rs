@@ -38,6 +38,7 @@ use tokio::time::Instant;
 use crate::output::{self, Chunk, OutputEvent, OutputSpec, Roster, SpawnedJob};
 use crate::stdin;
 use cause::Cause;
+pub(crate) use dial::reaching;
 pub use dial::DialPlan;
 use names::Names;
 use roll::Roll;
