@@ -26,7 +26,7 @@ fn slurm_runs_steps_allocations_batch_jobs_and_mpi_and_cancels_cleanly() {
     let cluster = SlurmCluster::up(NODES);
     eprintln!("slurm cluster up in {:?}", started.elapsed());
     assert_eq!(cluster.running_daemons().len(), 2 + NODES, "munged, slurmctld, a slurmd a node");
-    let steps: [Step; 10] = [
+    let steps: [Step; 11] = [
         ("srun", srun_runs_a_task_on_each_node),
         ("salloc", salloc_exports_the_allocation),
         ("sbatch", sbatch_wait_runs_a_batch_script_on_the_first_node),
@@ -37,6 +37,7 @@ fn slurm_runs_steps_allocations_batch_jobs_and_mpi_and_cancels_cleanly() {
         ("rlaunch-nested", rlaunch_inside_a_step_overlaps_it_instead_of_hanging),
         ("rlaunch-scancel", scancel_of_an_rlaunch_job_leaves_nothing),
         ("rlaunch-kill", killing_rlaunch_in_an_allocation_leaves_nothing),
+        ("rlaunch-strangers", strangers_at_the_listener_get_nothing_and_never_disturb_the_job),
     ];
     for (name, step) in steps {
         let step_started = Instant::now();
@@ -279,4 +280,78 @@ fn killing_rlaunch_in_an_allocation_leaves_nothing(cluster: &SlurmCluster) {
         panic!("left on the nodes {:?} after kill -9 of rlaunch: {left:?}", killed.elapsed())
     });
     let _ = out;
+}
+
+/// Connects to `address`, sends `bytes` (as much as the peer takes) and returns what came
+/// back before the peer closed, and when it closed.
+fn stranger(address: std::net::SocketAddr, bytes: Vec<u8>) -> (Vec<u8>, Duration) {
+    use std::io::{Read, Write};
+    let start = Instant::now();
+    let mut stream = std::net::TcpStream::connect(address).unwrap();
+    let _ = stream.write_all(&bytes);
+    stream.set_read_timeout(Some(Duration::from_secs(15))).unwrap();
+    let mut got = Vec::new();
+    let _ = stream.read_to_end(&mut got);
+    (got, start.elapsed())
+}
+
+fn strangers_at_the_listener_get_nothing_and_never_disturb_the_job(cluster: &SlurmCluster) {
+    let rlaunch = rlaunch_tests::rlaunch().to_string_lossy().into_owned();
+    let rankprog = rlaunch_tests::rankprog_str();
+    let args = ["-N3", "-n3", &rlaunch, "-v", "--bind-address", HEAD_IP, &rankprog];
+    let args = [&args[..], &["ready", "wait-signal", "echo", "done"]].concat();
+    let mut job = cluster.run("salloc", &args).timeout(WAIT).spawn();
+    let line = job.wait_for_stderr_line(|l| l.contains("listening for proxies"), WAIT);
+    let address: std::net::SocketAddr = line
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("address="))
+        .and_then(|a| a.parse().ok())
+        .unwrap_or_else(|| panic!("no address in {line:?}"));
+    assert!(address.ip().to_string() == HEAD_IP, "listening on {address}, not the wildcard");
+    let ready = job.wait_for_ready(3, WAIT);
+
+    // A peer that connects and stalls, garbage, HTTP, 70 KB of noise: each gets not one byte
+    // back, and is dropped within the handshake's 5 s. And a port scan: connect, close.
+    let noise: Vec<u8> =
+        (0..70_000u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 11) as u8).collect();
+    let visits: Vec<Vec<u8>> = vec![
+        Vec::new(),
+        b"\x00\x01garbage".to_vec(),
+        b"GET / HTTP/1.1\r\nHost: n1\r\n\r\n".to_vec(),
+        noise,
+    ];
+    let threads: Vec<_> = visits
+        .into_iter()
+        .map(|bytes| std::thread::spawn(move || stranger(address, bytes)))
+        .collect();
+    drop(std::net::TcpStream::connect(address).unwrap());
+    // A real proxy with the wrong secret is refused.
+    let wrong = std::process::Command::new(rlaunch_tests::proxy())
+        .env(rlaunch_tests::TAG_VAR, job.tag())
+        .env("RLAUNCH_PARENT", address.to_string())
+        .env("RLAUNCH_JOB_SECRET", "00".repeat(32))
+        .output()
+        .unwrap();
+    assert_eq!(wrong.status.code(), Some(1), "{wrong:?}");
+    let said = String::from_utf8_lossy(&wrong.stderr);
+    assert!(said.contains(&format!("cannot reach rlaunch at {address}")), "{said}");
+    for thread in threads {
+        let (got, after) = thread.join().unwrap();
+        assert!(got.is_empty(), "a stranger got {} bytes", got.len());
+        assert!(after < Duration::from_secs(8), "a stranger was kept {after:?}");
+    }
+
+    // The job goes on as if nothing happened.
+    for (_, pid) in &ready {
+        nix::sys::signal::kill(*pid, nix::sys::signal::Signal::SIGUSR1).unwrap();
+    }
+    let out = job.wait(WAIT);
+    out.assert_code(0);
+    let lines = out.lines();
+    assert_eq!(lines.iter().filter(|l| *l == "got SIGUSR1").count(), 3, "{out}");
+    assert_eq!(lines.iter().filter(|l| *l == "done").count(), 3, "{out}");
+    let err = out.stderr_str();
+    let dropped = err.lines().filter(|l| l.contains("dropped a connection")).count();
+    assert_eq!(dropped, 6, "each stranger is logged once: {err}");
+    assert!(!err.lines().any(|l| l.starts_with("rlaunch:")), "{err}");
 }
