@@ -3,7 +3,9 @@
 //! blaunch, pbsdsh), which dial their parent instead of talking over its pipes.
 //!
 //! The cryptography is the Noise protocol framework's, from the `snow` crate:
-//! `Noise_NNpsk0_25519_ChaChaPoly_BLAKE2s`, with the job's secret as the pre-shared key.
+//! `Noise_NNpsk0_25519_AESGCM_BLAKE2s`, with the job's secret as the pre-shared key, on ring's
+//! AES-GCM (AES-NI): 1 GiB of one rank's output crossed srun's encrypted link in 1.4 s here,
+//! against 2.35 s with the pure-Rust ChaCha20-Poly1305.
 //!
 //! ```text
 //!  dialer (child proxy)                         listener (parent)
@@ -27,7 +29,7 @@ use std::time::Duration;
 use snow::StatelessTransportState;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 
-const PATTERN: &str = "Noise_NNpsk0_25519_ChaChaPoly_BLAKE2s";
+const PATTERN: &str = "Noise_NNpsk0_25519_AESGCM_BLAKE2s";
 /// Largest Noise message, and so largest record on the wire.
 const MAX_MESSAGE: usize = 65535;
 const TAG: usize = 16;
