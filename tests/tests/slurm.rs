@@ -26,7 +26,7 @@ fn slurm_runs_steps_allocations_batch_jobs_and_mpi_and_cancels_cleanly() {
     let cluster = SlurmCluster::up(NODES);
     eprintln!("slurm cluster up in {:?}", started.elapsed());
     assert_eq!(cluster.running_daemons().len(), 2 + NODES, "munged, slurmctld, a slurmd a node");
-    let steps: [Step; 11] = [
+    let steps: [Step; 12] = [
         ("srun", srun_runs_a_task_on_each_node),
         ("salloc", salloc_exports_the_allocation),
         ("sbatch", sbatch_wait_runs_a_batch_script_on_the_first_node),
@@ -38,6 +38,7 @@ fn slurm_runs_steps_allocations_batch_jobs_and_mpi_and_cancels_cleanly() {
         ("rlaunch-scancel", scancel_of_an_rlaunch_job_leaves_nothing),
         ("rlaunch-kill", killing_rlaunch_in_an_allocation_leaves_nothing),
         ("rlaunch-strangers", strangers_at_the_listener_get_nothing_and_never_disturb_the_job),
+        ("rlaunch-tree", the_proxies_srun_starts_form_a_tree_not_a_star),
     ];
     for (name, step) in steps {
         let step_started = Instant::now();
@@ -354,4 +355,36 @@ fn strangers_at_the_listener_get_nothing_and_never_disturb_the_job(cluster: &Slu
     let dropped = err.lines().filter(|l| l.contains("dropped a connection")).count();
     assert_eq!(dropped, 6, "each stranger is logged once: {err}");
     assert!(!err.lines().any(|l| l.starts_with("rlaunch:")), "{err}");
+}
+
+fn the_proxies_srun_starts_form_a_tree_not_a_star(cluster: &SlurmCluster) {
+    // Width 1 over 3 nodes: rlaunch -> n1 -> n2 -> n3. Every proxy dials rlaunch first;
+    // n2 and n3 are sent to their parents' listeners once those say where they listen.
+    let hello = CProgram::Hello.path_str();
+    let rlaunch = rlaunch_tests::rlaunch().to_string_lossy().into_owned();
+    let options = ["-vv", "--tree-width", "1", "--bind-address", HEAD_IP];
+    let args = [&["-N3", "-n6", rlaunch.as_str()][..], &options, &[hello.as_str(), "6"]].concat();
+    let out =
+        cluster.run("salloc", &args).env("HWLOC_COMPONENTS", "-pci,-linuxio").timeout(WAIT).run();
+    out.assert_code(0);
+    assert_eq!(hello_lines(&out.stdout_str()), hello_over_2_2_1_of(6), "{out}");
+    let err = out.stderr_str();
+    let logged = |what: &str| {
+        let mut hosts: Vec<String> = err
+            .lines()
+            .filter(|l| l.contains(what))
+            .filter_map(|l| l.split_whitespace().find_map(|w| w.strip_prefix("host=")))
+            .map(String::from)
+            .collect();
+        hosts.sort();
+        hosts
+    };
+    assert_eq!(logged("sending a proxy to its parent"), ["n2", "n3"], "{err}");
+    let listening = err.lines().filter(|l| l.contains("a proxy listens for its children")).count();
+    assert_eq!(listening, 2, "n1 and n2 listen: {err}");
+}
+
+/// Ranks 0..n over 3 nodes with 2 slots each: hello lines two a node, in node order.
+fn hello_over_2_2_1_of(n: u32) -> Vec<HelloLine> {
+    hello_over_2_2_1(n)
 }

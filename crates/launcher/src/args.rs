@@ -349,6 +349,15 @@ pub fn split(args: &[OsString]) -> Result<Vec<Part>, ArgsError> {
             Some((n, v)) if n.starts_with("--") => (n, Some(OsString::from(v))),
             _ => (text, None),
         };
+        // `-vv`, `-vvv`: as many `-v`s.
+        if name.len() > 2 && name[1..].bytes().all(|b| b == b'v') {
+            let (opt, spelled) = lookup("-v").expect("-v is an option");
+            for _ in 1..name.len() {
+                let value = Some(OsString::from(spelled));
+                part.items.push(Item { key: opt.key, name: spelled, scope: opt.scope, value });
+            }
+            continue;
+        }
         let Some((opt, spelled)) = lookup(name) else {
             return Err(unknown_option(name));
         };
@@ -482,5 +491,12 @@ mod tests {
             unknown_option("--zzzzzzzzzzzz").to_string(),
             "unknown option '--zzzzzzzzzzzz' (rlaunch --help-all lists all)"
         );
+    }
+
+    #[test]
+    fn repeated_vs_count_as_many_verbose_flags() {
+        let parts = split(&args("-vv -v ./a")).unwrap();
+        assert_eq!(parts[0].items.iter().filter(|i| i.key == Key::Verbose).count(), 3);
+        assert!(split(&args("-vx ./a")).is_err());
     }
 }

@@ -64,8 +64,9 @@ pub fn build(o: &Options, env: &[(OsString, OsString)]) -> Result<job::Plan, Pla
     let stdin = stdin_target(&o.stdin, size)?;
 
     // With srun, every node's proxy is srun's, this machine's too: Slurm then sees and
-    // accounts for every rank. The proxies dial rlaunch itself: one level, for now.
+    // accounts for every rank. Each dials its parent in the tree.
     let dialing = launcher == Some(LauncherKind::Slurm);
+    let bootstrap = if dialing { Bootstrap::Dial } else { bootstrap };
     let forced_remote =
         matches!(launcher, Some(LauncherKind::Ssh | LauncherKind::Rsh | LauncherKind::Slurm));
     let fork_host = |name: &str| {
@@ -73,8 +74,7 @@ pub fn build(o: &Options, env: &[(OsString, OsString)]) -> Result<job::Plan, Pla
     };
     let tree::Nodes { nodes, hosts: node_hosts, rank_node } =
         tree::group_nodes(&rank_hosts, lists.rank_segments(), fork_host);
-    let width = if dialing { 0 } else { o.tree_width };
-    let roots = tree::build_tree(nodes, width);
+    let roots = tree::build_tree(nodes, o.tree_width);
     tracing::debug!(nodes = node_hosts.len(), depth = tree::depth(&roots), "plan ready");
     let dial = if dialing {
         let bind = match o.bind_address {

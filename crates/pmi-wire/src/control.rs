@@ -22,7 +22,7 @@ use crate::ids::{ExitOutcome, Stream};
 /// First bytes on every control channel, in both directions.
 pub const MAGIC: [u8; 8] = *b"\x7fRLAUNCH";
 /// Bumped whenever a frame changes meaning.
-pub const PROTOCOL_VERSION: u32 = 3;
+pub const PROTOCOL_VERSION: u32 = 4;
 /// Length of the raw hello: magic + u32 BE version.
 pub const HELLO_LEN: usize = MAGIC.len() + 4;
 /// Largest frame either side accepts; checked before any allocation.
@@ -176,6 +176,10 @@ pub enum Down {
     /// Heartbeat: a link that stays silent for long is a lost one (a dropped network link
     /// closes nothing).
     Ping,
+    /// To a proxy that dialed the wrong parent (every proxy started by a scheduler's launcher
+    /// dials rlaunch first): dial this address, its parent's, instead. Sent in place of the
+    /// launch, on the encrypted link.
+    Redirect { to: String },
 }
 
 /// Child to parent. Proxies relay their children's frames unchanged.
@@ -219,6 +223,9 @@ pub enum Up {
     Notice { host: String, text: String },
     /// Heartbeat, as [`Down::Ping`].
     Ping,
+    /// The proxy of `node` listens at `address` for its children to dial in; relayed up to
+    /// rlaunch, which sends them there.
+    Listening { node: u32, address: String },
 }
 
 /// How a link tells a live peer from a lost one: a dropped network link closes nothing, so
@@ -476,6 +483,8 @@ pub enum Bootstrap {
     Fork,
     /// `argv... HOST PROXY_PATH` with the channel on the remote command's stdin/stdout.
     Remote { argv: Vec<String>, proxy_path: String },
+    /// Started by a scheduler's launcher all at once (srun); each dials its parent.
+    Dial,
 }
 
 #[cfg(test)]

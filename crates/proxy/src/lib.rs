@@ -25,6 +25,7 @@
 
 mod binding;
 pub mod children;
+pub mod dialin;
 pub mod fdio;
 pub mod fence;
 mod kill;
@@ -57,7 +58,13 @@ pub fn run(input: OwnedFd, output: OwnedFd, proxy_exe: OsString, launch: Option<
         match channel {
             Ok((up_in, up_out)) => {
                 let (up_in, up_out) = (Box::new(up_in), Box::new(up_out));
-                node::serve(up_in, up_out, proxy_exe, launch, own_host()).await
+                match node::serve(up_in, up_out, proxy_exe, launch, own_host(), None).await {
+                    node::Served::Exit(code) => code,
+                    node::Served::Redirect(_) => {
+                        eprintln!("rlaunch-proxy: its parent sent it to dial elsewhere");
+                        1
+                    }
+                }
             }
             Err(e) => {
                 eprintln!("rlaunch-proxy: the control channel is not a pipe or socket: {e}");
@@ -110,28 +117,51 @@ pub fn run_dialing(dial: Dial, proxy_exe: OsString) -> i32 {
     let host = std::env::var("SLURMD_NODENAME").ok().filter(|n| !n.is_empty());
     let host = host.unwrap_or_else(own_host);
     runtime().block_on(async {
-        let connected = async {
-            let stream = tokio::net::TcpStream::connect(dial.parent).await?;
-            stream.set_nodelay(true)?;
-            let (r, w) = stream.into_split();
-            secure::connect(r, w, &dial.secret, DIAL_WAIT).await.map_err(io::Error::other)
-        };
-        match tokio::time::timeout(DIAL_WAIT, connected).await {
-            Ok(Ok(link)) => {
-                let (up_in, up_out) = (Box::new(link.reader), Box::new(link.writer));
-                node::serve(up_in, up_out, proxy_exe, None, host).await
-            }
-            Ok(Err(e)) => {
-                eprintln!("rlaunch-proxy on {host}: cannot reach rlaunch at {}: {e}", dial.parent);
-                1
-            }
-            Err(_) => {
-                eprintln!("rlaunch-proxy on {host}: no answer from rlaunch at {}", dial.parent);
-                1
+        let mut parent = dial.parent;
+        // rlaunch first; then, for a proxy deeper in the tree, the parent rlaunch names.
+        for _ in 0..MAX_REDIRECTS {
+            let connected = async {
+                let stream = tokio::net::TcpStream::connect(parent).await?;
+                stream.set_nodelay(true)?;
+                let ip = stream.local_addr()?.ip();
+                let (r, w) = stream.into_split();
+                let link = secure::connect(r, w, &dial.secret, DIAL_WAIT)
+                    .await
+                    .map_err(io::Error::other)?;
+                Ok::<_, io::Error>((link, ip))
+            };
+            let (link, ip) = match tokio::time::timeout(DIAL_WAIT, connected).await {
+                Ok(Ok(connected)) => connected,
+                Ok(Err(e)) => {
+                    eprintln!("rlaunch-proxy on {host}: cannot reach rlaunch at {parent}: {e}");
+                    return 1;
+                }
+                Err(_) => {
+                    eprintln!("rlaunch-proxy on {host}: no answer from rlaunch at {parent}");
+                    return 1;
+                }
+            };
+            let context = node::DialContext { secret: dial.secret.clone(), ip };
+            let (up_in, up_out) = (Box::new(link.reader), Box::new(link.writer));
+            let exe = proxy_exe.clone();
+            match node::serve(up_in, up_out, exe, None, host.clone(), Some(context)).await {
+                node::Served::Exit(code) => return code,
+                node::Served::Redirect(to) => match to.parse() {
+                    Ok(to) => parent = to,
+                    Err(_) => {
+                        eprintln!("rlaunch-proxy on {host}: sent to dial a bad address");
+                        return 1;
+                    }
+                },
             }
         }
+        eprintln!("rlaunch-proxy on {host}: sent elsewhere {MAX_REDIRECTS} times");
+        1
     })
 }
+
+/// A proxy is sent on once (from rlaunch to its parent); more is a loop.
+const MAX_REDIRECTS: usize = 4;
 
 fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread().enable_all().build().expect("tokio runtime")

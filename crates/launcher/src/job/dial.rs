@@ -10,23 +10,19 @@
 //!     └── Event::Dialed(process, greeting) ◄───────────┘ greeting with its node's name
 //! ```
 //!
-//! A stranger (a port scanner, garbage, a wrong secret, a peer that stalls) is dropped
-//! within [`HANDSHAKE_WAIT`] with a warning, on a task of its own: it never holds up the
-//! proxies that belong to the job.
+//! Strangers are dealt with by [`dialin`]. The proxies form the tree of `--tree-width`: each
+//! dials rlaunch first (its address is the one they all know), and rlaunch sends those that
+//! are not its own children to their parent's listener (`Down::Redirect`), once that parent
+//! has said where it listens (`Up::Listening`).
 
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, ToSocketAddrs, UdpSocket};
 use std::os::unix::process::CommandExt;
 use std::process::{Command, Stdio};
-use std::time::Duration;
 
-use pmi_wire::io::FrameReader;
-use rlaunch_proxy::link::{self, Greeting, ProxyProcess};
+use rlaunch_proxy::dialin::{self, Dialed};
 use rlaunch_proxy::secure::{self, Secret};
 use tokio::sync::mpsc;
-
-/// How long a peer has to finish the handshake and greet.
-pub(crate) const HANDSHAKE_WAIT: Duration = Duration::from_secs(5);
 
 /// How the proxies of a dialing launch are started.
 #[derive(Debug, Clone)]
@@ -42,12 +38,6 @@ pub struct DialPlan {
     pub overlap: bool,
 }
 
-/// A proxy that dialed in and said who it is.
-pub(crate) struct Dialed {
-    pub process: ProxyProcess,
-    pub greeting: Greeting,
-}
-
 /// The launcher process, and the task that accepts the proxies.
 pub(crate) struct Started {
     pub pid: i32,
@@ -61,10 +51,7 @@ pub(crate) fn start(
     nodes: &[&str],
     dialed: mpsc::UnboundedSender<Dialed>,
 ) -> io::Result<Started> {
-    let listener = std::net::TcpListener::bind(SocketAddr::new(plan.bind, 0))?;
-    listener.set_nonblocking(true)?;
-    let address = listener.local_addr()?;
-    let listener = tokio::net::TcpListener::from_std(listener)?;
+    let (listener, address) = dialin::listen(plan.bind)?;
     let secret = Secret::generate()?;
     tracing::info!(%address, nodes = nodes.len(), "listening for proxies");
 
@@ -86,7 +73,7 @@ pub(crate) fn start(
         .stdout(Stdio::null())
         .process_group(0);
     let child = srun.spawn()?;
-    let acceptor = tokio::spawn(accept(listener, secret, dialed));
+    let acceptor = tokio::spawn(dialin::accept(listener, secret, dialed));
     Ok(Started { pid: child.id() as i32, acceptor })
 }
 
@@ -102,49 +89,4 @@ pub(crate) fn reaching(node: &str) -> io::Result<IpAddr> {
     let probe = UdpSocket::bind((Ipv4Addr::UNSPECIFIED, 0))?;
     probe.connect(target)?;
     Ok(probe.local_addr()?.ip())
-}
-
-async fn accept(
-    listener: tokio::net::TcpListener,
-    secret: Secret,
-    dialed: mpsc::UnboundedSender<Dialed>,
-) {
-    loop {
-        let (stream, peer) = match listener.accept().await {
-            Ok(accepted) => accepted,
-            Err(e) => {
-                tracing::warn!("accepting a proxy's connection failed: {e}");
-                continue;
-            }
-        };
-        let (secret, dialed) = (secret.clone(), dialed.clone());
-        tokio::spawn(async move {
-            match tokio::time::timeout(HANDSHAKE_WAIT, admit(stream, &secret)).await {
-                Ok(Ok(proxy)) => {
-                    let _ = dialed.send(proxy);
-                }
-                Ok(Err(why)) => tracing::warn!(%peer, "dropped a connection: {why}"),
-                Err(_) => tracing::warn!(%peer, "dropped a connection: no handshake within 5 s"),
-            }
-        });
-    }
-}
-
-/// Lets a peer in if it proves the secret, then reads its hello and greeting.
-async fn admit(stream: tokio::net::TcpStream, secret: &Secret) -> Result<Dialed, String> {
-    stream.set_nodelay(true).map_err(|e| e.to_string())?;
-    let (r, w) = stream.into_split();
-    let link = secure::accept(r, w, secret, HANDSHAKE_WAIT).await.map_err(|e| e.to_string())?;
-    let mut from_child = FrameReader::new(Box::new(link.reader) as link::LinkRead);
-    let greeting = link::read_greeting(&mut from_child).await.map_err(|e| e.to_string())?;
-    let process = ProxyProcess {
-        pid: -1,
-        from_child,
-        greeted: None,
-        to_child: Box::new(link.writer),
-        stderr: None,
-        what: "its proxy".to_string(),
-        launched: false,
-    };
-    Ok(Dialed { process, greeting })
 }

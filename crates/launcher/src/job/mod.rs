@@ -29,6 +29,7 @@ use std::time::Duration;
 use nix::sys::signal::Signal;
 use pmi_wire::control::{Down, Job, NodePlan, SpawnJob, SpawnRequest, StdinTarget, Up};
 use rlaunch_proxy::children::{ChildNews, Children, Lost};
+use rlaunch_proxy::dialin::Dialed;
 use rlaunch_proxy::fence::FenceFold;
 use rlaunch_proxy::link::{self, ForkedProxy, LinkEvent, ProxyProcess};
 use rlaunch_proxy::procs;
@@ -132,6 +133,12 @@ struct Root {
     launcher: Option<Launcher>,
     /// Proxies that have not dialed in by then are lost.
     dial_deadline: Option<Instant>,
+    /// The tree of a dialing launch: the node of the parent of each proxy below the top.
+    parent_of: HashMap<String, u32>,
+    /// Where the interior proxies listen for their children, by node.
+    listening: HashMap<u32, String>,
+    /// Proxies that dialed rlaunch before their parent said where it listens.
+    redirects: Vec<(Dialed, u32)>,
 }
 
 /// The one process (srun) that started every proxy of a dialing launch.
@@ -180,6 +187,9 @@ pub async fn run(mut plan: Plan) -> i32 {
         spawned_jobs,
         launcher: None,
         dial_deadline: None,
+        parent_of: HashMap::new(),
+        listening: HashMap::new(),
+        redirects: Vec::new(),
         plan,
     };
     let (dialed_tx, mut dialed) = mpsc::unbounded_channel();
@@ -263,7 +273,7 @@ impl Root {
         &mut self,
         events: &mpsc::UnboundedSender<Event>,
         output: &mpsc::Sender<Chunk>,
-        dialed: mpsc::UnboundedSender<dial::Dialed>,
+        dialed: mpsc::UnboundedSender<Dialed>,
     ) {
         let report = self.plan.report_bindings;
         let plan = &mut self.plan;
@@ -289,7 +299,13 @@ impl Root {
             self.causes.push(Cause::LostProxy { host, reason });
         }
         if let Some(dial_plan) = &self.plan.dial {
-            let hosts: Vec<&str> = self.plan.roots.iter().map(|n| n.host.as_str()).collect();
+            let all: Vec<&NodePlan> = self.plan.roots.iter().flat_map(|r| r.walk()).collect();
+            for node in &all {
+                for child in &node.children {
+                    self.parent_of.insert(child.host.clone(), node.index);
+                }
+            }
+            let hosts: Vec<&str> = all.iter().map(|n| n.host.as_str()).collect();
             let name = dial_plan.launcher.first().cloned().unwrap_or_default();
             match dial::start(dial_plan, &hosts, dialed) {
                 Ok(started) => {
@@ -309,15 +325,23 @@ impl Root {
         }
     }
 
-    /// A proxy dialed in: it becomes the child of its name, if one waits for it.
+    /// A proxy dialed in: it becomes the child of its name, if one waits for it; a proxy
+    /// deeper in the tree is sent to its parent.
     fn attach(
         &mut self,
-        proxy: dial::Dialed,
+        proxy: Dialed,
         events: &mpsc::UnboundedSender<Event>,
         output: &mpsc::Sender<Chunk>,
     ) {
         let report = self.plan.report_bindings;
         let host = proxy.greeting.host.clone();
+        if let Some(&parent) = self.parent_of.get(&host) {
+            match self.listening.get(&parent) {
+                Some(address) => redirect(proxy, address.clone()),
+                None => self.redirects.push((proxy, parent)),
+            }
+            return;
+        }
         let job = &self.plan.job;
         let attached = self.children.attach(proxy.process, proxy.greeting, job, |child| {
             let (output, events) = (output.clone(), events.clone());
@@ -376,6 +400,17 @@ impl Root {
             Up::ProxyLost { host, reason } => self.fail(Cause::LostProxy { host, reason }),
             Up::Notice { host, text } => eprintln!("rlaunch: note: on {host}: {text}"),
             Up::Started { node } => tracing::debug!(node, "node started its ranks"),
+            Up::Listening { node, address } => {
+                tracing::debug!(node, %address, "a proxy listens for its children");
+                let (now, later) = std::mem::take(&mut self.redirects)
+                    .into_iter()
+                    .partition(|(_, parent)| *parent == node);
+                self.redirects = later;
+                for (proxy, _) in now {
+                    redirect(proxy, address.clone());
+                }
+                self.listening.insert(node, address);
+            }
             Up::FenceIn { epoch, pairs } => {
                 if epoch != self.fence.epoch() {
                     let expected = self.fence.epoch();
@@ -545,6 +580,21 @@ impl Root {
         }
         cause.exit_code()
     }
+}
+
+/// Sends a proxy that dialed rlaunch to its parent's listener, and lets it go.
+fn redirect(proxy: Dialed, to: String) {
+    use pmi_wire::control::Frame;
+    use tokio::io::AsyncWriteExt;
+    tracing::debug!(host = %proxy.greeting.host, %to, "sending a proxy to its parent");
+    let mut frames = pmi_wire::control::hello().to_vec();
+    Down::Redirect { to }.encode(&mut frames);
+    let mut writer = proxy.process.to_child;
+    tokio::spawn(async move {
+        if writer.write_all(&frames).await.is_ok() {
+            let _ = writer.flush().await;
+        }
+    });
 }
 
 /// Output goes to the writer thread (waiting when it is full: that is the backpressure),

@@ -24,7 +24,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use nix::sys::signal::Signal;
-use pmi_wire::control::{Down, Job, Launch, NodePlan, Up};
+use pmi_wire::control::{Bootstrap, Down, Job, Launch, NodePlan, Up};
 use pmi_wire::io::FrameReader;
 use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::mpsc;
@@ -32,6 +32,7 @@ use tokio::time::Instant;
 
 use crate::binding::Binder;
 use crate::children::{ChildNews, Children, Lost};
+use crate::dialin::{self, Dialed};
 use crate::kill::{Escalation, KillStep};
 use crate::kvs::{FenceScope, Kvs, Local};
 use crate::link::{self, LinkEvent};
@@ -41,6 +42,7 @@ use crate::pmi::{PmiAnswer, PmiCall, PmiJob, PmiPeer};
 use crate::procs;
 use crate::rank::StdinChunk;
 use crate::ranks::RankTable;
+use crate::secure::Secret;
 
 /// Frames of rank output buffered towards the parent before ranks feel backpressure.
 const DATA_QUEUE: usize = 32;
@@ -57,6 +59,30 @@ pub(crate) enum Event {
         child: usize,
         event: LinkEvent,
     },
+    /// A child proxy dialed in (`Bootstrap::Dial`).
+    Dialed(Box<Dialed>),
+}
+
+/// What a proxy that dialed its parent needs to accept its own children the same way.
+#[derive(Clone)]
+pub struct DialContext {
+    pub secret: Secret,
+    /// This proxy's address on its link to its parent: one its siblings can reach too.
+    pub ip: std::net::IpAddr,
+}
+
+/// How a proxy's service ended.
+pub enum Served {
+    /// The process's exit code.
+    Exit(i32),
+    /// Its parent sent it elsewhere before launching it: dial this address.
+    Redirect(String),
+}
+
+/// The first frame a proxy gets from its parent.
+enum Received {
+    Launch(Box<Launch>),
+    Redirect(String),
 }
 
 /// One job's state on this node: the launched job (0), and any job its ranks spawned here.
@@ -98,6 +124,10 @@ pub(crate) struct Node {
     programs: HashMap<(u32, u32), Result<Arc<crate::rank::Program>, pmi_wire::ids::ExitOutcome>>,
     /// The `rlaunch-proxy` this proxy starts its child proxies with.
     proxy_exe: OsString,
+    /// This proxy dialed its parent: its children dial it.
+    dial: Option<DialContext>,
+    /// Children that have not dialed in by then are lost.
+    dial_deadline: Option<Instant>,
 }
 
 /// Runs a proxy on its control channel until its subtree is finished; child proxies are
@@ -110,7 +140,8 @@ pub async fn serve(
     proxy_exe: OsString,
     launch: Option<Launch>,
     host: String,
-) -> i32 {
+    dial: Option<DialContext>,
+) -> Served {
     procs::become_subreaper();
     let (control_tx, control_rx) = mpsc::unbounded_channel();
     let (data_tx, data_rx) = mpsc::channel(DATA_QUEUE);
@@ -120,14 +151,15 @@ pub async fn serve(
     // Down the tree come control messages and stdin, not output: small reads will do.
     let mut reader = FrameReader::with_chunk(up_in, 16 << 10);
     let launch = match launch {
-        Some(launch) => Ok(launch),
+        Some(launch) => Ok(Received::Launch(Box::new(launch))),
         None => receive_launch(&mut reader).await,
     };
     let launch = match launch {
-        Ok(launch) => launch,
+        Ok(Received::Launch(launch)) => *launch,
+        Ok(Received::Redirect(to)) => return Served::Redirect(to),
         Err(msg) => {
             eprintln!("rlaunch-proxy on {host}: {msg}");
-            return 1;
+            return Served::Exit(1);
         }
     };
     link::heartbeat(&control_tx, launch.job.liveness.heartbeat(), || Up::Ping);
@@ -142,7 +174,7 @@ pub async fn serve(
         Ok(outputs) => outputs,
         Err(e) => {
             eprintln!("rlaunch-proxy on {host}: cannot set up output relaying: {e}");
-            return 1;
+            return Served::Exit(1);
         }
     };
     let (pmi_tx, pmi_rx) = mpsc::unbounded_channel();
@@ -173,14 +205,16 @@ pub async fn serve(
         last_heard: Instant::now(),
         stopped: false,
         swept: false,
+        dial,
+        dial_deadline: None,
     };
     let code = node.run(events_rx, pmi_rx).await;
     drop(node);
     let _ = tokio::time::timeout(Duration::from_secs(5), pump).await;
-    code
+    Served::Exit(code)
 }
 
-async fn receive_launch(reader: &mut FrameReader<LinkRead>) -> Result<Launch, String> {
+async fn receive_launch(reader: &mut FrameReader<LinkRead>) -> Result<Received, String> {
     let (found, _) = reader.read_hello().await.map_err(|e| e.to_string())?;
     if found.version != pmi_wire::control::PROTOCOL_VERSION {
         return Err(format!(
@@ -190,7 +224,8 @@ async fn receive_launch(reader: &mut FrameReader<LinkRead>) -> Result<Launch, St
         ));
     }
     match reader.next::<Down>().await {
-        Ok(Some(Down::Launch(launch))) => Ok(*launch),
+        Ok(Some(Down::Launch(launch))) => Ok(Received::Launch(launch)),
+        Ok(Some(Down::Redirect { to })) => Ok(Received::Redirect(to)),
         Ok(Some(_)) => Err("the first frame from the launcher was not a launch".into()),
         Ok(None) => Err("the launcher closed the connection before the launch".into()),
         Err(e) => Err(e.to_string()),
@@ -244,6 +279,14 @@ impl Node {
                     let steps = self.kill.on_deadline(Instant::now(), self.orphaned);
                     self.apply(steps);
                 }
+                _ = tokio::time::sleep_until(self.dial_deadline.unwrap_or_else(Instant::now)), if self.dial_deadline.is_some() => {
+                    self.dial_deadline = None;
+                    let wait = link::HELLO_WAIT.as_secs();
+                    let reason = format!("its proxy did not call back within {wait} s");
+                    for lost in self.children.give_up_dialing(&reason) {
+                        self.report_lost(lost);
+                    }
+                }
                 _ = tokio::time::sleep_until(silent_at), if watch => {
                     let secs = silence.as_secs_f64();
                     self.lose_upstream(&format!("it heard nothing from its parent for {secs} s"));
@@ -260,12 +303,26 @@ impl Node {
 
     fn start_children(&mut self) {
         let plans = std::mem::take(&mut self.plan.children);
+        let dialing = self.job.bootstrap == Bootstrap::Dial;
+        if dialing && !plans.is_empty() {
+            if let Err(why) = self.listen_for_children() {
+                for plan in &plans {
+                    let reason = format!("its parent cannot listen for it: {why}");
+                    self.report_lost(Lost { host: plan.host.clone(), reason });
+                }
+                return;
+            }
+            self.dial_deadline = Some(Instant::now() + link::HELLO_WAIT);
+        }
         let (data, events) = (self.up.data.clone(), self.events.clone());
         let (job, exe) = (&self.job, &self.proxy_exe);
         let (children, lost) = Children::start(
             job,
             &plans,
-            |_, plan| link::spawn_proxy(&job.bootstrap, &plan.host, plan.fork, exe).map(Some),
+            |_, plan| match dialing {
+                true => Ok(None),
+                false => link::spawn_proxy(&job.bootstrap, &plan.host, plan.fork, exe).map(Some),
+            },
             |child| {
                 let (data, events) = (data.clone(), events.clone());
                 move |event| relay_child(child, event, data.clone(), events.clone())
@@ -277,8 +334,41 @@ impl Node {
         }
     }
 
+    /// Listens where this proxy's children can dial it, and says so up the tree (rlaunch
+    /// sends them here).
+    fn listen_for_children(&mut self) -> Result<(), String> {
+        let dial = self.dial.clone().ok_or("it did not dial in itself")?;
+        let (listener, address) = dialin::listen(dial.ip).map_err(|e| e.to_string())?;
+        let node = self.plan.index;
+        let _ = self.up.control.send(Up::Listening { node, address: address.to_string() });
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        tokio::spawn(dialin::accept(listener, dial.secret, tx));
+        let events = self.events.clone();
+        tokio::spawn(async move {
+            while let Some(dialed) = rx.recv().await {
+                if events.send(Event::Dialed(Box::new(dialed))).is_err() {
+                    return;
+                }
+            }
+        });
+        Ok(())
+    }
+
     fn handle(&mut self, ev: Event) {
         match ev {
+            Event::Dialed(dialed) => {
+                let Dialed { process, greeting } = *dialed;
+                let host = greeting.host.clone();
+                let (data, events) = (self.up.data.clone(), self.events.clone());
+                let attached = self.children.attach(process, greeting, &self.job, |child| {
+                    move |event| relay_child(child, event, data.clone(), events.clone())
+                });
+                match attached {
+                    Ok(_) if self.children.dialing() == 0 => self.dial_deadline = None,
+                    Ok(_) => {}
+                    Err(why) => tracing::warn!(%host, "dropped a proxy that dialed in: {why}"),
+                }
+            }
             Event::Down(down) => {
                 self.last_heard = Instant::now();
                 self.handle_down(down);
@@ -300,7 +390,9 @@ impl Node {
 
     fn handle_down(&mut self, down: Down) {
         match down {
-            Down::Launch(_) => tracing::warn!("ignoring a second launch"),
+            Down::Launch(_) | Down::Redirect { .. } => {
+                tracing::warn!("ignoring a second launch")
+            }
             Down::Ping => {}
             Down::Stdin { seq, data } => {
                 self.children.send_stdin(seq, &data);
