@@ -69,7 +69,8 @@ pub use procs::{
     tagged_processes, wait_until_no_tagged, wait_until_tagged, Tag, TaggedProcess, TAG_VAR,
 };
 pub use programs::{
-    fakessh, pmiprog, pmiprog_str, proxy, proxy_str, rankprog, rankprog_str, rlaunch, spawn_client,
+    fake_scheduler_launchers, fakessh, pmiprog, pmiprog_str, proxy, proxy_str, rankprog,
+    rankprog_str, rlaunch, spawn_client,
 };
 pub use run::{Job, Outcome, Run, DEFAULT_TIMEOUT};
 pub use tempdir::{tempdir, TempDir};

@@ -3,8 +3,8 @@
 //! names the culprit when they are wrong. The proxies start by fork here (`--launcher fork`,
 //! fake nodes); starting them through the scheduler is tested against a real Slurm.
 
-use rlaunch_tests::output::{envs_by_rank, rlaunch_lines};
-use rlaunch_tests::{rankprog_str, tempdir, Outcome, Run};
+use rlaunch_tests::output::{envs_by_rank, rlaunch_lines, sorted};
+use rlaunch_tests::{fake_scheduler_launchers, rankprog_str, tempdir, Outcome, Run};
 
 /// rlaunch with `options`, then `-l rankprog env`, in an environment holding `vars` (and
 /// none of the schedulers' variables of the machine running the tests).
@@ -158,4 +158,34 @@ fn inside_slurm_rlaunch_finds_the_allocation_and_says_where_it_cannot_listen() {
         run = run.env(k, v);
     }
     run.run().assert_code(0);
+}
+
+/// rlaunch with no host or launcher options, in an environment holding `vars`, with the
+/// fake `qrsh` and `blaunch` first on PATH; returns the placement and the launcher calls.
+fn detected(vars: &[(&str, &str)]) -> (Vec<String>, Vec<String>) {
+    let dir = tempdir();
+    let log = dir.path().join("launches");
+    let path = format!("{}:{}", fake_scheduler_launchers(), std::env::var("PATH").unwrap());
+    let mut run =
+        Run::new(&["-l", &rankprog_str(), "env"]).env("PATH", path).env("FAKE_LAUNCH_LOG", &log);
+    for (k, v) in vars {
+        run = run.env(k, v);
+    }
+    let out = run.run();
+    let calls = std::fs::read_to_string(&log).unwrap_or_default();
+    (placement(&out), sorted(calls.lines().map(String::from)))
+}
+
+#[test]
+fn grid_engine_and_lsf_jobs_start_their_proxies_with_qrsh_and_blaunch() {
+    let dir = tempdir();
+    let pe = dir.path().join("pe_hostfile");
+    std::fs::write(&pe, "n1 2 all.q@n1 UNDEFINED\nn2 1 all.q@n2 UNDEFINED\n").unwrap();
+    let (hosts, calls) = detected(&[("JOB_ID", "11"), ("PE_HOSTFILE", pe.to_str().unwrap())]);
+    assert_eq!(hosts, ["n1", "n1", "n2"]);
+    assert_eq!(calls, ["qrsh -inherit n1", "qrsh -inherit n2"]);
+
+    let (hosts, calls) = detected(&[("LSB_JOBID", "12"), ("LSB_MCPU_HOSTS", "h1 1 h2 2")]);
+    assert_eq!(hosts, ["h1", "h2", "h2"]);
+    assert_eq!(calls, ["blaunch h1", "blaunch h2"]);
 }

@@ -197,7 +197,7 @@ fn settings_come_from_the_environment_when_the_command_line_is_silent() {
     assert_eq!(hosts(base().env("RLAUNCH_HOSTFILE", &b).args(["-hosts", "nc"])), ["nc", "nc"]);
 
     let out = base().env("RLAUNCH_LAUNCHER", "pbs").args([&rankprog_str(), "env"]).run();
-    one_line_error(&out, "RLAUNCH_LAUNCHER pbs: expected fork, ssh, rsh or slurm");
+    one_line_error(&out, "RLAUNCH_LAUNCHER pbs: expected fork, ssh, rsh, slurm, sge or lsf");
 
     // HYDRA_LAUNCHER_EXEC is the remote shell; RLAUNCH_LAUNCHER_EXEC wins over it.
     let out = Run::new(&["-hosts", "r1,r2", "-l", "-n", "2", &rankprog_str(), "env"])

@@ -160,8 +160,8 @@ pub const OPTIONS: &[Opt] = &[
         "more ranks than slots wrap around the hosts (always so in rlaunch, as in Hydra)"),
     opt(&["--launcher", "-launcher", "-bootstrap", "--bootstrap"], Value("KIND"), Key::Launcher,
         Global, Hosts, true,
-        "how proxies start: fork, ssh, rsh or slurm (default: fork here, ssh elsewhere; also \
-         RLAUNCH_LAUNCHER, HYDRA_LAUNCHER)"),
+        "fork, ssh, rsh, slurm, sge or lsf (default: fork here, else the scheduler's or \
+         ssh; also RLAUNCH_LAUNCHER, HYDRA_LAUNCHER)"),
     opt(&["--launcher-exec", "-launcher-exec", "-bootstrap-exec"], Value("COMMAND"),
         Key::LauncherExec, Global, Hosts, false,
         "the remote shell with its arguments: 'ssh -p 2222' (also RLAUNCH_LAUNCHER_EXEC, \
@@ -175,7 +175,7 @@ pub const OPTIONS: &[Opt] = &[
         "fan-out of the proxy tree (default 32); 0 starts every proxy from rlaunch"),
     opt(&["--rmk", "-rmk"], Value("KIND"), Key::Rmk, Global, Hosts, false,
         "take the hosts and slots from the batch scheduler's allocation: slurm, sge, pbs, lsf, \
-         or none (default: Slurm's, when rlaunch runs in one); --hosts and --hostfile win"),
+         or none (default: the one rlaunch runs in, if any); --hosts and --hostfile win"),
     opt(&["--heartbeat"], Value("SECONDS"), Key::Heartbeat, Global, Hosts, false,
         "seconds between heartbeats on every link of the proxy tree (default 2)"),
     opt(&["--silence-timeout"], Value("SECONDS"), Key::SilenceTimeout, Global, Hosts, false,

@@ -125,7 +125,8 @@ pub fn info() -> String {
   built:      {profile} build for {arch}-{os}, control protocol v{protocol}
   proxy:      {proxy}
   launchers:  fork (this machine), ssh, rsh, or any remote shell (--launcher-exec)
-  schedulers: hosts from Slurm, Grid Engine, PBS/Torque or LSF allocations (--rmk)
+  schedulers: Slurm (proxies by one srun, dialing back over Noise-encrypted TCP), Grid
+              Engine (qrsh -inherit), PBS/Torque (ssh), LSF (blaunch): found, or --rmk
   PMI:        PMI-1 (MPICH's simple PMI, with spawn and name service), PMI-2 (wire v2)
               over an inherited socket (PMI_FD) or a loopback port (--pmi-port)
   binding:    hwthread, core, socket, numa from /sys (no hwloc)

@@ -50,10 +50,13 @@ pub fn build(o: &Options, env: &[(OsString, OsString)]) -> Result<job::Plan, Pla
         Rmk::Detect | Rmk::Off => None,
     };
     let allocation = scheduler.map(|s| read_allocation(s, getenv)).transpose()?;
-    // Inside a Slurm allocation, srun starts the proxies unless told otherwise.
-    let launcher = o.launcher.or_else(|| {
-        let slurm = allocation.as_ref().is_some_and(|a| a.scheduler == Scheduler::Slurm);
-        slurm.then_some(LauncherKind::Slurm)
+    // Inside an allocation, the scheduler's own launcher starts the proxies unless told
+    // otherwise (PBS's pbsdsh carries no stdin, so PBS keeps ssh).
+    let launcher = o.launcher.or_else(|| match allocation.as_ref()?.scheduler {
+        Scheduler::Slurm => Some(LauncherKind::Slurm),
+        Scheduler::GridEngine => Some(LauncherKind::Sge),
+        Scheduler::Lsf => Some(LauncherKind::Lsf),
+        Scheduler::Pbs => None,
     });
     let mut notices = Vec::new();
     let lists = host_lists(o, &own_host, allocation.as_ref(), &mut notices)?;
@@ -67,8 +70,7 @@ pub fn build(o: &Options, env: &[(OsString, OsString)]) -> Result<job::Plan, Pla
     // accounts for every rank. Each dials its parent in the tree.
     let dialing = launcher == Some(LauncherKind::Slurm);
     let bootstrap = if dialing { Bootstrap::Dial } else { bootstrap };
-    let forced_remote =
-        matches!(launcher, Some(LauncherKind::Ssh | LauncherKind::Rsh | LauncherKind::Slurm));
+    let forced_remote = launcher.is_some_and(|l| l != LauncherKind::Fork);
     let fork_host = |name: &str| {
         bootstrap == Bootstrap::Fork || (!forced_remote && hosts::is_local(name, &own_host))
     };
@@ -226,8 +228,13 @@ fn bootstrap(o: &Options, launcher: Option<LauncherKind>, proxy_exe: &OsString) 
     }
     let argv = match &o.launcher_exec {
         Some(argv) => argv.clone(),
-        None if launcher == Some(LauncherKind::Rsh) => vec!["rsh".to_string()],
-        None => vec!["ssh".into(), "-x".into(), "-oBatchMode=yes".into()],
+        None => match launcher {
+            Some(LauncherKind::Rsh) => vec!["rsh".to_string()],
+            // Inside the job: the proxies are the scheduler's tasks, in its accounting.
+            Some(LauncherKind::Sge) => vec!["qrsh".into(), "-inherit".into()],
+            Some(LauncherKind::Lsf) => vec!["blaunch".into()],
+            _ => vec!["ssh".into(), "-x".into(), "-oBatchMode=yes".into()],
+        },
     };
     let proxy_path = match &o.proxy_path {
         Some(p) => p.clone(),

@@ -64,12 +64,20 @@ pub(crate) struct Allocation {
     pub nested: bool,
 }
 
-/// The scheduler whose allocation rlaunch runs in, if any: by default (no `--rmk`), only
-/// Slurm, whose launcher rlaunch has; the others are read with `--rmk`.
+/// The scheduler whose allocation rlaunch runs in, if any, by the variables it gives a job.
 pub(crate) fn detect(getenv: impl Fn(&str) -> Option<String>) -> Option<Scheduler> {
     let set = |name: &str| getenv(name).is_some_and(|v| !v.trim().is_empty());
-    (set("SLURM_JOB_ID") && (set("SLURM_JOB_NODELIST") || set("SLURM_NODELIST")))
-        .then_some(Scheduler::Slurm)
+    if set("SLURM_JOB_ID") && (set("SLURM_JOB_NODELIST") || set("SLURM_NODELIST")) {
+        Some(Scheduler::Slurm)
+    } else if set("PE_HOSTFILE") && set("JOB_ID") {
+        Some(Scheduler::GridEngine)
+    } else if set("PBS_NODEFILE") && set("PBS_JOBID") {
+        Some(Scheduler::Pbs)
+    } else if set("LSB_JOBID") && (set("LSB_MCPU_HOSTS") || set("LSB_DJOB_HOSTFILE")) {
+        Some(Scheduler::Lsf)
+    } else {
+        None
+    }
 }
 
 impl Allocation {
@@ -227,11 +235,17 @@ mod tests {
     }
 
     #[test]
-    fn only_slurm_is_detected_without_rmk() {
+    fn a_scheduler_is_detected_by_its_job_variables() {
         let vars = [("SLURM_JOB_ID", "7"), ("SLURM_JOB_NODELIST", "n1")];
         assert_eq!(detect(env(&vars)), Some(Scheduler::Slurm));
         assert_eq!(detect(env(&[("SLURM_JOB_NODELIST", "n1")])), None);
-        assert_eq!(detect(env(&[("PBS_NODEFILE", "/x"), ("PBS_JOBID", "1")])), None);
+        let pbs = [("PBS_NODEFILE", "/x"), ("PBS_JOBID", "1")];
+        assert_eq!(detect(env(&pbs)), Some(Scheduler::Pbs));
+        let sge = [("PE_HOSTFILE", "/x"), ("JOB_ID", "3")];
+        assert_eq!(detect(env(&sge)), Some(Scheduler::GridEngine));
+        let lsf = [("LSB_JOBID", "4"), ("LSB_MCPU_HOSTS", "a 1")];
+        assert_eq!(detect(env(&lsf)), Some(Scheduler::Lsf));
+        assert_eq!(detect(env(&[("JOB_ID", "3")])), None);
     }
 
     #[test]

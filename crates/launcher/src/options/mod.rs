@@ -114,6 +114,10 @@ pub enum LauncherKind {
     Rsh,
     /// One `srun` starts every node's proxy, and each dials back.
     Slurm,
+    /// Grid Engine's `qrsh -inherit HOST command`: a remote shell inside the job.
+    Sge,
+    /// LSF's `blaunch HOST command`: likewise.
+    Lsf,
 }
 
 /// `--rmk`: which batch scheduler's allocation gives the hosts.
@@ -505,7 +509,7 @@ mod tests {
         assert_eq!(o.timeout, Some(Duration::from_secs(3)));
         assert_eq!(o.launcher, Some(LauncherKind::Ssh));
         let e = run("./a", &[("HYDRA_LAUNCHER", "pbs")]).unwrap_err();
-        assert_eq!(e.to_string(), "HYDRA_LAUNCHER pbs: expected fork, ssh, rsh or slurm");
+        assert_eq!(e.to_string(), "HYDRA_LAUNCHER pbs: expected fork, ssh, rsh, slurm, sge or lsf");
     }
 
     #[test]

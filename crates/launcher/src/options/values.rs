@@ -101,7 +101,9 @@ pub(super) fn parse_launcher(name: &'static str, value: &str) -> Result<Launcher
         "ssh" => Ok(LauncherKind::Ssh),
         "rsh" => Ok(LauncherKind::Rsh),
         "slurm" | "srun" => Ok(LauncherKind::Slurm),
-        _ => Err(expected(name, value, "fork, ssh, rsh or slurm")),
+        "sge" | "qrsh" => Ok(LauncherKind::Sge),
+        "lsf" | "blaunch" => Ok(LauncherKind::Lsf),
+        _ => Err(expected(name, value, "fork, ssh, rsh, slurm, sge or lsf")),
     }
 }
 
