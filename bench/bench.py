@@ -19,6 +19,7 @@ reported as a leftover, and killed, and nothing it started outlives it (procs.py
 """
 
 import argparse
+import contextlib
 import ctypes
 import datetime
 import os
@@ -55,7 +56,7 @@ LINES = os.path.join(BUILD, "lines")
 MPI_HELLO = os.path.join(BUILD, "mpi_hello")
 ALLGATHER = os.path.join(BUILD, "allgather")
 
-SECTIONS = ["launch", "mpi", "stdio", "fakehosts", "memory"]
+SECTIONS = ["launch", "mpi", "stdio", "fakehosts", "memory", "slurm"]
 TOOLS = ["cargo", "cc", "mpicc.mpich", HYDRA, "hydra_pmi_proxy", "wc", "sh", "cat", "git"]
 MPI_ENV = {"MPIR_CVAR_NOLOCAL": "1", "HWLOC_COMPONENTS": "-pci,-linuxio"}
 PR_SET_CHILD_SUBREAPER = 36
@@ -234,6 +235,62 @@ def mpi_cases():
         )
     )
     return cases
+
+
+# The test suite's local Slurm cluster: munged, slurmctld and a slurmd per network-namespace
+# node n1..n3, on the bridge rlsbr0 whose head address is SLURM_HEAD.
+SLURM_CLUSTER = os.path.join(ROOT, "tests", "cluster", "slurm.sh")
+SLURM_HEAD = "10.214.0.1"
+
+
+class SlurmCluster:
+    """Brings the cluster up for the section and down again, whatever happens."""
+
+    def __enter__(self):
+        for tool in ("salloc", "srun"):
+            if shutil.which(tool) is None:
+                fail(f"{tool} not found (install slurm-client; ./test.sh installs it)")
+        self.dir = tempfile.mkdtemp(prefix="slurm-", dir=BUILD)
+        os.chmod(self.dir, 0o755)  # munged wants its socket's directory searchable by all
+        # The daemons are orphaned when slurm.sh returns: they must go to init, not to this
+        # harness, which would take them for leftovers of a run and kill them.
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0)
+        try:
+            up = subprocess.run(
+                ["bash", SLURM_CLUSTER, "up", self.dir, "3"], capture_output=True, text=True
+            )
+        finally:
+            libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+        if up.returncode != 0:
+            shutil.rmtree(self.dir, ignore_errors=True)
+            fail("the Slurm cluster did not come up:\n" + up.stderr)
+        os.environ["SLURM_CONF"] = os.path.join(self.dir, "slurm.conf")
+        return self
+
+    def __exit__(self, *exc):
+        subprocess.run(["bash", SLURM_CLUSTER, "down", self.dir], capture_output=True)
+        os.environ.pop("SLURM_CONF", None)
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def slurm_cases():
+    """MPICH's hello, 6 ranks in one allocation of 3 nodes (2 a node): rlaunch (one srun for
+    its proxies, which dial back), srun with Slurm's own PMI-2, and Hydra (which also starts
+    its proxies with srun; -iface because the nodes do not resolve the head's name)."""
+    alloc = ["salloc", "-Q", "-N3", "-n6"]
+    return [
+        Case(
+            "slurm",
+            "hello -n 6 on 3 nodes",
+            [
+                Command("rlaunch", [alloc + [RLAUNCH, "--bind-address", SLURM_HEAD, MPI_HELLO]]),
+                Command("srun", [alloc + ["srun", "--mpi=pmi2", MPI_HELLO]]),
+                Command("hydra", [alloc + [HYDRA, "-iface", "rlsbr0", MPI_HELLO]]),
+            ],
+            {"hydra": 1.0},
+        )
+    ]
 
 
 def stdio_shapes(quick):
@@ -528,6 +585,7 @@ def run_sections(args, scratch, emit):
         "mpi": mpi_cases,
         "stdio": lambda: stdio_cases(args.quick),
         "fakehosts": lambda: fakehost_cases(args.quick),
+        "slurm": slurm_cases,
     }
     for section in args.only:
         emit("")
@@ -539,9 +597,11 @@ def run_sections(args, scratch, emit):
                 emit(row)
             continue
         emit(TIME_HEADER)
-        for case in timed[section]():
-            for row in time_rows(measure(case, args.pairs, scratch)):
-                emit(row)
+        cluster = SlurmCluster() if section == "slurm" else contextlib.nullcontext()
+        with cluster:
+            for case in timed[section]():
+                for row in time_rows(measure(case, args.pairs, scratch)):
+                    emit(row)
         if section == "stdio":
             for row in stdio_checks(args.quick, scratch):
                 emit(row)
