@@ -241,14 +241,14 @@ fn unknown_options_get_one_line_with_a_suggestion() {
 
 #[test]
 fn options_without_meaning_here_are_accepted_with_a_notice() {
-    let out = Run::new(&["-iface", "eth0", "--mca", "btl", "tcp", "--allow-run-as-root"])
+    let out = Run::new(&["-demux", "poll", "--mca", "btl", "tcp", "--allow-run-as-root"])
         .args(["-n", "2", &rankprog_str(), "echo", "ran"])
         .run();
     out.assert_code(0);
     assert_eq!(out.lines(), ["ran", "ran"]);
     let notes: Vec<String> = out.stderr_lines();
     assert_eq!(notes.len(), 3, "{out}");
-    assert!(notes[0].starts_with("rlaunch: note: -iface has no effect: "), "{out}");
+    assert!(notes[0].starts_with("rlaunch: note: -demux has no effect: "), "{out}");
     assert!(notes[1].starts_with("rlaunch: note: --mca has no effect: "), "{out}");
 }
 
@@ -317,4 +317,13 @@ fn a_silence_timeout_within_the_heartbeat_is_refused() {
     let out =
         Run::new(&["--heartbeat", "0.05", "--silence-timeout", "0.5", "-n", "2", "true"]).run();
     out.assert_code(0);
+}
+
+#[test]
+fn iface_names_the_interface_rlaunch_listens_on() {
+    // Hydra's -iface: the address proxies that dial back reach rlaunch at.
+    Run::new(&["-iface", "lo", "-n", "1", "true"]).run().assert_code(0);
+    let out = Run::new(&["--iface", "rl-nosuch0", "true"]).run();
+    one_line_error(&out, "--iface rl-nosuch0: no interface of that name has an IPv4 address");
+    assert!(out.stderr_str().contains("(these do: ") && out.stderr_str().contains("lo"), "{out}");
 }

@@ -362,7 +362,8 @@ fn the_proxies_srun_starts_form_a_tree_not_a_star(cluster: &SlurmCluster) {
     // n2 and n3 are sent to their parents' listeners once those say where they listen.
     let hello = CProgram::Hello.path_str();
     let rlaunch = rlaunch_tests::rlaunch().to_string_lossy().into_owned();
-    let options = ["-vv", "--tree-width", "1", "--bind-address", HEAD_IP];
+    // Listening on the cluster bridge, named as Hydra users name it.
+    let options = ["-vv", "--tree-width", "1", "-iface", "rlsbr0"];
     let args = [&["-N3", "-n6", rlaunch.as_str()][..], &options, &[hello.as_str(), "6"]].concat();
     let out =
         cluster.run("salloc", &args).env("HWLOC_COMPONENTS", "-pci,-linuxio").timeout(WAIT).run();

@@ -32,6 +32,7 @@ pub enum Key {
     LauncherExec,
     ProxyPath,
     BindAddress,
+    Iface,
     TreeWidth,
     Rmk,
     Heartbeat,
@@ -169,6 +170,9 @@ pub const OPTIONS: &[Opt] = &[
     opt(&["--bind-address"], Value("ADDR"), Key::BindAddress, Global, Hosts, false,
         "the address rlaunch listens on for proxies that dial in (default: the one that \
          reaches the first node)"),
+    opt(&["--iface", "-iface"], Value("NAME"), Key::Iface, Global, Hosts, false,
+        "listen for proxies that dial in on this network interface's IPv4 address; the MPI's \
+         own network is the MPI's to choose (e.g. UCX_NET_DEVICES)"),
     opt(&["--proxy-path"], Value("PATH"), Key::ProxyPath, Global, Hosts, false,
         "path of rlaunch-proxy on the remote hosts (default: the one next to rlaunch)"),
     opt(&["--tree-width"], Value("K"), Key::TreeWidth, Global, Hosts, false,
@@ -235,10 +239,6 @@ pub const OPTIONS: &[Opt] = &[
         "print the version"),
     opt(&["--info", "-info"], Flag, Key::Info, Global, Information, true,
         "how rlaunch was built: launchers, PMI versions, binding"),
-    opt(&["-iface", "--iface"], Value("IFACE"), Key::NoEffect(
-        "proxies talk over their launcher's pipes, not a network interface; choose the MPI \
-         network with the MPI's own variables (e.g. UCX_NET_DEVICES)"),
-        Global, Compatibility, false, "Hydra: network interface"),
     opt(&["-nameserver"], Value("HOST"), Key::NoEffect(
         "rlaunch serves publish/lookup itself, per job"),
         Global, Compatibility, false, "Hydra: name server"),

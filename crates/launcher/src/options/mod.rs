@@ -36,6 +36,9 @@ pub enum OptionError {
     EmptyCommand(&'static str),
     #[error("the timeout must be more than 0 seconds")]
     ZeroTimeout,
+    /// `known`: the interfaces with an IPv4 address.
+    #[error("{option} {name}: no interface of that name has an IPv4 address (these do: {known})")]
+    NoInterface { option: &'static str, name: String, known: String },
     #[error("--heartbeat {0}: must be at least 0.001 seconds")]
     ShortHeartbeat(String),
     /// The silence timeout must leave room for heartbeats, or every link would be lost.
@@ -321,6 +324,7 @@ fn fold(
                 Key::BindAddress => {
                     o.bind_address = Some(value.parse().map_err(|_| bad("an IP address"))?)
                 }
+                Key::Iface => o.bind_address = Some(values::interface_address(item.name, &value)?),
                 Key::TreeWidth => {
                     o.tree_width = value.parse().map_err(|_| bad("a number of children"))?
                 }

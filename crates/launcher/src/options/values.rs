@@ -107,6 +107,29 @@ pub(super) fn parse_launcher(name: &'static str, value: &str) -> Result<Launcher
     }
 }
 
+/// The IPv4 address of the network interface `name` (`--iface`).
+pub(super) fn interface_address(
+    option: &'static str,
+    name: &str,
+) -> Result<std::net::IpAddr, OptionError> {
+    let addresses =
+        nix::ifaddrs::getifaddrs().map_err(|_| expected(option, name, "an interface"))?;
+    let mut known = Vec::new();
+    for ifa in addresses {
+        let ipv4 = ifa.address.as_ref().and_then(|a| a.as_sockaddr_in()).map(|a| a.ip());
+        match ipv4 {
+            Some(ip) if ifa.interface_name == name => return Ok(std::net::IpAddr::V4(ip)),
+            Some(_) if !known.contains(&ifa.interface_name) => known.push(ifa.interface_name),
+            _ => {}
+        }
+    }
+    Err(OptionError::NoInterface {
+        option,
+        name: name.chars().take(40).collect(),
+        known: known.join(", "),
+    })
+}
+
 pub(super) fn parse_command(name: &'static str, value: &str) -> Result<Vec<String>, OptionError> {
     let words: Vec<String> = value.split_whitespace().map(String::from).collect();
     if words.is_empty() {
