@@ -26,7 +26,7 @@ fn slurm_runs_steps_allocations_batch_jobs_and_mpi_and_cancels_cleanly() {
     let cluster = SlurmCluster::up(NODES);
     eprintln!("slurm cluster up in {:?}", started.elapsed());
     assert_eq!(cluster.running_daemons().len(), 2 + NODES, "munged, slurmctld, a slurmd a node");
-    let steps: [Step; 12] = [
+    let steps: [Step; 13] = [
         ("srun", srun_runs_a_task_on_each_node),
         ("salloc", salloc_exports_the_allocation),
         ("sbatch", sbatch_wait_runs_a_batch_script_on_the_first_node),
@@ -39,6 +39,7 @@ fn slurm_runs_steps_allocations_batch_jobs_and_mpi_and_cancels_cleanly() {
         ("rlaunch-kill", killing_rlaunch_in_an_allocation_leaves_nothing),
         ("rlaunch-strangers", strangers_at_the_listener_get_nothing_and_never_disturb_the_job),
         ("rlaunch-tree", the_proxies_srun_starts_form_a_tree_not_a_star),
+        ("rlaunch-lost", a_killed_proxy_in_an_allocation_ends_the_job_naming_its_node),
     ];
     for (name, step) in steps {
         let step_started = Instant::now();
@@ -388,4 +389,28 @@ fn the_proxies_srun_starts_form_a_tree_not_a_star(cluster: &SlurmCluster) {
 /// Ranks 0..n over 3 nodes with 2 slots each: hello lines two a node, in node order.
 fn hello_over_2_2_1_of(n: u32) -> Vec<HelloLine> {
     hello_over_2_2_1(n)
+}
+
+fn a_killed_proxy_in_an_allocation_ends_the_job_naming_its_node(cluster: &SlurmCluster) {
+    let name = format!("rls-rlaunch-lost-{}", std::process::id());
+    let (job, ranks) = waiting_rlaunch_job(cluster, &name);
+    // The proxy of the rank on n2: the parent of one of the ready ranks.
+    let proxy = ranks
+        .iter()
+        .map(|&rank| rlaunch_tests::procfs::parent_pid(rank))
+        .find(|&proxy| {
+            let environ = std::fs::read(format!("/proc/{proxy}/environ")).unwrap_or_default();
+            environ.split(|&b| b == 0).any(|var| var == b"SLURMD_NODENAME=n2")
+        })
+        .expect("a proxy on n2");
+    let killed = Instant::now();
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(proxy), nix::sys::signal::Signal::SIGKILL)
+        .unwrap();
+    let out = job.wait(WAIT);
+    out.assert_code(255);
+    let err = out.stderr_str();
+    assert!(err.contains("rlaunch: lost proxy on n2 ("), "{out}");
+    out.tag.wait_until_none(Duration::from_secs(10)).unwrap_or_else(|left| {
+        panic!("left on the nodes {:?} after its proxy was killed: {left:?}", killed.elapsed())
+    });
 }
