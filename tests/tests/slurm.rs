@@ -298,45 +298,61 @@ fn stranger(address: std::net::SocketAddr, bytes: Vec<u8>) -> (Vec<u8>, Duration
 }
 
 fn strangers_at_the_listener_get_nothing_and_never_disturb_the_job(cluster: &SlurmCluster) {
+    // Width 1 over 3 nodes: rlaunch, n1's proxy and n2's proxy each listen.
     let rlaunch = rlaunch_tests::rlaunch().to_string_lossy().into_owned();
     let rankprog = rlaunch_tests::rankprog_str();
-    let args = ["-N3", "-n3", &rlaunch, "-v", "--bind-address", HEAD_IP, &rankprog];
-    let args = [&args[..], &["ready", "wait-signal", "echo", "done"]].concat();
+    let args = ["-N3", "-n3", &rlaunch, "-vv", "--tree-width", "1", "--bind-address", HEAD_IP];
+    let args = [&args[..], &[rankprog.as_str(), "ready", "wait-signal", "echo", "done"]].concat();
     let mut job = cluster.run("salloc", &args).timeout(WAIT).spawn();
-    let line = job.wait_for_stderr_line(|l| l.contains("listening for proxies"), WAIT);
-    let address: std::net::SocketAddr = line
-        .split_whitespace()
-        .find_map(|w| w.strip_prefix("address="))
-        .and_then(|a| a.parse().ok())
-        .unwrap_or_else(|| panic!("no address in {line:?}"));
-    assert!(address.ip().to_string() == HEAD_IP, "listening on {address}, not the wildcard");
+    let address_in = |line: &str| -> std::net::SocketAddr {
+        line.split_whitespace()
+            .find_map(|w| w.strip_prefix("address="))
+            .and_then(|a| a.parse().ok())
+            .unwrap_or_else(|| panic!("no address in {line:?}"))
+    };
+    let ours = address_in(&job.wait_for_stderr_line(|l| l.contains("listening for proxies"), WAIT));
+    assert_eq!(ours.ip().to_string(), HEAD_IP, "listening on {ours}, not the wildcard");
+    let mut listeners = vec![ours];
+    for _ in 0..2 {
+        let line =
+            job.wait_for_stderr_line(|l| l.contains("a proxy listens for its children"), WAIT);
+        listeners.push(address_in(&line));
+    }
     let ready = job.wait_for_ready(3, WAIT);
 
-    // A peer that connects and stalls, garbage, HTTP, 70 KB of noise: each gets not one byte
-    // back, and is dropped within the handshake's 5 s. And a port scan: connect, close.
+    // At every listener: a peer that connects and stalls, garbage, HTTP, 70 KB of noise, and
+    // a wrong-secret handshake (the first Noise message, 48 bytes, whose MAC cannot verify
+    // under this job's secret): each gets not one byte back and is dropped within the
+    // handshake's 5 s. And a port scan: connect, close.
     let noise: Vec<u8> =
         (0..70_000u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 11) as u8).collect();
+    let mut wrong_secret = vec![0, 48];
+    wrong_secret.extend((0..48u8).map(|i| i.wrapping_mul(37)));
     let visits: Vec<Vec<u8>> = vec![
         Vec::new(),
         b"\x00\x01garbage".to_vec(),
         b"GET / HTTP/1.1\r\nHost: n1\r\n\r\n".to_vec(),
         noise,
+        wrong_secret,
     ];
-    let threads: Vec<_> = visits
-        .into_iter()
-        .map(|bytes| std::thread::spawn(move || stranger(address, bytes)))
-        .collect();
-    drop(std::net::TcpStream::connect(address).unwrap());
+    let mut threads = Vec::new();
+    for &address in &listeners {
+        for bytes in &visits {
+            let bytes = bytes.clone();
+            threads.push(std::thread::spawn(move || stranger(address, bytes)));
+        }
+        drop(std::net::TcpStream::connect(address).unwrap());
+    }
     // A real proxy with the wrong secret is refused.
     let wrong = std::process::Command::new(rlaunch_tests::proxy())
         .env(rlaunch_tests::TAG_VAR, job.tag())
-        .env("RLAUNCH_PARENT", address.to_string())
+        .env("RLAUNCH_PARENT", ours.to_string())
         .env("RLAUNCH_JOB_SECRET", "00".repeat(32))
         .output()
         .unwrap();
     assert_eq!(wrong.status.code(), Some(1), "{wrong:?}");
     let said = String::from_utf8_lossy(&wrong.stderr);
-    assert!(said.contains(&format!("cannot reach rlaunch at {address}")), "{said}");
+    assert!(said.contains(&format!("cannot reach rlaunch at {ours}")), "{said}");
     for thread in threads {
         let (got, after) = thread.join().unwrap();
         assert!(got.is_empty(), "a stranger got {} bytes", got.len());
@@ -354,7 +370,7 @@ fn strangers_at_the_listener_get_nothing_and_never_disturb_the_job(cluster: &Slu
     assert_eq!(lines.iter().filter(|l| *l == "done").count(), 3, "{out}");
     let err = out.stderr_str();
     let dropped = err.lines().filter(|l| l.contains("dropped a connection")).count();
-    assert_eq!(dropped, 6, "each stranger is logged once: {err}");
+    assert_eq!(dropped, 3 * 6 + 1, "each stranger is logged once, by its listener: {err}");
     assert!(!err.lines().any(|l| l.starts_with("rlaunch:")), "{err}");
 }
 

@@ -115,7 +115,8 @@ fn title(topic: Topic) -> &'static str {
 }
 
 /// `--info`: what this rlaunch is and can do.
-pub fn info() -> String {
+pub fn info(getenv: impl Fn(&str) -> Option<String>) -> String {
+    let allocation = crate::allocation::describe(getenv);
     let proxy = match plan::proxy_exe() {
         Ok(p) => p.to_string_lossy().into_owned(),
         Err(e) => e.to_string(),
@@ -127,6 +128,7 @@ pub fn info() -> String {
   launchers:  fork (this machine), ssh, rsh, or any remote shell (--launcher-exec)
   schedulers: Slurm (proxies by one srun, dialing back over Noise-encrypted TCP), Grid
               Engine (qrsh -inherit), PBS/Torque (ssh), LSF (blaunch): found, or --rmk
+  allocation: {allocation}
   PMI:        PMI-1 (MPICH's simple PMI, with spawn and name service), PMI-2 (wire v2)
               over an inherited socket (PMI_FD) or a loopback port (--pmi-port)
   binding:    hwthread, core, socket, numa from /sys (no hwloc)

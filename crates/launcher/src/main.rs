@@ -20,7 +20,10 @@ fn main() {
         Ok(Request::Run(options)) => options,
         Ok(Request::Help { all }) => return print!("{}", help::help(all)),
         Ok(Request::Version) => return println!("rlaunch {}", env!("CARGO_PKG_VERSION")),
-        Ok(Request::Info) => return print!("{}", help::info()),
+        Ok(Request::Info) => {
+            let getenv = |name: &str| std::env::var(name).ok();
+            return print!("{}", help::info(getenv));
+        }
         Err(e) => fail(e, exit::USAGE),
     };
     process::start_logging(options.verbose);

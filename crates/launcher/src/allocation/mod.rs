@@ -64,6 +64,21 @@ pub(crate) struct Allocation {
     pub nested: bool,
 }
 
+/// What `--info` says of the allocation rlaunch runs in.
+pub(crate) fn describe(getenv: impl Fn(&str) -> Option<String>) -> String {
+    let Some(scheduler) = detect(&getenv) else {
+        return "none found (no Slurm, Grid Engine, PBS or LSF job variables)".to_string();
+    };
+    match read(scheduler, &getenv) {
+        Ok(a) => {
+            let nested = if a.nested { ", inside a step (srun --overlap)" } else { "" };
+            let name = scheduler.name();
+            format!("{name}: {} hosts, {} slots{nested}", a.hosts.len(), a.slots())
+        }
+        Err(e) => format!("{}, but: {e}", scheduler.name()),
+    }
+}
+
 /// The scheduler whose allocation rlaunch runs in, if any, by the variables it gives a job.
 pub(crate) fn detect(getenv: impl Fn(&str) -> Option<String>) -> Option<Scheduler> {
     let set = |name: &str| getenv(name).is_some_and(|v| !v.trim().is_empty());
@@ -232,6 +247,12 @@ mod tests {
         let alloc = read(Scheduler::Slurm, env(&vars)).unwrap();
         assert_eq!(alloc.hosts, [h("n1", 2), h("n2", 2), h("n3", 1)]);
         assert!(alloc.nested);
+        let with_job = [&vars[..], &[("SLURM_JOB_ID", "5")]].concat();
+        assert_eq!(
+            describe(env(&with_job)),
+            "Slurm: 3 hosts, 5 slots, inside a step (srun --overlap)"
+        );
+        assert!(describe(env(&[])).starts_with("none found"));
     }
 
     #[test]
