@@ -83,7 +83,7 @@ fn built_binary(name: &str, build: &str) -> PathBuf {
 }
 
 /// `tests/scripts/schedulers/`: fake `qrsh` and `blaunch` that run the proxy here and log
-/// each call to `$FAKE_LAUNCH_LOG`; put the directory first on PATH.
+/// each call to `$FAKE_LAUNCH_LOG`, and `ssh` (fakessh); put the directory first on PATH.
 pub fn fake_scheduler_launchers() -> String {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts").join("schedulers");
     assert!(dir.join("qrsh").is_file(), "error: {} is missing", dir.display());

@@ -189,3 +189,16 @@ fn grid_engine_and_lsf_jobs_start_their_proxies_with_qrsh_and_blaunch() {
     assert_eq!(hosts, ["h1", "h2", "h2"]);
     assert_eq!(calls, ["blaunch h1", "blaunch h2"]);
 }
+
+#[test]
+fn a_pbs_job_starts_its_proxies_over_ssh() {
+    // pbsdsh passes no stdin to its tasks, so PBS keeps ssh (here tests/scripts/fakessh,
+    // first on PATH as `ssh`).
+    let dir = tempdir();
+    let nodes = dir.path().join("nodefile");
+    std::fs::write(&nodes, "p1\np1\np2\n").unwrap();
+    let (hosts, calls) =
+        detected(&[("PBS_JOBID", "13"), ("PBS_NODEFILE", nodes.to_str().unwrap())]);
+    assert_eq!(hosts, ["p1", "p1", "p2"]);
+    assert!(calls.is_empty(), "neither qrsh nor blaunch: {calls:?}");
+}
