@@ -20,9 +20,15 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr, ToSocketAddrs, UdpSocket};
 use std::os::unix::process::CommandExt;
 use std::process::{Command, Stdio};
 
+use pmi_wire::control::Down;
+use rlaunch_proxy::children::Lost;
 use rlaunch_proxy::dialin::{self, Dialed};
 use rlaunch_proxy::secure::{self, Secret};
 use tokio::sync::mpsc;
+
+use super::cause::Cause;
+use super::{route, Event, Root};
+use crate::output::Chunk;
 
 /// How the proxies of a dialing launch are started.
 #[derive(Debug, Clone)]
@@ -89,4 +95,79 @@ pub(crate) fn reaching(node: &str) -> io::Result<IpAddr> {
     let probe = UdpSocket::bind((Ipv4Addr::UNSPECIFIED, 0))?;
     probe.connect(target)?;
     Ok(probe.local_addr()?.ip())
+}
+
+/// The one process (srun) that started every proxy of a dialing launch.
+pub(super) struct Launcher {
+    pub pid: i32,
+    pub name: String,
+    pub ended: Option<pmi_wire::ids::ExitOutcome>,
+    pub acceptor: tokio::task::JoinHandle<()>,
+}
+
+impl Root {
+    /// A proxy dialed in: it becomes the child of its name, if one waits for it; a proxy
+    /// deeper in the tree is sent to its parent.
+    pub(super) fn attach(
+        &mut self,
+        proxy: Dialed,
+        events: &mpsc::UnboundedSender<Event>,
+        output: &mpsc::Sender<Chunk>,
+    ) {
+        let report = self.plan.report_bindings;
+        let host = proxy.greeting.host.clone();
+        if let Some(&parent) = self.parent_of.get(&host) {
+            match self.listening.get(&parent) {
+                Some(address) => redirect(proxy, address.clone()),
+                None => self.redirects.push((proxy, parent)),
+            }
+            return;
+        }
+        let job = &self.plan.job;
+        let attached = self.children.attach(proxy.process, proxy.greeting, job, |child| {
+            let (output, events) = (output.clone(), events.clone());
+            move |event| route(child, event, output.clone(), events.clone(), report)
+        });
+        match attached {
+            Ok(_) if self.children.dialing() == 0 => self.dial_deadline = None,
+            Ok(_) => {}
+            Err(why) => tracing::warn!(%host, "dropped a proxy that dialed in: {why}"),
+        }
+    }
+
+    /// The proxies still to dial in are lost, for `reason`.
+    pub(super) fn give_up_dialing(&mut self, reason: &str) {
+        self.dial_deadline = None;
+        for Lost { host, reason } in self.children.give_up_dialing(reason) {
+            self.fail(Cause::LostProxy { host, reason });
+        }
+    }
+
+    /// The proxy of `node` listens at `address`: the proxies waiting for it go there.
+    pub(super) fn listening(&mut self, node: u32, address: String) {
+        tracing::debug!(node, %address, "a proxy listens for its children");
+        let (now, later) = std::mem::take(&mut self.redirects)
+            .into_iter()
+            .partition(|(_, parent)| *parent == node);
+        self.redirects = later;
+        for (proxy, _) in now {
+            redirect(proxy, address.clone());
+        }
+        self.listening.insert(node, address);
+    }
+}
+
+/// Sends a proxy that dialed rlaunch to its parent's listener, and lets it go.
+fn redirect(proxy: Dialed, to: String) {
+    use pmi_wire::control::Frame;
+    use tokio::io::AsyncWriteExt;
+    tracing::debug!(host = %proxy.greeting.host, %to, "sending a proxy to its parent");
+    let mut frames = pmi_wire::control::hello().to_vec();
+    Down::Redirect { to }.encode(&mut frames);
+    let mut writer = proxy.process.to_child;
+    tokio::spawn(async move {
+        if writer.write_all(&frames).await.is_ok() {
+            let _ = writer.flush().await;
+        }
+    });
 }

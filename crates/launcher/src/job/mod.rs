@@ -130,7 +130,7 @@ struct Root {
     /// Tells the output writer about each spawned job before its ranks start.
     spawned_jobs: std::sync::mpsc::Sender<SpawnedJob>,
     /// The launcher that started the proxies that dial in, and how it ended.
-    launcher: Option<Launcher>,
+    launcher: Option<dial::Launcher>,
     /// Proxies that have not dialed in by then are lost.
     dial_deadline: Option<Instant>,
     /// The tree of a dialing launch: the node of the parent of each proxy below the top.
@@ -139,14 +139,6 @@ struct Root {
     listening: HashMap<u32, String>,
     /// Proxies that dialed rlaunch before their parent said where it listens.
     redirects: Vec<(Dialed, u32)>,
-}
-
-/// The one process (srun) that started every proxy of a dialing launch.
-struct Launcher {
-    pid: i32,
-    name: String,
-    ended: Option<pmi_wire::ids::ExitOutcome>,
-    acceptor: tokio::task::JoinHandle<()>,
 }
 
 /// Runs the job to the end; returns rlaunch's exit status.
@@ -309,7 +301,7 @@ impl Root {
             let name = dial_plan.launcher.first().cloned().unwrap_or_default();
             match dial::start(dial_plan, &hosts, dialed) {
                 Ok(started) => {
-                    self.launcher = Some(Launcher {
+                    self.launcher = Some(dial::Launcher {
                         pid: started.pid,
                         name,
                         ended: None,
@@ -322,43 +314,6 @@ impl Root {
                     self.give_up_dialing(&why);
                 }
             }
-        }
-    }
-
-    /// A proxy dialed in: it becomes the child of its name, if one waits for it; a proxy
-    /// deeper in the tree is sent to its parent.
-    fn attach(
-        &mut self,
-        proxy: Dialed,
-        events: &mpsc::UnboundedSender<Event>,
-        output: &mpsc::Sender<Chunk>,
-    ) {
-        let report = self.plan.report_bindings;
-        let host = proxy.greeting.host.clone();
-        if let Some(&parent) = self.parent_of.get(&host) {
-            match self.listening.get(&parent) {
-                Some(address) => redirect(proxy, address.clone()),
-                None => self.redirects.push((proxy, parent)),
-            }
-            return;
-        }
-        let job = &self.plan.job;
-        let attached = self.children.attach(proxy.process, proxy.greeting, job, |child| {
-            let (output, events) = (output.clone(), events.clone());
-            move |event| route(child, event, output.clone(), events.clone(), report)
-        });
-        match attached {
-            Ok(_) if self.children.dialing() == 0 => self.dial_deadline = None,
-            Ok(_) => {}
-            Err(why) => tracing::warn!(%host, "dropped a proxy that dialed in: {why}"),
-        }
-    }
-
-    /// The proxies still to dial in are lost, for `reason`.
-    fn give_up_dialing(&mut self, reason: &str) {
-        self.dial_deadline = None;
-        for Lost { host, reason } in self.children.give_up_dialing(reason) {
-            self.fail(Cause::LostProxy { host, reason });
         }
     }
 
@@ -400,17 +355,7 @@ impl Root {
             Up::ProxyLost { host, reason } => self.fail(Cause::LostProxy { host, reason }),
             Up::Notice { host, text } => eprintln!("rlaunch: note: on {host}: {text}"),
             Up::Started { node } => tracing::debug!(node, "node started its ranks"),
-            Up::Listening { node, address } => {
-                tracing::debug!(node, %address, "a proxy listens for its children");
-                let (now, later) = std::mem::take(&mut self.redirects)
-                    .into_iter()
-                    .partition(|(_, parent)| *parent == node);
-                self.redirects = later;
-                for (proxy, _) in now {
-                    redirect(proxy, address.clone());
-                }
-                self.listening.insert(node, address);
-            }
+            Up::Listening { node, address } => self.listening(node, address),
             Up::FenceIn { epoch, pairs } => {
                 if epoch != self.fence.epoch() {
                     let expected = self.fence.epoch();
@@ -580,21 +525,6 @@ impl Root {
         }
         cause.exit_code()
     }
-}
-
-/// Sends a proxy that dialed rlaunch to its parent's listener, and lets it go.
-fn redirect(proxy: Dialed, to: String) {
-    use pmi_wire::control::Frame;
-    use tokio::io::AsyncWriteExt;
-    tracing::debug!(host = %proxy.greeting.host, %to, "sending a proxy to its parent");
-    let mut frames = pmi_wire::control::hello().to_vec();
-    Down::Redirect { to }.encode(&mut frames);
-    let mut writer = proxy.process.to_child;
-    tokio::spawn(async move {
-        if writer.write_all(&frames).await.is_ok() {
-            let _ = writer.flush().await;
-        }
-    });
 }
 
 /// Output goes to the writer thread (waiting when it is full: that is the backpressure),
