@@ -39,13 +39,13 @@ pub enum EntryError {
 
 /// Parses `a,b:2,c`. A host named twice gets the sum of its slots.
 pub fn parse_host_list(list: &str) -> Result<Vec<Host>, HostsError> {
-    let mut hosts: Vec<Host> = Vec::new();
+    let mut hosts = HostList::default();
     for item in list.split(',').map(str::trim) {
         let (name, slots) = split_count(item)
             .map_err(|error| HostsError::List { list: list.to_string(), error })?;
-        merge(&mut hosts, name, slots);
+        hosts.add(name, slots);
     }
-    Ok(hosts)
+    Ok(hosts.into_hosts())
 }
 
 /// `name` or `name:N`.
@@ -65,10 +65,28 @@ fn parse_slots(n: &str) -> Result<u32, EntryError> {
     slots.ok_or_else(|| EntryError::BadSlots(n.to_string()))
 }
 
-pub(crate) fn merge(hosts: &mut Vec<Host>, name: &str, slots: u32) {
-    match hosts.iter_mut().find(|h| h.name == name) {
-        Some(h) => h.slots += slots,
-        None => hosts.push(Host { name: name.to_string(), slots }),
+/// Hosts in order of first mention; a host named twice gets the sum of its slots (at most
+/// u32::MAX: past that, slots mean nothing more). Indexed by name, so that lists of a
+/// hundred thousand hosts merge in linear time.
+#[derive(Default)]
+pub(crate) struct HostList {
+    hosts: Vec<Host>,
+    index: std::collections::HashMap<String, usize>,
+}
+
+impl HostList {
+    pub(crate) fn add(&mut self, name: &str, slots: u32) {
+        match self.index.get(name) {
+            Some(&i) => self.hosts[i].slots = self.hosts[i].slots.saturating_add(slots),
+            None => {
+                self.index.insert(name.to_string(), self.hosts.len());
+                self.hosts.push(Host { name: name.to_string(), slots });
+            }
+        }
+    }
+
+    pub(crate) fn into_hosts(self) -> Vec<Host> {
+        self.hosts
     }
 }
 
@@ -90,7 +108,7 @@ pub fn read_hostfile(path: &Path) -> Result<Vec<Host>, HostsError> {
 
 /// The text of a hostfile; errors carry the 1-based line number.
 fn parse_hostfile(text: &str) -> Result<Vec<Host>, (usize, EntryError)> {
-    let mut hosts = Vec::new();
+    let mut hosts = HostList::default();
     for (i, raw) in text.lines().enumerate() {
         let line = raw.split('#').next().unwrap_or("").trim();
         if line.is_empty() {
@@ -112,9 +130,9 @@ fn parse_hostfile(text: &str) -> Result<Vec<Host>, (usize, EntryError)> {
                 }
             }
         }
-        merge(&mut hosts, name, slots);
+        hosts.add(name, slots);
     }
-    Ok(hosts)
+    Ok(hosts.into_hosts())
 }
 
 /// Names that mean this machine.
@@ -141,6 +159,16 @@ mod tests {
 
     fn h(name: &str, slots: u32) -> Host {
         Host { name: name.into(), slots }
+    }
+
+    #[test]
+    fn slots_saturate_and_long_lists_merge_in_order() {
+        let hosts = parse_host_list("a:4294967295,b,a:1").unwrap();
+        assert_eq!(hosts, vec![h("a", u32::MAX), h("b", 1)]);
+        let list: Vec<String> = (0..50_000).map(|i| format!("n{}", i % 25_000)).collect();
+        let hosts = parse_host_list(&list.join(",")).unwrap();
+        assert_eq!(hosts.len(), 25_000);
+        assert_eq!(hosts[24_999], h("n24999", 2));
     }
 
     #[test]

@@ -81,14 +81,15 @@ pub fn build(o: &Options, env: &[(OsString, OsString)]) -> Result<job::Plan, Pla
     let dial = if dialing {
         let bind = match o.bind_address {
             Some(ip) => ip,
-            None => job::reaching(&node_hosts[0])
-                .map_err(|cause| SetupError::NoRoute { node: node_hosts[0].clone(), cause })?,
+            None => job::reaching(&node_hosts)
+                .map_err(|(node, cause)| SetupError::NoRoute { node, cause })?,
         };
         Some(job::DialPlan {
             launcher: o.launcher_exec.clone().unwrap_or_else(|| vec!["srun".into()]),
             proxy_path: o.proxy_path.clone().unwrap_or_else(|| proxy_exe.to_string_lossy().into()),
             bind,
-            overlap: allocation.as_ref().is_some_and(|a| a.nested),
+            // Inside a step, whatever said where the hosts are.
+            overlap: getenv("SLURM_STEP_ID").is_some(),
         })
     } else {
         None
@@ -188,7 +189,7 @@ fn host_lists(
                 lists.hosts.len() - 1
             }
         };
-        let slots: u32 = lists.hosts[list].iter().map(|h| h.slots).sum();
+        let slots = lists.hosts[list].iter().fold(0u32, |sum, h| sum.saturating_add(h.slots));
         lists.segments.push((list, seg.np.unwrap_or(slots)));
     }
     if let Some(allocation) = allocation {

@@ -8,6 +8,7 @@
 
 use std::io;
 use std::net::{IpAddr, SocketAddr};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use pmi_wire::io::FrameReader;
@@ -18,6 +19,15 @@ use crate::secure::{self, Secret};
 
 /// How long a peer has to finish the handshake and greet.
 pub const HANDSHAKE_WAIT: Duration = Duration::from_secs(5);
+/// Handshakes under way at once; a connection beyond them is closed at once. Each holds a
+/// descriptor and a few KiB for at most [`HANDSHAKE_WAIT`].
+const MAX_HANDSHAKES: usize = 64;
+/// After a failed accept (out of descriptors, say), the listener stays readable: a pause
+/// keeps the loop from spinning.
+const ACCEPT_PAUSE: Duration = Duration::from_millis(100);
+/// Strangers are each named in a warning up to this many; then one warning a second says
+/// how many there were.
+const NAMED_STRANGERS: u64 = 100;
 
 /// A proxy that dialed in and said who it is.
 pub struct Dialed {
@@ -39,24 +49,58 @@ pub async fn accept(
     secret: Secret,
     dialed: mpsc::UnboundedSender<Dialed>,
 ) {
+    let permits = Arc::new(tokio::sync::Semaphore::new(MAX_HANDSHAKES));
+    let warnings = Arc::new(Mutex::new(Warnings::default()));
     while !dialed.is_closed() {
         let (stream, peer) = match listener.accept().await {
             Ok(accepted) => accepted,
             Err(e) => {
-                tracing::warn!("accepting a proxy's connection failed: {e}");
+                warn(&warnings, || format!("accepting a connection failed: {e}"));
+                tokio::time::sleep(ACCEPT_PAUSE).await;
                 continue;
             }
         };
-        let (secret, dialed) = (secret.clone(), dialed.clone());
+        let Ok(permit) = permits.clone().try_acquire_owned() else {
+            drop(stream);
+            let busy = format!("{MAX_HANDSHAKES} handshakes are under way");
+            warn(&warnings, || format!("dropped a connection from {peer}: {busy}"));
+            continue;
+        };
+        let (secret, dialed, warnings) = (secret.clone(), dialed.clone(), warnings.clone());
         tokio::spawn(async move {
-            match tokio::time::timeout(HANDSHAKE_WAIT, admit(stream, &secret)).await {
+            let _permit = permit;
+            let why = match tokio::time::timeout(HANDSHAKE_WAIT, admit(stream, &secret)).await {
                 Ok(Ok(proxy)) => {
                     let _ = dialed.send(proxy);
+                    return;
                 }
-                Ok(Err(why)) => tracing::warn!(%peer, "dropped a connection: {why}"),
-                Err(_) => tracing::warn!(%peer, "dropped a connection: no handshake within 5 s"),
-            }
+                Ok(Err(why)) => why,
+                Err(_) => "no handshake within 5 s".to_string(),
+            };
+            warn(&warnings, || format!("dropped a connection from {peer}: {why}"));
         });
+    }
+}
+
+/// Warnings about strangers: each named, up to [`NAMED_STRANGERS`]; past that, at most one
+/// a second, saying how many there were, so that a flood of connections cannot flood the
+/// log too.
+#[derive(Default)]
+struct Warnings {
+    count: u64,
+    last: Option<std::time::Instant>,
+}
+
+fn warn(warnings: &Mutex<Warnings>, what: impl FnOnce() -> String) {
+    let mut w = warnings.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    w.count += 1;
+    let now = std::time::Instant::now();
+    let quiet = w.last.is_some_and(|t| now - t < Duration::from_secs(1));
+    if w.count <= NAMED_STRANGERS || !quiet {
+        w.last = Some(now);
+        let count = w.count;
+        drop(w);
+        tracing::warn!(strangers = count, "{}", what());
     }
 }
 

@@ -35,6 +35,9 @@ const MAX_MESSAGE: usize = 65535;
 const TAG: usize = 16;
 /// Largest plaintext in one record.
 const MAX_PLAIN: usize = MAX_MESSAGE - TAG;
+/// Both handshake messages of this pattern, with empty payloads: an ephemeral key (32 bytes)
+/// and a tag (16). Any other length is refused before anything is allocated for it.
+const HANDSHAKE_MESSAGE: usize = 48;
 /// What the dialer sends first, once the keys are agreed: proof that it holds them.
 const PROOF: &[u8] = b"rlaunch link proof v1";
 /// The environment variable that carries the job's secret to the proxies, in hex.
@@ -107,10 +110,10 @@ where
 {
     let exchange = async {
         let mut noise = builder(secret)?.build_initiator().map_err(|_| HandshakeError::Rejected)?;
-        let mut message = vec![0u8; MAX_MESSAGE];
+        let mut message = [0u8; 2 * HANDSHAKE_MESSAGE];
         let len = noise.write_message(&[], &mut message).map_err(|_| HandshakeError::Rejected)?;
         write_record(&mut writer, &message[..len]).await?;
-        let reply = read_record(&mut reader).await?;
+        let reply = read_handshake(&mut reader).await?;
         noise.read_message(&reply, &mut message).map_err(|_| HandshakeError::Rejected)?;
         let keys = noise.into_stateless_transport_mode().map_err(|_| HandshakeError::Rejected)?;
         let link = split(reader, writer, keys);
@@ -137,8 +140,8 @@ where
 {
     let exchange = async {
         let mut noise = builder(secret)?.build_responder().map_err(|_| HandshakeError::Rejected)?;
-        let mut message = vec![0u8; MAX_MESSAGE];
-        let first = read_record(&mut reader).await?;
+        let mut message = [0u8; 2 * HANDSHAKE_MESSAGE];
+        let first = read_handshake(&mut reader).await?;
         noise.read_message(&first, &mut message).map_err(|_| HandshakeError::Rejected)?;
         let len = noise.write_message(&[], &mut message).map_err(|_| HandshakeError::Rejected)?;
         write_record(&mut writer, &message[..len]).await?;
@@ -185,10 +188,16 @@ async fn write_record<W: AsyncWrite + Unpin>(writer: &mut W, message: &[u8]) -> 
     writer.flush().await
 }
 
-async fn read_record<R: AsyncRead + Unpin>(reader: &mut R) -> io::Result<Vec<u8>> {
+/// One handshake message; anything but its one length is refused before it is read.
+async fn read_handshake<R: AsyncRead + Unpin>(
+    reader: &mut R,
+) -> Result<[u8; HANDSHAKE_MESSAGE], HandshakeError> {
     let mut len = [0u8; 2];
     reader.read_exact(&mut len).await?;
-    let mut message = vec![0u8; u16::from_be_bytes(len) as usize];
+    if u16::from_be_bytes(len) as usize != HANDSHAKE_MESSAGE {
+        return Err(HandshakeError::Rejected);
+    }
+    let mut message = [0u8; HANDSHAKE_MESSAGE];
     reader.read_exact(&mut message).await?;
     Ok(message)
 }

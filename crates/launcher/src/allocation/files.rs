@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 
 use super::{cut, AllocationError};
-use crate::hosts::{self, Host};
+use crate::hosts::{self, Host, HostList};
 
 /// A host file's parser; its errors are (1-based line, what is wrong).
 pub(super) type Parser = fn(&str) -> Result<Vec<Host>, (usize, String)>;
@@ -28,7 +28,7 @@ pub(super) fn read(
 
 /// Grid Engine's `PE_HOSTFILE`: `host slots queue processors` per line.
 pub(super) fn pe_hostfile(text: &str) -> Result<Vec<Host>, (usize, String)> {
-    let mut out = Vec::new();
+    let mut out = HostList::default();
     for (i, line) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
         let mut words = line.split_whitespace();
         let (Some(name), Some(slots)) = (words.next(), words.next()) else {
@@ -38,22 +38,22 @@ pub(super) fn pe_hostfile(text: &str) -> Result<Vec<Host>, (usize, String)> {
             ));
         };
         let slots = slot_count(slots).map_err(|e| (i + 1, e))?;
-        hosts::merge(&mut out, name, slots);
+        out.add(name, slots);
     }
-    Ok(out)
+    Ok(out.into_hosts())
 }
 
 /// PBS's `PBS_NODEFILE` and LSF's `LSB_DJOB_HOSTFILE`: a host per line, once per slot.
 pub(super) fn one_host_per_slot(text: &str) -> Result<Vec<Host>, (usize, String)> {
-    let mut out = Vec::new();
+    let mut out = HostList::default();
     for (i, line) in text.lines().enumerate() {
         match line.split_whitespace().collect::<Vec<_>>()[..] {
             [] => {}
-            [name] => hosts::merge(&mut out, name, 1),
+            [name] => out.add(name, 1),
             _ => return Err((i + 1, format!("expected one host name, found '{}'", cut(line)))),
         }
     }
-    Ok(out)
+    Ok(out.into_hosts())
 }
 
 /// LSF's `LSB_MCPU_HOSTS`: `hostA 4 hostB 2`.
@@ -67,12 +67,12 @@ pub(super) fn lsf_mcpu_hosts(list: &str) -> Result<Vec<Host>, AllocationError> {
     if !words.len().is_multiple_of(2) {
         return Err(bad(words.last().map_or(String::new(), |w| cut(w))));
     }
-    let mut out = Vec::new();
+    let mut out = HostList::default();
     for pair in words.chunks(2) {
         let slots = slot_count(pair[1]).map_err(|_| bad(cut(pair[1])))?;
-        hosts::merge(&mut out, pair[0], slots);
+        out.add(pair[0], slots);
     }
-    Ok(out)
+    Ok(out.into_hosts())
 }
 
 fn slot_count(word: &str) -> Result<u32, String> {

@@ -97,7 +97,7 @@ pub(crate) fn detect(getenv: impl Fn(&str) -> Option<String>) -> Option<Schedule
 
 impl Allocation {
     pub(crate) fn slots(&self) -> u32 {
-        self.hosts.iter().map(|h| h.slots).sum()
+        self.hosts.iter().fold(0u32, |sum, h| sum.saturating_add(h.slots))
     }
 }
 
@@ -176,11 +176,11 @@ fn slurm_hosts(
             hosts: names.len(),
         });
     }
-    let mut hosts: Vec<Host> = Vec::with_capacity(names.len());
+    let mut hosts = crate::hosts::HostList::default();
     for (name, slots) in names.into_iter().zip(slots) {
-        crate::hosts::merge(&mut hosts, &name, slots);
+        hosts.add(&name, slots);
     }
-    Ok(hosts)
+    Ok(hosts.into_hosts())
 }
 
 /// A value from the environment, cut to a length fit for one line.

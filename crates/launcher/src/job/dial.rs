@@ -71,6 +71,9 @@ pub(crate) fn start(
         // One failed proxy ends the step; the proxies are no MPI program; they and their
         // ranks may use every CPU of the node, as the allocation gave them.
         .args(["--kill-on-bad-exit=1", "--input=none", "--mpi=none", "--cpu-bind=none"])
+        // The address and the secret travel in srun's environment: --export=NONE (often in
+        // batch scripts, as SLURM_EXPORT_ENV) would leave the proxies without them.
+        .arg("--export=ALL")
         .args(plan.overlap.then_some("--overlap"))
         .arg(&plan.proxy_path)
         .env(rlaunch_proxy::PARENT_VAR, address.to_string())
@@ -83,18 +86,29 @@ pub(crate) fn start(
     Ok(Started { pid: child.id() as i32, acceptor })
 }
 
-/// The local address of the route to `node`: one the node can reach us at.
-pub(crate) fn reaching(node: &str) -> io::Result<IpAddr> {
-    let target = (node, 9).to_socket_addrs()?.find(SocketAddr::is_ipv4).ok_or_else(|| {
-        io::Error::new(io::ErrorKind::NotFound, format!("{node} has no IPv4 address"))
-    })?;
-    if target.ip().is_loopback() {
-        return Ok(IpAddr::V4(Ipv4Addr::LOCALHOST));
+/// An address of this machine that the `nodes` can reach it at: the local end of the route
+/// to the first node whose name is not this machine's (Debian maps its own name to
+/// 127.0.1.1, and rlaunch often runs on the allocation's first node). Loopback only if every
+/// node is this machine. An error names the node that could not be resolved.
+pub(crate) fn reaching(nodes: &[String]) -> Result<IpAddr, (String, io::Error)> {
+    for node in nodes {
+        let resolved = (node.as_str(), 9).to_socket_addrs().map_err(|e| (node.clone(), e))?;
+        let Some(target) = resolved.into_iter().find(SocketAddr::is_ipv4) else {
+            let none = format!("{node} has no IPv4 address");
+            return Err((node.clone(), io::Error::new(io::ErrorKind::NotFound, none)));
+        };
+        if target.ip().is_loopback() {
+            continue;
+        }
+        // A UDP "connection" sends nothing; it only asks the kernel for the route.
+        let route = || -> io::Result<IpAddr> {
+            let probe = UdpSocket::bind((Ipv4Addr::UNSPECIFIED, 0))?;
+            probe.connect(target)?;
+            Ok(probe.local_addr()?.ip())
+        };
+        return route().map_err(|e| (node.clone(), e));
     }
-    // A UDP "connection" sends nothing; it only asks the kernel for the route.
-    let probe = UdpSocket::bind((Ipv4Addr::UNSPECIFIED, 0))?;
-    probe.connect(target)?;
-    Ok(probe.local_addr()?.ip())
+    Ok(IpAddr::V4(Ipv4Addr::LOCALHOST))
 }
 
 /// The one process (srun) that started every proxy of a dialing launch.

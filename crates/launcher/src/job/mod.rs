@@ -196,6 +196,11 @@ pub async fn run(mut plan: Plan) -> i32 {
     }
 
     while !root.finished() {
+        // Every proxy is done and srun lingers: it gets the grace proxies get, then SIGKILL.
+        let lingering = root.launcher.as_ref().is_some_and(|l| l.ended.is_none());
+        if lingering && root.children.settled() && root.proxy_deadline.is_none() {
+            root.proxy_deadline = Some(Instant::now() + PROXY_GRACE);
+        }
         let stdin_ready = root.stdin.open && root.stdin.pending.len() < STDIN_WINDOW;
         let timeout_at = root.timeout_at;
         let proxy_deadline = root.proxy_deadline;
@@ -407,6 +412,9 @@ impl Root {
         let first = self.causes.is_empty();
         self.causes.push(cause);
         if first {
+            // Proxies waiting to be sent to their parent will not be needed: closing their
+            // connections ends them now, and srun with them.
+            self.redirects.clear();
             self.terminate(Duration::from_millis(self.plan.job.kill_grace_ms));
         }
     }

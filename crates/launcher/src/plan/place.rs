@@ -16,9 +16,11 @@ fn place_round_robin(hosts: &[Host], n: u32) -> Vec<usize> {
     let mut placed = Vec::with_capacity(n as usize);
     let deepest = hosts.iter().map(|h| h.slots).max().unwrap_or(0);
     // One round: the hosts' first slots, then their second slots, ...
+    // No more of a round than there are ranks: slot counts may be huge.
     let round: Vec<usize> = (0..deepest)
         .flat_map(|depth| hosts.iter().enumerate().filter(move |(_, h)| h.slots > depth))
         .map(|(i, _)| i)
+        .take(n as usize)
         .collect();
     while placed.len() < n as usize && !round.is_empty() {
         let missing = n as usize - placed.len();
