@@ -82,28 +82,22 @@ impl Children {
         for (index, plan) in plans.iter().enumerate() {
             let (down, down_rx) = mpsc::unbounded_channel();
             let mut dialing = None;
-            let state = match process(index, plan) {
+            let started = process(index, plan);
+            // A child forked holding its launch is the one that needs none; a child that will
+            // dial in finds its launch queued when it does.
+            if started.as_ref().is_ok_and(|p| p.as_ref().is_none_or(|p| !p.launched)) {
+                let launch = Launch { job: job.clone(), node: plan.clone() };
+                let _ = down.send(Down::Launch(Box::new(launch)));
+            }
+            let state = match started {
                 Ok(None) => {
-                    let launch = Launch { job: job.clone(), node: plan.clone() };
-                    let _ = down.send(Down::Launch(Box::new(launch)));
                     dialing = Some(down_rx);
                     ChildState::dialing(plan.host.clone())
                 }
                 Ok(Some(process)) => {
-                    if !process.launched {
-                        let launch = Launch { job: job.clone(), node: plan.clone() };
-                        let _ = down.send(Down::Launch(Box::new(launch)));
-                    }
-                    link::heartbeat(&down, job.liveness.heartbeat(), || Down::Ping);
                     let state = ChildState::new(plan.host.clone(), process.pid, &process.what);
                     children.by_pid.insert(process.pid, index);
-                    let silence = job.liveness.silence();
-                    children.links.push(tokio::spawn(link::run_link(
-                        process,
-                        down_rx,
-                        silence,
-                        deliver(index),
-                    )));
+                    children.run_link(&down, down_rx, process, job, deliver(index));
                     state
                 }
                 Err(e) => {
@@ -144,13 +138,28 @@ impl Children {
         else {
             return Err(format!("no proxy on {host} is expected"));
         };
-        let child = &mut self.list[index];
-        let down_rx = child.dialing.take().expect("found waiting");
-        link::heartbeat(&child.down, job.liveness.heartbeat(), || Down::Ping);
+        let down_rx = self.list[index].dialing.take().expect("found waiting");
+        let down = self.list[index].down.clone();
         process.greeted = Some(greeting);
-        let silence = job.liveness.silence();
-        self.links.push(tokio::spawn(link::run_link(process, down_rx, silence, deliver(index))));
+        self.run_link(&down, down_rx, process, job, deliver(index));
         Ok(index)
+    }
+
+    /// Runs a child's link: its heartbeat, and the task that carries its frames both ways.
+    fn run_link<F, Fut>(
+        &mut self,
+        down: &mpsc::UnboundedSender<Down>,
+        down_rx: mpsc::UnboundedReceiver<Down>,
+        process: ProxyProcess,
+        job: &Job,
+        deliver: F,
+    ) where
+        F: FnMut(LinkEvent) -> Fut + Send + 'static,
+        Fut: std::future::Future<Output = bool> + Send + 'static,
+    {
+        link::heartbeat(down, job.liveness.heartbeat(), || Down::Ping);
+        let silence = job.liveness.silence();
+        self.links.push(tokio::spawn(link::run_link(process, down_rx, silence, deliver)));
     }
 
     /// Children still waiting to dial in.
@@ -189,11 +198,6 @@ impl Children {
             }
             LinkEvent::Closed(error) => state.on_link_closed(error).map(ChildNews::Lost),
         }
-    }
-
-    /// Whether `pid` is one of the children's processes.
-    pub fn is_child(&self, pid: i32) -> bool {
-        self.by_pid.contains_key(&pid)
     }
 
     /// A child's process ended: returns it as lost if it had not finished.

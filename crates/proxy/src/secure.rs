@@ -91,6 +91,13 @@ pub enum HandshakeError {
     Io(#[from] io::Error),
 }
 
+/// Whatever snow refuses (a message that does not verify, above all) is a peer to drop.
+impl From<snow::Error> for HandshakeError {
+    fn from(_: snow::Error) -> HandshakeError {
+        HandshakeError::Rejected
+    }
+}
+
 /// The two halves of a link, after the handshake.
 pub struct SecureLink<R, W> {
     pub reader: SecureReader<R>,
@@ -109,13 +116,13 @@ where
     W: AsyncWrite + Unpin,
 {
     let exchange = async {
-        let mut noise = builder(secret)?.build_initiator().map_err(|_| HandshakeError::Rejected)?;
+        let mut noise = builder(secret)?.build_initiator()?;
         let mut message = [0u8; 2 * HANDSHAKE_MESSAGE];
-        let len = noise.write_message(&[], &mut message).map_err(|_| HandshakeError::Rejected)?;
+        let len = noise.write_message(&[], &mut message)?;
         write_record(&mut writer, &message[..len]).await?;
         let reply = read_handshake(&mut reader).await?;
-        noise.read_message(&reply, &mut message).map_err(|_| HandshakeError::Rejected)?;
-        let keys = noise.into_stateless_transport_mode().map_err(|_| HandshakeError::Rejected)?;
+        noise.read_message(&reply, &mut message)?;
+        let keys = noise.into_stateless_transport_mode()?;
         let link = split(reader, writer, keys);
         Ok::<_, HandshakeError>(link)
     };
@@ -139,13 +146,13 @@ where
     W: AsyncWrite + Unpin,
 {
     let exchange = async {
-        let mut noise = builder(secret)?.build_responder().map_err(|_| HandshakeError::Rejected)?;
+        let mut noise = builder(secret)?.build_responder()?;
         let mut message = [0u8; 2 * HANDSHAKE_MESSAGE];
         let first = read_handshake(&mut reader).await?;
-        noise.read_message(&first, &mut message).map_err(|_| HandshakeError::Rejected)?;
-        let len = noise.write_message(&[], &mut message).map_err(|_| HandshakeError::Rejected)?;
+        noise.read_message(&first, &mut message)?;
+        let len = noise.write_message(&[], &mut message)?;
         write_record(&mut writer, &message[..len]).await?;
-        let keys = noise.into_stateless_transport_mode().map_err(|_| HandshakeError::Rejected)?;
+        let keys = noise.into_stateless_transport_mode()?;
         let mut link = split(reader, writer, keys);
         let mut proof = [0u8; PROOF.len()];
         link.reader.read_exact(&mut proof).await.map_err(|e| match e.kind() {
@@ -161,8 +168,8 @@ where
 }
 
 fn builder(secret: &Secret) -> Result<snow::Builder<'_>, HandshakeError> {
-    let params = PATTERN.parse().map_err(|_| HandshakeError::Rejected)?;
-    snow::Builder::new(params).psk(0, &secret.0).map_err(|_| HandshakeError::Rejected)
+    let params = PATTERN.parse()?;
+    Ok(snow::Builder::new(params).psk(0, &secret.0)?)
 }
 
 fn split<R, W>(reader: R, writer: W, keys: StatelessTransportState) -> SecureLink<R, W> {
