@@ -30,18 +30,15 @@ readonly MAX_NODES=244        # 10 + N must stay below 255
 READY_TIMEOUT=${RLC_READY_TIMEOUT:-20}
 
 PROG=cluster.sh
+# die, warn, now_ms, need_root, node_ip, record, alive, descendants, net_up, net_down
+# shellcheck source=netns.sh
+source "$(dirname "${BASH_SOURCE[0]}")/netns.sh"
 WAIT_JOBS=()   # PIDs of readiness pollers running in the background
-die() { echo "$PROG: error: $*" >&2; exit 1; }
-warn() { echo "$PROG: $*" >&2; }
 
 usage() {
     sed -n '/^# Usage:/,/^# Environment/p' "$0" | sed -e 's/^# \{0,1\}//' -e '/^Environment/d' >&2
     exit 2
 }
-
-now_ms() { local t=${EPOCHREALTIME/./}; echo $((10#$t / 1000)); }
-
-need_root() { [ "$(id -u)" = 0 ] || die "must run as root"; }
 
 check_tools() {
     local t missing=()
@@ -60,8 +57,6 @@ abs_dir() {
     (cd "$d" && pwd -P)
 }
 
-node_ip() { echo "$NET.$((10 + $1))"; }
-
 # Number of nodes of the cluster in DIR (from DIR/hosts).
 cluster_size() {
     [ -f "$DIR/hosts" ] || die "$DIR/hosts not found: no cluster was brought up in $DIR"
@@ -75,15 +70,6 @@ check_index() {
 }
 
 # --- processes -----------------------------------------------------------------------------
-
-# True if PID exists and is not a zombie.
-alive() {
-    local st
-    [ -r "/proc/$1/stat" ] || return 1
-    st=$(cut -d')' -f2 "/proc/$1/stat" 2>/dev/null | awk '{print $1}') || return 1
-    [ -n "$st" ] && [ "$st" != Z ]
-}
-
 # True if PID is (still) one of our sshd wrappers for DIR: its command line names our config.
 # Guards against killing an unrelated process that reused a recorded PID.
 ours() {
@@ -91,22 +77,6 @@ ours() {
     [ -r "/proc/$pid/cmdline" ] || return 1
     cmd=$(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null) || return 1
     [[ $cmd == *"$DIR/n"*"/sshd_config"* ]]
-}
-
-# All descendants of the given PIDs (one ps snapshot).
-descendants() {
-    [ $# -gt 0 ] || return 0
-    ps -e -o pid=,ppid= | awk -v roots="$*" '
-        BEGIN { n = split(roots, r, " "); for (i = 1; i <= n; i++) want[r[i]] = 1 }
-        { kids[$2] = kids[$2] " " $1 }
-        END {
-            for (p in want) queue[++q] = p
-            while (q > 0) {
-                p = queue[q--]
-                m = split(kids[p], c, " ")
-                for (i = 1; i <= m; i++) if (!(c[i] in seen)) { seen[c[i]] = 1; print c[i]; queue[++q] = c[i] }
-            }
-        }'
 }
 
 # Kill the given process-group leaders (our wrappers; setsid made PGID == PID) and the given
@@ -196,8 +166,6 @@ wait_ready() {
 }
 
 # --- up ------------------------------------------------------------------------------------
-
-record() { echo "$1 $2" >>"$DIR/created"; }
 
 write_client_options() {
     cat <<EOF
@@ -326,26 +294,7 @@ EOF
 
     # --- network ---
     [ -d /run/netns ] || record mnt /run/netns
-    record link "$BRIDGE"
-    ip link add "$BRIDGE" type bridge
-    ip link set "$BRIDGE" addrgenmode none      # no IPv6 link-local chatter on our links
-    ip addr add "$HEAD_IP/24" dev "$BRIDGE"
-    ip link set "$BRIDGE" up
-    for ((i = 1; i <= n; i++)); do
-        local ns=$NS_PREFIX$i veth=$VETH_PREFIX$i
-        record netns "$ns"
-        ip netns add "$ns"
-        record link "$veth"
-        ip link add "$veth" type veth peer name eth0 netns "$ns"
-        ip link set "$veth" addrgenmode none
-        ip link set "$veth" master "$BRIDGE" up
-        ip -n "$ns" -batch - <<EOF
-link set lo up
-link set eth0 addrgenmode none
-addr add $(node_ip "$i")/24 dev eth0
-link set eth0 up
-EOF
-    done
+    net_up "$n"
 
     # --- sshds ---
     for ((i = 1; i <= n; i++)); do start_sshd "$i"; done
@@ -390,14 +339,7 @@ do_down() {
 
     # 2. Network and files, in the order: namespaces, links, directories, mounts.
     if [ -f "$created" ]; then
-        while read -r kind name; do
-            [ "$kind" = netns ] || continue
-            ip netns del "$name" 2>/dev/null || true
-        done <"$created"
-        while read -r kind name; do
-            [ "$kind" = link ] || continue
-            ip link del "$name" 2>/dev/null || true
-        done < <(tac "$created")    # veths before the bridge
+        net_down
         while read -r kind name; do
             [ "$kind" = dir ] || continue
             case $name in
