@@ -130,14 +130,15 @@ pub fn run_dialing(dial: Dial, proxy_exe: OsString) -> i32 {
                     .map_err(io::Error::other)?;
                 Ok::<_, io::Error>((link, ip))
             };
+            let whom = if parent == dial.parent { "rlaunch" } else { "its parent proxy" };
             let (link, ip) = match tokio::time::timeout(DIAL_WAIT, connected).await {
                 Ok(Ok(connected)) => connected,
                 Ok(Err(e)) => {
-                    eprintln!("rlaunch-proxy on {host}: cannot reach rlaunch at {parent}: {e}");
+                    eprintln!("rlaunch-proxy on {host}: cannot reach {whom} at {parent}: {e}");
                     return 1;
                 }
                 Err(_) => {
-                    eprintln!("rlaunch-proxy on {host}: no answer from rlaunch at {parent}");
+                    eprintln!("rlaunch-proxy on {host}: no answer from {whom} at {parent}");
                     return 1;
                 }
             };
