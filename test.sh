@@ -21,6 +21,14 @@ need "/usr/include/$multiarch/mpich/mpi.h" libmpich-dev
 need "/usr/lib/$multiarch/libmpich.so" libmpich-dev
 need /usr/include/slurm/pmi2.h libpmi2-0-dev
 need "/usr/lib/$multiarch/libpmi2.so" libpmi2-0-dev
+# Open MPI programs and the PMIx server the proxy embeds (its build finds libpmix through
+# pkg-config).
+need /usr/bin/mpicc.openmpi openmpi-bin
+need "/usr/lib/$multiarch/openmpi/include/mpi.h" libopenmpi-dev
+need "/usr/lib/$multiarch/openmpi/lib/libmpi.so" libopenmpi-dev
+need "/usr/lib/$multiarch/pmix2/include/pmix_server.h" libpmix-dev
+need "/usr/lib/$multiarch/pkgconfig/pmix.pc" libpmix-dev
+need /usr/bin/pkg-config pkgconf
 need /usr/bin/python3 python3
 need /usr/sbin/ip iproute2
 need /usr/sbin/sshd openssh-server

@@ -33,18 +33,36 @@ pub enum CProgram {
     Pmi2,
     /// `appnum ROLE`: prints `rank R size N count N appnum A role ROLE` (one MPMD segment).
     Appnum,
+    /// [`CProgram::Hello`] built with Open MPI (a PMIx client).
+    OmpiHello,
+    /// [`CProgram::Ring`] built with Open MPI.
+    OmpiRing,
+    /// [`CProgram::Abort`] built with Open MPI.
+    OmpiAbort,
+    /// [`CProgram::Publish`] built with Open MPI.
+    OmpiPublish,
+    /// Open MPI: `rank R size N shared S host H`, where S is the size of the rank's
+    /// shared-memory communicator and H its PMIx server's node name.
+    OmpiNodes,
+    /// A client of libpmix that prints the process sets its server defines.
+    Psets,
 }
 
 enum Compiler {
     /// Debian's MPICH wrapper.
     Mpicc,
+    /// Debian's Open MPI wrapper.
+    MpiccOpenmpi,
     /// The system C compiler, linking Slurm's `libpmi2`.
     CcPmi2,
+    /// The system C compiler, linking OpenPMIx's `libpmix`.
+    CcPmix,
 }
 
 impl CProgram {
-    const COUNT: usize = 6;
+    const COUNT: usize = 12;
 
+    /// The executable's name.
     fn name(self) -> &'static str {
         match self {
             CProgram::Hello => "hello",
@@ -53,12 +71,29 @@ impl CProgram {
             CProgram::Publish => "publish",
             CProgram::Pmi2 => "pmi2",
             CProgram::Appnum => "appnum",
+            CProgram::OmpiHello => "ompi-hello",
+            CProgram::OmpiRing => "ompi-ring",
+            CProgram::OmpiAbort => "ompi-abort",
+            CProgram::OmpiPublish => "ompi-publish",
+            CProgram::OmpiNodes => "ompi-nodes",
+            CProgram::Psets => "psets",
         }
+    }
+
+    /// Its source in `tests/c/`, without `.c`.
+    fn source(self) -> &'static str {
+        self.name().strip_prefix("ompi-").unwrap_or(self.name())
     }
 
     fn compiler(self) -> Compiler {
         match self {
             CProgram::Pmi2 => Compiler::CcPmi2,
+            CProgram::Psets => Compiler::CcPmix,
+            CProgram::OmpiHello
+            | CProgram::OmpiRing
+            | CProgram::OmpiAbort
+            | CProgram::OmpiPublish
+            | CProgram::OmpiNodes => Compiler::MpiccOpenmpi,
             _ => Compiler::Mpicc,
         }
     }
@@ -85,7 +120,7 @@ fn output_dir() -> PathBuf {
 
 fn compile(program: CProgram) -> PathBuf {
     let source =
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("c").join(format!("{}.c", program.name()));
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("c").join(format!("{}.c", program.source()));
     assert!(source.is_file(), "error: the C source {} is missing", source.display());
     let dir = output_dir();
     std::fs::create_dir_all(&dir)
@@ -96,6 +131,10 @@ fn compile(program: CProgram) -> PathBuf {
     let partial = dir.join(format!("{}.{}.partial", program.name(), std::process::id()));
     let (compiler, packages, mut command) = match program.compiler() {
         Compiler::Mpicc => ("mpicc.mpich", "mpich libmpich-dev", Command::new("mpicc.mpich")),
+        Compiler::MpiccOpenmpi => {
+            ("mpicc.openmpi", "openmpi-bin libopenmpi-dev", Command::new("mpicc.openmpi"))
+        }
+        Compiler::CcPmix => ("cc", "gcc libpmix-dev", Command::new("cc")),
         Compiler::CcPmi2 => {
             let header = Path::new("/usr/include/slurm/pmi2.h");
             assert!(
@@ -109,6 +148,14 @@ fn compile(program: CProgram) -> PathBuf {
     command.args(["-Wall", "-O1", "-o"]).arg(&partial).arg(&source);
     if let Compiler::CcPmi2 = program.compiler() {
         command.arg("-lpmi2");
+    }
+    if let Compiler::CcPmix = program.compiler() {
+        // Debian keeps libpmix out of the default search paths: pkg-config knows where.
+        let flags = Command::new("pkg-config").args(["--cflags", "--libs", "pmix"]).output();
+        let flags = flags.ok().filter(|o| o.status.success()).unwrap_or_else(|| {
+            panic!("error: pkg-config pmix failed: install Debian's libpmix-dev (./test.sh does)")
+        });
+        command.args(String::from_utf8_lossy(&flags.stdout).split_whitespace());
     }
     let output = command.output().unwrap_or_else(|e| {
         panic!("error: cannot run {compiler}: {e}; install Debian's {packages} (./test.sh does)")
@@ -124,6 +171,43 @@ fn compile(program: CProgram) -> PathBuf {
     std::fs::rename(&partial, &out)
         .unwrap_or_else(|e| panic!("error: cannot move {} into place: {e}", partial.display()));
     out
+}
+
+/// Each MPI run's bound in the tests; they take well under two seconds here.
+pub const MPI_LIMIT: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// `--launcher fork --hosts n1:per,...,n<nodes>:per`: fake nodes, each its own proxy.
+pub fn fake_nodes(nodes: usize, per: u32) -> Vec<String> {
+    let hosts = crate::hosts::node_list_with_slots(nodes, per);
+    vec!["--launcher".into(), "fork".into(), "--hosts".into(), hosts]
+}
+
+/// rlaunch running `program args` on `n` ranks, after `options`.
+pub fn mpi_run(options: &[String], n: u32, program: CProgram, args: &[&str]) -> crate::Run {
+    crate::Run::new(&[])
+        .args(options)
+        .args(["-n".to_string(), n.to_string(), program.path_str()])
+        .args(args)
+        .timeout(MPI_LIMIT)
+}
+
+/// Checks a run of [`CProgram::Abort`] (or its Open MPI build) on 4 ranks: exit 42, one line
+/// from rlaunch naming rank 1 on `host`, every rank got as far as blocking and none past it,
+/// and nothing of the job is left.
+pub fn check_abort(out: &Outcome, host: &str) {
+    out.assert_code(42);
+    let err = out.stderr_str();
+    let ours = crate::output::rlaunch_lines(&err);
+    assert_eq!(ours.len(), 1, "one line from rlaunch, naming the aborting rank only: {out}");
+    let rest = ours[0].strip_prefix("rlaunch: rank 1 (pid ").unwrap_or_else(|| panic!("{out}"));
+    let (pid, rest) = rest.split_once(' ').unwrap_or_else(|| panic!("{out}"));
+    assert!(pid.parse::<u32>().is_ok_and(|p| p > 0), "pid {pid:?}: {out}");
+    assert_eq!(rest, format!("on {host}) aborted the job with exit code 42"), "{out}");
+    let lines = crate::output::sorted(out.lines());
+    assert_eq!(lines, ["blocking 0", "blocking 1", "blocking 2", "blocking 3"], "{out}");
+    out.tag.wait_until_none(std::time::Duration::from_secs(5)).unwrap_or_else(|left| {
+        panic!("left running after MPI_Abort: {left:?}");
+    });
 }
 
 /// One rank's line from [`CProgram::Hello`].

@@ -5,29 +5,10 @@
 //! Every test checks what the ranks report (size, rank, sums), not only exit codes: with a
 //! broken PMI, MPICH starts N singletons of size 1 that all exit 0.
 
-use std::time::Duration;
-
-use rlaunch_tests::hosts::{hostname, node_list_with_slots};
-use rlaunch_tests::mpi::{check_hello, CProgram};
-use rlaunch_tests::output::{rlaunch_lines, sorted};
+use rlaunch_tests::hosts::hostname;
+use rlaunch_tests::mpi::{check_abort, check_hello, fake_nodes, mpi_run, CProgram, MPI_LIMIT};
+use rlaunch_tests::output::sorted;
 use rlaunch_tests::{rankprog_str, Run};
-
-/// Each test's bound; MPICH runs here take well under a second (a few with 32 ranks).
-const LIMIT: Duration = Duration::from_secs(40);
-
-/// `--launcher fork --hosts n1:per,...,n<nodes>:per`: fake nodes, each its own proxy.
-fn fake_nodes(nodes: usize, per: u32) -> Vec<String> {
-    vec!["--launcher".into(), "fork".into(), "--hosts".into(), node_list_with_slots(nodes, per)]
-}
-
-/// rlaunch running `program args` on `n` ranks, after `options`.
-fn mpi_run(options: &[String], n: u32, program: CProgram, args: &[&str]) -> Run {
-    Run::new(&[])
-        .args(options)
-        .args(["-n".to_string(), n.to_string(), program.path_str()])
-        .args(args)
-        .timeout(LIMIT)
-}
 
 #[test]
 fn hello_allreduce_on_one_node() {
@@ -72,21 +53,7 @@ fn mpi_abort_ends_the_job_with_its_code_and_names_the_rank() {
     let chain = [fake_nodes(2, 2), vec!["--tree-width".into(), "1".into()]].concat();
     for (options, host) in [(vec![], hostname()), (chain, "n1".to_string())] {
         let out = mpi_run(&options, 4, CProgram::Abort, &[]).run();
-        out.assert_code(42);
-        let err = out.stderr_str();
-        let ours = rlaunch_lines(&err);
-        assert_eq!(ours.len(), 1, "one line from rlaunch, naming the aborting rank only: {out}");
-        let rest = ours[0].strip_prefix("rlaunch: rank 1 (pid ").unwrap_or_else(|| panic!("{out}"));
-        let (pid, rest) = rest.split_once(' ').unwrap_or_else(|| panic!("{out}"));
-        assert!(pid.parse::<u32>().is_ok_and(|p| p > 0), "pid {pid:?}: {out}");
-        assert_eq!(rest, format!("on {host}) aborted the job with exit code 42"), "{out}");
-        // Every rank got as far as blocking (rank 1 waited for them), none got past it, and
-        // nothing of the job survives.
-        let lines = sorted(out.lines());
-        assert_eq!(lines, ["blocking 0", "blocking 1", "blocking 2", "blocking 3"], "{out}");
-        out.tag.wait_until_none(Duration::from_secs(5)).unwrap_or_else(|left| {
-            panic!("left running after MPI_Abort: {left:?}");
-        });
+        check_abort(&out, &host);
     }
 }
 
@@ -151,7 +118,7 @@ fn mpmd_segments_share_one_world_and_see_their_appnum() {
     let prog = CProgram::Appnum.path_str();
     let out = Run::new(&["--launcher", "fork", "--hosts", "n1:2,n2:2"])
         .args(["-n", "1", &prog, "master", ":", "-n", "3", &prog, "worker"])
-        .timeout(LIMIT)
+        .timeout(MPI_LIMIT)
         .run();
     out.assert_code(0);
     let seen = sorted(out.lines());

@@ -22,6 +22,8 @@ pub enum Key {
     Timeout,
     KillGrace,
     PmiPort,
+    Pmi,
+    Pset,
     Stdin,
     Hosts,
     Hostfile,
@@ -143,6 +145,12 @@ pub const OPTIONS: &[Opt] = &[
         "which ranks read rlaunch's stdin: a rank number (default 0), all or none"),
     opt(&["--pmi-port", "-pmi-port"], Flag, Key::PmiPort, Global, Job, false,
         "serve PMI on a loopback port (PMI_PORT, PMI_ID) instead of a socketpair (PMI_FD)"),
+    opt(&["--pmi"], Value("KIND"), Key::Pmi, Global, Job, false,
+        "which PMI the ranks are served: auto (PMI-1, PMI-2, and PMIx unless the programs \
+         cannot use it: the default), all, simple (PMI-1 and PMI-2 only) or pmix"),
+    opt(&["--pset"], Value("NAME=RANKS"), Key::Pset, Global, Job, false,
+        "a PMIx process set of these ranks (0-3,8), besides rlaunch://app/N and \
+         rlaunch://node/HOST"),
     opt(&["--hosts", "-hosts", "--host", "-H", "-host"], Value("LIST"), Key::Hosts, Both, Hosts,
         true, "hosts to run on, with slot counts: a,b:2,c (a host named twice adds up)"),
     opt(&["--hostfile", "-f", "-hostfile", "-machinefile", "--machinefile", "--default-hostfile"],

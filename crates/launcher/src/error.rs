@@ -29,6 +29,10 @@ pub enum UsageError {
     TooManyRanks,
     #[error("--stdin {rank}: the job has only {size} ranks")]
     StdinBeyondJob { rank: u32, size: u32 },
+    #[error("--pset {name}: rank {rank} is beyond the job's {size} ranks")]
+    PsetBeyondJob { name: String, rank: u32, size: u32 },
+    #[error("--pset {name}: a process set of that name is already defined")]
+    PsetTwice { name: String },
     /// As written.
     #[error("--stdin {0}: expected a rank number, 'all' or 'none'")]
     StdinTarget(String),

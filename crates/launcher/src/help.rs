@@ -131,6 +131,7 @@ pub fn info(getenv: impl Fn(&str) -> Option<String>) -> String {
   allocation: {allocation}
   PMI:        PMI-1 (MPICH's simple PMI, with spawn and name service), PMI-2 (wire v2)
               over an inherited socket (PMI_FD) or a loopback port (--pmi-port)
+  PMIx:       {pmix}
   binding:    hwthread, core, socket, numa from /sys (no hwloc)
   topology:   proxy tree of width --tree-width (default 32)
 ",
@@ -139,6 +140,11 @@ pub fn info(getenv: impl Fn(&str) -> Option<String>) -> String {
         arch = std::env::consts::ARCH,
         os = std::env::consts::OS,
         protocol = pmi_wire::control::PROTOCOL_VERSION,
+        pmix = match rlaunch_proxy::pmix::version() {
+            Some(v) =>
+                format!("OpenPMIx {v} server on every node, for programs that can use it (--pmi)"),
+            None => "not built in (OpenPMIx's development files were missing)".to_string(),
+        },
     )
 }
 

@@ -11,6 +11,7 @@
 //!
 //! `place` and `tree` are pure; this file reads the hostfiles and finds the proxy.
 
+mod elf;
 mod place;
 mod tree;
 
@@ -18,13 +19,13 @@ use std::ffi::OsString;
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use pmi_wire::control::{Bootstrap, Job, Segment, StdinTarget};
+use pmi_wire::control::{Bootstrap, Job, PmixJob, Segment, StdinTarget};
 
 use crate::allocation::{self, Allocation, Scheduler};
 use crate::error::{SetupError, UsageError};
 use crate::hosts::{self, Host, HostsError};
 use crate::job;
-use crate::options::{HostSource, LauncherKind, MapBy, Options, Rmk};
+use crate::options::{HostSource, LauncherKind, MapBy, Options, PmiKinds, Rmk};
 
 /// Why there is no plan.
 #[derive(Debug, thiserror::Error)]
@@ -95,11 +96,16 @@ pub fn build(o: &Options, env: &[(OsString, OsString)]) -> Result<job::Plan, Pla
         None
     };
 
+    let segments = segments(o, env);
+    let job_env = job_env(o, env);
+    // Built (and `--pset` checked) whether or not PMIx is served.
+    let pmix = pmix_job(o, &node_hosts, &rank_node, lists.rank_segments().collect(), size)?;
+    let pmix = serves_pmix(o.pmi, &segments, &job_env).then_some(pmix);
     let job = Job {
         jobid: job_id(),
         size,
-        segments: segments(o, env),
-        env: job_env(o, env),
+        segments,
+        env: job_env,
         stdin,
         kill_grace_ms: o.kill_grace.as_millis() as u64,
         bootstrap,
@@ -107,6 +113,7 @@ pub fn build(o: &Options, env: &[(OsString, OsString)]) -> Result<job::Plan, Pla
         pmi_port: o.pmi_port,
         binding: o.binding,
         liveness: o.liveness,
+        pmix,
     };
     Ok(job::Plan {
         job,
@@ -122,6 +129,85 @@ pub fn build(o: &Options, env: &[(OsString, OsString)]) -> Result<job::Plan, Pla
         dial,
         notices,
     })
+}
+
+/// Whether the job's nodes start a PMIx server: `--pmi`, or (by default) whether any of its
+/// programs, found as the ranks will find it, can be a PMIx client.
+fn serves_pmix(kinds: PmiKinds, segments: &[Segment], job_env: &[(Vec<u8>, Vec<u8>)]) -> bool {
+    match kinds {
+        PmiKinds::Simple => return false,
+        PmiKinds::All | PmiKinds::Pmix => return true,
+        PmiKinds::Auto => {}
+    }
+    let path = job_env.iter().find(|(k, _)| k == b"PATH").map_or(&b"/bin:/usr/bin"[..], |(_, v)| v);
+    segments.iter().any(|segment| {
+        let inherited = if segment.inherit_env { path } else { &b"/bin:/usr/bin"[..] };
+        let path = segment.env.iter().find(|(k, _)| k == b"PATH").map_or(inherited, |(_, v)| v);
+        let found = find_program(&segment.exe, path, &segment.wdir);
+        let needs = found.as_deref().map_or(elf::PmixUse::Maybe, elf::pmix_use);
+        tracing::debug!(program = ?found, ?needs, "does the program use PMIx?");
+        needs == elf::PmixUse::Maybe
+    })
+}
+
+/// `exe` as the ranks' execvp finds it: a name with a slash from the working directory,
+/// else on `path`.
+fn find_program(exe: &[u8], path: &[u8], wdir: &[u8]) -> Option<std::path::PathBuf> {
+    let exe = std::path::Path::new(std::ffi::OsStr::from_bytes(exe));
+    let wdir = std::path::Path::new(std::ffi::OsStr::from_bytes(wdir));
+    if exe.as_os_str().as_bytes().contains(&b'/') {
+        return Some(wdir.join(exe));
+    }
+    path.split(|&b| b == b':')
+        .map(|dir| {
+            let dir = std::path::Path::new(std::ffi::OsStr::from_bytes(if dir.is_empty() {
+                b"."
+            } else {
+                dir
+            }));
+            wdir.join(dir).join(exe)
+        })
+        .find(|candidate| candidate.is_file())
+}
+
+/// What each node's PMIx server must know of the job, with its process sets: one per
+/// application (`rlaunch://app/N`), one per node (`rlaunch://node/HOST`), and `--pset`'s.
+fn pmix_job(
+    o: &Options,
+    hosts: &[String],
+    rank_node: &[u32],
+    rank_app: Vec<u32>,
+    size: u32,
+) -> Result<PmixJob, PlanError> {
+    let members = |of: &[u32], which: u32| {
+        of.iter().enumerate().filter(|(_, &x)| x == which).map(|(r, _)| r as u32).collect()
+    };
+    let mut psets: Vec<(String, Vec<u32>)> = (0..o.segments.len() as u32)
+        .map(|app| (format!("rlaunch://app/{app}"), members(&rank_app, app)))
+        .collect();
+    psets.extend(
+        hosts
+            .iter()
+            .enumerate()
+            .map(|(n, h)| (format!("rlaunch://node/{h}"), members(rank_node, n as u32))),
+    );
+    for (name, ranges) in &o.psets {
+        if psets.iter().any(|(n, _)| n == name) {
+            return Err(UsageError::PsetTwice { name: name.clone() }.into());
+        }
+        let mut ranks = Vec::new();
+        for &(first, last) in ranges {
+            if last >= size {
+                let (name, rank) = (name.clone(), last);
+                return Err(UsageError::PsetBeyondJob { name, rank, size }.into());
+            }
+            ranks.extend(first..=last);
+        }
+        ranks.sort_unstable();
+        ranks.dedup();
+        psets.push((name.clone(), ranks));
+    }
+    Ok(PmixJob { hosts: hosts.to_vec(), rank_node: rank_node.to_vec(), rank_app, psets })
 }
 
 /// The host lists the segments draw on, and how many ranks each segment takes from which.

@@ -22,7 +22,7 @@ use crate::ids::{ExitOutcome, Stream};
 /// First bytes on every control channel, in both directions.
 pub const MAGIC: [u8; 8] = *b"\x7fRLAUNCH";
 /// Bumped whenever a frame changes meaning.
-pub const PROTOCOL_VERSION: u32 = 4;
+pub const PROTOCOL_VERSION: u32 = 5;
 /// Length of the raw hello: magic + u32 BE version.
 pub const HELLO_LEN: usize = MAGIC.len() + 4;
 /// Largest frame either side accepts; checked before any allocation.
@@ -169,6 +169,9 @@ pub enum Down {
     /// A PMI fence is complete: every pair put during `epoch`, job-wide. Each proxy adds them
     /// to its cache and releases its ranks.
     FenceOut { epoch: u64, pairs: Vec<(String, String)> },
+    /// A PMIx fence is complete: every node's contribution to `epoch`, one after another,
+    /// for each node's PMIx server to hand back to its ranks whole.
+    PmixFenceOut { epoch: u64, data: Vec<u8> },
     /// The root's answer to a rank's name-service request.
     NameReply { rank: u32, tag: Option<String>, answer: NameAnswer },
     /// Start a job spawned by a rank (MPI_Comm_spawn) on that rank's node; routed down to it.
@@ -210,6 +213,9 @@ pub enum Up {
     /// Every rank of this subtree has entered fence `epoch`; the pairs they put since the
     /// last fence come along.
     FenceIn { epoch: u64, pairs: Vec<(String, String)> },
+    /// Every node of this subtree has entered PMIx fence `epoch`; `data` is their PMIx
+    /// servers' contributions, one after another (opaque to rlaunch).
+    PmixFenceIn { epoch: u64, data: Vec<u8> },
     /// A rank's publish, unpublish or lookup, for the job's name table at the root.
     Name { rank: u32, tag: Option<String>, op: NameOp },
     /// A rank called PMI abort (MPI_Abort).
@@ -394,6 +400,22 @@ pub struct Job {
     pub binding: Option<Binding>,
     /// Heartbeat and silence timeout of every link of the tree.
     pub liveness: Liveness,
+    /// Serve PMIx too: what each node's PMIx server must know of the whole job.
+    pub pmix: Option<PmixJob>,
+}
+
+/// The job as PMIx describes it to its clients: where every rank is, which application it
+/// belongs to, and the process sets rlaunch defines.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PmixJob {
+    /// Host name of each node, by node index.
+    pub hosts: Vec<String>,
+    /// Node index of each rank.
+    pub rank_node: Vec<u32>,
+    /// Application (MPMD segment) of each rank.
+    pub rank_app: Vec<u32>,
+    /// Process sets: name and member ranks.
+    pub psets: Vec<(String, Vec<u32>)>,
 }
 
 /// `--bind-to`: each rank gets `count` objects of kind `unit`, in local-rank order, from the

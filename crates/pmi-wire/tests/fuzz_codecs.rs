@@ -137,6 +137,7 @@ fn corpus() -> Vec<Vec<u8>> {
             pmi_port: false,
             binding: None,
             liveness: Liveness::default(),
+            pmix: None,
         },
         node: NodePlan {
             index: 0,

@@ -1,5 +1,6 @@
-//! One fence epoch being folded: parties arrive with the pairs they bring, and once every
-//! party the caller counts on is in, the pairs go on as one message. The root folds its child
+//! One fence epoch being folded: parties arrive with the items they bring (PMI pairs, or a
+//! node's PMIx blob), and once every party the caller counts on is in, the items go on as
+//! one message. The root folds its child
 //! proxies' `FenceIn`s into a `FenceOut`; a proxy folds its ranks and its child subtrees into
 //! one `FenceIn` (see [`crate::kvs`]).
 //!
@@ -14,30 +15,36 @@
 /// A key-value pair of the PMI key-value space.
 pub type Pair = (String, String);
 
-#[derive(Debug, Default)]
-pub struct FenceFold {
+#[derive(Debug)]
+pub struct FenceFold<T = Pair> {
     epoch: u64,
     /// Parties in the current epoch so far.
     arrived: usize,
-    /// Pairs brought since the last completion.
-    pairs: Vec<Pair>,
+    /// Items brought since the last completion.
+    pairs: Vec<T>,
     /// The current epoch was completed and is waiting for [`FenceFold::finish`].
     completed: bool,
 }
 
-impl FenceFold {
+impl<T> Default for FenceFold<T> {
+    fn default() -> Self {
+        FenceFold { epoch: 0, arrived: 0, pairs: Vec::new(), completed: false }
+    }
+}
+
+impl<T> FenceFold<T> {
     /// The epoch being folded.
     pub fn epoch(&self) -> u64 {
         self.epoch
     }
 
     /// Pairs that belong to the current epoch without a party arriving (a rank's put).
-    pub fn add(&mut self, pairs: impl IntoIterator<Item = Pair>) {
+    pub fn add(&mut self, pairs: impl IntoIterator<Item = T>) {
         self.pairs.extend(pairs);
     }
 
     /// A party entered the fence, bringing `pairs`.
-    pub fn arrive(&mut self, pairs: impl IntoIterator<Item = Pair>) {
+    pub fn arrive(&mut self, pairs: impl IntoIterator<Item = T>) {
         self.pairs.extend(pairs);
         self.arrived += 1;
     }
@@ -45,7 +52,7 @@ impl FenceFold {
     /// Once `parties` have arrived, and only once per epoch: the epoch and every pair it
     /// brought. The count of parties is the caller's, asked at each call, because parties
     /// come and go (a lost child proxy is no longer waited for).
-    pub fn complete(&mut self, parties: usize) -> Option<(u64, Vec<Pair>)> {
+    pub fn complete(&mut self, parties: usize) -> Option<(u64, Vec<T>)> {
         if self.completed || self.arrived < parties {
             return None;
         }
@@ -67,6 +74,17 @@ impl FenceFold {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn blobs_fold_as_pairs_do() {
+        let mut fold: FenceFold<Vec<u8>> = FenceFold::default();
+        fold.arrive([b"node0".to_vec()]);
+        fold.arrive([b"node1".to_vec()]);
+        assert_eq!(
+            fold.complete(2).map(|(e, blobs)| (e, blobs.concat())),
+            Some((0, b"node0node1".to_vec()))
+        );
+    }
 
     fn pair(k: &str) -> Pair {
         (k.to_string(), format!("v{k}"))

@@ -35,6 +35,7 @@ mod mailbox;
 pub mod node;
 mod outputs;
 pub mod pmi;
+pub mod pmix;
 pub mod procs;
 pub mod rank;
 mod ranks;

@@ -92,6 +92,7 @@ pub fn prepare(
     gets_stdin: bool,
     pmi: &PmiSetup,
     cpus: Option<&CpuSet>,
+    front_env: Vec<Vec<u8>>,
 ) -> Result<Prepared, ExitOutcome> {
     let pipe = || pipe2(OFlag::O_CLOEXEC).map_err(failed);
     let (stdout, stdout_w) = pipe()?;
@@ -138,6 +139,7 @@ pub fn prepare(
         stderr: stderr_w.as_raw_fd(),
         keep: pair.as_ref().map(|(_, theirs)| theirs.as_raw_fd()),
         cpus: cpus.copied(),
+        front_env: front_env.into_iter().filter_map(|v| std::ffi::CString::new(v).ok()).collect(),
     };
     let theirs = [stdin_r, stdout_w, stderr_w];
     Ok(Prepared { spawn, fds: RankFds { theirs, pmi: pair, stdout, stderr, stdin } })

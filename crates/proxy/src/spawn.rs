@@ -89,6 +89,9 @@ pub struct Spawn {
     /// A close-on-exec descriptor the process inherits (its PMI socket).
     pub keep: Option<RawFd>,
     pub cpus: Option<CpuSet>,
+    /// `NAME=value` entries ahead of all others (its PMIx server's): the first of a name in
+    /// an environment is the one read, so these win over any inherited value.
+    pub front_env: Vec<CString>,
 }
 
 /// What the child writes for the parent before it gives up; the parent reads it after the
@@ -103,7 +106,8 @@ impl Spawn {
         let p = &*self.program;
         let extra: Vec<CString> =
             self.env.iter().filter_map(|(k, v)| pair(k.as_bytes(), v.as_bytes())).collect();
-        let mut envp: Vec<*const c_char> = p.env.iter().map(|c| c.as_ptr()).collect();
+        let mut envp: Vec<*const c_char> = self.front_env.iter().map(|c| c.as_ptr()).collect();
+        envp.extend(p.env.iter().map(|c| c.as_ptr()));
         envp.extend(extra.iter().map(|c| c.as_ptr()));
         envp.push(std::ptr::null());
         let mut argv: Vec<*const c_char> = p.argv.iter().map(|c| c.as_ptr()).collect();

@@ -126,6 +126,8 @@ struct Root {
     stdin: StdinFlow,
     /// The launched job's fence: one party per top proxy.
     fence: FenceFold,
+    /// The launched job's PMIx fence: one party (a subtree's data) per top proxy.
+    pmix_fence: FenceFold<Vec<u8>>,
     names: Names,
     /// Tells the output writer about each spawned job before its ranks start.
     spawned_jobs: std::sync::mpsc::Sender<SpawnedJob>,
@@ -175,6 +177,7 @@ pub async fn run(mut plan: Plan) -> i32 {
             pending: HashMap::new(),
         },
         fence: FenceFold::default(),
+        pmix_fence: FenceFold::default(),
         names: Names::default(),
         spawned_jobs,
         launcher: None,
@@ -371,6 +374,19 @@ impl Root {
                     tracing::debug!(epoch, pairs = pairs.len(), "fence complete");
                     self.children.broadcast(&Down::FenceOut { epoch, pairs });
                     self.fence.finish(epoch);
+                }
+            }
+            Up::PmixFenceIn { epoch, data } => {
+                if epoch != self.pmix_fence.epoch() {
+                    let expected = self.pmix_fence.epoch();
+                    tracing::warn!(epoch, expected, "PMIx fence entry for another epoch");
+                }
+                self.pmix_fence.arrive([data]);
+                if let Some((epoch, blobs)) = self.pmix_fence.complete(self.children.live()) {
+                    let data = blobs.concat();
+                    tracing::debug!(epoch, bytes = data.len(), "PMIx fence complete");
+                    self.children.broadcast(&Down::PmixFenceOut { epoch, data });
+                    self.pmix_fence.finish(epoch);
                 }
             }
             Up::Name { rank, tag, op } => {

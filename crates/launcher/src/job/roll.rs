@@ -185,6 +185,7 @@ mod tests {
             pmi_port: false,
             binding: None,
             liveness: Liveness::default(),
+            pmix: None,
         }
     }
 

@@ -123,6 +123,20 @@ pub enum LauncherKind {
     Lsf,
 }
 
+/// `--pmi`: which PMI flavours the ranks are served.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PmiKinds {
+    /// PMI-1 and PMI-2, and PMIx unless no program of the job can be a PMIx client (see
+    /// `plan::elf`): the default.
+    Auto,
+    /// PMI-1, PMI-2 and PMIx.
+    All,
+    /// PMI-1 and PMI-2: no PMIx server is started.
+    Simple,
+    /// PMIx (PMI-1 and PMI-2 stay served: they cost nothing until a rank speaks them).
+    Pmix,
+}
+
 /// `--rmk`: which batch scheduler's allocation gives the hosts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Rmk {
@@ -174,6 +188,10 @@ pub struct Options {
     pub(crate) liveness: Liveness,
     pub(crate) timeout: Option<Duration>,
     pub(crate) pmi_port: bool,
+    /// `--pmi`.
+    pub(crate) pmi: PmiKinds,
+    /// `--pset NAME=RANKS`, in order: names and rank ranges (inclusive).
+    pub(crate) psets: Vec<(String, Vec<(u32, u32)>)>,
     pub(crate) binding: Option<Binding>,
     pub(crate) report_bindings: bool,
     pub(crate) output: OutputSpec,
@@ -244,6 +262,8 @@ fn fold(
         liveness: Liveness::default(),
         timeout: None,
         pmi_port: false,
+        pmi: PmiKinds::Auto,
+        psets: Vec::new(),
         binding: None,
         report_bindings: false,
         output: OutputSpec::default(),
@@ -286,6 +306,18 @@ fn fold(
                     o.kill_grace = parse_seconds(item.name, &value)?;
                 }
                 Key::PmiPort => o.pmi_port = true,
+                Key::Pmi => {
+                    o.pmi = match value.as_str() {
+                        "auto" => PmiKinds::Auto,
+                        "all" => PmiKinds::All,
+                        "simple" | "pmi" | "pmi1" | "pmi2" => PmiKinds::Simple,
+                        "pmix" => PmiKinds::Pmix,
+                        _ => return Err(bad("auto, all, simple or pmix")),
+                    }
+                }
+                Key::Pset => o
+                    .psets
+                    .push(values::pset(&value).ok_or_else(|| bad("NAME=RANKS, e.g. io=0-3,8"))?),
                 Key::Stdin => o.stdin = value,
                 Key::Hosts | Key::Hostfile => {
                     let source = if item.key == Key::Hosts {

@@ -162,3 +162,35 @@ pub(super) fn parse_bind_to(
 pub(super) fn expected(option: &'static str, value: &str, what: &'static str) -> OptionError {
     OptionError::Expected { option, value: value.to_string(), what }
 }
+
+/// `--pset NAME=RANKS`: the name and the rank ranges (`0-3,8` is 0..=3 and 8..=8), checked
+/// against the job's size once it is known.
+pub(super) fn pset(value: &str) -> Option<(String, Vec<(u32, u32)>)> {
+    let (name, ranks) = value.split_once('=')?;
+    if name.is_empty() || name.len() > 255 || name.contains(|c: char| c.is_control()) {
+        return None;
+    }
+    let ranges = ranks
+        .split(',')
+        .map(|part| {
+            let (first, last) = part.split_once('-').unwrap_or((part, part));
+            let (first, last) = (first.parse::<u32>().ok()?, last.parse::<u32>().ok()?);
+            (first <= last).then_some((first, last))
+        })
+        .collect::<Option<Vec<_>>>()?;
+    Some((name.to_string(), ranges))
+}
+
+#[cfg(test)]
+mod pset_tests {
+    use super::pset;
+
+    #[test]
+    fn psets_are_names_and_rank_ranges() {
+        assert_eq!(pset("io=0-3,8"), Some(("io".into(), vec![(0, 3), (8, 8)])));
+        assert_eq!(pset("a:b=5"), Some(("a:b".into(), vec![(5, 5)])));
+        for bad in ["io", "=1", "io=", "io=3-1", "io=x", "io=1,,2", "io=-1"] {
+            assert_eq!(pset(bad), None, "{bad}");
+        }
+    }
+}

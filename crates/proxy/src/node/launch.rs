@@ -33,9 +33,19 @@ struct StartRank<'a> {
 type Unbound = HashMap<u32, (PmiPeer, pmi::AnswerRx)>;
 
 impl Node {
-    /// Starts the launched job's ranks on this node, and in `--pmi-port` mode the listener
-    /// that their connections will claim.
+    /// Starts the launched job's ranks on this node, once its PMIx server (if the job serves
+    /// PMIx) has their environments.
     pub(super) fn start_launched(&mut self) {
+        if !self.start_pmix() {
+            self.start_launched_ranks();
+        }
+    }
+
+    /// Starts the launched job's ranks, and in `--pmi-port` mode the listener that their
+    /// connections will claim.
+    pub(super) fn start_launched_ranks(&mut self) {
+        // Nothing was swept while the ranks were held.
+        self.swept = false;
         let listener = if self.job.pmi_port { pmi::listen() } else { None };
         let setup = match listener.as_ref().and_then(|l| l.local_addr().ok()) {
             Some(addr) => PmiSetup::Port(addr.to_string()),
@@ -79,9 +89,19 @@ impl Node {
     /// Starts ranks, all processes first (several at a time), then the tasks that carry each
     /// one's output, stdin and PMI. Returns the ranks whose PMI connection is still to come.
     fn start_batch(&mut self, batch: Vec<StartRank>, setup: &PmiSetup) -> Unbound {
+        // The launched job's ranks' PMIx environments (spawned jobs are PMI's alone).
+        let front_envs: Vec<_> = batch
+            .iter()
+            .map(|start| match start.job_index {
+                0 => self.pmix_env(start.at.rank),
+                _ => Vec::new(),
+            })
+            .collect();
+        let mut front_envs = front_envs.into_iter();
         let prepared = batch
             .iter()
             .map(|start| {
+                let front_env = front_envs.next().unwrap_or_default();
                 let StartRank { job, job_index, segment, .. } = *start;
                 let program = self
                     .programs
@@ -92,7 +112,7 @@ impl Node {
                     .clone()?;
                 let gets_stdin = job_index == 0 && job.stdin.includes(start.gid);
                 let mask = start.cpus.as_ref().map(|c| &c.mask);
-                rank::prepare(program, job.size, &start.at, gets_stdin, setup, mask)
+                rank::prepare(program, job.size, &start.at, gets_stdin, setup, mask, front_env)
             })
             .collect();
         let started = rank::start_all(prepared);

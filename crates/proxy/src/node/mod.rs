@@ -17,6 +17,7 @@
 
 mod calls;
 mod launch;
+mod pmix;
 
 use std::collections::{HashMap, HashSet};
 use std::ffi::OsString;
@@ -61,6 +62,8 @@ pub(crate) enum Event {
     },
     /// A child proxy dialed in (`Bootstrap::Dial`).
     Dialed(Box<Dialed>),
+    /// From this node's PMIx server.
+    Pmix(crate::pmix::HostNews),
 }
 
 /// What a proxy that dialed its parent needs to accept its own children the same way.
@@ -128,6 +131,8 @@ pub(crate) struct Node {
     dial: Option<DialContext>,
     /// Children that have not dialed in by then are lost.
     dial_deadline: Option<Instant>,
+    /// This node's PMIx server, if the job serves PMIx.
+    pmix: Option<pmix::Pmix>,
 }
 
 /// Runs a proxy on its control channel until its subtree is finished; child proxies are
@@ -207,6 +212,7 @@ pub async fn serve(
         swept: false,
         dial,
         dial_deadline: None,
+        pmix: None,
     };
     let code = node.run(events_rx, pmi_rx).await;
     drop(node);
@@ -374,12 +380,16 @@ impl Node {
                 self.handle_down(down);
             }
             Event::UpstreamClosed(why) => self.lose_upstream(&why),
+            Event::Pmix(news) => self.pmix_news(news),
             Event::OutputClosed { local } => self.ranks.stream_closed(local),
             Event::Child { child, event } => match self.children.on_link(child, event) {
                 Some(ChildNews::Up(Up::FenceIn { pairs, .. })) => {
                     let live = self.children.live();
                     let step = self.kvs(0).map(|kvs| kvs.child_entered(pairs, live));
                     self.fence_step(step);
+                }
+                Some(ChildNews::Up(Up::PmixFenceIn { epoch, data })) => {
+                    self.pmix_child_fence(epoch, data)
                 }
                 // relay_child sends every other frame straight up.
                 Some(ChildNews::Up(_)) | None => {}
@@ -434,6 +444,7 @@ impl Node {
                     self.send_replies(released);
                 }
             }
+            Down::PmixFenceOut { epoch, data } => self.pmix_fence_out(epoch, data),
             Down::Spawn(sj) => {
                 if sj.node == self.plan.index {
                     self.start_spawned(*sj);
@@ -444,6 +455,11 @@ impl Node {
                 }
             }
             Down::NameReply { rank, tag, answer } => {
+                let local = self.ranks.find(rank).is_some();
+                match pmix::pmix_id(&tag) {
+                    Some(id) if local => return self.pmix_name_answer(id, answer),
+                    _ => {}
+                }
                 match self.ranks.find(rank).and_then(|r| r.answers.as_ref()) {
                     Some(tx) => {
                         let _ = tx.send(Box::new(PmiAnswer::Name { answer, tag }));
@@ -500,7 +516,7 @@ impl Node {
                 self.report_lost(lost);
             }
         }
-        if !self.swept && self.ranks.all_reaped() {
+        if !self.swept && !self.holding_ranks() && self.ranks.all_reaped() {
             // Whatever the ranks left behind (a daemonized grandchild holding a pipe or its
             // PMI socket open) goes now, so that their output and PMI reach end of file.
             self.swept = true;
@@ -513,13 +529,14 @@ impl Node {
     }
 
     fn finished(&self) -> bool {
-        self.kill.gave_up() || (self.ranks.finished() && self.children.settled())
+        self.kill.gave_up()
+            || (!self.holding_ranks() && self.ranks.finished() && self.children.settled())
     }
 }
 
 /// Routes what a child proxy's link reports: its frames go up unchanged (through the bounded
-/// data channel, so backpressure reaches the child), except NodeDone and FenceIn, which are
-/// ours to aggregate; everything else about the link goes to the dispatcher.
+/// data channel, so backpressure reaches the child), except NodeDone and the fence entries,
+/// which are ours to aggregate; everything else about the link goes to the dispatcher.
 async fn relay_child(
     child: usize,
     event: LinkEvent,
@@ -530,7 +547,9 @@ async fn relay_child(
         LinkEvent::Up(Up::Ping) => true,
         // With the parent gone, frames have nowhere to go; the link still runs, so that its
         // end reaches the dispatcher.
-        LinkEvent::Up(up) if !matches!(up, Up::NodeDone { .. } | Up::FenceIn { .. }) => {
+        LinkEvent::Up(up)
+            if !matches!(up, Up::NodeDone { .. } | Up::FenceIn { .. } | Up::PmixFenceIn { .. }) =>
+        {
             let _ = data.send(up).await;
             true
         }

@@ -1,0 +1,159 @@
+//! Open MPI programs (Debian's Open MPI 4.1, a PMIx client) under rlaunch: each node's proxy
+//! starts an OpenPMIx server for them. Wire-up on one node and across fake nodes, where Open
+//! MPI thinks each rank is, point-to-point traffic, `MPI_Abort`, the name service, process
+//! sets queried by a libpmix client, and MPICH still served PMI-1 on the same proxies.
+//!
+//! Every test checks what the ranks report: an Open MPI rank that finds no PMIx server runs
+//! as a singleton of size 1 and exits 0.
+
+use std::time::Duration;
+
+use rlaunch_tests::hosts::hostname;
+use rlaunch_tests::mpi::{check_abort, check_hello, fake_nodes, mpi_run, CProgram, MPI_LIMIT};
+use rlaunch_tests::output::{rlaunch_lines, sorted};
+use rlaunch_tests::Run;
+
+#[test]
+fn open_mpi_hello_allreduce_on_one_node() {
+    let out = mpi_run(&[], 4, CProgram::OmpiHello, &["4"]).run();
+    check_hello(&out, 4);
+}
+
+#[test]
+fn open_mpi_hello_on_four_fake_nodes_sees_each_rank_on_its_node() {
+    let out = mpi_run(&fake_nodes(4, 2), 8, CProgram::OmpiHello, &["8"]).run();
+    check_hello(&out, 8);
+    // Open MPI's processor name is gethostname(), one machine's: where Open MPI believes
+    // each rank is shows in its shared-memory communicator and its server's node name.
+    let out = mpi_run(&fake_nodes(4, 2), 8, CProgram::OmpiNodes, &[]).run();
+    out.assert_code(0);
+    let want: Vec<String> =
+        (0..8).map(|r| format!("rank {r} size 8 shared 2 host n{}", r / 2 + 1)).collect();
+    assert_eq!(sorted(out.lines()), sorted(want), "{out}");
+}
+
+#[test]
+fn open_mpi_ring_across_three_fake_nodes() {
+    let out = mpi_run(&fake_nodes(3, 2), 6, CProgram::OmpiRing, &[]).run();
+    out.assert_code(0);
+    let want = (0..6)
+        .map(|r| format!("ring {r} got {}", if r == 0 { 6 } else { r }))
+        .chain(["ring done size 6 token 6".to_string()]);
+    assert_eq!(sorted(out.lines()), sorted(want), "{out}");
+}
+
+#[test]
+fn open_mpi_abort_ends_the_job_with_its_code_and_names_the_rank() {
+    let chain = [fake_nodes(2, 2), vec!["--tree-width".into(), "1".into()]].concat();
+    for (options, host) in [(vec![], hostname()), (chain, "n1".to_string())] {
+        let out = mpi_run(&options, 4, CProgram::OmpiAbort, &[]).run();
+        check_abort(&out, &host);
+    }
+}
+
+#[test]
+fn a_rank_that_exits_before_mpi_init_ends_the_job_naming_it() {
+    // The others wait in MPI_Init's fence for it; rlaunch must end them, not hang.
+    let hello = CProgram::OmpiHello.path_str();
+    let script = format!("[ \"$PMIX_RANK\" = 2 ] && exit 3; exec {hello} 4");
+    let out = Run::new(&["--launcher", "fork", "--hosts", "a:2,b:2", "-n", "4", "sh", "-c"])
+        .arg(&script)
+        .timeout(MPI_LIMIT)
+        .run();
+    out.assert_code(3);
+    let err = out.stderr_str();
+    let ours = rlaunch_lines(&err);
+    assert_eq!(ours.len(), 1, "{out}");
+    assert!(ours[0].starts_with("rlaunch: rank 2 (pid "), "{out}");
+    assert!(ours[0].ends_with(" on b) exited with code 3"), "{out}");
+    out.tag.wait_until_none(Duration::from_secs(5)).unwrap_or_else(|left| {
+        panic!("left running: {left:?}");
+    });
+}
+
+#[test]
+fn open_mpi_publish_and_lookup_on_one_node_and_across_fake_nodes() {
+    for options in [vec![], fake_nodes(2, 1)] {
+        let port = "ompi-port#1";
+        let out = mpi_run(&options, 2, CProgram::OmpiPublish, &["ompi-service", port]).run();
+        out.assert_code(0);
+        let want = [
+            "gone ompi-service".to_string(),
+            format!("lookup ompi-service = {port}"),
+            "published ompi-service".to_string(),
+            "unpublished ompi-service".to_string(),
+        ];
+        assert_eq!(sorted(out.lines()), want, "{out}");
+    }
+}
+
+#[test]
+fn process_sets_are_defined_by_rlaunch_and_seen_by_pmix_clients() {
+    let options = [fake_nodes(2, 2), vec!["--pset".into(), "io=0-2".into()]].concat();
+    let out = Run::new(&[])
+        .args(options)
+        .args(["-n", "2", &CProgram::Psets.path_str(), ":", "-n", "2"])
+        .arg(CProgram::Psets.path_str())
+        .timeout(MPI_LIMIT)
+        .run();
+    out.assert_code(0);
+    let want = [
+        "psets 5",
+        "pset rlaunch://app/0: 0 1",
+        "pset rlaunch://app/1: 2 3",
+        "pset rlaunch://node/n1: 0 1",
+        "pset rlaunch://node/n2: 2 3",
+        "pset io: 0 1 2",
+    ];
+    assert_eq!(out.lines(), want, "{out}");
+}
+
+#[test]
+fn bad_process_sets_are_refused_naming_the_option() {
+    let out = Run::new(&["--pset", "io=0-9", "-n", "2", "true"]).run();
+    out.assert_code(2);
+    assert_eq!(
+        out.stderr_str(),
+        "rlaunch: --pset io: rank 9 is beyond the job's 2 ranks\n",
+        "{out}"
+    );
+}
+
+#[test]
+fn mpich_is_served_pmi_on_proxies_that_serve_pmix() {
+    let out = mpi_run(&["--pmi".into(), "all".into()], 4, CProgram::Hello, &["4"]).run();
+    check_hello(&out, 4);
+    let out = mpi_run(
+        &[fake_nodes(2, 2), vec!["--pmi".into(), "all".into()]].concat(),
+        4,
+        CProgram::Hello,
+        &["4"],
+    )
+    .run();
+    check_hello(&out, 4);
+}
+
+#[test]
+fn pmix_is_served_only_where_a_program_can_use_it() {
+    // sh can start anything: served. `--pmi simple`: never.
+    let env = |options: &[&str]| {
+        let out = Run::new(options).args(["-n", "1", "sh", "-c", "env"]).timeout(MPI_LIMIT).run();
+        out.assert_code(0);
+        out.lines().iter().any(|l| l.starts_with("PMIX_NAMESPACE="))
+    };
+    assert!(env(&[]), "sh gets a PMIx server by default");
+    assert!(!env(&["--pmi", "simple"]), "--pmi simple starts no PMIx server");
+}
+
+#[test]
+fn info_names_the_pmix_library_built_in() {
+    let version = std::process::Command::new("pkg-config").args(["--modversion", "pmix"]).output();
+    let version = version.expect("pkg-config runs (./test.sh installs pkgconf)");
+    let version = String::from_utf8_lossy(&version.stdout).trim().to_string();
+    let out = Run::new(&["--info"]).run();
+    out.assert_code(0);
+    let want = format!(
+        "  PMIx:       OpenPMIx {version} server on every node, for programs that can use it (--pmi)"
+    );
+    assert!(out.lines().contains(&want), "{out}");
+}
