@@ -104,7 +104,8 @@ fn wait_no_remote_proxies(within: Duration) {
 fn jobs_run_across_hosts_over_ssh_and_failures_leave_nothing() {
     let cluster = Cluster::up(NODES);
     each_node_runs_a_plain_command(&cluster);
-    mpich_runs_on_four_nodes_with_two_ranks_each(&cluster);
+    hello_runs_on_four_nodes_with_two_ranks_each(&cluster, CProgram::Hello);
+    hello_runs_on_four_nodes_with_two_ranks_each(&cluster, CProgram::OmpiHello);
     tree_spawn_with_width_two_covers_seven_nodes(&cluster);
     an_unknown_host_fails_the_launch(&cluster);
     a_stopped_sshd_fails_the_launch(&cluster);
@@ -121,8 +122,9 @@ fn each_node_runs_a_plain_command(cluster: &Cluster) {
     assert_eq!(lines, ["[0] n1", "[1] n2", "[2] n3", "[3] n4"], "{out}");
 }
 
-fn mpich_runs_on_four_nodes_with_two_ranks_each(cluster: &Cluster) {
-    let hello = CProgram::Hello.path();
+/// MPICH's hello (PMI-1) or Open MPI's (PMIx, each node its own PMIx server).
+fn hello_runs_on_four_nodes_with_two_ranks_each(cluster: &Cluster, program: CProgram) {
+    let hello = program.path();
     let hostfile = cluster.dir.path().join("hostfile");
     std::fs::write(&hostfile, "n1:2\nn2:2\nn3:2\nn4:2\n").unwrap();
     let out = cluster

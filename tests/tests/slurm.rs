@@ -26,13 +26,14 @@ fn slurm_runs_steps_allocations_batch_jobs_and_mpi_and_cancels_cleanly() {
     let cluster = SlurmCluster::up(NODES);
     eprintln!("slurm cluster up in {:?}", started.elapsed());
     assert_eq!(cluster.running_daemons().len(), 2 + NODES, "munged, slurmctld, a slurmd a node");
-    let steps: [Step; 13] = [
+    let steps: [Step; 14] = [
         ("srun", srun_runs_a_task_on_each_node),
         ("salloc", salloc_exports_the_allocation),
         ("sbatch", sbatch_wait_runs_a_batch_script_on_the_first_node),
         ("mpich", mpich_over_pmi2_spans_the_nodes),
         ("scancel", scancel_leaves_no_process_of_the_job),
         ("rlaunch", rlaunch_inside_salloc_starts_its_proxies_with_one_srun),
+        ("rlaunch-openmpi", open_mpi_inside_salloc_gets_a_pmix_server_on_every_node),
         ("rlaunch-sbatch", rlaunch_in_a_batch_script_needs_no_host_options),
         ("rlaunch-nested", rlaunch_inside_a_step_overlaps_it_instead_of_hanging),
         ("rlaunch-scancel", scancel_of_an_rlaunch_job_leaves_nothing),
@@ -189,6 +190,19 @@ fn rlaunch_inside_salloc_starts_its_proxies_with_one_srun(cluster: &SlurmCluster
     let want: Vec<String> =
         (1..=3).map(|i| format!("lineage n{i} rlaunch-proxy slurmstepd-wlm")).collect();
     assert_eq!(lines, want, "{out}");
+}
+
+fn open_mpi_inside_salloc_gets_a_pmix_server_on_every_node(cluster: &SlurmCluster) {
+    let hello = CProgram::OmpiHello.path_str();
+    let rlaunch = rlaunch_tests::rlaunch().to_string_lossy().into_owned();
+    let options = ["--launcher", "slurm", "--bind-address", HEAD_IP];
+    let args = [&["-N3", "-n6", rlaunch.as_str()][..], &options, &[hello.as_str(), "6"]].concat();
+    let out = cluster.run("salloc", &args).timeout(WAIT).run();
+    out.assert_code(0);
+    let want: Vec<HelloLine> = (0..6)
+        .map(|rank| HelloLine { rank, size: 6, sum: 15, name: format!("n{}", rank / 2 + 1) })
+        .collect();
+    assert_eq!(hello_lines(&out.stdout_str()), want, "{out}");
 }
 
 /// Ranks 0..n of a hello run over the allocation `2(x2),1`, in node order.
