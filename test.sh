@@ -49,6 +49,21 @@ need /usr/bin/sbatch slurm-client
 need /usr/bin/scancel slurm-client
 need /usr/bin/sinfo slurm-client
 need /usr/bin/squeue slurm-client
+# The Grid Engine cluster of tests/cluster/sge.sh (Debian keeps the binaries in
+# /usr/lib/gridengine; /usr/bin has wrappers that read SGE_ROOT).
+need /usr/lib/gridengine/sge_qmaster gridengine-master
+need /usr/lib/gridengine/sge_execd gridengine-exec
+need /usr/lib/gridengine/sge_shepherd gridengine-exec
+need /usr/lib/gridengine/qrsh_starter gridengine-client
+need /usr/lib/gridengine/spoolinit gridengine-client
+need /usr/lib/gridengine/spooldefaults gridengine-client
+need /usr/share/gridengine/default-configuration gridengine-common
+need /usr/share/gridengine/util/install_modules/inst_schedd_normal.conf gridengine-common
+need /usr/lib/gridengine/qconf gridengine-client
+need /usr/bin/qsub gridengine-client
+need /usr/bin/qrsh gridengine-client
+need /usr/bin/qstat gridengine-client
+need /usr/bin/qdel gridengine-client
 if [ ${#need_pkgs[@]} -gt 0 ]; then
     # Once each: one package may provide several of the files.
     mapfile -t need_pkgs < <(printf '%s\n' "${need_pkgs[@]}" | sort -u)

@@ -28,7 +28,8 @@
 //!   rank): its command name, state, parent and resident size.
 //! * [`mpi`] compiles the MPI and PMI-2 programs of `tests/c/` and checks what they print.
 //! * [`slurm`] brings up a real Slurm cluster of fake nodes (`tests/cluster/slurm.sh`; needs
-//!   root) and runs Slurm's clients against it.
+//!   root) and runs Slurm's clients against it; [`sge`] a real Grid Engine cluster
+//!   (`tests/cluster/sge.sh`).
 //! * [`check_flood`] checks the output of `rankprog flood`, [`fnv1a64`] the answer of
 //!   `rankprog stdin-sum`, [`tempdir`] gives a directory removed on drop.
 //!
@@ -40,8 +41,8 @@
 //! output files), `stdin`, `exit_status` (failures, timeouts), `signals`, `lost_proxies`,
 //! `cli` (the drop-in command line), `binding`, `fakessh` (the ssh bootstrap, with a fake ssh),
 //! `multihost` (real ssh between network namespaces; needs root), `slurm` (a real Slurm
-//! cluster of fake nodes; needs root), `mpich`, `pmi`, `spawn`, and `rankprog` (the helper
-//! itself).
+//! cluster of fake nodes; needs root), `sge` (a real Grid Engine cluster of fake nodes; needs
+//! root), `mpich`, `pmi`, `spawn`, and `rankprog` (the helper itself).
 //!
 //! ```no_run
 //! use rlaunch_tests::{rankprog_str, Run};
@@ -58,6 +59,7 @@ pub mod procfs;
 mod procs;
 mod programs;
 mod run;
+pub mod sge;
 pub mod slurm;
 mod tempdir;
 

@@ -1,0 +1,307 @@
+//! A real Grid Engine cluster on this machine for the tests: `tests/cluster/sge.sh` brings up
+//! sge_qmaster on the head and one sge_execd per fake node `n1..nN` (network and UTS
+//! namespaces), with a parallel environment `rl` whose jobs start tasks on their nodes with
+//! `qrsh -inherit`; [`SgeCluster`] runs it and takes it down on drop. Needs root.
+//!
+//! ```text
+//!   test ──SgeCluster::up(3)──► sge.sh up DIR 3 ──► sge_qmaster          (head, 10.215.0.1)
+//!     │                                         └─► sge_execd in rlg-n1..rlg-n3 (n1..n3)
+//!     └── cluster.run("qsub", ..) ── DIR/client qsub .. ──► a job on n1..n3
+//! ```
+//!
+//! Every client runs through `DIR/client`, which gives it the cluster's environment and the
+//! head's view of the names (the nodes resolve there; see sge.sh). Grid Engine passes none of
+//! the submitter's environment on unless told: a test hands its run's tag to a job with
+//! `-v RLAUNCH_TEST_TAG`, and rlaunch hands it on to the ranks. The proxies, which `qrsh
+//! -inherit` starts with a fresh environment, carry no tag: [`SgeCluster::job_processes`]
+//! finds them, and everything else on the nodes, by namespace.
+//!
+//! The cluster's names (bridge `rlgbr0`, namespaces `rlg-nI`, ports 16444-16445) are global
+//! to the machine: a test binary brings up one cluster and runs its scenarios one after
+//! another on it (one `#[test]`, as `tests/tests/sge.rs` does), so that the cluster's drop ends
+//! it.
+
+use std::ffi::OsStr;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use crate::{procfs, Run, TempDir};
+
+/// `tests/cluster/sge.sh`.
+fn script() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("cluster/sge.sh")
+}
+
+/// A process on one of the cluster's nodes that is not the node's execd: part of a job.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NodeProcess {
+    pub pid: i32,
+    pub comm: String,
+    /// `n1`, `n2`, ...
+    pub node: String,
+}
+
+/// A running cluster of fake nodes `n1..nN`; dropping it (or [`SgeCluster::down`]) stops every
+/// daemon and job and removes its namespaces, bridge and `/etc/netns` files.
+#[derive(Debug)]
+pub struct SgeCluster {
+    /// SGE_ROOT, the spools and every daemon's log; removed after the cluster is down.
+    dir: TempDir,
+    nodes: usize,
+    /// What a client needs (`SGE_ROOT=...`, the cell and ports), from `DIR/env`.
+    env: Vec<(String, String)>,
+    /// Set once `sge.sh down` has run, so that drop does not run it again.
+    down: bool,
+}
+
+impl SgeCluster {
+    /// Brings up `nodes` nodes and returns once every node's queue instance is usable; panics
+    /// with the script's report (the daemons' last log lines) if they do not come up.
+    pub fn up(nodes: usize) -> SgeCluster {
+        assert!(
+            nix::unistd::geteuid().is_root(),
+            "the Grid Engine tests need root to make network namespaces and run its daemons"
+        );
+        // The names are global, so a second cluster (a second #[test] in the same binary, on
+        // a parallel thread) could only fail later and more confusingly.
+        assert!(
+            !UP.swap(true, Ordering::SeqCst),
+            "one SgeCluster per test process: run every Grid Engine scenario in one #[test]"
+        );
+        let dir = crate::tempdir();
+        let out = Command::new("bash")
+            .arg(script())
+            .arg("up")
+            .arg(dir.path())
+            .arg(nodes.to_string())
+            .output()
+            .unwrap_or_else(|e| panic!("error: cannot run {}: {e}", script().display()));
+        // From here on a drop takes down whatever `up` left, even after a failure.
+        let mut cluster = SgeCluster { dir, nodes, env: Vec::new(), down: false };
+        assert!(
+            out.status.success(),
+            "error: Grid Engine cluster did not come up ({}):\n{}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let env = std::fs::read_to_string(cluster.dir.join("env"))
+            .unwrap_or_else(|e| panic!("error: cannot read the cluster's env file: {e}"));
+        cluster.env = parse_env(&env);
+        cluster
+    }
+
+    /// The directory holding SGE_ROOT, the spools and the daemons' logs.
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// The node names, `n1..nN`.
+    pub fn nodes(&self) -> Vec<String> {
+        (1..=self.nodes).map(|i| format!("n{i}")).collect()
+    }
+
+    /// The environment a Grid Engine client needs to talk to this cluster (`DIR/client` sets
+    /// it by itself).
+    pub fn env(&self) -> &[(String, String)] {
+        &self.env
+    }
+
+    /// `DIR/client program`: a client run as the head runs it, with the cluster's environment
+    /// and names, and without any Grid Engine variable the test itself may have inherited
+    /// (from a real job it runs in, say).
+    pub fn command(&self, program: impl AsRef<OsStr>) -> Command {
+        let mut command = Command::new(self.client());
+        for key in inherited_sge_vars() {
+            command.env_remove(key);
+        }
+        command.arg(program);
+        command
+    }
+
+    /// Like [`SgeCluster::command`], as a tagged [`Run`] with a timeout.
+    pub fn run(&self, program: &str, args: &[&str]) -> Run {
+        let run = Run::program(self.client(), &[program]).args(args);
+        inherited_sge_vars().into_iter().fold(run, |run, key| run.env_remove(key))
+    }
+
+    fn client(&self) -> PathBuf {
+        self.dir.join("client")
+    }
+
+    /// The daemons `up` started (sge_qmaster, one sge_execd per node) that still run.
+    pub fn running_daemons(&self) -> Vec<(i32, String)> {
+        let pids = std::fs::read_to_string(self.dir.join("pids")).unwrap_or_default();
+        parse_pids(&pids).into_iter().filter(|(pid, _)| is_live(*pid)).collect()
+    }
+
+    /// Every live process on the nodes (in their network namespaces) but the execds: the
+    /// shepherds, `qrsh -inherit`'s tasks and whatever they started. Empty when no job runs.
+    pub fn job_processes(&self) -> Vec<NodeProcess> {
+        let daemons: Vec<i32> = self.running_daemons().into_iter().map(|(pid, _)| pid).collect();
+        let namespaces: Vec<(String, (u64, u64))> = self
+            .nodes()
+            .into_iter()
+            .filter_map(|node| {
+                let meta = std::fs::metadata(format!("/run/netns/rlg-{node}")).ok()?;
+                Some((node, (meta.dev(), meta.ino())))
+            })
+            .collect();
+        let mut found = Vec::new();
+        for pid in procfs::pids() {
+            if daemons.contains(&pid) {
+                continue;
+            }
+            let Ok(meta) = std::fs::metadata(format!("/proc/{pid}/ns/net")) else { continue };
+            let Some((node, _)) = namespaces.iter().find(|(_, id)| *id == (meta.dev(), meta.ino()))
+            else {
+                continue;
+            };
+            if let Some(stat) = procfs::stat(pid).filter(|s| s.state != 'Z') {
+                found.push(NodeProcess { pid, comm: stat.comm, node: node.clone() });
+            }
+        }
+        found.sort_by_key(|p| p.pid);
+        found
+    }
+
+    /// Waits until no job is known to the qmaster and no process of one is left on any node;
+    /// returns what is still there after `timeout`.
+    pub fn wait_idle(&self, timeout: Duration) -> Result<(), String> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let jobs = self.command("qstat").args(["-u", "*"]).output();
+            let jobs = match &jobs {
+                Ok(out) if out.status.success() => {
+                    String::from_utf8_lossy(&out.stdout).into_owned()
+                }
+                Ok(out) => format!("qstat failed: {}", String::from_utf8_lossy(&out.stderr)),
+                Err(e) => format!("cannot run qstat: {e}"),
+            };
+            let left = self.job_processes();
+            if jobs.trim().is_empty() && left.is_empty() {
+                return Ok(());
+            }
+            if Instant::now() >= deadline {
+                return Err(format!("jobs: {jobs:?}; processes on the nodes: {left:?}"));
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Takes the cluster down now and checks that nothing of it is left: no daemon, namespace,
+    /// bridge or `/etc/netns` entry. Panics naming what is.
+    pub fn down(mut self) {
+        let daemons = self.running_daemons();
+        self.stop();
+        let mut left: Vec<String> = daemons
+            .into_iter()
+            .filter(|(pid, _)| is_live(*pid))
+            .map(|(pid, name)| format!("{name} (pid {pid})"))
+            .collect();
+        for i in 1..=self.nodes {
+            for path in [format!("/run/netns/rlg-n{i}"), format!("/etc/netns/rlg-n{i}")] {
+                if Path::new(&path).exists() {
+                    left.push(path);
+                }
+            }
+            if Path::new(&format!("/sys/class/net/rlgv-n{i}")).exists() {
+                left.push(format!("interface rlgv-n{i}"));
+            }
+        }
+        if Path::new("/sys/class/net/rlgbr0").exists() {
+            left.push("interface rlgbr0".into());
+        }
+        assert!(
+            left.is_empty(),
+            "left after the Grid Engine cluster went down: {}",
+            left.join(", ")
+        );
+    }
+
+    fn stop(&mut self) {
+        if std::mem::replace(&mut self.down, true) {
+            return;
+        }
+        // Another cluster may come up once this one is gone, whatever `down` reports.
+        let _up = ResetOnDrop;
+        let out = Command::new("bash").arg(script()).arg("down").arg(self.dir.path()).output();
+        match out {
+            Ok(out) if out.status.success() => {}
+            Ok(out) => eprintln!(
+                "warning: Grid Engine cluster down failed ({}): {}",
+                out.status,
+                String::from_utf8_lossy(&out.stderr)
+            ),
+            Err(e) => eprintln!("warning: cannot run {}: {e}", script().display()),
+        }
+    }
+}
+
+impl Drop for SgeCluster {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// Whether this process has an [`SgeCluster`] up.
+static UP: AtomicBool = AtomicBool::new(false);
+
+/// Clears [`UP`] when `sge.sh down` has run (or panicked).
+struct ResetOnDrop;
+
+impl Drop for ResetOnDrop {
+    fn drop(&mut self) {
+        UP.store(false, Ordering::SeqCst);
+    }
+}
+
+fn is_live(pid: i32) -> bool {
+    procfs::stat(pid).is_some_and(|s| s.state != 'Z')
+}
+
+/// The Grid Engine variables of the test's own environment: its cluster's, or a job's.
+fn inherited_sge_vars() -> Vec<String> {
+    const JOB_VARS: [&str; 4] = ["JOB_ID", "PE_HOSTFILE", "NSLOTS", "NHOSTS"];
+    std::env::vars_os()
+        .filter_map(|(k, _)| k.into_string().ok())
+        .filter(|k| k.starts_with("SGE_") || JOB_VARS.contains(&k.as_str()))
+        .collect()
+}
+
+/// `KEY=VALUE` lines.
+fn parse_env(text: &str) -> Vec<(String, String)> {
+    text.lines()
+        .filter_map(|l| l.split_once('='))
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect()
+}
+
+/// `PID NAME LOG` lines of `DIR/pids`.
+fn parse_pids(text: &str) -> Vec<(i32, String)> {
+    text.lines()
+        .filter_map(|l| {
+            let mut words = l.split(' ');
+            Some((words.next()?.parse().ok()?, words.next()?.to_owned()))
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn env_and_pid_files_parse() {
+        assert_eq!(
+            parse_env("SGE_ROOT=/d/root\nSGE_CELL=rl\n"),
+            [("SGE_ROOT".into(), "/d/root".into()), ("SGE_CELL".into(), "rl".into())]
+        );
+        assert_eq!(
+            parse_pids("12 qmaster /d/qmaster/messages\n13 execd-n1 /d/execd/n1/messages\nx\n"),
+            [(12, "qmaster".into()), (13, "execd-n1".into())]
+        );
+    }
+}
