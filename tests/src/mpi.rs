@@ -46,6 +46,9 @@ pub enum CProgram {
     OmpiNodes,
     /// A client of libpmix that prints the process sets its server defines.
     Psets,
+    /// Open MPI: `die VICTIM`: after a barrier (`ready R`), rank VICTIM kills itself with
+    /// SIGKILL while the others wait in MPI_Finalize's fence.
+    OmpiDie,
 }
 
 enum Compiler {
@@ -60,7 +63,7 @@ enum Compiler {
 }
 
 impl CProgram {
-    const COUNT: usize = 12;
+    const COUNT: usize = 13;
 
     /// The executable's name.
     fn name(self) -> &'static str {
@@ -77,6 +80,7 @@ impl CProgram {
             CProgram::OmpiPublish => "ompi-publish",
             CProgram::OmpiNodes => "ompi-nodes",
             CProgram::Psets => "psets",
+            CProgram::OmpiDie => "ompi-die",
         }
     }
 
@@ -93,7 +97,8 @@ impl CProgram {
             | CProgram::OmpiRing
             | CProgram::OmpiAbort
             | CProgram::OmpiPublish
-            | CProgram::OmpiNodes => Compiler::MpiccOpenmpi,
+            | CProgram::OmpiNodes
+            | CProgram::OmpiDie => Compiler::MpiccOpenmpi,
             _ => Compiler::Mpicc,
         }
     }

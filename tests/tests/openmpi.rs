@@ -72,6 +72,21 @@ fn a_rank_that_exits_before_mpi_init_ends_the_job_naming_it() {
 }
 
 #[test]
+fn a_rank_killed_while_the_others_fence_ends_the_job_naming_it() {
+    let out = mpi_run(&fake_nodes(2, 2), 4, CProgram::OmpiDie, &["2"]).run();
+    out.assert_code(137);
+    let err = out.stderr_str();
+    let ours = rlaunch_lines(&err);
+    assert_eq!(ours.len(), 1, "{out}");
+    assert!(ours[0].starts_with("rlaunch: rank 2 (pid "), "{out}");
+    assert!(ours[0].ends_with(" on n2) was killed by signal 9 (SIGKILL)"), "{out}");
+    assert_eq!(sorted(out.lines()), ["ready 0", "ready 1", "ready 2", "ready 3"], "{out}");
+    out.tag.wait_until_none(Duration::from_secs(5)).unwrap_or_else(|left| {
+        panic!("left running: {left:?}");
+    });
+}
+
+#[test]
 fn open_mpi_publish_and_lookup_on_one_node_and_across_fake_nodes() {
     for options in [vec![], fake_nodes(2, 1)] {
         let port = "ompi-port#1";
