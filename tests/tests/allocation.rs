@@ -202,3 +202,40 @@ fn a_pbs_job_starts_its_proxies_over_ssh() {
     assert_eq!(hosts, ["p1", "p1", "p2"]);
     assert!(calls.is_empty(), "neither qrsh nor blaunch: {calls:?}");
 }
+
+#[test]
+fn qrsh_is_found_where_grid_engine_says_its_binaries_are() {
+    // A standard Grid Engine install keeps qrsh in $SGE_ROOT/bin/<arch>, off the job's PATH;
+    // jobs get SGE_BINARY_PATH. Here PATH has only a shell (Debian's /usr/bin has a qrsh).
+    let dir = tempdir();
+    let bin = dir.path().join("bin");
+    std::fs::create_dir(&bin).unwrap();
+    std::os::unix::fs::symlink("/bin/sh", bin.join("sh")).unwrap();
+    let pe = dir.path().join("pe_hostfile");
+    std::fs::write(&pe, "n1 1 all.q@n1 UNDEFINED\n").unwrap();
+    let log = dir.path().join("launches");
+    let job = |sge_bin: Option<String>| {
+        let mut run = Run::new(&["-l", &rankprog_str(), "env"])
+            .env("PATH", &bin)
+            .env("FAKE_LAUNCH_LOG", &log)
+            .env("JOB_ID", "11")
+            .env("PE_HOSTFILE", &pe)
+            .env_remove("SGE_BINARY_PATH");
+        if let Some(dir) = sge_bin {
+            run = run.env("SGE_BINARY_PATH", dir);
+        }
+        run.run()
+    };
+    let out = job(Some(fake_scheduler_launchers()));
+    assert_eq!(placement(&out), ["n1"]);
+    assert_eq!(std::fs::read_to_string(&log).unwrap(), "qrsh -inherit n1\n");
+    // Nowhere to be found: the line names the program.
+    let out = job(None);
+    out.assert_code(255);
+    assert_eq!(
+        rlaunch_lines(&out.stderr_str()),
+        ["rlaunch: lost proxy on n1 (cannot start its launcher: qrsh: No such file or \
+             directory (os error 2))"],
+        "{out}"
+    );
+}

@@ -64,7 +64,7 @@ pub fn build(o: &Options, env: &[(OsString, OsString)]) -> Result<job::Plan, Pla
     let size = lists.size()?;
     let rank_hosts = place::place_segments(&lists.hosts, &lists.segments, o.map_by == MapBy::Node);
     let proxy_exe = proxy_exe()?;
-    let bootstrap = bootstrap(o, launcher, &proxy_exe);
+    let bootstrap = bootstrap(o, launcher, &proxy_exe, getenv("SGE_BINARY_PATH"));
     let stdin = stdin_target(&o.stdin, size)?;
 
     // With srun, every node's proxy is srun's, this machine's too: Slurm then sees and
@@ -308,8 +308,15 @@ fn read_hosts(source: Option<&HostSource>, own_host: &str) -> Result<Vec<Host>, 
 }
 
 /// How proxies on other machines are started: by fork everywhere (`--launcher fork`), or
-/// over the remote shell, which runs `proxy_path` there.
-fn bootstrap(o: &Options, launcher: Option<LauncherKind>, proxy_exe: &OsString) -> Bootstrap {
+/// over the remote shell, which runs `proxy_path` there. `sge_bin` is Grid Engine's
+/// `SGE_BINARY_PATH`, where its `qrsh` is when the job's PATH does not have it (a standard
+/// install keeps it in `$SGE_ROOT/bin/<arch>`, which jobs do not get on their PATH).
+fn bootstrap(
+    o: &Options,
+    launcher: Option<LauncherKind>,
+    proxy_exe: &OsString,
+    sge_bin: Option<String>,
+) -> Bootstrap {
     if launcher == Some(LauncherKind::Fork) {
         return Bootstrap::Fork;
     }
@@ -318,7 +325,16 @@ fn bootstrap(o: &Options, launcher: Option<LauncherKind>, proxy_exe: &OsString) 
         None => match launcher {
             Some(LauncherKind::Rsh) => vec!["rsh".to_string()],
             // Inside the job: the proxies are the scheduler's tasks, in its accounting.
-            Some(LauncherKind::Sge) => vec!["qrsh".into(), "-inherit".into()],
+            Some(LauncherKind::Sge) => {
+                let on_path = std::env::var_os("PATH").is_some_and(|path| {
+                    std::env::split_paths(&path).any(|dir| dir.join("qrsh").is_file())
+                });
+                let qrsh = match sge_bin {
+                    Some(dir) if !on_path => format!("{}/qrsh", dir.trim_end_matches('/')),
+                    _ => "qrsh".into(),
+                };
+                vec![qrsh, "-inherit".into()]
+            }
             Some(LauncherKind::Lsf) => vec!["blaunch".into()],
             _ => vec!["ssh".into(), "-x".into(), "-oBatchMode=yes".into()],
         },

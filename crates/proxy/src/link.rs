@@ -162,7 +162,8 @@ pub fn spawn_proxy(
     // Its own process group: a Ctrl-C at the terminal reaches rlaunch alone, which forwards it.
     // (process_group rather than a pre_exec hook lets std use posix_spawn instead of fork.)
     cmd.process_group(0);
-    let mut child = cmd.spawn()?;
+    // Name the program that could not start (`qrsh: No such file or directory`).
+    let mut child = cmd.spawn().map_err(|e| io::Error::new(e.kind(), format!("{what}: {e}")))?;
     let stderr = child.stderr.take().map(|e| FdStream::new(OwnedFd::from(e))).transpose()?;
     let to_child = FdStream::new(ours.try_clone()?)?;
     Ok(ProxyProcess {
