@@ -325,7 +325,8 @@ def footprint(argv, ranks, proxy_comm, scratch, timeout=120.0):
         return Footprint(failure=f"{len(output) // len(READY)}/{ranks} ranks ready; {why}")
     spliced = output != READY * ranks
     table = process_table()
-    proxies = [q for q in descendants(p.pid, table) if table[q][1] == proxy_comm]
+    names = (proxy_comm,) if isinstance(proxy_comm, str) else tuple(proxy_comm)
+    proxies = [q for q in descendants(p.pid, table) if table[q][1] in names]
     tracked = [p.pid] + proxies
     last = {pid: vm_hwm_kib(pid) for pid in tracked}
     os.close(hold)  # every rank's read() now sees EOF

@@ -22,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <unistd.h>
 
 #include <pmix.h>
@@ -878,8 +879,10 @@ int main(int argc, char **argv)
         fprintf(stderr, "usage: rlaunch-pmix-host TMPDIR HOST (started by rlaunch-proxy, link on fd 3)\n");
         return 2;
     }
+    /* Exec'd from a memfd, the process would be named after its descriptor's number. */
+    prctl(PR_SET_NAME, "rlaunch-pmix", 0, 0, 0);
     tmpdir = argv[1];
-    pmix_info_t info[4];
+    pmix_info_t info[5];
     bool no = false;
     PMIx_Info_load(&info[0], PMIX_SERVER_TMPDIR, argv[1], PMIX_STRING);
     PMIx_Info_load(&info[1], PMIX_SYSTEM_TMPDIR, argv[1], PMIX_STRING);
@@ -887,7 +890,9 @@ int main(int argc, char **argv)
      * machine must not collide. */
     PMIx_Info_load(&info[2], PMIX_SERVER_SYSTEM_SUPPORT, &no, PMIX_BOOL);
     PMIx_Info_load(&info[3], PMIX_HOSTNAME, argv[2], PMIX_STRING);
-    pmix_status_t rc = PMIx_server_init(&module, info, 4);
+    bool yes = true;
+    PMIx_Info_load(&info[4], PMIX_SERVER_SHARE_TOPOLOGY, &yes, PMIX_BOOL);
+    pmix_status_t rc = PMIx_server_init(&module, info, 5);
     struct buf b = message(rc == PMIX_SUCCESS ? EV_READY : EV_FAILED);
     if (rc == PMIX_SUCCESS) {
         put_str(&b, PMIx_Get_version());
