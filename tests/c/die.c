@@ -1,6 +1,7 @@
-/* die VICTIM: every rank initialises and passes a barrier; then rank VICTIM kills itself
- * with SIGKILL while the others enter MPI_Finalize, whose fence waits for it forever. The
- * launcher must end them and name the victim. Prints `ready R` before the end. */
+/* die VICTIM: every rank initialises, prints `ready R` and passes a barrier (so every line
+ * is out before anyone dies); then rank VICTIM kills itself with SIGKILL while the others
+ * enter MPI_Finalize, whose fence waits for it forever. The launcher must end them and name
+ * the victim. */
 #include <mpi.h>
 #include <signal.h>
 #include <stdio.h>
@@ -12,9 +13,9 @@ int main(int argc, char **argv)
     MPI_Init(&argc, &argv);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     int victim = argc > 1 ? atoi(argv[1]) : 0;
-    MPI_Barrier(MPI_COMM_WORLD);
     printf("ready %d\n", rank);
     fflush(stdout);
+    MPI_Barrier(MPI_COMM_WORLD);
     if (rank == victim)
         raise(SIGKILL);
     MPI_Finalize();

@@ -520,6 +520,8 @@ impl Node {
             // Whatever the ranks left behind (a daemonized grandchild holding a pipe or its
             // PMI socket open) goes now, so that their output and PMI reach end of file.
             self.swept = true;
+            // The PMIx server has no one left to serve: it goes first, on purpose.
+            self.pmix = None;
             procs::kill_descendants(&self.children.pids());
         }
     }

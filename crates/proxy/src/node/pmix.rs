@@ -123,10 +123,9 @@ impl Node {
         let event = match news {
             HostNews::Event(event) => event,
             HostNews::Gone(why) => {
-                let holding = self.pmix.as_ref().is_some_and(|p| p.holding);
-                if self.ranks.finished() && !holding {
-                    return;
-                }
+                // Dropped (its ranks are all done): it went as it should.
+                let Some(pmix) = self.pmix.as_ref() else { return };
+                let holding = pmix.holding;
                 self.notice(format!("the PMIx server of this node ended: {why}"));
                 self.pmix = None;
                 if holding {
