@@ -20,6 +20,8 @@ pub(crate) enum Cause {
     TimedOut(Duration),
     /// A second Ctrl-C.
     Interrupted,
+    /// Ranks failed after rlaunch forwarded them this signal (their ends were its doing).
+    Forwarded(nix::sys::signal::Signal),
     LostProxy {
         host: String,
         reason: String,
@@ -77,6 +79,7 @@ impl Cause {
             Cause::RankFailed { how: RankFailure::Unfinalized, .. } => exit::FAILURE,
             Cause::TimedOut(_) => exit::TIMED_OUT,
             Cause::Interrupted => exit::INTERRUPTED,
+            Cause::Forwarded(sig) => exit::SIGNALED + *sig as i32,
             Cause::StdoutClosed => exit::STDOUT_CLOSED,
             // MPI_Abort(comm, 0) still ends the job as a failure.
             Cause::Aborted { code: 0, .. } => 1,
@@ -105,6 +108,7 @@ impl Cause {
             }
             // Said when it happened.
             Cause::Interrupted | Cause::StdoutClosed => None,
+            Cause::Forwarded(sig) => Some(format!("interrupted by {sig}")),
             Cause::LostProxy { host, reason } => Some(format!("lost proxy on {host} ({reason})")),
             Cause::Aborted { rank, pid, code, msg } => {
                 let msg = if msg.is_empty() { String::new() } else { format!(": {msg}") };
@@ -137,6 +141,8 @@ mod tests {
         assert_eq!(abort(7).exit_code(), 7);
         assert_eq!(Cause::TimedOut(Duration::from_secs(1)).exit_code(), 124);
         assert_eq!(Cause::Interrupted.exit_code(), 130);
+        assert_eq!(Cause::Forwarded(nix::sys::signal::Signal::SIGINT).exit_code(), 130);
+        assert_eq!(Cause::Forwarded(nix::sys::signal::Signal::SIGTERM).exit_code(), 143);
         assert_eq!(Cause::StdoutClosed.exit_code(), 141);
         let lost = Cause::LostProxy { host: "n1".into(), reason: "gone".into() };
         assert_eq!(lost.exit_code(), 255);

@@ -43,7 +43,7 @@ pub(crate) use dial::reaching;
 pub use dial::DialPlan;
 use names::Names;
 use roll::Roll;
-use signals::ForwardedSignals;
+use signals::{Forwarded, ForwardedSignals};
 
 /// Stdin chunks in flight (sent, not yet written into every target rank).
 const STDIN_WINDOW: usize = 8;
@@ -120,6 +120,8 @@ struct Root {
     causes: Vec<Cause>,
     terminating: bool,
     last_interrupt: Option<Instant>,
+    /// The last signal forwarded to the ranks, and the failing ends held since.
+    forwarded: Forwarded,
     /// Kill the proxies themselves if they have not finished by then.
     proxy_deadline: Option<Instant>,
     timeout_at: Option<Instant>,
@@ -170,6 +172,7 @@ pub async fn run(mut plan: Plan) -> i32 {
         causes: Vec::new(),
         terminating: false,
         last_interrupt: None,
+        forwarded: Forwarded::default(),
         proxy_deadline: None,
         stdin: StdinFlow {
             open: plan.job.stdin != StdinTarget::None,
@@ -208,6 +211,7 @@ pub async fn run(mut plan: Plan) -> i32 {
         let timeout_at = root.timeout_at;
         let proxy_deadline = root.proxy_deadline;
         let dial_deadline = root.dial_deadline;
+        let held_deadline = root.forwarded.deadline(root.kill_grace());
         tokio::select! {
             ev = events.recv() => match ev {
                 Some(ev) => root.handle(ev),
@@ -226,6 +230,12 @@ pub async fn run(mut plan: Plan) -> i32 {
             chunk = stdin::next(&mut stdin), if stdin_ready => root.stdin_chunk(chunk),
             _ = sigchld.recv() => root.reap(),
             sig = forwarded.recv() => root.on_signal(sig),
+            _ = sleep_until(held_deadline), if held_deadline.is_some() => {
+                // The grace is over and ranks are still running: the signal ends the job.
+                if let Some(sig) = root.forwarded.take() {
+                    root.fail(Cause::Forwarded(sig));
+                }
+            }
             _ = sleep_until(timeout_at), if timeout_at.is_some() => {
                 root.timeout_at = None;
                 let after = root.plan.timeout.unwrap_or_default();
@@ -256,6 +266,10 @@ pub async fn run(mut plan: Plan) -> i32 {
         if let OutputEvent::FileFailed(failure) = event {
             root.causes.push(Cause::OutputFile(failure));
         }
+    }
+    // Every rank ended within the grace, some failing: the signal is why.
+    if let Some(sig) = root.forwarded.take() {
+        root.causes.push(Cause::Forwarded(sig));
     }
     procs::kill_descendants(&HashSet::new());
     root.report()
@@ -349,7 +363,9 @@ impl Root {
                 }
                 tracing::debug!(rank, pid, %outcome, unfinalized, "rank ended");
                 if let Some(cause) = cause::rank_end(rank, pid, outcome, unfinalized) {
-                    self.fail(cause);
+                    if !self.forwarded.hold(Instant::now(), self.kill_grace()) {
+                        self.fail(cause);
+                    }
                 }
             }
             Up::StdinAck { seq } => {
@@ -446,8 +462,13 @@ impl Root {
         self.terminating = true;
     }
 
+    fn kill_grace(&self) -> Duration {
+        Duration::from_millis(self.plan.job.kill_grace_ms)
+    }
+
     fn on_signal(&mut self, sig: Signal) {
         tracing::debug!(%sig, "signal");
+        self.forwarded.sent(sig, Instant::now());
         match sig {
             Signal::SIGINT => {
                 let now = Instant::now();
