@@ -490,7 +490,11 @@ impl Node {
             match step {
                 KillStep::TerminateChildren(grace) => self.children.terminate(grace),
                 KillStep::SignalRanks(sig) => self.signal_ranks(sig),
-                KillStep::KillStragglers => procs::kill_descendants(&self.children.pids()),
+                KillStep::KillStragglers => {
+                    // The PMIx server goes with the ranks, on purpose: not news.
+                    self.pmix = None;
+                    procs::kill_descendants(&self.children.pids())
+                }
                 KillStep::KillChildProxies => self.children.kill_unfinished(),
                 KillStep::GiveUp => tracing::warn!("giving up on what is left of this node"),
             }
