@@ -49,6 +49,13 @@ pub enum CProgram {
     /// Open MPI: `die VICTIM`: after a barrier (`ready R`), rank VICTIM kills itself with
     /// SIGKILL while the others wait in MPI_Finalize's fence.
     OmpiDie,
+    /// Open MPI: `spawn SPAWNER`: rank SPAWNER spawns 2 children with `MPI_Comm_spawn` and
+    /// they exchange a message over the intercommunicator (`parent R spawned 2`, `child C of 2
+    /// got 100`, `parent R heard C: 10C`; the other ranks print `rank R idle`).
+    OmpiSpawn,
+    /// Open MPI: `connect SERVICE`: rank 0 publishes a port and accepts, rank 1 looks it up
+    /// and connects; they exchange a message (`accepted 42`, `connected 43`).
+    OmpiConnect,
 }
 
 enum Compiler {
@@ -63,7 +70,7 @@ enum Compiler {
 }
 
 impl CProgram {
-    const COUNT: usize = 13;
+    const COUNT: usize = 15;
 
     /// The executable's name.
     fn name(self) -> &'static str {
@@ -81,6 +88,8 @@ impl CProgram {
             CProgram::OmpiNodes => "ompi-nodes",
             CProgram::Psets => "psets",
             CProgram::OmpiDie => "ompi-die",
+            CProgram::OmpiSpawn => "ompi-spawn",
+            CProgram::OmpiConnect => "ompi-connect",
         }
     }
 
@@ -98,7 +107,9 @@ impl CProgram {
             | CProgram::OmpiAbort
             | CProgram::OmpiPublish
             | CProgram::OmpiNodes
-            | CProgram::OmpiDie => Compiler::MpiccOpenmpi,
+            | CProgram::OmpiDie
+            | CProgram::OmpiSpawn
+            | CProgram::OmpiConnect => Compiler::MpiccOpenmpi,
             _ => Compiler::Mpicc,
         }
     }

@@ -1,7 +1,8 @@
 //! Open MPI programs (Debian's Open MPI 4.1, a PMIx client) under rlaunch: each node's proxy
 //! starts an OpenPMIx server for them. Wire-up on one node and across fake nodes, where Open
-//! MPI thinks each rank is, point-to-point traffic, `MPI_Abort`, the name service, process
-//! sets queried by a libpmix client, and MPICH still served PMI-1 on the same proxies.
+//! MPI thinks each rank is, point-to-point traffic, `MPI_Abort`, the name service,
+//! `MPI_Comm_spawn` and `MPI_Comm_connect`/`MPI_Comm_accept`, process sets queried by a
+//! libpmix client, and MPICH still served PMI-1 on the same proxies.
 //!
 //! Every test checks what the ranks report: an Open MPI rank that finds no PMIx server runs
 //! as a singleton of size 1 and exits 0.
@@ -99,6 +100,44 @@ fn open_mpi_publish_and_lookup_on_one_node_and_across_fake_nodes() {
             "unpublished ompi-service".to_string(),
         ];
         assert_eq!(sorted(out.lines()), want, "{out}");
+    }
+}
+
+#[test]
+fn open_mpi_spawn_starts_children_that_talk_to_their_parent() {
+    // One node; and two fake nodes with the spawning rank on the second, whose children
+    // start there, beside it.
+    let two_nodes = vec!["--launcher".into(), "fork".into(), "--hosts".into(), "a,b".into()];
+    for (options, n, spawner) in [(vec![], 1, 0), (two_nodes, 2, 1)] {
+        let out = mpi_run(&options, n, CProgram::OmpiSpawn, &[&spawner.to_string()]).run();
+        out.assert_code(0);
+        let mut want = vec![
+            format!("parent {spawner} spawned 2"),
+            "child 0 of 2 got 100".to_string(),
+            "child 1 of 2 got 100".to_string(),
+            format!("parent {spawner} heard 0: 100"),
+            format!("parent {spawner} heard 1: 101"),
+        ];
+        want.extend((0..n).filter(|&r| r != spawner).map(|r| format!("rank {r} idle")));
+        assert_eq!(sorted(out.lines()), sorted(want), "{out}");
+        assert_eq!(rlaunch_lines(&out.stderr_str()), Vec::<&str>::new(), "{out}");
+        out.tag.wait_until_none(Duration::from_secs(5)).unwrap_or_else(|left| {
+            panic!("left running after the spawn: {left:?}");
+        });
+    }
+}
+
+#[test]
+fn open_mpi_connect_and_accept_through_the_name_service() {
+    // Open MPI exchanges its side of a connection through publish and a lookup that waits
+    // for the other side's: on one node and across two.
+    for options in [vec![], fake_nodes(2, 1)] {
+        let out = mpi_run(&options, 2, CProgram::OmpiConnect, &["ompi-connect"]).run();
+        out.assert_code(0);
+        assert_eq!(sorted(out.lines()), ["accepted 42", "connected 43"], "{out}");
+        out.tag.wait_until_none(Duration::from_secs(5)).unwrap_or_else(|left| {
+            panic!("left running after connect/accept: {left:?}");
+        });
     }
 }
 

@@ -22,7 +22,7 @@ use crate::ids::{ExitOutcome, Stream};
 /// First bytes on every control channel, in both directions.
 pub const MAGIC: [u8; 8] = *b"\x7fRLAUNCH";
 /// Bumped whenever a frame changes meaning.
-pub const PROTOCOL_VERSION: u32 = 5;
+pub const PROTOCOL_VERSION: u32 = 6;
 /// Length of the raw hello: magic + u32 BE version.
 pub const HELLO_LEN: usize = MAGIC.len() + 4;
 /// Largest frame either side accepts; checked before any allocation.
@@ -275,6 +275,9 @@ pub struct SpawnCmd {
     pub nprocs: u32,
     /// MPI_Info hints; `wdir` and `path` are honoured.
     pub info: Vec<(String, String)>,
+    /// `NAME=value` set for the new ranks on top of the job's environment (a PMIx spawn's
+    /// application environment: Open MPI's `OMPI_PARENT_PORT`, for one).
+    pub env: Vec<String>,
 }
 
 /// A spawned job, as the root hands it to the spawning rank's node.
@@ -297,9 +300,41 @@ pub struct SpawnJob {
 /// A name-service request (MPI_Publish_name and friends).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum NameOp {
-    Publish { service: String, port: String },
-    Unpublish { service: String },
-    Lookup { service: String },
+    /// `once`: withdrawn by the first lookup that finds it (PMIx's `PMIX_PERSIST_FIRST_READ`,
+    /// which Open MPI's connect/accept exchanges ask for).
+    Publish {
+        service: String,
+        value: NameValue,
+        once: bool,
+    },
+    Unpublish {
+        service: String,
+    },
+    Lookup {
+        service: String,
+        wait: LookupWait,
+    },
+}
+
+/// A published value.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum NameValue {
+    /// A port name (PMI), or a PMIx string.
+    Text(String),
+    /// A PMIx value of any other type, packed by the PMIx server that published it, for a
+    /// PMIx server to unpack: opaque to rlaunch, and carried whole.
+    Packed(Vec<u8>),
+}
+
+/// How long a lookup waits for its service to be published.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum LookupWait {
+    /// Not at all: PMI's lookups, and PMIx's without `PMIX_WAIT`.
+    No,
+    /// Up to this long (PMIx's `PMIX_TIMEOUT`).
+    For { ms: u64 },
+    /// Until the job ends.
+    UntilJobEnd,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -308,7 +343,8 @@ pub enum NameAnswer {
     Published(bool),
     /// Unpublish: false when there was no such service.
     Unpublished(bool),
-    Lookup(Option<String>),
+    /// Lookup: `None` when the service is not published (or was not within the wait).
+    Lookup(Option<NameValue>),
 }
 
 impl Frame for Down {

@@ -8,7 +8,7 @@
 //!
 //! Each protocol's spelling of a failed name-service request is written here once.
 
-use crate::control::NameAnswer;
+use crate::control::{NameAnswer, NameValue};
 use crate::pmi1::Response as Resp1;
 use crate::pmi2::Response as Resp2;
 use crate::request::Protocol;
@@ -65,8 +65,11 @@ impl Reply {
             Reply::Name(NameAnswer::Published(false)) => Resp1::PublishDuplicate,
             Reply::Name(NameAnswer::Unpublished(true)) => Resp1::UnpublishOk,
             Reply::Name(NameAnswer::Unpublished(false)) => Resp1::UnpublishNotFound,
-            Reply::Name(NameAnswer::Lookup(Some(port))) => Resp1::LookupFound { port },
-            Reply::Name(NameAnswer::Lookup(None)) => Resp1::LookupNotFound,
+            Reply::Name(NameAnswer::Lookup(Some(NameValue::Text(port)))) => {
+                Resp1::LookupFound { port }
+            }
+            // A PMIx value of another type is no port name PMI could carry.
+            Reply::Name(NameAnswer::Lookup(_)) => Resp1::LookupNotFound,
             Reply::Spawn { .. } => Resp1::SpawnOk { errcodes: Vec::new() },
             Reply::Finalize => Resp1::FinalizeAck,
             Reply::FullInit { .. }
@@ -103,7 +106,13 @@ impl Reply {
             Reply::Name(NameAnswer::Unpublished(false)) => {
                 failed("name-unpublish", "service_not_found")
             }
-            Reply::Name(NameAnswer::Lookup(port)) => Resp2::NameLookup { port },
+            Reply::Name(NameAnswer::Lookup(value)) => {
+                let port = match value {
+                    Some(NameValue::Text(port)) => Some(port),
+                    _ => None,
+                };
+                Resp2::NameLookup { port }
+            }
             Reply::Spawn { jobid } => Resp2::Spawn { jobid },
             Reply::JobConnect => Resp2::JobConnect,
             Reply::JobDisconnect => Resp2::JobDisconnect,
@@ -214,7 +223,7 @@ mod tests {
                 "cmd=name-unpublish-response;rc=1;errmsg=service_not_found;",
             ),
             (
-                Reply::Name(NameAnswer::Lookup(Some(s("P")))),
+                Reply::Name(NameAnswer::Lookup(Some(NameValue::Text(s("P"))))),
                 "cmd=lookup_result port=P info=ok rc=0 msg=success\n",
                 "cmd=name-lookup-response;port=P;found=TRUE;rc=0;",
             ),

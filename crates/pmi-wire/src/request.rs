@@ -17,7 +17,7 @@
 //! buffer: both hold a message that has only partly arrived. The mapping stays pure and
 //! yields a spawn only once it is whole.
 
-use crate::control::{NameOp, SpawnCmd, SpawnRequest};
+use crate::control::{LookupWait, NameOp, NameValue, SpawnCmd, SpawnRequest};
 use crate::pmi1;
 use crate::pmi2;
 pub use crate::pmi2::Protocol;
@@ -134,8 +134,18 @@ impl SpawnBlocks {
 }
 
 /// One executable of a spawn, from either protocol's fields.
+/// A PMI publish: a port name, kept until it is withdrawn.
+fn publish(service: String, port: String) -> NameOp {
+    NameOp::Publish { service, value: NameValue::Text(port), once: false }
+}
+
+/// A PMI lookup: answered at once, found or not.
+fn lookup(service: String) -> NameOp {
+    NameOp::Lookup { service, wait: LookupWait::No }
+}
+
 fn spawn_cmd(exe: String, args: Vec<String>, nprocs: u32, info: Vec<(String, String)>) -> SpawnCmd {
-    SpawnCmd { exe, args, nprocs, info }
+    SpawnCmd { exe, args, nprocs, info, env: Vec::new() }
 }
 
 impl Message {
@@ -157,9 +167,9 @@ impl Message {
             R::BarrierIn => Request::Fence,
             R::Finalize => Request::Finalize,
             R::Abort { exitcode } => Request::Abort { code: exitcode, msg: String::new() },
-            R::PublishName { service, port } => Request::Name(NameOp::Publish { service, port }),
+            R::PublishName { service, port } => Request::Name(publish(service, port)),
             R::UnpublishName { service } => Request::Name(NameOp::Unpublish { service }),
-            R::LookupName { service } => Request::Name(NameOp::Lookup { service }),
+            R::LookupName { service } => Request::Name(lookup(service)),
             R::Spawn(block) => Request::Spawn(spawn.add(*block)?),
         };
         Some(Message::Request(Envelope { protocol: Protocol::Pmi1, tag: None, request }))
@@ -178,11 +188,9 @@ impl Message {
             R::KvsGet { jobid, key, .. } => Request::Get { kvsname: jobid, key },
             R::PutNodeAttr { key, value } => Request::PutNodeAttr { key, value },
             R::GetNodeAttr { key, wait } => Request::GetNodeAttr { key, wait },
-            R::NamePublish { name, port, .. } => {
-                Request::Name(NameOp::Publish { service: name, port })
-            }
+            R::NamePublish { name, port, .. } => Request::Name(publish(name, port)),
             R::NameUnpublish { name, .. } => Request::Name(NameOp::Unpublish { service: name }),
-            R::NameLookup { name, .. } => Request::Name(NameOp::Lookup { service: name }),
+            R::NameLookup { name, .. } => Request::Name(lookup(name)),
             R::Spawn(spawn) => {
                 let pmi2::Spawn { preput, subcmds } = *spawn;
                 let cmds = subcmds
@@ -248,7 +256,7 @@ mod tests {
     #[test]
     fn every_pmi1_request_maps() {
         use pmi1::Request as R;
-        let publish = NameOp::Publish { service: s("S"), port: s("P") };
+        let publish = publish(s("S"), s("P"));
         let cases = [
             (
                 R::Init { version: 2, subversion: 0 },
@@ -282,10 +290,7 @@ mod tests {
                 R::UnpublishName { service: s("S") },
                 plain1(Request::Name(NameOp::Unpublish { service: s("S") })),
             ),
-            (
-                R::LookupName { service: s("S") },
-                plain1(Request::Name(NameOp::Lookup { service: s("S") })),
-            ),
+            (R::LookupName { service: s("S") }, plain1(Request::Name(lookup(s("S"))))),
             (
                 R::Spawn(Box::new(block("/bin/a", 1, 1, &[("PARENT_ROOT_PORT_NAME", "p")]))),
                 plain1(Request::Spawn(SpawnRequest {
@@ -370,16 +375,13 @@ mod tests {
             ),
             (
                 R::NamePublish { name: s("S"), port: s("P"), info: info.clone() },
-                Request::Name(NameOp::Publish { service: s("S"), port: s("P") }),
+                Request::Name(publish(s("S"), s("P"))),
             ),
             (
                 R::NameUnpublish { name: s("S"), info: info.clone() },
                 Request::Name(NameOp::Unpublish { service: s("S") }),
             ),
-            (
-                R::NameLookup { name: s("S"), info },
-                Request::Name(NameOp::Lookup { service: s("S") }),
-            ),
+            (R::NameLookup { name: s("S"), info }, Request::Name(lookup(s("S")))),
             (
                 R::Spawn(Box::new(pmi2::Spawn {
                     preput: vec![(s("k"), s("v"))],

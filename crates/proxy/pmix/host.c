@@ -41,6 +41,7 @@ enum {
     CMD_LOOKUP_DONE = 5,
     CMD_DMODEX_DONE = 6,
     CMD_DMODEX_ASK = 7,
+    CMD_SPAWN_DONE = 8,
 };
 
 /* Events, host -> proxy. */
@@ -59,7 +60,12 @@ enum {
     EV_DMODEX_DATA = 112,
     EV_NOTICE = 113,
     EV_SETUP_DONE = 114,
+    EV_SPAWN = 115,
 };
+
+/* How a published value travels: a string, or any other pmix_value_t packed by
+ * PMIx_Data_pack (unpacked by the server that looks it up). */
+enum { VALUE_TEXT = 0, VALUE_PACKED = 1 };
 
 /* ---- messages -------------------------------------------------------------------------- */
 
@@ -130,6 +136,12 @@ static void send_message(struct buf *b)
     }
     pthread_mutex_unlock(&send_lock);
     free(b->data);
+}
+
+static void put_proc(struct buf *b, const pmix_proc_t *proc)
+{
+    put_str(b, proc->nspace);
+    put_u32(b, proc->rank);
 }
 
 static void notice(const char *fmt, ...)
@@ -213,7 +225,7 @@ struct pending {
     char *data; /* a fence's or dmodex's result, kept until libpmix releases it */
 };
 
-enum { PEND_FREE = 0, PEND_MODEX, PEND_OP, PEND_LOOKUP };
+enum { PEND_FREE = 0, PEND_MODEX, PEND_OP, PEND_LOOKUP, PEND_SPAWN };
 
 static pthread_mutex_t pending_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct pending *pending;
@@ -253,7 +265,35 @@ static int take(uint32_t id, int kind, struct pending *out)
 
 /* ---- the job ------------------------------------------------------------------------------- */
 
+/* The launched job's namespace: the one whose fences rlaunch folds and whose process sets it
+ * defines. A job spawned on this node (MPI_Comm_spawn) is one more namespace beside it. */
 static char nspace[PMIX_MAX_NSLEN + 1];
+/* Every namespace registered here: the launched job's, then the spawned jobs'. Written by
+ * the main thread, read by libpmix's. */
+static pthread_mutex_t nspaces_lock = PTHREAD_MUTEX_INITIALIZER;
+static char (*nspaces)[PMIX_MAX_NSLEN + 1];
+static size_t nnspaces;
+
+static void nspace_known(const char *ns)
+{
+    pthread_mutex_lock(&nspaces_lock);
+    nspaces = realloc(nspaces, (nnspaces + 1) * sizeof *nspaces);
+    if (!nspaces)
+        abort();
+    snprintf(nspaces[nnspaces++], sizeof *nspaces, "%s", ns);
+    pthread_mutex_unlock(&nspaces_lock);
+}
+
+static int nspace_is_known(const char *ns)
+{
+    pthread_mutex_lock(&nspaces_lock);
+    int found = 0;
+    for (size_t i = 0; i < nnspaces && !found; i++)
+        found = PMIX_CHECK_NSPACE(nspaces[i], ns);
+    pthread_mutex_unlock(&nspaces_lock);
+    return found;
+}
+
 /* The directory of this node's server (argv[1]): also the job's session directory here. */
 static const char *tmpdir;
 
@@ -377,13 +417,24 @@ static struct text ranks_on(uint32_t n, const uint32_t *node_of, uint32_t size, 
     return t;
 }
 
+/* Says how a spawned job's registration went (the launched job's failure is EV_FAILED). */
+static void setup_done(const char *ns, pmix_status_t rc)
+{
+    struct buf b = message(EV_SETUP_DONE);
+    put_str(&b, ns);
+    put_u32(&b, (uint32_t)rc);
+    send_message(&b);
+}
+
 /*
- * SETUP: nspace, jobid, size, this node's index, the nodes' names, each rank's node and
- * application number, and the process sets (name, members). Registers the namespace with
- * what Open MPI's MPI_Init reads, and defines the process sets.
+ * SETUP: spawned, nspace, jobid, size, this node's index, the nodes' names, each rank's node
+ * and application number, and the process sets (name, members). Registers the namespace with
+ * what Open MPI's MPI_Init reads, and defines the process sets. The launched job's is the
+ * first; a spawned job's (spawned = 1) is registered beside it, marked as spawned.
  */
 static void setup(struct reader *r)
 {
+    bool spawned = get_u32(r) != 0;
     char *ns = get_str(r);
     char *jobid = get_str(r);
     uint32_t size = get_u32(r);
@@ -400,7 +451,10 @@ static void setup(struct reader *r)
         app_of[i] = get_u32(r);
     if (me >= nnodes)
         broken("node index");
-    snprintf(nspace, sizeof nspace, "%s", ns);
+    char this_ns[PMIX_MAX_NSLEN + 1];
+    snprintf(this_ns, sizeof this_ns, "%s", ns);
+    if (!spawned)
+        snprintf(nspace, sizeof nspace, "%s", ns);
     uint32_t napps = 0;
     for (uint32_t i = 0; i < size; i++) {
         if (node_of[i] >= nnodes)
@@ -427,6 +481,8 @@ static void setup(struct reader *r)
     if (rc == PMIX_SUCCESS)
         rc = PMIx_generate_ppn(ppn.s, &proc_regex);
     if (rc != PMIX_SUCCESS) {
+        if (spawned)
+            return setup_done(this_ns, rc);
         struct buf b = message(EV_FAILED);
         char text[128];
         snprintf(text, sizeof text, "cannot describe the job's map to PMIx: %s", PMIx_Error_string(rc));
@@ -440,7 +496,6 @@ static void setup(struct reader *r)
     info_add(&job, PMIX_JOB_SIZE, &size, PMIX_UINT32);
     info_add(&job, PMIX_MAX_PROCS, &size, PMIX_UINT32);
     info_add(&job, PMIX_JOBID, jobid, PMIX_STRING);
-    bool spawned = false;
     info_add(&job, PMIX_SPAWNED, &spawned, PMIX_BOOL);
     info_add(&job, PMIX_TMPDIR, tmpdir, PMIX_STRING);
     info_add(&job, PMIX_NUM_NODES, &nnodes, PMIX_UINT32);
@@ -516,9 +571,14 @@ static void setup(struct reader *r)
 
     struct waiter w;
     waiter_init(&w);
-    rc = waiter_wait(&w, PMIx_server_register_nspace(nspace, (int)nlocal, job.info, job.n,
+    rc = waiter_wait(&w, PMIx_server_register_nspace(this_ns, (int)nlocal, job.info, job.n,
                                                      op_wakeup, &w));
-    if (rc == PMIX_SUCCESS) {
+    if (rc == PMIX_SUCCESS)
+        nspace_known(this_ns);
+    if (rc == PMIX_SUCCESS && spawned) {
+        if (get_u32(r) != 0)
+            broken("a spawned job's process sets");
+    } else if (rc == PMIX_SUCCESS) {
         npsets = get_u32(r);
         psets = calloc(npsets ? npsets : 1, sizeof *psets);
         for (uint32_t s = 0; s < npsets; s++) {
@@ -540,13 +600,15 @@ static void setup(struct reader *r)
             free(members);
         }
     }
-    struct buf b = message(rc == PMIX_SUCCESS ? EV_SETUP_DONE : EV_FAILED);
-    if (rc != PMIX_SUCCESS) {
+    if (rc == PMIX_SUCCESS || spawned) {
+        setup_done(this_ns, rc);
+    } else {
+        struct buf b = message(EV_FAILED);
         char text[128];
         snprintf(text, sizeof text, "cannot register the job with PMIx: %s", PMIx_Error_string(rc));
         put_str(&b, text);
+        send_message(&b);
     }
-    send_message(&b);
 
     if (job.info)
         PMIX_INFO_FREE(job.info, job.cap);
@@ -564,14 +626,15 @@ static void setup(struct reader *r)
     free(jobid);
 }
 
-/* CLIENTS: uid, gid, then ranks; answers each with its environment (EV_ENV). */
+/* CLIENTS: nspace, uid, gid, then ranks; answers each with its environment (EV_ENV). */
 static void clients(struct reader *r)
 {
+    char *ns = get_str(r);
     uint32_t uid = get_u32(r), gid = get_u32(r), n = get_u32(r);
     for (uint32_t i = 0; i < n; i++) {
         uint32_t rank = get_u32(r);
         pmix_proc_t proc;
-        PMIX_PROC_LOAD(&proc, nspace, rank);
+        PMIX_PROC_LOAD(&proc, ns, rank);
         struct waiter w;
         waiter_init(&w);
         pmix_status_t rc = waiter_wait(
@@ -580,6 +643,7 @@ static void clients(struct reader *r)
         if (rc == PMIX_SUCCESS)
             rc = PMIx_server_setup_fork(&proc, &env);
         struct buf b = message(EV_ENV);
+        put_str(&b, ns);
         put_u32(&b, rank);
         put_u32(&b, (uint32_t)rc);
         uint32_t count = 0;
@@ -593,6 +657,7 @@ static void clients(struct reader *r)
             free(env[e]);
         free(env);
     }
+    free(ns);
 }
 
 static void release_data(void *cbdata)
@@ -643,16 +708,63 @@ static void lookup_done(struct reader *r)
         PMIX_PDATA_CREATE(pdata, n);
     for (uint32_t i = 0; i < n; i++) {
         char *key = get_str(r);
-        char *value = get_str(r);
+        uint32_t kind = get_u32(r);
+        size_t len;
+        const unsigned char *at = get_blob(r, &len);
         uint32_t rank = get_u32(r);
-        PMIX_PDATA_LOAD(&pdata[i], &(pmix_proc_t){0}, key, value, PMIX_STRING);
+        PMIX_LOAD_KEY(pdata[i].key, key);
         PMIX_LOAD_PROCID(&pdata[i].proc, nspace, rank);
+        if (kind == VALUE_TEXT) {
+            char *text = strndup((const char *)at, len);
+            if (!text)
+                abort();
+            PMIx_Value_load(&pdata[i].value, text, PMIX_STRING);
+            free(text);
+        } else if (kind == VALUE_PACKED) {
+            /* PMIx_Data_load takes the bytes over: give it a copy. */
+            pmix_data_buffer_t buffer;
+            PMIX_DATA_BUFFER_CONSTRUCT(&buffer);
+            pmix_byte_object_t bytes = {.bytes = malloc(len ? len : 1), .size = len};
+            if (!bytes.bytes)
+                abort();
+            memcpy(bytes.bytes, at, len);
+            PMIx_Data_load(&buffer, &bytes);
+            /* Unpacked into our storage, as many values as asked for. */
+            pmix_value_t value;
+            PMIX_VALUE_CONSTRUCT(&value);
+            int32_t count = 1;
+            pmix_status_t rc = PMIx_Data_unpack(NULL, &buffer, &value, &count, PMIX_VALUE);
+            if (rc == PMIX_SUCCESS) {
+                PMIx_Value_xfer(&pdata[i].value, &value);
+                PMIX_VALUE_DESTRUCT(&value);
+            } else {
+                notice("cannot unpack the value of %s: %s", key, PMIx_Error_string(rc));
+                status = rc;
+            }
+            PMIX_DATA_BUFFER_DESTRUCT(&buffer);
+        } else {
+            broken("value kind");
+        }
         free(key);
-        free(value);
     }
     ((pmix_lookup_cbfunc_t)p.cbfunc)(status, pdata, n, p.cbdata);
     if (pdata)
         PMIX_PDATA_FREE(pdata, n);
+}
+
+/* SPAWN_DONE: id, status, the new job's namespace. */
+static void spawn_done(struct reader *r)
+{
+    uint32_t id = get_u32(r);
+    pmix_status_t status = (pmix_status_t)get_u32(r);
+    char *ns = get_str(r);
+    struct pending p;
+    if (!take(id, PEND_SPAWN, &p)) {
+        free(ns);
+        return notice("an answer to no spawn (%u)", id);
+    }
+    ((pmix_spawn_cbfunc_t)p.cbfunc)(status, status == PMIX_SUCCESS ? ns : NULL, p.cbdata);
+    free(ns);
 }
 
 static void dmodex_answer(pmix_status_t status, char *data, size_t sz, void *cbdata)
@@ -682,7 +794,7 @@ static pmix_status_t on_connected(const pmix_proc_t *proc, void *obj, pmix_op_cb
 {
     (void)obj;
     struct buf b = message(EV_CONNECTED);
-    put_u32(&b, proc->rank);
+    put_proc(&b, proc);
     send_message(&b);
     if (cbfunc)
         cbfunc(PMIX_SUCCESS, cbdata);
@@ -694,7 +806,7 @@ static pmix_status_t on_finalized(const pmix_proc_t *proc, void *obj, pmix_op_cb
 {
     (void)obj;
     struct buf b = message(EV_FINALIZED);
-    put_u32(&b, proc->rank);
+    put_proc(&b, proc);
     send_message(&b);
     if (cbfunc)
         cbfunc(PMIX_SUCCESS, cbdata);
@@ -709,7 +821,7 @@ static pmix_status_t on_abort(const pmix_proc_t *proc, void *obj, int status, co
     uint32_t id = remember(PEND_OP, (void *)cbfunc, cbdata);
     struct buf b = message(EV_ABORT);
     put_u32(&b, id);
-    put_u32(&b, proc->rank);
+    put_proc(&b, proc);
     put_u32(&b, (uint32_t)status);
     put_str(&b, msg);
     send_message(&b);
@@ -758,49 +870,112 @@ static pmix_status_t on_dmodex(const pmix_proc_t *proc, const pmix_info_t info[]
     return PMIX_SUCCESS;
 }
 
+/* A directive's number, whatever integer type the client gave it in; -1 if it has none. */
+static long directive_number(const pmix_info_t *info)
+{
+    const pmix_value_t *v = &info->value;
+    switch (v->type) {
+    case PMIX_BOOL: return v->data.flag;
+    case PMIX_INT: return v->data.integer;
+    case PMIX_INT8: return v->data.int8;
+    case PMIX_INT16: return v->data.int16;
+    case PMIX_INT32: return v->data.int32;
+    case PMIX_INT64: return (long)v->data.int64;
+    case PMIX_UINT: return (long)v->data.uint;
+    case PMIX_UINT8: return v->data.uint8;
+    case PMIX_UINT16: return v->data.uint16;
+    case PMIX_UINT32: return (long)v->data.uint32;
+    case PMIX_UINT64: return (long)v->data.uint64;
+    case PMIX_SIZE: return (long)v->data.size;
+    case PMIX_PERSIST: return v->data.persist;
+    default: return -1;
+    }
+}
+
+/* A published value: strings as they are, anything else packed whole. */
+static pmix_status_t put_value(struct buf *b, const pmix_value_t *value)
+{
+    if (value->type == PMIX_STRING) {
+        put_u32(b, VALUE_TEXT);
+        put_str(b, value->data.string);
+        return PMIX_SUCCESS;
+    }
+    pmix_data_buffer_t buffer;
+    PMIX_DATA_BUFFER_CONSTRUCT(&buffer);
+    pmix_status_t rc = PMIx_Data_pack(NULL, &buffer, (void *)value, 1, PMIX_VALUE);
+    if (rc == PMIX_SUCCESS) {
+        pmix_byte_object_t bytes;
+        PMIx_Data_unload(&buffer, &bytes);
+        put_u32(b, VALUE_PACKED);
+        put_blob(b, bytes.bytes, bytes.size);
+        PMIX_BYTE_OBJECT_DESTRUCT(&bytes);
+    }
+    PMIX_DATA_BUFFER_DESTRUCT(&buffer);
+    return rc;
+}
+
 static pmix_status_t on_publish(const pmix_proc_t *proc, const pmix_info_t info[], size_t ninfo,
                                 pmix_op_cbfunc_t cbfunc, void *cbdata)
 {
-    /* Only string values: what MPI_Publish_name publishes (a port name). */
-    uint32_t count = 0;
+    /* Keys of PMIx's own ("pmix.*") are directives, not data. */
+    uint32_t count = 0, once = 0;
     for (size_t i = 0; i < ninfo; i++) {
-        if (info[i].value.type == PMIX_STRING && strncmp(info[i].key, "pmix.", 5) != 0)
+        if (strncmp(info[i].key, "pmix.", 5) != 0)
             count++;
+        else if (PMIX_CHECK_KEY(&info[i], PMIX_PERSISTENCE))
+            once = directive_number(&info[i]) == PMIX_PERSIST_FIRST_READ;
     }
-    uint32_t id = remember(PEND_OP, (void *)cbfunc, cbdata);
     struct buf b = message(EV_PUBLISH);
-    put_u32(&b, id);
-    put_u32(&b, proc->rank);
+    put_u32(&b, 0); /* the id, once the message is sure to go */
+    put_proc(&b, proc);
+    put_u32(&b, once);
     put_u32(&b, count);
     for (size_t i = 0; i < ninfo; i++) {
-        if (info[i].value.type == PMIX_STRING && strncmp(info[i].key, "pmix.", 5) != 0) {
-            put_str(&b, info[i].key);
-            put_str(&b, info[i].value.data.string);
+        if (strncmp(info[i].key, "pmix.", 5) == 0)
+            continue;
+        put_str(&b, info[i].key);
+        pmix_status_t rc = put_value(&b, &info[i].value);
+        if (rc != PMIX_SUCCESS) {
+            notice("cannot pack the value of %s: %s", info[i].key, PMIx_Error_string(rc));
+            free(b.data);
+            return rc;
         }
     }
+    uint32_t id = remember(PEND_OP, (void *)cbfunc, cbdata);
+    unsigned char le[4] = {id, id >> 8, id >> 16, id >> 24};
+    memcpy(b.data + 5, le, 4);
     send_message(&b);
     return PMIX_SUCCESS;
 }
 
-static void send_keys(int tag, uint32_t id, const pmix_proc_t *proc, char **keys)
+static void send_keys(struct buf *b, char **keys)
 {
     uint32_t count = 0;
     while (keys && keys[count])
         count++;
-    struct buf b = message(tag);
-    put_u32(&b, id);
-    put_u32(&b, proc->rank);
-    put_u32(&b, count);
+    put_u32(b, count);
     for (uint32_t i = 0; i < count; i++)
-        put_str(&b, keys[i]);
-    send_message(&b);
+        put_str(b, keys[i]);
+    send_message(b);
 }
 
 static pmix_status_t on_lookup(const pmix_proc_t *proc, char **keys, const pmix_info_t info[],
                                size_t ninfo, pmix_lookup_cbfunc_t cbfunc, void *cbdata)
 {
-    (void)info, (void)ninfo;
-    send_keys(EV_LOOKUP, remember(PEND_LOOKUP, (void *)cbfunc, cbdata), proc, keys);
+    /* PMIX_WAIT: until the keys are published; PMIX_TIMEOUT: but no longer (seconds). */
+    long wait = 0, timeout = 0;
+    for (size_t i = 0; i < ninfo; i++) {
+        if (PMIX_CHECK_KEY(&info[i], PMIX_WAIT))
+            wait = directive_number(&info[i]);
+        else if (PMIX_CHECK_KEY(&info[i], PMIX_TIMEOUT))
+            timeout = directive_number(&info[i]);
+    }
+    struct buf b = message(EV_LOOKUP);
+    put_u32(&b, remember(PEND_LOOKUP, (void *)cbfunc, cbdata));
+    put_proc(&b, proc);
+    put_u32(&b, wait > 0);
+    put_u32(&b, timeout > 0 ? (uint32_t)timeout : 0);
+    send_keys(&b, keys);
     return PMIX_SUCCESS;
 }
 
@@ -808,7 +983,84 @@ static pmix_status_t on_unpublish(const pmix_proc_t *proc, char **keys, const pm
                                   size_t ninfo, pmix_op_cbfunc_t cbfunc, void *cbdata)
 {
     (void)info, (void)ninfo;
-    send_keys(EV_UNPUBLISH, remember(PEND_OP, (void *)cbfunc, cbdata), proc, keys);
+    struct buf b = message(EV_UNPUBLISH);
+    put_u32(&b, remember(PEND_OP, (void *)cbfunc, cbdata));
+    put_proc(&b, proc);
+    send_keys(&b, keys);
+    return PMIX_SUCCESS;
+}
+
+static void put_strs(struct buf *b, char **list)
+{
+    uint32_t count = 0;
+    while (list && list[count])
+        count++;
+    put_u32(b, count);
+    for (uint32_t i = 0; i < count; i++)
+        put_str(b, list[i]);
+}
+
+/* Open MPI's connect/accept and disconnect (after the exchange through publish and lookup)
+ * call PMIx_Connect and PMIx_Disconnect; libpmix asks its host once every local process of
+ * the call is in. As with Open MPI's own runtime, nothing more is needed when this server
+ * knows every namespace involved: every process's data is here already (the launched job's
+ * from its first fence, a spawned job's because it runs on this node). */
+static pmix_status_t connected_procs(const pmix_proc_t procs[], size_t nprocs, const char *what)
+{
+    for (size_t i = 0; i < nprocs; i++) {
+        if (!nspace_is_known(procs[i].nspace)) {
+            notice("a %s with %s, a job this node does not serve, is not supported", what,
+                   procs[i].nspace);
+            return PMIX_ERR_NOT_SUPPORTED;
+        }
+    }
+    return PMIX_OPERATION_SUCCEEDED;
+}
+
+static pmix_status_t on_connect(const pmix_proc_t procs[], size_t nprocs, const pmix_info_t info[],
+                                size_t ninfo, pmix_op_cbfunc_t cbfunc, void *cbdata)
+{
+    (void)info, (void)ninfo, (void)cbfunc, (void)cbdata;
+    return connected_procs(procs, nprocs, "connect");
+}
+
+static pmix_status_t on_disconnect(const pmix_proc_t procs[], size_t nprocs,
+                                   const pmix_info_t info[], size_t ninfo, pmix_op_cbfunc_t cbfunc,
+                                   void *cbdata)
+{
+    (void)info, (void)ninfo, (void)cbfunc, (void)cbdata;
+    return connected_procs(procs, nprocs, "disconnect");
+}
+
+/* A client calls PMIx_Spawn: the proxy starts the job on this node, registering its namespace
+ * here (SETUP, CLIENTS), and answers SPAWN_DONE with it. Nothing blocks on this thread. */
+static pmix_status_t on_spawn(const pmix_proc_t *proc, const pmix_info_t job_info[], size_t ninfo,
+                              const pmix_app_t apps[], size_t napps, pmix_spawn_cbfunc_t cbfunc,
+                              void *cbdata)
+{
+    (void)job_info, (void)ninfo;
+    struct buf b = message(EV_SPAWN);
+    put_u32(&b, remember(PEND_SPAWN, (void *)cbfunc, cbdata));
+    put_proc(&b, proc);
+    put_u32(&b, (uint32_t)napps);
+    for (size_t a = 0; a < napps; a++) {
+        const pmix_app_t *app = &apps[a];
+        put_str(&b, app->cmd);
+        put_strs(&b, app->argv);
+        put_strs(&b, app->env);
+        put_u32(&b, app->maxprocs > 0 ? (uint32_t)app->maxprocs : 0);
+        uint32_t count = 0;
+        for (size_t i = 0; i < app->ninfo; i++)
+            count += app->info[i].value.type == PMIX_STRING;
+        put_u32(&b, count);
+        for (size_t i = 0; i < app->ninfo; i++) {
+            if (app->info[i].value.type != PMIX_STRING)
+                continue;
+            put_str(&b, app->info[i].key);
+            put_str(&b, app->info[i].value.data.string);
+        }
+    }
+    send_message(&b);
     return PMIX_SUCCESS;
 }
 
@@ -867,6 +1119,9 @@ static pmix_server_module_t module = {
     .lookup = on_lookup,
     .unpublish = on_unpublish,
     .query = on_query,
+    .spawn = on_spawn,
+    .connect = on_connect,
+    .disconnect = on_disconnect,
 };
 
 /* ---- main ---------------------------------------------------------------------------------- */
@@ -926,6 +1181,7 @@ int main(int argc, char **argv)
         case CMD_OP_DONE: op_done(&r); break;
         case CMD_LOOKUP_DONE: lookup_done(&r); break;
         case CMD_DMODEX_ASK: dmodex_ask(&r); break;
+        case CMD_SPAWN_DONE: spawn_done(&r); break;
         default: broken("tag");
         }
         free(body);

@@ -41,7 +41,7 @@ use crate::stdin;
 use cause::Cause;
 pub(crate) use dial::reaching;
 pub use dial::DialPlan;
-use names::Names;
+use names::{Asker, Names};
 use roll::Roll;
 use signals::{Forwarded, ForwardedSignals};
 
@@ -212,6 +212,7 @@ pub async fn run(mut plan: Plan) -> i32 {
         let proxy_deadline = root.proxy_deadline;
         let dial_deadline = root.dial_deadline;
         let held_deadline = root.forwarded.deadline(root.kill_grace());
+        let lookup_deadline = root.names.deadline();
         tokio::select! {
             ev = events.recv() => match ev {
                 Some(ev) => root.handle(ev),
@@ -235,6 +236,10 @@ pub async fn run(mut plan: Plan) -> i32 {
                 if let Some(sig) = root.forwarded.take() {
                     root.fail(Cause::Forwarded(sig));
                 }
+            }
+            _ = sleep_until(lookup_deadline), if lookup_deadline.is_some() => {
+                let answers = root.names.expire(Instant::now());
+                root.name_answers(answers);
             }
             _ = sleep_until(timeout_at), if timeout_at.is_some() => {
                 root.timeout_at = None;
@@ -406,8 +411,8 @@ impl Root {
                 }
             }
             Up::Name { rank, tag, op } => {
-                let answer = self.names.serve(op);
-                self.children.send_toward_rank(rank, Down::NameReply { rank, tag, answer });
+                let answers = self.names.serve(Asker { rank, tag }, op, Instant::now());
+                self.name_answers(answers);
             }
             Up::Abort { rank, pid, code, msg } => {
                 self.fail(Cause::Aborted { rank, pid, code, msg })
@@ -438,12 +443,22 @@ impl Root {
         eprintln!("rlaunch: {who} on {host} (pid {pid}) {bound}");
     }
 
+    /// Answers name-service requests, each toward its rank.
+    fn name_answers(&self, answers: Vec<(Asker, names::NameAnswer)>) {
+        for (Asker { rank, tag }, answer) in answers {
+            self.children.send_toward_rank(rank, Down::NameReply { rank, tag, answer });
+        }
+    }
+
     /// Records why the job must end; the first cause starts the teardown.
     fn fail(&mut self, cause: Cause) {
         tracing::debug!(?cause, "job failing");
         let first = self.causes.is_empty();
         self.causes.push(cause);
         if first {
+            // Lookups waiting for a name will not see it now.
+            let answers = self.names.give_up();
+            self.name_answers(answers);
             // Proxies waiting to be sent to their parent will not be needed: closing their
             // connections ends them now, and srun with them.
             self.redirects.clear();

@@ -204,7 +204,8 @@ mod tests {
         let roots = [node(0, &[(0, 0)], vec![node(1, &[(1, 1), (2, 1)], vec![])])];
         let mut roll = Roll::new(&job(), &roots, vec!["n0".into(), "n1".into()]);
         assert_eq!((roll.len(), roll.host(2), roll.name(2)), (3, "n1", "rank 2".to_string()));
-        let cmd = SpawnCmd { exe: "./c".into(), args: vec![], nprocs: 2, info: vec![] };
+        let cmd =
+            SpawnCmd { exe: "./c".into(), args: vec![], nprocs: 2, info: vec![], env: vec![] };
         let request = SpawnRequest { cmds: vec![cmd], preput: vec![] };
         assert_eq!(roll.add_spawned(1, &request), (1, 3));
         assert_eq!(roll.name(4), "rank 1 of spawned job 1");

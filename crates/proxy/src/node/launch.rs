@@ -28,6 +28,9 @@ struct StartRank<'a> {
     cpus: Option<RankCpus>,
 }
 
+/// The ranks of a job to start here: (rank in its job, global id in frames, segment) each.
+pub(super) type JobRanks = Vec<(u32, u32, u32)>;
+
 /// `--pmi-port` ranks whose connection is still to come, by rank: who they are and where
 /// their answers go.
 type Unbound = HashMap<u32, (PmiPeer, pmi::AnswerRx)>;
@@ -89,13 +92,12 @@ impl Node {
     /// Starts ranks, all processes first (several at a time), then the tasks that carry each
     /// one's output, stdin and PMI. Returns the ranks whose PMI connection is still to come.
     fn start_batch(&mut self, batch: Vec<StartRank>, setup: &PmiSetup) -> Unbound {
-        // The launched job's ranks' PMIx environments (spawned jobs are PMI's alone).
+        // The ranks' PMIx environments, if their job has them, given how many ranks this node
+        // will run.
+        let local = self.ranks.running_pids().count() + batch.len();
         let front_envs: Vec<_> = batch
             .iter()
-            .map(|start| match start.job_index {
-                0 => self.pmix_env(start.at.rank),
-                _ => Vec::new(),
-            })
+            .map(|start| self.pmix_env(start.job_index, start.at.rank, local))
             .collect();
         let mut front_envs = front_envs.into_iter();
         let prepared = batch
@@ -175,8 +177,26 @@ impl Node {
         unbound
     }
 
-    /// Starts a job a local rank spawned, on this node, and answers the spawner.
+    /// Starts a job a local rank spawned, on this node, and answers the spawner; a PMIx
+    /// spawn's ranks first wait for their PMIx environments.
     pub(super) fn start_spawned(&mut self, sj: SpawnJob) {
+        let (job, ranks) = self.spawned_job(&sj);
+        let (job, ranks) = match super::pmix::pmix_id(&sj.tag) {
+            Some(id) => match self.pmix_spawn(id, &sj, job, ranks) {
+                Some(unserved) => unserved,
+                None => return,
+            },
+            None => (job, ranks),
+        };
+        self.start_spawned_ranks(&job, sj.job, &ranks);
+        if let Some(tx) = self.ranks.find(sj.parent).and_then(|r| r.answers.as_ref()) {
+            let _ = tx.send(Box::new(PmiAnswer::Spawn { kvsname: sj.kvsname, tag: sj.tag }));
+        }
+    }
+
+    /// A spawned job as this node runs it, its state made: the job, and (rank in the job,
+    /// global id, segment) of each of its ranks.
+    fn spawned_job(&mut self, sj: &SpawnJob) -> (Job, JobRanks) {
         let mut segments = Vec::new();
         let mut plan = Vec::new();
         for (appnum, cmd) in sj.request.cmds.iter().enumerate() {
@@ -186,11 +206,16 @@ impl Node {
                 _ => cmd.exe.clone(),
             };
             let wdir = info("wdir").map(String::into_bytes);
+            let mut env = vec![(b"PMI_SPAWNED".to_vec(), b"1".to_vec())];
+            env.extend(cmd.env.iter().map(|var| match var.split_once('=') {
+                Some((name, value)) => (name.as_bytes().to_vec(), value.as_bytes().to_vec()),
+                None => (var.as_bytes().to_vec(), Vec::new()),
+            }));
             segments.push(Segment {
                 exe: exe.into_bytes(),
                 args: cmd.args.iter().map(|a| a.clone().into_bytes()).collect(),
                 inherit_env: true,
-                env: vec![(b"PMI_SPAWNED".to_vec(), b"1".to_vec())],
+                env,
                 wdir: wdir.unwrap_or_else(|| self.job.segments[0].wdir.clone()),
             });
             plan.extend((0..cmd.nprocs).map(|_| appnum as u32));
@@ -208,16 +233,20 @@ impl Node {
         });
         let kvs = Kvs::new(FenceScope::ThisNode, sj.request.preput.iter().cloned());
         self.jobs.insert(sj.job, JobState { pmi, kvs });
+        // Nothing is swept while the job is on its way.
+        self.swept = false;
+        let ranks = (0..size).zip(plan).map(|(r, seg)| (r, sj.first + r, seg)).collect();
+        (job, ranks)
+    }
+
+    /// Starts a spawned job's ranks.
+    pub(super) fn start_spawned_ranks(&mut self, job: &Job, index: u32, ranks: &[(u32, u32, u32)]) {
         self.swept = false;
         let host = self.plan.host.clone();
-        let ranks: Vec<_> = (0..size).zip(plan).map(|(r, seg)| (r, sj.first + r, seg)).collect();
         // Bound by the same policy over the spawned job's own local indexes: its ranks share
         // the CPUs of the job that spawned them.
-        let batch = self.batch(&job, sj.job, &host, &ranks);
+        let batch = self.batch(job, index, &host, ranks);
         self.start_batch(batch, &PmiSetup::Fd);
-        tracing::debug!(job = sj.job, size, "spawned job started");
-        if let Some(tx) = self.ranks.find(sj.parent).and_then(|r| r.answers.as_ref()) {
-            let _ = tx.send(Box::new(PmiAnswer::Spawn { kvsname: sj.kvsname, tag: sj.tag }));
-        }
+        tracing::debug!(job = index, size = ranks.len(), "spawned job started");
     }
 }

@@ -1,28 +1,36 @@
 //! What this node's PMIx server asks of the node, and how the node answers: the launched
 //! job's ranks wait for their PMIx environment; a PMIx fence folds up the tree like a PMI
-//! fence (each node's data concatenated, handed back whole); abort and the name service go
-//! to the root as PMI's do.
+//! fence (each node's data concatenated, handed back whole); abort, the name service and
+//! spawn go to the root as PMI's do. A job spawned here (MPI_Comm_spawn) is one more
+//! namespace of this node's server, its ranks held like the launched job's.
 //!
 //! ```text
 //!   start_launched ──Setup, Clients──► host ──Env × ranks──► ranks start
 //!   host ──Fence(id, data)──► fold (+ children's PmixFenceIn) ──► PmixFenceIn up
 //!   PmixFenceOut down ──► ModexDone(id, every node's data) ──► host
+//!   host ──Spawn(id)──► Up::Spawn ─► root ─► Down::Spawn ─► Setup, Clients ──► host
+//!        ──Env × ranks──► ranks start ──SpawnDone(id, nspace)──► host
 //! ```
 
 use std::collections::HashMap;
 use std::os::unix::ffi::OsStrExt;
 
-use pmi_wire::control::{Down, NameAnswer, NameOp, Up};
+use pmi_wire::control::{Down, Job, NameAnswer, NameOp, SpawnCmd, SpawnJob, SpawnRequest, Up};
 
+use super::launch::JobRanks;
 use super::{Event, Node};
 use crate::fence::FenceFold;
+use crate::pmix::wire::{App, Proc};
 use crate::pmix::{self, wire, Command, Host, HostNews};
 
 /// The node's PMIx server and what it waits for.
 pub(super) struct Pmix {
     host: Host,
-    /// Environments of the launched job's local ranks, by rank, until every one is in.
-    envs: HashMap<u32, Vec<Vec<u8>>>,
+    /// The namespaces the server serves (the launched job's, and each job spawned here): the
+    /// job's index and the global id of its rank 0.
+    nspaces: HashMap<String, (u32, u32)>,
+    /// Environments of local ranks, by job and rank, until their ranks start.
+    envs: HashMap<(u32, u32), Vec<Vec<u8>>>,
     /// The ranks are waiting for their environments (the start is held until then).
     holding: bool,
     /// The launched job's PMIx fence: this node's server and each live child subtree.
@@ -31,6 +39,30 @@ pub(super) struct Pmix {
     entered: Option<u32>,
     /// Name-service requests at the root, by the host's id: the key a lookup asked for.
     lookups: HashMap<u32, String>,
+    /// Jobs spawned here whose ranks wait for their environments, by job index.
+    spawning: HashMap<u32, Spawning>,
+}
+
+/// A spawned job between its registration with the server and its start.
+pub(super) struct Spawning {
+    /// The host's id of the spawn request, answered once the ranks are started.
+    id: u32,
+    nspace: String,
+    job: Job,
+    index: u32,
+    ranks: JobRanks,
+}
+
+impl Pmix {
+    /// The global id of a client of this server.
+    fn gid(&self, proc: &Proc) -> Option<u32> {
+        self.nspaces.get(&proc.nspace).map(|&(_, first)| first + proc.rank)
+    }
+
+    /// How many environments of job `index` are in.
+    fn envs_of(&self, index: u32) -> usize {
+        self.envs.keys().filter(|(job, _)| *job == index).count()
+    }
 }
 
 const OVERSUBSCRIBE: &[u8] = b"OMPI_MCA_mpi_oversubscribe";
@@ -72,10 +104,12 @@ impl Node {
             rank_node: job.rank_node.clone(),
             rank_app: job.rank_app.clone(),
             psets: job.psets.clone(),
+            spawned: false,
         });
         let ranks: Vec<u32> = self.plan.ranks.iter().map(|r| r.rank).collect();
         let holding = !ranks.is_empty();
         host.send(Command::Clients {
+            nspace: self.job.jobid.clone(),
             uid: nix::unistd::getuid().as_raw(),
             gid: nix::unistd::getgid().as_raw(),
             ranks,
@@ -83,20 +117,82 @@ impl Node {
         tracing::debug!(pid = host.pid(), "PMIx host started");
         self.pmix = Some(Pmix {
             host,
+            nspaces: HashMap::from([(self.job.jobid.clone(), (0, 0))]),
             envs: HashMap::new(),
             holding,
             fence: FenceFold::default(),
             entered: None,
             lookups: HashMap::new(),
+            spawning: HashMap::new(),
         });
         holding
     }
 
-    /// The PMIx environment of a local rank of the launched job (empty without PMIx). With
-    /// more ranks here than CPUs to run them, Open MPI is told it is oversubscribed, as
-    /// mpirun tells it, or its ranks busy-poll each other's CPU away.
-    pub(super) fn pmix_env(&mut self, rank: u32) -> Vec<Vec<u8>> {
-        let Some(mut vars) = self.pmix.as_mut().and_then(|p| p.envs.remove(&rank)) else {
+    /// Registers a job a local rank spawned through PMIx with this node's server; its ranks
+    /// start once their environments are in. Hands the job back if there is no server.
+    pub(super) fn pmix_spawn(
+        &mut self,
+        id: u32,
+        sj: &SpawnJob,
+        job: Job,
+        ranks: JobRanks,
+    ) -> Option<(Job, JobRanks)> {
+        let host_name = self.plan.host.clone();
+        let Some(pmix) = self.pmix.as_mut() else { return Some((job, ranks)) };
+        let nspace = sj.kvsname.clone();
+        pmix.nspaces.insert(nspace.clone(), (sj.job, sj.first));
+        pmix.host.send(Command::Setup {
+            nspace: nspace.clone(),
+            jobid: nspace.clone(),
+            node: 0,
+            hosts: vec![host_name],
+            rank_node: vec![0; ranks.len()],
+            rank_app: ranks.iter().map(|&(_, _, segment)| segment).collect(),
+            psets: Vec::new(),
+            spawned: true,
+        });
+        pmix.host.send(Command::Clients {
+            nspace: nspace.clone(),
+            uid: nix::unistd::getuid().as_raw(),
+            gid: nix::unistd::getgid().as_raw(),
+            ranks: ranks.iter().map(|&(rank, _, _)| rank).collect(),
+        });
+        let spawning = Spawning { id, nspace, job, index: sj.job, ranks };
+        if spawning.ranks.is_empty() {
+            self.pmix_spawned(spawning);
+        } else {
+            pmix.spawning.insert(sj.job, spawning);
+        }
+        None
+    }
+
+    /// The server is gone: ranks held for their environments start without them.
+    fn lose_pmix(&mut self) {
+        let Some(pmix) = self.pmix.take() else { return };
+        if pmix.holding {
+            self.start_launched_ranks();
+        }
+        for (_, Spawning { job, index, ranks, .. }) in pmix.spawning {
+            self.start_spawned_ranks(&job, index, &ranks);
+        }
+    }
+
+    /// Every rank of a spawned job has its environment: they start, and the spawner hears.
+    fn pmix_spawned(&mut self, spawning: Spawning) {
+        let Spawning { id, nspace, job, index, ranks } = spawning;
+        self.start_spawned_ranks(&job, index, &ranks);
+        tracing::debug!(job = index, %nspace, "PMIx spawned job started");
+        if let Some(pmix) = self.pmix.as_ref() {
+            pmix.host.send(Command::SpawnDone { id, status: wire::SUCCESS, nspace });
+        }
+    }
+
+    /// The PMIx environment of a local rank of job `index` (empty without PMIx), started
+    /// with `local` ranks on this node. With more ranks here than CPUs to run them, Open
+    /// MPI is told it is oversubscribed, as mpirun tells it, or its ranks busy-poll each
+    /// other's CPU away.
+    pub(super) fn pmix_env(&mut self, index: u32, rank: u32, local: usize) -> Vec<Vec<u8>> {
+        let Some(mut vars) = self.pmix.as_mut().and_then(|p| p.envs.remove(&(index, rank))) else {
             return Vec::new();
         };
         let cpus = nix::sched::sched_getaffinity(nix::unistd::Pid::from_raw(0))
@@ -105,7 +201,7 @@ impl Node {
             })
             .unwrap_or(1);
         let user_sets = |name: &[u8]| self.job.env.iter().any(|(k, _)| k == name);
-        if self.plan.ranks.len() > cpus && !user_sets(OVERSUBSCRIBE) {
+        if local > cpus && !user_sets(OVERSUBSCRIBE) {
             vars.push([OVERSUBSCRIBE, b"=1"].concat());
         }
         let shm = self.pmix.as_ref().and_then(|p| p.host.shm_dir());
@@ -124,36 +220,41 @@ impl Node {
             HostNews::Event(event) => event,
             HostNews::Gone(why) => {
                 // Dropped (its ranks are all done): it went as it should.
-                let Some(pmix) = self.pmix.as_ref() else { return };
-                let holding = pmix.holding;
-                self.notice(format!("the PMIx server of this node ended: {why}"));
-                self.pmix = None;
-                if holding {
-                    self.start_launched_ranks();
+                if self.pmix.is_none() {
+                    return;
                 }
-                return;
+                self.notice(format!("the PMIx server of this node ended: {why}"));
+                return self.lose_pmix();
             }
         };
         let Some(pmix) = self.pmix.as_mut() else { return };
         match event {
             pmix::Event::Ready { version } => tracing::debug!(%version, "PMIx server ready"),
-            pmix::Event::SetupDone => tracing::debug!("PMIx namespace registered"),
+            pmix::Event::SetupDone { nspace, status } => match status {
+                wire::SUCCESS => tracing::debug!(%nspace, "PMIx namespace registered"),
+                _ => self.notice(format!("cannot register {nspace} with PMIx (status {status})")),
+            },
             pmix::Event::Failed { why } => {
-                let holding = pmix.holding;
-                self.pmix = None;
                 self.notice(format!("PMIx is not served on this node: {why}"));
-                if holding {
-                    self.start_launched_ranks();
-                }
+                self.lose_pmix();
             }
-            pmix::Event::Env { rank, status, vars } => {
+            pmix::Event::Env { nspace, rank, status, vars } => {
                 if status != wire::SUCCESS {
-                    tracing::warn!(rank, status, "no PMIx environment for a rank");
+                    tracing::warn!(%nspace, rank, status, "no PMIx environment for a rank");
                 }
-                pmix.envs.insert(rank, vars);
-                if pmix.holding && pmix.envs.len() == self.plan.ranks.len() {
-                    pmix.holding = false;
-                    self.start_launched_ranks();
+                let Some(&(index, _)) = pmix.nspaces.get(&nspace) else {
+                    return tracing::warn!(%nspace, "a PMIx environment for an unknown namespace");
+                };
+                pmix.envs.insert((index, rank), vars);
+                let have = pmix.envs_of(index);
+                if index == 0 {
+                    if pmix.holding && have == self.plan.ranks.len() {
+                        pmix.holding = false;
+                        self.start_launched_ranks();
+                    }
+                } else if pmix.spawning.get(&index).is_some_and(|s| s.ranks.len() == have) {
+                    let spawning = pmix.spawning.remove(&index).expect("just seen");
+                    self.pmix_spawned(spawning);
                 }
             }
             pmix::Event::Fence { id, collect: _, data } => {
@@ -169,38 +270,47 @@ impl Node {
                 let data = Vec::new();
                 pmix.host.send(Command::ModexDone { id, status: wire::ERR_NOT_FOUND, data });
             }
-            pmix::Event::Abort { id, rank, status, mut msg } => {
+            pmix::Event::Abort { id, proc, status, mut msg } => {
                 // Open MPI 4.1's MPI_Abort always says "N/A": nothing to print.
                 if msg == "N/A" {
                     msg.clear();
                 }
+                let rank = pmix.gid(&proc).unwrap_or(proc.rank);
                 let pid = self.ranks.find(rank).map_or(0, |r| r.pid as u32);
                 let _ = self.up.control.send(Up::Abort { rank, pid, code: status, msg });
                 pmix.host.send(Command::OpDone { id, status: wire::SUCCESS });
             }
-            pmix::Event::Publish { id, rank, mut pairs } => match pairs.len() {
-                1 => {
-                    let (service, port) = pairs.remove(0);
-                    let op = NameOp::Publish { service, port };
-                    let _ = self.up.control.send(Up::Name { rank, tag: name_tag(id), op });
+            pmix::Event::Publish { id, proc, once, mut pairs } => {
+                let rank = pmix.gid(&proc).unwrap_or(proc.rank);
+                match pairs.len() {
+                    1 => {
+                        let (service, value) = pairs.remove(0);
+                        let packed = matches!(value, pmi_wire::control::NameValue::Packed(_));
+                        tracing::debug!(%service, once, packed, "PMIx publish");
+                        let op = NameOp::Publish { service, value, once };
+                        let _ = self.up.control.send(Up::Name { rank, tag: name_tag(id), op });
+                    }
+                    n => {
+                        let status = if n == 0 { wire::SUCCESS } else { wire::ERR_NOT_SUPPORTED };
+                        pmix.host.send(Command::OpDone { id, status });
+                    }
                 }
-                n => {
-                    let status = if n == 0 { wire::SUCCESS } else { wire::ERR_NOT_SUPPORTED };
-                    pmix.host.send(Command::OpDone { id, status });
-                }
-            },
-            pmix::Event::Unpublish { id, rank, mut keys } => match keys.len() {
+            }
+            pmix::Event::Unpublish { id, proc, mut keys } => match keys.len() {
                 1 => {
+                    let rank = pmix.gid(&proc).unwrap_or(proc.rank);
                     let op = NameOp::Unpublish { service: keys.remove(0) };
                     let _ = self.up.control.send(Up::Name { rank, tag: name_tag(id), op });
                 }
                 _ => pmix.host.send(Command::OpDone { id, status: wire::ERR_NOT_SUPPORTED }),
             },
-            pmix::Event::Lookup { id, rank, mut keys } => match keys.len() {
+            pmix::Event::Lookup { id, proc, wait, mut keys } => match keys.len() {
                 1 => {
+                    let rank = pmix.gid(&proc).unwrap_or(proc.rank);
                     let service = keys.remove(0);
+                    tracing::debug!(%service, ?wait, "PMIx lookup");
                     pmix.lookups.insert(id, service.clone());
-                    let op = NameOp::Lookup { service };
+                    let op = NameOp::Lookup { service, wait };
                     let _ = self.up.control.send(Up::Name { rank, tag: name_tag(id), op });
                 }
                 _ => {
@@ -208,8 +318,26 @@ impl Node {
                     pmix.host.send(Command::LookupDone { id, status, found });
                 }
             },
-            pmix::Event::Connected { rank } => tracing::debug!(rank, "PMIx client connected"),
-            pmix::Event::Finalized { rank } => tracing::debug!(rank, "PMIx client finalized"),
+            pmix::Event::Spawn { id, proc, apps } => {
+                let cmds: Vec<SpawnCmd> = apps.into_iter().map(spawn_cmd).collect();
+                match pmix.gid(&proc) {
+                    Some(rank) if cmds.iter().any(|c| c.nprocs > 0) => {
+                        let request = SpawnRequest { cmds, preput: Vec::new() };
+                        let _ =
+                            self.up.control.send(Up::Spawn { rank, tag: name_tag(id), request });
+                    }
+                    _ => {
+                        let (status, nspace) = (wire::ERR_BAD_PARAM, String::new());
+                        pmix.host.send(Command::SpawnDone { id, status, nspace });
+                    }
+                }
+            }
+            pmix::Event::Connected { proc } => {
+                tracing::debug!(nspace = proc.nspace, rank = proc.rank, "PMIx client connected")
+            }
+            pmix::Event::Finalized { proc } => {
+                tracing::debug!(nspace = proc.nspace, rank = proc.rank, "PMIx client finalized")
+            }
             pmix::Event::Notice { text } => tracing::warn!("PMIx server: {text}"),
         }
     }
@@ -266,6 +394,7 @@ impl Node {
             }
             NameAnswer::Lookup(value) => {
                 let key = pmix.lookups.remove(&id).unwrap_or_default();
+                // The publisher is not recorded: PMIX_RANK_UNDEF.
                 match value {
                     Some(value) => Command::LookupDone {
                         id,
@@ -286,8 +415,20 @@ impl Node {
 }
 
 impl Node {
-    /// The launched job's ranks wait for their PMIx environments.
+    /// The launched job's ranks, or a spawned job's, wait for their PMIx environments.
     pub(super) fn holding_ranks(&self) -> bool {
-        self.pmix.as_ref().is_some_and(|p| p.holding)
+        self.pmix.as_ref().is_some_and(|p| p.holding || !p.spawning.is_empty())
     }
+}
+
+/// What rlaunch's spawn makes of a PMIx application: its argv after the program's name, its
+/// working directory, its environment.
+fn spawn_cmd(app: App) -> SpawnCmd {
+    let App { cmd, argv, env, maxprocs, info } = app;
+    let info = info
+        .into_iter()
+        .filter_map(|(key, value)| (key == "pmix.wdir").then(|| ("wdir".to_string(), value)))
+        .collect();
+    let args = argv.into_iter().skip(1).collect();
+    SpawnCmd { exe: cmd, args, nprocs: maxprocs, info, env }
 }

@@ -158,7 +158,7 @@ mod tests {
     fn the_table() {
         use Protocol::{Pmi1, Pmi2};
         let spawn = SpawnRequest { cmds: vec![], preput: vec![(s("k"), s("v"))] };
-        let lookup = NameOp::Lookup { service: s("S") };
+        let lookup = NameOp::Lookup { service: s("S"), wait: pmi_wire::control::LookupWait::No };
         let mapping = Some(s("(vector,(0,1,4))"));
         let put = |kvsname: Option<&str>| Request::Put {
             kvsname: kvsname.map(str::to_string),

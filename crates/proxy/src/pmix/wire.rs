@@ -3,9 +3,16 @@
 //! strings and blobs as a u32 length and the bytes. Pure: no I/O.
 //!
 //! ```text
-//!   proxy ──Command──► host: Setup, Clients, FenceDone, OpDone, LookupDone
-//!   proxy ◄──Event──── host: Ready, Env, Fence, Abort, Publish, Lookup, ...
+//!   proxy ──Command──► host: Setup, Clients, ModexDone, OpDone, LookupDone, SpawnDone
+//!   proxy ◄──Event──── host: Ready, Env, Fence, Abort, Publish, Lookup, Spawn, ...
 //! ```
+//!
+//! A node's server serves the launched job's namespace and one more per job its ranks
+//! spawned here: events name the process by namespace and rank ([`Proc`]).
+//! Published values are strings, or any other PMIx value packed by the host
+//! (`PMIx_Data_pack`) and unpacked by the host that looks it up.
+
+use pmi_wire::control::{LookupWait, NameValue};
 
 /// A PMIx status: 0 is success, negative values are PMIx's error codes.
 pub type Status = i32;
@@ -14,11 +21,13 @@ pub const SUCCESS: Status = 0;
 pub const ERR_NOT_FOUND: Status = -46;
 pub const ERR_NOT_SUPPORTED: Status = -47;
 pub const ERR_DUPLICATE_KEY: Status = -53;
+pub const ERR_BAD_PARAM: Status = -27;
 
 /// Proxy to host.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Command {
-    /// Register the job's namespace (node `node` of `hosts`) and define its process sets.
+    /// Register a job's namespace (node `node` of `hosts`) and define its process sets. The
+    /// launched job's comes first; a `spawned` job's (MPI_Comm_spawn) is registered beside it.
     Setup {
         nspace: String,
         jobid: String,
@@ -27,16 +36,40 @@ pub enum Command {
         rank_node: Vec<u32>,
         rank_app: Vec<u32>,
         psets: Vec<(String, Vec<u32>)>,
+        spawned: bool,
     },
-    /// Register these local ranks as clients and answer each with its environment.
-    Clients { uid: u32, gid: u32, ranks: Vec<u32> },
+    /// Register these local ranks of `nspace` as clients and answer each with its
+    /// environment.
+    Clients { nspace: String, uid: u32, gid: u32, ranks: Vec<u32> },
     /// A fence the host entered (its `id`) is complete with every node's data, or a direct
     /// modex request is answered.
     ModexDone { id: u32, status: Status, data: Vec<u8> },
     /// An abort, publish or unpublish is done.
     OpDone { id: u32, status: Status },
     /// A lookup is done: (key, value, publisher's rank) found.
-    LookupDone { id: u32, status: Status, found: Vec<(String, String, u32)> },
+    LookupDone { id: u32, status: Status, found: Vec<(String, NameValue, u32)> },
+    /// A spawn is done: its job's namespace, whose ranks are started.
+    SpawnDone { id: u32, status: Status, nspace: String },
+}
+
+/// A client of the server: its namespace and its rank there.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Proc {
+    pub nspace: String,
+    pub rank: u32,
+}
+
+/// One application of a spawn request (`pmix_app_t`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct App {
+    pub cmd: String,
+    /// Its whole argv, the program's name first.
+    pub argv: Vec<String>,
+    /// `NAME=value` for its processes (Open MPI's `OMPI_PARENT_PORT`).
+    pub env: Vec<String>,
+    pub maxprocs: u32,
+    /// Its string-valued directives (`pmix.wdir`, `pmix.prefix`, ...).
+    pub info: Vec<(String, String)>,
 }
 
 /// Host to proxy.
@@ -50,11 +83,16 @@ pub enum Event {
     Failed {
         why: String,
     },
-    /// The namespace is registered.
-    SetupDone,
+    /// A spawned job's namespace is registered, or the status that kept it from it. (The
+    /// launched job's failure is [`Event::Failed`].)
+    SetupDone {
+        nspace: String,
+        status: Status,
+    },
     /// A rank's environment from `PMIx_server_setup_fork` (`NAME=value` each), or the
     /// status that kept it from one.
     Env {
+        nspace: String,
         rank: u32,
         status: Status,
         vars: Vec<Vec<u8>>,
@@ -68,30 +106,39 @@ pub enum Event {
     /// A rank called `PMIx_Abort`.
     Abort {
         id: u32,
-        rank: u32,
+        proc: Proc,
         status: i32,
         msg: String,
     },
+    /// `once`: for the first lookup only (`PMIX_PERSIST_FIRST_READ`).
     Publish {
         id: u32,
-        rank: u32,
-        pairs: Vec<(String, String)>,
+        proc: Proc,
+        once: bool,
+        pairs: Vec<(String, NameValue)>,
     },
     Lookup {
         id: u32,
-        rank: u32,
+        proc: Proc,
+        wait: LookupWait,
         keys: Vec<String>,
     },
     Unpublish {
         id: u32,
-        rank: u32,
+        proc: Proc,
         keys: Vec<String>,
     },
     Connected {
-        rank: u32,
+        proc: Proc,
     },
     Finalized {
-        rank: u32,
+        proc: Proc,
+    },
+    /// A rank called `PMIx_Spawn` (MPI_Comm_spawn).
+    Spawn {
+        id: u32,
+        proc: Proc,
+        apps: Vec<App>,
     },
     /// libpmix wants a rank's data from the node that owns it (direct modex).
     Dmodex {
@@ -111,10 +158,16 @@ pub enum WireError {
     Short,
     #[error("unknown message {0} from the PMIx host")]
     UnknownTag(u8),
+    #[error("a value of unknown kind {0} from the PMIx host")]
+    UnknownValue(u32),
 }
 
 /// Longest message either side accepts.
 pub const MAX_MESSAGE: usize = 1 << 30;
+
+/// How a published value travels: a string, or a `pmix_value_t` packed by `PMIx_Data_pack`.
+const VALUE_TEXT: u32 = 0;
+const VALUE_PACKED: u32 = 1;
 
 struct Out(Vec<u8>);
 
@@ -135,6 +188,18 @@ impl Out {
     fn str(&mut self, s: &str) {
         self.bytes(s.as_bytes());
     }
+    fn value(&mut self, v: &NameValue) {
+        match v {
+            NameValue::Text(text) => {
+                self.u32(VALUE_TEXT);
+                self.str(text);
+            }
+            NameValue::Packed(packed) => {
+                self.u32(VALUE_PACKED);
+                self.bytes(packed);
+            }
+        }
+    }
     fn done(mut self) -> Vec<u8> {
         let len = (self.0.len() - 4) as u32;
         self.0[..4].copy_from_slice(&len.to_le_bytes());
@@ -146,8 +211,9 @@ impl Command {
     /// The message, length prefix included.
     pub fn encode(&self) -> Vec<u8> {
         match self {
-            Command::Setup { nspace, jobid, node, hosts, rank_node, rank_app, psets } => {
+            Command::Setup { nspace, jobid, node, hosts, rank_node, rank_app, psets, spawned } => {
                 let mut o = Out::new(1);
+                o.u32(u32::from(*spawned));
                 o.str(nspace);
                 o.str(jobid);
                 o.u32(rank_node.len() as u32);
@@ -164,8 +230,9 @@ impl Command {
                 }
                 o.done()
             }
-            Command::Clients { uid, gid, ranks } => {
+            Command::Clients { nspace, uid, gid, ranks } => {
                 let mut o = Out::new(2);
+                o.str(nspace);
                 o.u32(*uid);
                 o.u32(*gid);
                 o.u32(ranks.len() as u32);
@@ -192,9 +259,16 @@ impl Command {
                 o.u32(found.len() as u32);
                 for (key, value, rank) in found {
                     o.str(key);
-                    o.str(value);
+                    o.value(value);
                     o.u32(*rank);
                 }
+                o.done()
+            }
+            Command::SpawnDone { id, status, nspace } => {
+                let mut o = Out::new(8);
+                o.u32(*id);
+                o.i32(*status);
+                o.str(nspace);
                 o.done()
             }
         }
@@ -236,6 +310,34 @@ impl In<'_> {
         let n = self.count(4)?;
         (0..n).map(|_| self.str()).collect()
     }
+    fn proc(&mut self) -> Result<Proc, WireError> {
+        Ok(Proc { nspace: self.str()?, rank: self.u32()? })
+    }
+    fn value(&mut self) -> Result<NameValue, WireError> {
+        match self.u32()? {
+            VALUE_TEXT => Ok(NameValue::Text(self.str()?)),
+            VALUE_PACKED => Ok(NameValue::Packed(self.bytes()?)),
+            other => Err(WireError::UnknownValue(other)),
+        }
+    }
+    /// A lookup's `PMIX_WAIT` and `PMIX_TIMEOUT` (seconds, 0 for none).
+    fn wait(&mut self) -> Result<LookupWait, WireError> {
+        let (wait, secs) = (self.u32()? != 0, self.u32()?);
+        Ok(match (wait, secs) {
+            (false, _) => LookupWait::No,
+            (true, 0) => LookupWait::UntilJobEnd,
+            (true, secs) => LookupWait::For { ms: u64::from(secs) * 1000 },
+        })
+    }
+    fn app(&mut self) -> Result<App, WireError> {
+        let cmd = self.str()?;
+        let argv = self.strs()?;
+        let env = self.strs()?;
+        let maxprocs = self.u32()?;
+        let n = self.count(8)?;
+        let info = (0..n).map(|_| Ok((self.str()?, self.str()?))).collect::<Result<_, _>>()?;
+        Ok(App { cmd, argv, env, maxprocs, info })
+    }
 }
 
 impl Event {
@@ -247,27 +349,36 @@ impl Event {
             101 => Event::Ready { version: i.str()? },
             102 => Event::Failed { why: i.str()? },
             103 => {
+                let nspace = i.str()?;
                 let rank = i.u32()?;
                 let status = i.i32()?;
                 let n = i.count(4)?;
                 let vars = (0..n).map(|_| i.bytes()).collect::<Result<_, _>>()?;
-                Event::Env { rank, status, vars }
+                Event::Env { nspace, rank, status, vars }
             }
             104 => Event::Fence { id: i.u32()?, collect: i.u32()? != 0, data: i.bytes()? },
-            105 => Event::Abort { id: i.u32()?, rank: i.u32()?, status: i.i32()?, msg: i.str()? },
+            105 => Event::Abort { id: i.u32()?, proc: i.proc()?, status: i.i32()?, msg: i.str()? },
             106 => {
-                let (id, rank) = (i.u32()?, i.u32()?);
-                let n = i.count(8)?;
-                let pairs = (0..n).map(|_| Ok((i.str()?, i.str()?))).collect::<Result<_, _>>()?;
-                Event::Publish { id, rank, pairs }
+                let (id, proc, once) = (i.u32()?, i.proc()?, i.u32()? != 0);
+                let n = i.count(12)?;
+                let pairs = (0..n).map(|_| Ok((i.str()?, i.value()?))).collect::<Result<_, _>>()?;
+                Event::Publish { id, proc, once, pairs }
             }
-            107 => Event::Lookup { id: i.u32()?, rank: i.u32()?, keys: i.strs()? },
-            108 => Event::Unpublish { id: i.u32()?, rank: i.u32()?, keys: i.strs()? },
-            109 => Event::Connected { rank: i.u32()? },
-            110 => Event::Finalized { rank: i.u32()? },
+            107 => {
+                Event::Lookup { id: i.u32()?, proc: i.proc()?, wait: i.wait()?, keys: i.strs()? }
+            }
+            108 => Event::Unpublish { id: i.u32()?, proc: i.proc()?, keys: i.strs()? },
+            109 => Event::Connected { proc: i.proc()? },
+            110 => Event::Finalized { proc: i.proc()? },
             111 => Event::Dmodex { id: i.u32()?, rank: i.u32()? },
             113 => Event::Notice { text: i.str()? },
-            114 => Event::SetupDone,
+            114 => Event::SetupDone { nspace: i.str()?, status: i.i32()? },
+            115 => {
+                let (id, proc) = (i.u32()?, i.proc()?);
+                let n = i.count(20)?;
+                let apps = (0..n).map(|_| i.app()).collect::<Result<_, _>>()?;
+                Event::Spawn { id, proc, apps }
+            }
             other => return Err(WireError::UnknownTag(other)),
         })
     }
@@ -299,11 +410,26 @@ mod tests {
         assert_eq!(&m[9..13], &(-46i32).to_le_bytes());
     }
 
+    fn u32le(v: u32) -> Vec<u8> {
+        v.to_le_bytes().to_vec()
+    }
+
+    fn strs(items: &[&str]) -> Vec<u8> {
+        let mut v = u32le(items.len() as u32);
+        items.iter().for_each(|s| v.extend(blob(s.as_bytes())));
+        v
+    }
+
+    fn proc(nspace: &str, rank: u32) -> Proc {
+        Proc { nspace: nspace.into(), rank }
+    }
+
     #[test]
     fn events_decode_as_the_host_writes_them() {
         let env = host_message(
             103,
             &[
+                &blob(b"job"),
                 &3u32.to_le_bytes(),
                 &0i32.to_le_bytes(),
                 &2u32.to_le_bytes(),
@@ -313,7 +439,12 @@ mod tests {
         );
         assert_eq!(
             Event::decode(&env),
-            Ok(Event::Env { rank: 3, status: 0, vars: vec![b"A=1".to_vec(), b"B=2".to_vec()] })
+            Ok(Event::Env {
+                nspace: "job".into(),
+                rank: 3,
+                status: 0,
+                vars: vec![b"A=1".to_vec(), b"B=2".to_vec()]
+            })
         );
         let fence = host_message(104, &[&1u32.to_le_bytes(), &1u32.to_le_bytes(), &blob(b"xy")]);
         assert_eq!(
@@ -323,9 +454,131 @@ mod tests {
     }
 
     #[test]
+    fn published_values_keep_their_kind() {
+        let publish = host_message(
+            106,
+            &[
+                &u32le(4),
+                &blob(b"job_1"),
+                &u32le(1),
+                &u32le(1),
+                &u32le(2),
+                &blob(b"port:accept"),
+                &u32le(0),
+                &blob(b"0:1"),
+                &blob(b"cid"),
+                &u32le(1),
+                &blob(&[0, 7, 255]),
+            ],
+        );
+        assert_eq!(
+            Event::decode(&publish),
+            Ok(Event::Publish {
+                id: 4,
+                proc: proc("job_1", 1),
+                once: true,
+                pairs: vec![
+                    ("port:accept".into(), NameValue::Text("0:1".into())),
+                    ("cid".into(), NameValue::Packed(vec![0, 7, 255])),
+                ],
+            })
+        );
+        let done = Command::LookupDone {
+            id: 9,
+            status: SUCCESS,
+            found: vec![("cid".into(), NameValue::Packed(vec![1, 2]), u32::MAX)],
+        }
+        .encode();
+        let want = [
+            &u32le(9)[..],
+            &0i32.to_le_bytes(),
+            &u32le(1),
+            &blob(b"cid"),
+            &u32le(1),
+            &blob(&[1, 2]),
+            &u32le(u32::MAX),
+        ]
+        .concat();
+        assert_eq!(&done[5..], &want[..]);
+        let bad = host_message(
+            106,
+            &[
+                &u32le(4),
+                &blob(b"j"),
+                &u32le(1),
+                &u32le(0),
+                &u32le(1),
+                &blob(b"k"),
+                &u32le(7),
+                &blob(b""),
+            ],
+        );
+        assert_eq!(Event::decode(&bad), Err(WireError::UnknownValue(7)));
+    }
+
+    #[test]
+    fn lookups_say_how_long_they_wait() {
+        let lookup = |wait: u32, secs: u32| {
+            let m = host_message(
+                107,
+                &[&u32le(2), &blob(b"job"), &u32le(0), &u32le(wait), &u32le(secs), &strs(&["k"])],
+            );
+            match Event::decode(&m) {
+                Ok(Event::Lookup { id: 2, proc: p, wait, keys }) => {
+                    assert_eq!((p, keys), (proc("job", 0), vec!["k".to_string()]));
+                    wait
+                }
+                other => panic!("{other:?}"),
+            }
+        };
+        assert_eq!(lookup(0, 600), LookupWait::No);
+        assert_eq!(lookup(1, 0), LookupWait::UntilJobEnd);
+        assert_eq!(lookup(1, 600), LookupWait::For { ms: 600_000 });
+    }
+
+    #[test]
+    fn a_spawn_carries_each_application_whole() {
+        let spawn = host_message(
+            115,
+            &[
+                &u32le(5),
+                &blob(b"job"),
+                &u32le(1),
+                &u32le(1),
+                &blob(b"/bin/child"),
+                &strs(&["child", "-x"]),
+                &strs(&["OMPI_PARENT_PORT=p"]),
+                &u32le(2),
+                &u32le(1),
+                &blob(b"pmix.wdir"),
+                &blob(b"/tmp"),
+            ],
+        );
+        let app = App {
+            cmd: "/bin/child".into(),
+            argv: vec!["child".into(), "-x".into()],
+            env: vec!["OMPI_PARENT_PORT=p".into()],
+            maxprocs: 2,
+            info: vec![("pmix.wdir".into(), "/tmp".into())],
+        };
+        assert_eq!(
+            Event::decode(&spawn),
+            Ok(Event::Spawn { id: 5, proc: proc("job", 1), apps: vec![app] })
+        );
+        for cut in 1..spawn.len() {
+            assert!(Event::decode(&spawn[..cut]).is_err(), "cut at {cut}");
+        }
+        let done = Command::SpawnDone { id: 5, status: SUCCESS, nspace: "job_1".into() }.encode();
+        assert_eq!(done[4], 8);
+        assert_eq!(&done[5..], &[&u32le(5)[..], &0i32.to_le_bytes(), &blob(b"job_1")].concat()[..]);
+    }
+
+    #[test]
     fn cut_or_unknown_messages_are_errors_not_panics() {
-        let env =
-            host_message(103, &[&3u32.to_le_bytes(), &0i32.to_le_bytes(), &u32::MAX.to_le_bytes()]);
+        let env = host_message(
+            103,
+            &[&blob(b"job"), &3u32.to_le_bytes(), &0i32.to_le_bytes(), &u32::MAX.to_le_bytes()],
+        );
         assert_eq!(Event::decode(&env), Err(WireError::Short));
         for cut in 0..9 {
             let fence =
