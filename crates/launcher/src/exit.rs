@@ -54,7 +54,10 @@ const fn row(status: &'static str, meaning: &'static str) -> Row {
 pub const TABLE: &[Row] = &[
     row("0", "every rank exited with code 0"),
     row("N", "the first failing rank exited with code N"),
-    row("128+S", "the first failing rank was killed by signal S, or rlaunch was (130 after Ctrl-C)"),
+    row(
+        "128+S",
+        "the first failing rank was killed by signal S, or rlaunch was (130 after Ctrl-C)",
+    ),
     row("124", "`--timeout` / `MPIEXEC_TIMEOUT` expired"),
     row("126 / 127", "a program could not be started (not executable / not found)"),
     row("141", "rlaunch's stdout was closed"),
