@@ -35,6 +35,9 @@ pub enum EntryError {
     BadSlots(String),
     #[error("unexpected '{word}' after host {host}")]
     Unexpected { word: String, host: String },
+    /// `slots=` (or `:N`) or `max_slots=` a second time on one line: which one was meant?
+    #[error("{key} given twice for host {host}")]
+    Twice { key: &'static str, host: String },
 }
 
 /// Parses `a,b:2,c`. A host named twice gets the sum of its slots.
@@ -117,11 +120,22 @@ fn parse_hostfile(text: &str) -> Result<Vec<Host>, (usize, EntryError)> {
         let mut words = line.split_whitespace();
         let first = words.next().expect("non-empty line");
         let (name, mut slots) = split_count(first).map_err(|e| (i + 1, e))?;
+        let twice = |key| (i + 1, EntryError::Twice { key, host: name.to_string() });
+        let mut slots_given = first.contains(':');
+        let mut max_given = false;
         for word in words {
             match word.split_once('=') {
-                Some(("slots", n)) => slots = parse_slots(n).map_err(|e| (i + 1, e))?,
+                Some(("slots", n)) => {
+                    if std::mem::replace(&mut slots_given, true) {
+                        return Err(twice("slots"));
+                    }
+                    slots = parse_slots(n).map_err(|e| (i + 1, e))?;
+                }
                 // Open MPI's cap on oversubscription; rlaunch wraps around like Hydra instead.
                 Some(("max_slots" | "max-slots", n)) => {
+                    if std::mem::replace(&mut max_given, true) {
+                        return Err(twice("max_slots"));
+                    }
                     parse_slots(n).map_err(|e| (i + 1, e))?;
                 }
                 _ => {
@@ -190,5 +204,14 @@ mod tests {
         assert_eq!(parse_hostfile("a slots=0").unwrap_err().0, 1);
         let error = parse_hostfile("a colour=red").unwrap_err().1.to_string();
         assert_eq!(error, "unexpected 'colour=red' after host a");
+    }
+
+    #[test]
+    fn a_key_given_twice_is_refused() {
+        let twice = |line: &str| parse_hostfile(line).unwrap_err().1.to_string();
+        assert_eq!(twice("n1 slots=2 slots=3"), "slots given twice for host n1");
+        assert_eq!(twice("n1:2 slots=3"), "slots given twice for host n1");
+        assert_eq!(twice("n1 max_slots=2 max-slots=3"), "max_slots given twice for host n1");
+        assert!(parse_hostfile("n1 slots=2 max_slots=3").is_ok());
     }
 }
