@@ -52,3 +52,28 @@ pub enum SetupError {
     #[error("cannot find the address that reaches {node} to listen on for its proxy ({}); give --bind-address", plain(.cause))]
     NoRoute { node: String, cause: io::Error },
 }
+
+/// At most this many characters of a culprit are quoted back to the user.
+pub(crate) const QUOTED_MAX: usize = 64;
+
+/// `text` as an error line quotes it: whole when short, else its first [`QUOTED_MAX`]
+/// characters and `...`. Input can be a megabyte long; an error line is one line.
+pub(crate) fn cut(text: &str) -> String {
+    match text.char_indices().nth(QUOTED_MAX) {
+        Some((end, _)) => format!("{}...", &text[..end]),
+        None => text.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn long_culprits_are_cut() {
+        assert_eq!(cut("n1"), "n1");
+        let long = "é".repeat(100);
+        assert_eq!(cut(&long), format!("{}...", "é".repeat(QUOTED_MAX)));
+        assert_eq!(cut(&"a".repeat(QUOTED_MAX)), "a".repeat(QUOTED_MAX));
+    }
+}

@@ -4,6 +4,11 @@
 use std::io;
 use std::path::{Path, PathBuf};
 
+use crate::error::cut;
+
+/// The longest a DNS name can be (RFC 1035), and so the longest host name rlaunch takes.
+pub const MAX_HOST_NAME: usize = 253;
+
 /// A host and how many ranks it takes before placement wraps around.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Host {
@@ -14,7 +19,8 @@ pub struct Host {
 /// A host list or hostfile rlaunch cannot use.
 #[derive(Debug, thiserror::Error)]
 pub enum HostsError {
-    #[error("--hosts {list}: {error}")]
+    /// The list is quoted cut short: it can be as long as an argument can be.
+    #[error("--hosts {}: {error}", cut(.list))]
     List { list: String, error: EntryError },
     #[error("cannot read hostfile {}: {}", .path.display(), plain(.cause))]
     Read { path: PathBuf, cause: io::Error },
@@ -31,12 +37,15 @@ pub enum EntryError {
     #[error("empty host name")]
     EmptyName,
     /// As written.
-    #[error("bad slot count '{0}'")]
+    #[error("bad slot count '{}'", cut(.0))]
     BadSlots(String),
-    #[error("unexpected '{word}' after host {host}")]
+    #[error("unexpected '{}' after host {}", cut(.word), cut(.host))]
     Unexpected { word: String, host: String },
+    /// Longer than [`MAX_HOST_NAME`]: no resolver or ssh would take it.
+    #[error("host name '{}' is longer than {MAX_HOST_NAME} characters", cut(.0))]
+    NameTooLong(String),
     /// `slots=` (or `:N`) or `max_slots=` a second time on one line: which one was meant?
-    #[error("{key} given twice for host {host}")]
+    #[error("{key} given twice for host {}", cut(.host))]
     Twice { key: &'static str, host: String },
 }
 
@@ -59,6 +68,9 @@ fn split_count(item: &str) -> Result<(&str, u32), EntryError> {
     };
     if name.is_empty() {
         return Err(EntryError::EmptyName);
+    }
+    if name.len() > MAX_HOST_NAME {
+        return Err(EntryError::NameTooLong(name.to_string()));
     }
     Ok((name, slots))
 }
@@ -193,6 +205,24 @@ mod tests {
             "--hosts a:x: bad slot count 'x'"
         );
         assert!(parse_host_list("a,,b").is_err());
+    }
+
+    #[test]
+    fn names_longer_than_dns_allows_are_refused_and_quoted_short() {
+        let long = "a".repeat(MAX_HOST_NAME + 1);
+        let error = parse_hostfile(&format!("n1\n{long}:2\n")).unwrap_err();
+        assert_eq!(error.0, 2);
+        let quoted = format!("{}...", &long[..crate::error::QUOTED_MAX]);
+        assert_eq!(
+            error.1.to_string(),
+            format!("host name '{quoted}' is longer than 253 characters")
+        );
+        assert!(parse_host_list(&"b".repeat(MAX_HOST_NAME)).is_ok());
+        let list = format!("{long},b");
+        let error = parse_host_list(&list).unwrap_err().to_string();
+        assert!(error.starts_with(&format!("--hosts {quoted}: host name '{quoted}'")), "{error}");
+        let slots = format!("n1:{}", "9".repeat(1000));
+        assert!(parse_hostfile(&slots).unwrap_err().1.to_string().len() < 100);
     }
 
     #[test]
