@@ -5,6 +5,7 @@ use std::io;
 use std::path::{Path, PathBuf};
 
 use crate::error::cut;
+use crate::textfile::{self, TextError, MAX_TEXT_FILE};
 
 /// The longest a DNS name can be (RFC 1035), and so the longest host name rlaunch takes.
 pub const MAX_HOST_NAME: usize = 253;
@@ -24,6 +25,11 @@ pub enum HostsError {
     List { list: String, error: EntryError },
     #[error("cannot read hostfile {}: {}", .path.display(), plain(.cause))]
     Read { path: PathBuf, cause: io::Error },
+    #[error("hostfile {} is larger than {} MiB", .0.display(), MAX_TEXT_FILE >> 20)]
+    TooLarge(PathBuf),
+    /// `line` is 1-based: the first line that is not text.
+    #[error("{}:{line}: not text (is it a hostfile?)", .path.display())]
+    NotText { path: PathBuf, line: usize },
     /// `line` is 1-based.
     #[error("{}:{line}: {error}", .path.display())]
     Line { path: PathBuf, line: usize, error: EntryError },
@@ -108,8 +114,11 @@ impl HostList {
 /// Reads a hostfile. Lines: `host`, `host:N`, `host slots=N [max_slots=M]`, `#` comments,
 /// blank lines. Errors name the file and line: `hosts:3: bad slot count 'x'`.
 pub fn read_hostfile(path: &Path) -> Result<Vec<Host>, HostsError> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|cause| HostsError::Read { path: path.to_path_buf(), cause })?;
+    let text = textfile::read(path).map_err(|e| match e {
+        TextError::Read(cause) => HostsError::Read { path: path.to_path_buf(), cause },
+        TextError::TooLarge => HostsError::TooLarge(path.to_path_buf()),
+        TextError::NotText { line } => HostsError::NotText { path: path.to_path_buf(), line },
+    })?;
     let hosts = parse_hostfile(&text).map_err(|(line, error)| HostsError::Line {
         path: path.to_path_buf(),
         line,

@@ -29,3 +29,4 @@ mod output;
 pub mod plan;
 pub mod process;
 mod stdin;
+mod textfile;
