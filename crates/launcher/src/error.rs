@@ -29,12 +29,12 @@ pub enum UsageError {
     TooManyRanks,
     #[error("--stdin {rank}: the job has only {size} ranks")]
     StdinBeyondJob { rank: u32, size: u32 },
-    #[error("--pset {name}: rank {rank} is beyond the job's {size} ranks")]
+    #[error("--pset {}: rank {rank} is beyond the job's {size} ranks", cut(.name))]
     PsetBeyondJob { name: String, rank: u32, size: u32 },
-    #[error("--pset {name}: a process set of that name is already defined")]
+    #[error("--pset {}: a process set of that name is already defined", cut(.name))]
     PsetTwice { name: String },
     /// As written.
-    #[error("--stdin {0}: expected a rank number, 'all' or 'none'")]
+    #[error("--stdin {}: expected a rank number, 'all' or 'none'", cut(.0))]
     StdinTarget(String),
 }
 
