@@ -58,6 +58,9 @@ pub enum OptionError {
     ProgramsTwice(&'static str),
     #[error("no program given: rlaunch -n N PROGRAM [ARGS]")]
     NoProgram,
+    /// `''` where a program should be: nothing could run it.
+    #[error("empty program name")]
+    EmptyProgram,
 }
 
 /// What the command line asks rlaunch to do.
@@ -235,6 +238,9 @@ pub fn parse(
     }
     if parts[0].command.is_empty() {
         return Err(OptionError::NoProgram.into());
+    }
+    if parts.iter().any(|p| p.command[0].is_empty()) {
+        return Err(OptionError::EmptyProgram.into());
     }
     Ok(fold(parts, env, cwd)?)
 }
