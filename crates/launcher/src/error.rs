@@ -27,6 +27,9 @@ pub enum UsageError {
     /// More than `u32::MAX` ranks in all.
     #[error("too many ranks")]
     TooManyRanks,
+    /// More ranks than `hosts` hosts can run, at the most processes Linux runs on one.
+    #[error("{ranks} ranks on {hosts} host{}: more than Linux can run (4194304 processes a host)", if *.hosts == 1 { "" } else { "s" })]
+    RanksBeyondHosts { ranks: u64, hosts: usize },
     #[error("--stdin {rank}: the job has only {size} ranks")]
     StdinBeyondJob { rank: u32, size: u32 },
     #[error("--pset {}: rank {rank} is beyond the job's {size} ranks", cut(.name))]

@@ -15,7 +15,9 @@ pub(crate) enum TextError {
     /// Longer than [`MAX_TEXT_FILE`].
     TooLarge,
     /// `line` (1-based) holds bytes that are not UTF-8, or control characters.
-    NotText { line: usize },
+    NotText {
+        line: usize,
+    },
 }
 
 /// The contents of the file at `path`, checked to be text.
@@ -36,11 +38,13 @@ pub(crate) fn read(path: &Path) -> Result<String, TextError> {
 /// character other than a tab or a carriage return (a NUL says "binary" as surely).
 fn first_binary_line(bytes: &[u8]) -> Option<usize> {
     let control = |c: char| c.is_control() && !matches!(c, '\t' | '\r' | '\u{c}');
-    bytes.split(|&b| b == b'\n').position(|line| match std::str::from_utf8(line) {
-        Ok(text) => text.contains(control),
-        Err(_) => true,
-    })
-    .map(|i| i + 1)
+    bytes
+        .split(|&b| b == b'\n')
+        .position(|line| match std::str::from_utf8(line) {
+            Ok(text) => text.contains(control),
+            Err(_) => true,
+        })
+        .map(|i| i + 1)
 }
 
 #[cfg(test)]
