@@ -76,7 +76,10 @@ enum Command {
     Quit,
     /// Put this many bytes of values, fences none.
     FloodPuts(u64),
-    Raw { init: bool, bytes: Vec<u8> },
+    Raw {
+        init: bool,
+        bytes: Vec<u8>,
+    },
 }
 
 struct Script {
