@@ -39,7 +39,7 @@
 //! The tests, a file a topic: `launch` (the ranks' environment, placement, the proxy tree),
 //! `output_relay` (stdout and stderr on their way to rlaunch's), `output_files` (prefixes and
 //! output files), `stdin`, `exit_status` (failures, timeouts), `signals`, `lost_proxies`,
-//! `cli` (the drop-in command line), `binding`, `fakessh` (the ssh bootstrap, with a fake ssh),
+//! `cli` (the drop-in command line), `bad_input` (the catalogue of bad input), `binding`, `fakessh` (the ssh bootstrap, with a fake ssh),
 //! `multihost` (real ssh between network namespaces; needs root), `slurm` (a real Slurm
 //! cluster of fake nodes; needs root), `sge` (a real Grid Engine cluster of fake nodes; needs
 //! root), `mpich`, `pmi`, `spawn`, and `rankprog` (the helper itself).

@@ -261,7 +261,9 @@ fn help_is_short_help_all_lists_every_spelling() {
     {
         assert!(short.contains(needed), "--help lacks {needed}:\n{short}");
     }
-    assert!(!short.contains("-genvlist") && short.lines().count() < 60, "{short}");
+    // One screen: the options, then the exit status table (which wraps to two more lines
+    // since its 128+S row says what Ctrl-C ends with).
+    assert!(!short.contains("-genvlist") && short.lines().count() <= 64, "{short}");
     let out = Run::new(&["--help-all"]).run();
     out.assert_code(0);
     let all = out.stdout_str();

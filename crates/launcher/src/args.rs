@@ -14,6 +14,8 @@
 use std::ffi::OsString;
 use std::os::unix::ffi::OsStrExt;
 
+use crate::error::cut;
+
 /// What an option is, whichever way it was spelled.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Key {
@@ -287,14 +289,14 @@ pub struct Part {
 /// A command line that does not split into options and programs.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ArgsError {
-    #[error("unknown option '{name}'{} (rlaunch --help-all lists all)", did_you_mean(*.suggestion))]
+    #[error("unknown option '{}'{} (rlaunch --help-all lists all)", cut(.name), did_you_mean(*.suggestion))]
     Unknown {
         name: String,
         /// The closest spelling, if one is close.
         suggestion: Option<&'static str>,
     },
     /// `what`: the argument's name (`N`), or what is missing (`a value after NAME`).
-    #[error("{option} needs {what}")]
+    #[error("{option} needs {}", cut(.what))]
     NeedsValue { option: &'static str, what: String },
     #[error("{option} takes no value")]
     TakesNoValue { option: &'static str },

@@ -7,12 +7,18 @@ use std::path::{Path, PathBuf};
 
 use crate::args::{self, ArgsError, Part};
 use crate::hosts::plain;
+use crate::textfile::{self, TextError, MAX_TEXT_FILE};
 
 /// A configfile that cannot be read, or a line of it that names no segment.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigfileError {
     #[error("cannot read {}: {}", .path.display(), plain(.cause))]
     Read { path: PathBuf, cause: io::Error },
+    #[error("{} is larger than {} MiB", .0.display(), MAX_TEXT_FILE >> 20)]
+    TooLarge(PathBuf),
+    /// `line` is 1-based: the first line that is not text.
+    #[error("{}:{line}: not text (is it a configfile?)", .path.display())]
+    NotText { path: PathBuf, line: usize },
     /// `line` is 1-based: the first line of a continued one.
     #[error("{}:{line}: {error}", .path.display())]
     Line { path: PathBuf, line: usize, error: LineError },
@@ -36,8 +42,11 @@ pub enum LineError {
 /// one program. Errors name the file and line: `job.conf:2: unknown option '-nn'`.
 pub fn read(path: &Path) -> Result<Vec<Part>, ConfigfileError> {
     let at = |line, error| ConfigfileError::Line { path: path.to_path_buf(), line, error };
-    let text = std::fs::read_to_string(path)
-        .map_err(|cause| ConfigfileError::Read { path: path.to_path_buf(), cause })?;
+    let text = textfile::read(path).map_err(|e| match e {
+        TextError::Read(cause) => ConfigfileError::Read { path: path.to_path_buf(), cause },
+        TextError::TooLarge => ConfigfileError::TooLarge(path.to_path_buf()),
+        TextError::NotText { line } => ConfigfileError::NotText { path: path.to_path_buf(), line },
+    })?;
     let lines = split_configfile(&text).map_err(|(line, error)| at(line, error))?;
     if lines.is_empty() {
         return Err(ConfigfileError::NoProgram(path.to_path_buf()));

@@ -27,14 +27,17 @@ pub enum UsageError {
     /// More than `u32::MAX` ranks in all.
     #[error("too many ranks")]
     TooManyRanks,
+    /// More ranks than `hosts` hosts can run, at the most processes Linux runs on one.
+    #[error("{ranks} ranks on {hosts} host{}: more than Linux can run (4194304 processes a host)", if *.hosts == 1 { "" } else { "s" })]
+    RanksBeyondHosts { ranks: u64, hosts: usize },
     #[error("--stdin {rank}: the job has only {size} ranks")]
     StdinBeyondJob { rank: u32, size: u32 },
-    #[error("--pset {name}: rank {rank} is beyond the job's {size} ranks")]
+    #[error("--pset {}: rank {rank} is beyond the job's {size} ranks", cut(.name))]
     PsetBeyondJob { name: String, rank: u32, size: u32 },
-    #[error("--pset {name}: a process set of that name is already defined")]
+    #[error("--pset {}: a process set of that name is already defined", cut(.name))]
     PsetTwice { name: String },
     /// As written.
-    #[error("--stdin {0}: expected a rank number, 'all' or 'none'")]
+    #[error("--stdin {}: expected a rank number, 'all' or 'none'", cut(.0))]
     StdinTarget(String),
 }
 
@@ -51,4 +54,29 @@ pub enum SetupError {
     /// No address of this machine is known to reach `node`.
     #[error("cannot find the address that reaches {node} to listen on for its proxy ({}); give --bind-address", plain(.cause))]
     NoRoute { node: String, cause: io::Error },
+}
+
+/// At most this many characters of a culprit are quoted back to the user.
+pub(crate) const QUOTED_MAX: usize = 64;
+
+/// `text` as an error line quotes it: whole when short, else its first [`QUOTED_MAX`]
+/// characters and `...`. Input can be a megabyte long; an error line is one line.
+pub(crate) fn cut(text: &str) -> String {
+    match text.char_indices().nth(QUOTED_MAX) {
+        Some((end, _)) => format!("{}...", &text[..end]),
+        None => text.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn long_culprits_are_cut() {
+        assert_eq!(cut("n1"), "n1");
+        let long = "é".repeat(100);
+        assert_eq!(cut(&long), format!("{}...", "é".repeat(QUOTED_MAX)));
+        assert_eq!(cut(&"a".repeat(QUOTED_MAX)), "a".repeat(QUOTED_MAX));
+    }
 }

@@ -26,13 +26,18 @@ pub const STDOUT_CLOSED: i32 = 141;
 pub const FAILURE: i32 = 255;
 
 /// The status a rank's end passes on when it decides the job's: its own code, 128 + its
-/// signal, or the shell's 127 (not found) / 126 (not executable) when it never ran.
+/// signal, or the shell's 127 (not found) / 126 (not executable) when it never ran. A node
+/// out of processes, descriptors or memory is no fault of the program: 255.
 pub fn of_outcome(outcome: pmi_wire::ids::ExitOutcome) -> i32 {
+    use nix::libc::{EAGAIN, EMFILE, ENFILE, ENOENT, ENOMEM};
     use pmi_wire::ids::ExitOutcome;
     match outcome {
         ExitOutcome::Exited(code) => code,
         ExitOutcome::Signaled(sig) => SIGNALED + sig,
-        ExitOutcome::SpawnFailed { errno } if errno == nix::libc::ENOENT => NOT_FOUND,
+        ExitOutcome::SpawnFailed { errno } if errno == ENOENT => NOT_FOUND,
+        ExitOutcome::SpawnFailed { errno } if [EMFILE, ENFILE, EAGAIN, ENOMEM].contains(&errno) => {
+            FAILURE
+        }
         ExitOutcome::SpawnFailed { .. } | ExitOutcome::NoWorkdir { .. } => NOT_EXECUTABLE,
     }
 }
@@ -81,6 +86,7 @@ mod tests {
         assert_eq!(of_outcome(ExitOutcome::SpawnFailed { errno: 2 }), NOT_FOUND);
         assert_eq!(of_outcome(ExitOutcome::SpawnFailed { errno: 13 }), NOT_EXECUTABLE);
         assert_eq!(of_outcome(ExitOutcome::NoWorkdir { errno: 2 }), NOT_EXECUTABLE);
+        assert_eq!(of_outcome(ExitOutcome::SpawnFailed { errno: nix::libc::EMFILE }), FAILURE);
     }
 
     /// The table as the README writes it.

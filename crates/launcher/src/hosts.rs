@@ -4,6 +4,12 @@
 use std::io;
 use std::path::{Path, PathBuf};
 
+use crate::error::cut;
+use crate::textfile::{self, TextError, MAX_TEXT_FILE};
+
+/// The longest a DNS name can be (RFC 1035), and so the longest host name rlaunch takes.
+pub const MAX_HOST_NAME: usize = 253;
+
 /// A host and how many ranks it takes before placement wraps around.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Host {
@@ -14,10 +20,16 @@ pub struct Host {
 /// A host list or hostfile rlaunch cannot use.
 #[derive(Debug, thiserror::Error)]
 pub enum HostsError {
-    #[error("--hosts {list}: {error}")]
+    /// The list is quoted cut short: it can be as long as an argument can be.
+    #[error("--hosts {}: {error}", cut(.list))]
     List { list: String, error: EntryError },
     #[error("cannot read hostfile {}: {}", .path.display(), plain(.cause))]
     Read { path: PathBuf, cause: io::Error },
+    #[error("hostfile {} is larger than {} MiB", .0.display(), MAX_TEXT_FILE >> 20)]
+    TooLarge(PathBuf),
+    /// `line` is 1-based: the first line that is not text.
+    #[error("{}:{line}: not text (is it a hostfile?)", .path.display())]
+    NotText { path: PathBuf, line: usize },
     /// `line` is 1-based.
     #[error("{}:{line}: {error}", .path.display())]
     Line { path: PathBuf, line: usize, error: EntryError },
@@ -31,10 +43,16 @@ pub enum EntryError {
     #[error("empty host name")]
     EmptyName,
     /// As written.
-    #[error("bad slot count '{0}'")]
+    #[error("bad slot count '{}'", cut(.0))]
     BadSlots(String),
-    #[error("unexpected '{word}' after host {host}")]
+    #[error("unexpected '{}' after host {}", cut(.word), cut(.host))]
     Unexpected { word: String, host: String },
+    /// Longer than [`MAX_HOST_NAME`]: no resolver or ssh would take it.
+    #[error("host name '{}' is longer than {MAX_HOST_NAME} characters", cut(.0))]
+    NameTooLong(String),
+    /// `slots=` (or `:N`) or `max_slots=` a second time on one line: which one was meant?
+    #[error("{key} given twice for host {}", cut(.host))]
+    Twice { key: &'static str, host: String },
 }
 
 /// Parses `a,b:2,c`. A host named twice gets the sum of its slots.
@@ -56,6 +74,9 @@ fn split_count(item: &str) -> Result<(&str, u32), EntryError> {
     };
     if name.is_empty() {
         return Err(EntryError::EmptyName);
+    }
+    if name.len() > MAX_HOST_NAME {
+        return Err(EntryError::NameTooLong(name.to_string()));
     }
     Ok((name, slots))
 }
@@ -93,8 +114,11 @@ impl HostList {
 /// Reads a hostfile. Lines: `host`, `host:N`, `host slots=N [max_slots=M]`, `#` comments,
 /// blank lines. Errors name the file and line: `hosts:3: bad slot count 'x'`.
 pub fn read_hostfile(path: &Path) -> Result<Vec<Host>, HostsError> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|cause| HostsError::Read { path: path.to_path_buf(), cause })?;
+    let text = textfile::read(path).map_err(|e| match e {
+        TextError::Read(cause) => HostsError::Read { path: path.to_path_buf(), cause },
+        TextError::TooLarge => HostsError::TooLarge(path.to_path_buf()),
+        TextError::NotText { line } => HostsError::NotText { path: path.to_path_buf(), line },
+    })?;
     let hosts = parse_hostfile(&text).map_err(|(line, error)| HostsError::Line {
         path: path.to_path_buf(),
         line,
@@ -117,11 +141,22 @@ fn parse_hostfile(text: &str) -> Result<Vec<Host>, (usize, EntryError)> {
         let mut words = line.split_whitespace();
         let first = words.next().expect("non-empty line");
         let (name, mut slots) = split_count(first).map_err(|e| (i + 1, e))?;
+        let twice = |key| (i + 1, EntryError::Twice { key, host: name.to_string() });
+        let mut slots_given = first.contains(':');
+        let mut max_given = false;
         for word in words {
             match word.split_once('=') {
-                Some(("slots", n)) => slots = parse_slots(n).map_err(|e| (i + 1, e))?,
+                Some(("slots", n)) => {
+                    if std::mem::replace(&mut slots_given, true) {
+                        return Err(twice("slots"));
+                    }
+                    slots = parse_slots(n).map_err(|e| (i + 1, e))?;
+                }
                 // Open MPI's cap on oversubscription; rlaunch wraps around like Hydra instead.
                 Some(("max_slots" | "max-slots", n)) => {
+                    if std::mem::replace(&mut max_given, true) {
+                        return Err(twice("max_slots"));
+                    }
                     parse_slots(n).map_err(|e| (i + 1, e))?;
                 }
                 _ => {
@@ -182,6 +217,24 @@ mod tests {
     }
 
     #[test]
+    fn names_longer_than_dns_allows_are_refused_and_quoted_short() {
+        let long = "a".repeat(MAX_HOST_NAME + 1);
+        let error = parse_hostfile(&format!("n1\n{long}:2\n")).unwrap_err();
+        assert_eq!(error.0, 2);
+        let quoted = format!("{}...", &long[..crate::error::QUOTED_MAX]);
+        assert_eq!(
+            error.1.to_string(),
+            format!("host name '{quoted}' is longer than 253 characters")
+        );
+        assert!(parse_host_list(&"b".repeat(MAX_HOST_NAME)).is_ok());
+        let list = format!("{long},b");
+        let error = parse_host_list(&list).unwrap_err().to_string();
+        assert!(error.starts_with(&format!("--hosts {quoted}: host name '{quoted}'")), "{error}");
+        let slots = format!("n1:{}", "9".repeat(1000));
+        assert!(parse_hostfile(&slots).unwrap_err().1.to_string().len() < 100);
+    }
+
+    #[test]
     fn hostfiles_take_hydra_and_open_mpi_forms() {
         let text = "# cluster\n\nn1\nn2:4\nn3 slots=2 max_slots=8  # big\nn1:2\n";
         assert_eq!(parse_hostfile(text).unwrap(), vec![h("n1", 3), h("n2", 4), h("n3", 2)]);
@@ -190,5 +243,14 @@ mod tests {
         assert_eq!(parse_hostfile("a slots=0").unwrap_err().0, 1);
         let error = parse_hostfile("a colour=red").unwrap_err().1.to_string();
         assert_eq!(error, "unexpected 'colour=red' after host a");
+    }
+
+    #[test]
+    fn a_key_given_twice_is_refused() {
+        let twice = |line: &str| parse_hostfile(line).unwrap_err().1.to_string();
+        assert_eq!(twice("n1 slots=2 slots=3"), "slots given twice for host n1");
+        assert_eq!(twice("n1:2 slots=3"), "slots given twice for host n1");
+        assert_eq!(twice("n1 max_slots=2 max-slots=3"), "max_slots given twice for host n1");
+        assert!(parse_hostfile("n1 slots=2 max_slots=3").is_ok());
     }
 }

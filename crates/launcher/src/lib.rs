@@ -12,7 +12,7 @@
 //! every status rlaunch ends with; [`help`] says what the user sees of each option.
 
 mod allocation;
-mod args;
+pub mod args;
 mod configfile;
 pub mod error;
 pub mod exit;
@@ -29,3 +29,4 @@ mod output;
 pub mod plan;
 pub mod process;
 mod stdin;
+mod textfile;

@@ -27,6 +27,10 @@ use crate::hosts::{self, Host, HostsError};
 use crate::job;
 use crate::options::{HostSource, LauncherKind, MapBy, Options, PmiKinds, Rmk};
 
+/// Linux runs at most this many processes (`PID_MAX_LIMIT`, the ceiling of
+/// `kernel.pid_max`): no host takes more ranks.
+const MAX_RANKS_PER_HOST: u64 = 1 << 22;
+
 /// Why there is no plan.
 #[derive(Debug, thiserror::Error)]
 pub enum PlanError {
@@ -62,6 +66,7 @@ pub fn build(o: &Options, env: &[(OsString, OsString)]) -> Result<job::Plan, Pla
     let mut notices = Vec::new();
     let lists = host_lists(o, &own_host, allocation.as_ref(), &mut notices)?;
     let size = lists.size()?;
+    lists.fit_hosts()?;
     let rank_hosts = place::place_segments(&lists.hosts, &lists.segments, o.map_by == MapBy::Node);
     let proxy_exe = proxy_exe()?;
     let bootstrap = bootstrap(o, launcher, &proxy_exe, getenv("SGE_BINARY_PATH"));
@@ -223,6 +228,20 @@ impl HostLists {
     fn size(&self) -> Result<u32, PlanError> {
         let size = self.segments.iter().try_fold(0u32, |sum, (_, n)| sum.checked_add(*n));
         size.ok_or(PlanError::Usage(UsageError::TooManyRanks))
+    }
+
+    /// Refuses more ranks than their hosts could run before anything is laid out per rank:
+    /// `-n 4000000000` (or a hostfile's `n1:4294967295`) would otherwise fill all memory.
+    fn fit_hosts(&self) -> Result<(), PlanError> {
+        for (list, hosts) in self.hosts.iter().enumerate() {
+            let ranks: u64 =
+                self.segments.iter().filter(|(l, _)| *l == list).map(|(_, n)| u64::from(*n)).sum();
+            if ranks > hosts.len() as u64 * MAX_RANKS_PER_HOST {
+                let hosts = hosts.len();
+                return Err(UsageError::RanksBeyondHosts { ranks, hosts }.into());
+            }
+        }
+        Ok(())
     }
 
     /// The segment of each rank, ranks numbered across segments.

@@ -19,6 +19,7 @@ use std::collections::HashMap;
 use std::ffi::{CStr, CString, OsStr};
 use std::os::fd::RawFd;
 use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
 use std::sync::atomic::{AtomicI32, AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc, OnceLock};
 
@@ -66,6 +67,11 @@ impl Program {
         let wdir = (!segment.wdir.is_empty()).then(|| cstring(&segment.wdir));
         // Checked here because a failed chdir in the child would look like a missing program.
         if let Some(dir) = &wdir {
+            // A file is "not a directory", not "permission denied" as access() has it.
+            let is_dir = std::fs::metadata(OsStr::from_bytes(&segment.wdir)).map(|m| m.is_dir());
+            if is_dir.is_ok_and(|d| !d) {
+                return Err(ExitOutcome::NoWorkdir { errno: libc::ENOTDIR });
+            }
             // SAFETY: a valid C string.
             if unsafe { libc::access(dir.as_ptr(), libc::X_OK) } != 0 {
                 return Err(ExitOutcome::NoWorkdir { errno: last_errno() });
@@ -340,7 +346,17 @@ fn resolve(exe: &[u8], search: &[u8], wdir: Option<&CStr>) -> Result<CString, Ex
         return Err(ExitOutcome::SpawnFailed { errno: libc::ENOENT });
     }
     if exe.contains(&b'/') {
-        // execve says what is wrong with it (not found, not executable).
+        // execve says what is wrong with it (not found, not executable), but only
+        // "permission denied" for a directory.
+        let path = match wdir {
+            Some(wdir) if !exe.starts_with(b"/") => {
+                Path::new(OsStr::from_bytes(wdir.to_bytes())).join(OsStr::from_bytes(exe))
+            }
+            _ => Path::new(OsStr::from_bytes(exe)).to_path_buf(),
+        };
+        if path.is_dir() {
+            return Err(ExitOutcome::SpawnFailed { errno: libc::EISDIR });
+        }
         return Ok(cstring(exe));
     }
     let mut denied = false;

@@ -9,6 +9,7 @@
 //! v1|v2 get KEY           v1: a KVS get; v2: a job attribute
 //! v1|v2 fence             init, fence, finalize
 //! v1|v2 quit              init, then exit 0 without finalize
+//! v1|v2 flood-puts BYTES  put 800-byte values under new keys until BYTES are put, no fence
 //! raw [--init] BYTES      write BYTES on PMI_FD (after a PMI-1 init with --init), then
 //!                         read until end of file
 //! ```
@@ -29,6 +30,7 @@
 //! | `get KEY`    | `get <R> KEY=VALUE` or `get <R> KEY not-found`                          |
 //! | `fence`      | `fenced <R>`                                                            |
 //! | `quit`       | `quitting <R>`                                                          |
+//! | `flood-puts` | `flooded <R> <bytes>` once every put was answered                       |
 //! | `raw`        | `init ok` (with --init), `sent <n> bytes` (or `send failed: ...`), a line `reply <bytes>` per read, then `eof` |
 //!
 //! Every value put is `v<R>=x;y<R>`: an `=` and a `;` that PMI-2 must escape. In `raw`, BYTES
@@ -72,7 +74,12 @@ enum Command {
     Get(String),
     Fence,
     Quit,
-    Raw { init: bool, bytes: Vec<u8> },
+    /// Put this many bytes of values, fences none.
+    FloodPuts(u64),
+    Raw {
+        init: bool,
+        bytes: Vec<u8>,
+    },
 }
 
 struct Script {
@@ -142,6 +149,10 @@ fn parse(args: &[String]) -> Result<Script, String> {
                 Some("visibility") => Command::Visibility,
                 Some("fence") => Command::Fence,
                 Some("quit") => Command::Quit,
+                Some("flood-puts") => {
+                    let n = words.next().ok_or("flood-puts: missing BYTES")?;
+                    Command::FloodPuts(n.parse().map_err(|_| format!("bad byte count {n:?}"))?)
+                }
                 Some("get") => Command::Get(words.next().ok_or("get: missing KEY")?.to_string()),
                 Some(other) => return Err(format!("unknown command {other:?}")),
                 None => return Err("missing command".into()),
@@ -272,6 +283,19 @@ fn with_client(version: Version, command: Command, role: Role) -> Result<(), Str
             say(&format!("quitting {rank}"));
             // The socket closes with the process: end of file before finalize.
             process::exit(0);
+        }
+        Command::FloodPuts(bytes) => {
+            // Values as long as a PMI-1 line lets them be, each under a key of its own.
+            let value = "v".repeat(800);
+            let mut put = 0u64;
+            let mut i = 0u64;
+            while put < bytes {
+                pmi.put(&format!("f{rank}.{i}"), &value)
+                    .map_err(|e| fail(&format!("put after {put} bytes"), e))?;
+                put += value.len() as u64;
+                i += 1;
+            }
+            say(&format!("flooded {rank} {put}"));
         }
         Command::Raw { .. } => unreachable!("raw mode has no client"),
     }

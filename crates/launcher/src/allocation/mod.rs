@@ -106,7 +106,7 @@ pub enum AllocationError {
     #[error("--rmk {rmk}: {var} is not set: no {scheduler} allocation here")]
     Missing { rmk: &'static str, var: &'static str, scheduler: &'static str },
     /// `value` is cut to a printable length.
-    #[error("{var} {value}: {error}")]
+    #[error("{var} {}: {error}", crate::error::cut(.value))]
     Form { var: &'static str, value: String, error: FormError },
     #[error("{counts_var} gives {counts} counts, but SLURM_JOB_NODELIST names {hosts} hosts")]
     Counts { counts_var: &'static str, counts: usize, hosts: usize },

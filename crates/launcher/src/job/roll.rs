@@ -125,7 +125,14 @@ impl Roll {
         let p = &self.procs[gid as usize];
         match outcome {
             ExitOutcome::SpawnFailed { errno } => {
-                format!("cannot start {} on {host}: {}", p.exe, strerror(errno))
+                let hint = match errno {
+                    nix::libc::EMFILE | nix::libc::ENFILE => {
+                        " (raise the open-file limit, ulimit -n)"
+                    }
+                    nix::libc::EAGAIN => " (raise the process limit, ulimit -u)",
+                    _ => "",
+                };
+                format!("cannot start {} on {host}: {}{hint}", p.exe, strerror(errno))
             }
             ExitOutcome::NoWorkdir { errno } => {
                 let dir = match p.job {

@@ -12,7 +12,7 @@ use pmi_wire::control::{Binding, Liveness};
 use crate::allocation::Scheduler;
 use crate::args::{self, Key, Part};
 use crate::configfile;
-use crate::error::UsageError;
+use crate::error::{cut, UsageError};
 use crate::output::OutputSpec;
 
 mod values;
@@ -26,38 +26,41 @@ use values::{
 #[derive(Debug, thiserror::Error)]
 pub enum OptionError {
     /// `option` as spelled, or the environment variable the setting came from.
-    #[error("{option} {value}: expected {what}")]
+    #[error("{option} {}: expected {what}", cut(.value))]
     Expected { option: &'static str, value: String, what: &'static str },
-    #[error("{option} {value}: a segment needs at least 1 rank")]
+    #[error("{option} {}: a segment needs at least 1 rank", cut(.value))]
     NoRanks { option: &'static str, value: String },
-    #[error("{option} {pair}: empty variable name")]
+    #[error("{option} {}: empty variable name", cut(.pair))]
     EmptyName { option: &'static str, pair: String },
     #[error("{0}: empty command")]
     EmptyCommand(&'static str),
     #[error("the timeout must be more than 0 seconds")]
     ZeroTimeout,
     /// `known`: the interfaces with an IPv4 address.
-    #[error("{option} {name}: no interface of that name has an IPv4 address (these do: {known})")]
+    #[error("{option} {}: no interface of that name has an IPv4 address (these do: {known})", cut(.name))]
     NoInterface { option: &'static str, name: String, known: String },
-    #[error("--heartbeat {0}: must be at least 0.001 seconds")]
+    #[error("--heartbeat {}: must be at least 0.001 seconds", cut(.0))]
     ShortHeartbeat(String),
     /// The silence timeout must leave room for heartbeats, or every link would be lost.
-    #[error("--silence-timeout {silence}: must be longer than the heartbeat ({heartbeat} s)")]
+    #[error("--silence-timeout {}: must be longer than the heartbeat ({heartbeat} s)", cut(.silence))]
     ShortSilence { silence: String, heartbeat: f64 },
     #[error("-l and --prepend-pattern both set the line prefix; give one")]
     TwoPrefixes,
     /// `reason`: what the pattern parser said.
-    #[error("{option} {pattern}: {reason}")]
+    #[error("{option} {}: {reason}", cut(.pattern))]
     Pattern { option: &'static str, pattern: String, reason: String },
-    #[error("--output-filename {0}: no directory given")]
+    #[error("--output-filename {}: no directory given", cut(.0))]
     NoOutputDir(String),
-    #[error("--output-filename {arg}: unknown option {option} (known: nocopy, nojobid)")]
+    #[error("--output-filename {}: unknown option {} (known: nocopy, nojobid)", cut(.arg), cut(.option))]
     OutputDirOption { arg: String, option: String },
     /// `-configfile` with a program on the command line too.
     #[error("{0}: give the programs either in the file or on the command line")]
     ProgramsTwice(&'static str),
     #[error("no program given: rlaunch -n N PROGRAM [ARGS]")]
     NoProgram,
+    /// `''` where a program should be: nothing could run it.
+    #[error("empty program name")]
+    EmptyProgram,
 }
 
 /// What the command line asks rlaunch to do.
@@ -235,6 +238,9 @@ pub fn parse(
     }
     if parts[0].command.is_empty() {
         return Err(OptionError::NoProgram.into());
+    }
+    if parts.iter().any(|p| p.command[0].is_empty()) {
+        return Err(OptionError::EmptyProgram.into());
     }
     Ok(fold(parts, env, cwd)?)
 }

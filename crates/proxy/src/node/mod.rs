@@ -277,7 +277,14 @@ impl Node {
                     None => break,
                 },
                 Some((peer, call)) = pmi.recv() => self.pmi_call(peer, call),
-                _ = sigchld.recv() => self.reap(),
+                _ = sigchld.recv() => {
+                    // What a rank said before it died comes first: a protocol fault that
+                    // made it exit is the story, not the exit.
+                    while let Ok((peer, call)) = pmi.try_recv() {
+                        self.pmi_call(peer, call);
+                    }
+                    self.reap()
+                }
                 _ = sigterm.recv() => self.lose_upstream("the proxy received SIGTERM"),
                 _ = sighup.recv() => self.lose_upstream("the proxy received SIGHUP"),
                 _ = sigint.recv() => self.lose_upstream("the proxy received SIGINT"),

@@ -19,6 +19,9 @@ pub(crate) enum Fault {
     /// `cmd=initack` where no `-pmi-port` handshake is due.
     #[error("sent a -pmi-port handshake (pmiid={pmiid}) on its PMI_FD socket")]
     Handshake { pmiid: u32 },
+    /// More than `limit` bytes of keys and values put, fences or not.
+    #[error("put more than {} MiB of keys and values", .limit >> 20)]
+    TooMuchPut { limit: usize },
     /// A request naming another job's KVS; `what` names the request ("a put").
     #[error("sent {what} for kvsname {kvsname:?}, but its job's kvsname is {expected}")]
     ForeignKvs { what: &'static str, kvsname: String, expected: String },

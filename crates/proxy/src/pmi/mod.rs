@@ -137,6 +137,10 @@ enum Wake {
     Answer(Option<Box<PmiAnswer>>),
 }
 
+/// The most key and value bytes one rank may put in all: MPI libraries put a business card
+/// of a few hundred bytes a fence.
+pub(crate) const MAX_PUT_BYTES: usize = 8 << 20;
+
 async fn serve(
     mut conn: PmiConn,
     peer: PmiPeer,
@@ -153,6 +157,9 @@ async fn serve(
         tell(PmiCall::Closed { clean: true });
     };
     let mut finalized = false;
+    // Key and value bytes this rank has put: every node keeps every pair, so a rank that
+    // puts without end would take all the memory of the job's nodes.
+    let mut put_bytes = 0usize;
     loop {
         loop {
             let envelope = match conn.next_request() {
@@ -166,6 +173,12 @@ async fn serve(
                 Err(f) => return fault(f),
             };
             if let Some(call) = call {
+                if let PmiCall::Put { key, value } | PmiCall::PutNodeAttr { key, value } = &call {
+                    put_bytes += key.len() + value.len();
+                    if put_bytes > MAX_PUT_BYTES {
+                        return fault(Fault::TooMuchPut { limit: MAX_PUT_BYTES });
+                    }
+                }
                 finalized |= matches!(call, PmiCall::Finalized);
                 tell(call);
             }
