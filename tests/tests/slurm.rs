@@ -156,8 +156,17 @@ fn scancel_leaves_no_process_of_the_job(cluster: &SlurmCluster) {
     out.tag.wait_until_none(Duration::from_secs(10)).unwrap_or_else(|left| {
         panic!("left on the nodes {:?} after scancel: {left:?}", cancelled.elapsed())
     });
-    let state = cluster.run("squeue", &["-h", "-t", "all", "-n", &name, "-o", "%T"]).run();
-    assert_eq!(state.lines(), ["CANCELLED"], "{state}");
+    // COMPLETING comes first while slurmctld hears from the nodes; CANCELLED is where it ends.
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let state = cluster.run("squeue", &["-h", "-t", "all", "-n", &name, "-o", "%T"]).run();
+        if state.lines() == ["CANCELLED"] {
+            break;
+        }
+        assert_eq!(state.lines(), ["COMPLETING"], "{state}");
+        assert!(Instant::now() < deadline, "still completing after {WAIT:?}: {state}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
 }
 
 /// The head's address on the cluster's network (tests/cluster/slurm.sh). The head does not
