@@ -60,12 +60,25 @@ pub enum SetupError {
 pub(crate) const QUOTED_MAX: usize = 64;
 
 /// `text` as an error line quotes it: whole when short, else its first [`QUOTED_MAX`]
-/// characters and `...`. Input can be a megabyte long; an error line is one line.
+/// characters and `...`, with control characters escaped (`\n`). Input can be a megabyte
+/// long and hold newlines; an error line is one short line.
 pub(crate) fn cut(text: &str) -> String {
-    match text.char_indices().nth(QUOTED_MAX) {
-        Some((end, _)) => format!("{}...", &text[..end]),
-        None => text.to_string(),
+    let mut quoted = String::new();
+    let mut shown = 0;
+    for c in text.chars() {
+        let escaped = c.is_control().then(|| c.escape_default());
+        let width = escaped.clone().map_or(1, |e| e.count());
+        if shown + width > QUOTED_MAX {
+            quoted.push_str("...");
+            break;
+        }
+        shown += width;
+        match escaped {
+            Some(e) => quoted.extend(e),
+            None => quoted.push(c),
+        }
     }
+    quoted
 }
 
 #[cfg(test)]
@@ -78,5 +91,7 @@ mod tests {
         let long = "é".repeat(100);
         assert_eq!(cut(&long), format!("{}...", "é".repeat(QUOTED_MAX)));
         assert_eq!(cut(&"a".repeat(QUOTED_MAX)), "a".repeat(QUOTED_MAX));
+        // Found by fuzzing: a newline in --hosts made a two-line error.
+        assert_eq!(cut("a\nb\t\u{1b}"), "a\\nb\\t\\u{1b}");
     }
 }

@@ -131,7 +131,7 @@ pub fn read_hostfile(path: &Path) -> Result<Vec<Host>, HostsError> {
 }
 
 /// The text of a hostfile; errors carry the 1-based line number.
-fn parse_hostfile(text: &str) -> Result<Vec<Host>, (usize, EntryError)> {
+pub(crate) fn parse_hostfile(text: &str) -> Result<Vec<Host>, (usize, EntryError)> {
     let mut hosts = HostList::default();
     for (i, raw) in text.lines().enumerate() {
         let line = raw.split('#').next().unwrap_or("").trim();

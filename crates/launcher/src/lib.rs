@@ -16,6 +16,8 @@ pub mod args;
 mod configfile;
 pub mod error;
 pub mod exit;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod help;
 mod hosts;
 #[expect(

@@ -7,6 +7,9 @@
 //! requests also go through the protocol-neutral mapping ([`pmi_wire::request`]), a spawn's
 //! blocks gathered across messages as a connection gathers them.
 //!
+//! The same properties are the cargo-fuzz targets' (fuzz/, run to millions of executions by
+//! hand: see docs/fuzzing.md); their corpora and any crash they found replay here too.
+//!
 //! `RLAUNCH_FUZZ_ITERS=<n>` changes the number of mutated inputs (default 100000); the seed is
 //! fixed so a failure reproduces.
 
@@ -15,8 +18,10 @@ use pmi_wire::control::{
     Up,
 };
 use pmi_wire::ids::{ExitOutcome, Stream};
-use pmi_wire::request::{Message, SpawnBlocks};
 use pmi_wire::{pmi1, pmi2};
+
+/// The properties, shared with the cargo-fuzz targets in fuzz/.
+mod properties;
 
 /// xorshift64*: tiny, deterministic, good enough to pick mutations.
 struct Rng(u64);
@@ -220,91 +225,9 @@ fn mutate(rng: &mut Rng, corpus: &[Vec<u8>]) -> Vec<u8> {
 
 /// Runs every decoder on `input` and checks the properties in the module doc.
 fn check(input: &[u8]) {
-    let len = input.len();
-    if let Ok(Some((req, n))) = pmi1::parse_request(input) {
-        assert!(n > 0 && n <= len, "pmi1 request took {n} of {len}");
-        let again = req.encode();
-        // Re-encoding can lengthen a block (counts it left out), past the block limit.
-        if again.len() <= pmi1::MAX_LINE || matches!(req, pmi1::Request::Spawn(_)) {
-            if let Ok(Some((back, m))) = pmi1::parse_request(&again) {
-                assert_eq!(back, req, "pmi1 re-encoding of {input:?}");
-                assert_eq!(m, again.len());
-            } else {
-                panic!("pmi1 re-encoding of {input:?} did not parse: {again:?}");
-            }
-        }
-        if let Some(message) = Message::from_pmi1(req, &mut SpawnBlocks::default()) {
-            check_mapping(message, pmi2::Protocol::Pmi1);
-        }
-    }
-    if let Ok(Some((_, n))) = pmi1::parse_response(input) {
-        assert!(n > 0 && n <= len, "pmi1 response took {n} of {len}");
-    }
-    if let Ok(Some((command, n))) = pmi2::parse_frame(input) {
-        assert!(n > pmi2::HEADER_LEN && n <= len, "pmi2 frame took {n} of {len}");
-        let again = command.encode();
-        let (back, m) = pmi2::parse_frame(&again).expect("re-encoded frame").expect("complete");
-        assert_eq!((back, m), (command.clone(), again.len()));
-        if let Ok(req) = pmi2::Request::from_command(&command) {
-            let back = pmi2::Request::from_command(&req.to_command()).expect("typed re-encoding");
-            assert_eq!(back, req);
-        }
-    }
-    if let Ok(Some((envelope, n))) = pmi2::parse_request(input) {
-        assert!(n <= len);
-        check_mapping(Message::from_pmi2(envelope), pmi2::Protocol::Pmi2);
-    }
-    let _ = pmi2::detect(input);
-    if let Ok(Some((_, n))) = control::decode::<Up>(input) {
-        assert!(n <= len, "up frame took {n} of {len}");
-    }
-    if let Ok(Some((_, n))) = control::decode::<Down>(input) {
-        assert!(n <= len, "down frame took {n} of {len}");
-    }
-    if let Ok(Some(found)) = control::scan_hello(input) {
-        assert!(found.consumed <= len);
-    }
-}
-
-/// A mapped message keeps its protocol; a spawn mapped from PMI-1 holds one command per block.
-fn check_mapping(message: Message, protocol: pmi2::Protocol) {
-    match message {
-        Message::Request(envelope) => {
-            assert_eq!(envelope.protocol, protocol);
-            assert!(protocol == pmi2::Protocol::Pmi2 || envelope.tag.is_none());
-        }
-        Message::Unknown { protocol: p, .. } => assert_eq!(p, protocol),
-        Message::Init { .. } | Message::InitAck { .. } => {
-            assert_eq!(protocol, pmi2::Protocol::Pmi1)
-        }
-    }
-}
-
-/// What a connection does: decode messages off the front until one is incomplete or bad,
-/// mapping each (spawn blocks gathered across messages).
-fn drain(input: &[u8]) {
-    let mut rest = input;
-    let mut spawn = SpawnBlocks::default();
-    let mut blocks = 0;
-    while let Ok(Some((request, n))) = pmi1::parse_request(rest) {
-        rest = &rest[n..];
-        blocks += usize::from(matches!(request, pmi1::Request::Spawn(_)));
-        if let Some(message) = Message::from_pmi1(request, &mut spawn) {
-            if let Message::Request(pmi_wire::request::Envelope {
-                request: pmi_wire::request::Request::Spawn(whole),
-                ..
-            }) = &message
-            {
-                assert_eq!(whole.cmds.len(), blocks, "one command per block");
-                blocks = 0;
-            }
-            check_mapping(message, pmi2::Protocol::Pmi1);
-        }
-    }
-    let mut rest = input;
-    while let Ok(Some((_, n))) = pmi2::parse_frame(rest) {
-        rest = &rest[n..];
-    }
+    properties::pmi1(input);
+    properties::pmi2(input);
+    properties::control(input);
 }
 
 #[test]
@@ -334,7 +257,6 @@ fn mutated_inputs_never_panic_or_overrun() {
     for _ in 0..iterations() {
         let input = mutate(&mut rng, &corpus);
         check(&input);
-        drain(&input);
     }
 }
 
@@ -345,5 +267,43 @@ fn random_bytes_never_panic() {
         let len = rng.below(64);
         let input: Vec<u8> = (0..len).map(|_| rng.next() as u8).collect();
         check(&input);
+    }
+}
+
+/// Every input the cargo-fuzz targets kept (fuzz/corpus/TARGET) or crashed on
+/// (fuzz/artifacts/TARGET) goes through the same checks, so that a fixed crash stays fixed.
+#[test]
+fn the_fuzzers_corpora_and_crashes_replay_cleanly() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz");
+    let mut replayed = 0;
+    for (target, property) in [
+        ("pmi1", properties::pmi1 as fn(&[u8])),
+        ("pmi2", properties::pmi2),
+        ("control", properties::control),
+    ] {
+        for dir in ["corpus", "artifacts"] {
+            let Ok(entries) = std::fs::read_dir(root.join(dir).join(target)) else { continue };
+            for entry in entries {
+                let path = entry.expect("a directory entry").path();
+                property(&std::fs::read(&path).expect("a readable corpus file"));
+                replayed += 1;
+            }
+        }
+    }
+    assert!(replayed > 0, "no corpus under {}", root.display());
+}
+
+/// Writes the corpus above as the cargo-fuzz targets' seeds (fuzz/corpus/TARGET/seed-N):
+/// `cargo test -p pmi-wire --test fuzz_codecs -- --ignored write_fuzz_seeds`.
+#[test]
+#[ignore = "writes files under fuzz/; run by hand when the corpus changes"]
+fn write_fuzz_seeds() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/corpus");
+    for target in ["pmi1", "pmi2", "control"] {
+        let dir = root.join(target);
+        std::fs::create_dir_all(&dir).expect("the corpus directory");
+        for (i, item) in corpus().iter().enumerate() {
+            std::fs::write(dir.join(format!("seed-{i}")), item).expect("a seed file");
+        }
     }
 }

@@ -1,0 +1,8 @@
+//! The pmi1 decoder's properties (crates/pmi-wire/tests/properties) on libFuzzer's inputs.
+#![no_main]
+
+#[path = "../../crates/pmi-wire/tests/properties/mod.rs"]
+#[allow(dead_code)]
+mod properties;
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| properties::pmi1(data));
