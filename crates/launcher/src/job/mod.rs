@@ -368,7 +368,7 @@ impl Root {
                 }
                 tracing::debug!(rank, pid, %outcome, unfinalized, "rank ended");
                 if let Some(cause) = cause::rank_end(rank, pid, outcome, unfinalized) {
-                    if !self.forwarded.hold(Instant::now(), self.kill_grace()) {
+                    if !self.forwarded.hold(Instant::now(), self.kill_grace(), outcome) {
                         self.fail(cause);
                     }
                 }

@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use nix::sys::signal::Signal;
+use pmi_wire::ids::ExitOutcome;
 use tokio::signal::unix::{signal, SignalKind};
 use tokio::time::Instant;
 
@@ -45,16 +46,19 @@ impl ForwardedSignals {
 }
 
 /// After rlaunch forwards a signal that may end the ranks (INT, TERM, HUP, QUIT, USR1,
-/// USR2), their failing ends are its doing, not theirs: for `--kill-grace` they are held
-/// rather than taken as the job's failure, so that one rank's quick exit does not cut the
-/// others' handlers short (Python's `except KeyboardInterrupt` cleanup, a shell's trap).
-/// Pure: the caller brings the clock.
+/// USR2), the ends it causes are its doing, not the ranks': for `--kill-grace` after the
+/// signal they are held rather than taken as the job's failure, so that one rank's quick exit
+/// does not cut the others' handlers short (Python's `except KeyboardInterrupt` cleanup, a
+/// shell's trap). Only ends the signal explains are held: killed by it, or (INT, TERM, HUP,
+/// QUIT) a non-zero exit, as a handler's; a segfault is a segfault. Pure: the caller brings
+/// the clock.
 #[derive(Debug, Default)]
 pub(crate) struct Forwarded {
     /// The last such signal and when it was forwarded.
     last: Option<(Signal, Instant)>,
-    /// Failing ends held since then.
-    held: usize,
+    /// The signal the held ends are blamed on and when it was sent: the grace runs from
+    /// there, however many signals follow.
+    held: Option<(Signal, Instant)>,
 }
 
 impl Forwarded {
@@ -70,24 +74,32 @@ impl Forwarded {
         }
     }
 
-    /// A rank failed at `now`: true if it is held (a signal was forwarded less than `grace`
-    /// ago), false if it is the job's failure as usual.
-    pub(crate) fn hold(&mut self, now: Instant, grace: Duration) -> bool {
-        let held = self.last.is_some_and(|(_, at)| now < at + grace);
-        self.held += usize::from(held);
-        held
+    /// A rank ended badly (`outcome`) at `now`: true if the end is held (the last forwarded
+    /// signal, less than `grace` ago, explains it), false if it is the job's failure as usual.
+    pub(crate) fn hold(&mut self, now: Instant, grace: Duration, outcome: ExitOutcome) -> bool {
+        let Some((sig, at)) = self.last.filter(|(_, at)| now < *at + grace) else {
+            return false;
+        };
+        let handled = !matches!(sig, Signal::SIGUSR1 | Signal::SIGUSR2);
+        let explained = match outcome {
+            ExitOutcome::Signaled(s) => s == sig as i32,
+            ExitOutcome::Exited(code) => code != 0 && handled,
+            ExitOutcome::SpawnFailed { .. } | ExitOutcome::NoWorkdir { .. } => false,
+        };
+        if explained && self.held.is_none() {
+            self.held = Some((sig, at));
+        }
+        explained
     }
 
-    /// When the held ends must be acted on: the grace after the signal, if any are held.
+    /// When the held ends must be acted on: the grace after their signal, if any are held.
     pub(crate) fn deadline(&self, grace: Duration) -> Option<Instant> {
-        let (_, at) = self.last?;
-        (self.held > 0).then_some(at + grace)
+        self.held.map(|(_, at)| at + grace)
     }
 
     /// The signal the held ends are blamed on, if any are held; they are acted on now.
     pub(crate) fn take(&mut self) -> Option<Signal> {
-        let (sig, _) = self.last?;
-        (std::mem::take(&mut self.held) > 0).then_some(sig)
+        self.held.take().map(|(sig, _)| sig)
     }
 }
 
@@ -97,19 +109,45 @@ mod tests {
 
     const GRACE: Duration = Duration::from_secs(1);
 
+    fn exited(code: i32) -> ExitOutcome {
+        ExitOutcome::Exited(code)
+    }
+
     #[test]
     fn ends_within_the_grace_after_a_forwarded_signal_are_held() {
         let t0 = Instant::now();
         let mut f = Forwarded::default();
-        assert!(!f.hold(t0, GRACE), "no signal: a failure is a failure");
+        assert!(!f.hold(t0, GRACE, exited(3)), "no signal: a failure is a failure");
         f.sent(Signal::SIGINT, t0);
         assert_eq!(f.deadline(GRACE), None, "nothing held yet");
-        assert!(f.hold(t0 + Duration::from_millis(10), GRACE));
-        assert!(f.hold(t0 + Duration::from_millis(20), GRACE));
+        assert!(f.hold(t0 + Duration::from_millis(10), GRACE, exited(3)));
+        assert!(f.hold(t0 + Duration::from_millis(20), GRACE, ExitOutcome::Signaled(2)));
         assert_eq!(f.deadline(GRACE), Some(t0 + GRACE));
         assert_eq!(f.take(), Some(Signal::SIGINT));
         assert_eq!(f.take(), None, "taken once");
-        assert!(!f.hold(t0 + GRACE, GRACE), "after the grace, a failure is a failure");
+        assert!(!f.hold(t0 + GRACE, GRACE, exited(3)), "after the grace, a failure is one");
+    }
+
+    #[test]
+    fn only_ends_the_signal_explains_are_held() {
+        let t0 = Instant::now();
+        let mut f = Forwarded::default();
+        f.sent(Signal::SIGINT, t0);
+        assert!(!f.hold(t0, GRACE, ExitOutcome::Signaled(11)), "a segfault is a segfault");
+        f.sent(Signal::SIGUSR1, t0);
+        assert!(!f.hold(t0, GRACE, exited(1)), "USR1 is not a request to stop");
+        assert!(f.hold(t0, GRACE, ExitOutcome::Signaled(10)), "killed by USR1: its doing");
+    }
+
+    #[test]
+    fn signals_that_keep_coming_do_not_postpone_the_deadline() {
+        let t0 = Instant::now();
+        let mut f = Forwarded::default();
+        f.sent(Signal::SIGHUP, t0);
+        assert!(f.hold(t0, GRACE, exited(1)));
+        f.sent(Signal::SIGHUP, t0 + GRACE / 2);
+        assert!(f.hold(t0 + GRACE / 2, GRACE, exited(1)));
+        assert_eq!(f.deadline(GRACE), Some(t0 + GRACE), "from the signal of the first end");
     }
 
     #[test]
@@ -118,6 +156,6 @@ mod tests {
         let mut f = Forwarded::default();
         f.sent(Signal::SIGTSTP, t0);
         f.sent(Signal::SIGCONT, t0);
-        assert!(!f.hold(t0, GRACE));
+        assert!(!f.hold(t0, GRACE, exited(1)));
     }
 }

@@ -6,6 +6,7 @@
 //!   needs libpmix / Open MPI (libmpi.so.40 ...)   ──► PMIx
 //!   needs MPICH's libmpi.so.12 / libmpich         ──► PMI-1/2 only
 //!   can load or start another program (dlopen, exec*, posix_spawn, system, popen),
+//!   is static (no dynamic section to tell), is Go (execs by raw system calls),
 //!   is not ELF, or cannot be read                 ──► PMIx
 //!   anything else (/bin/true, hostname, sleep)    ──► PMI-1/2 only
 //! ```
@@ -32,7 +33,8 @@ const GATEWAYS: &[&[u8]] = &[
     b"popen",
 ];
 
-/// Sections larger than this are not read (no real dynamic table comes close).
+/// Sections larger than this are not read (no real dynamic table comes close), and no more
+/// than this is read in all: a crafted file cannot make the launcher read for long.
 const MAX_SECTION: u64 = 64 << 20;
 
 /// What the program's dynamic section says about PMIx.
@@ -58,10 +60,18 @@ pub(crate) fn pmix_use(path: &Path) -> PmixUse {
 struct Dynamic {
     needed: Vec<Vec<u8>>,
     imports: Vec<Vec<u8>>,
+    /// Go's toolchain built it (a `.note.go.buildid` section): Go starts programs with raw
+    /// system calls, so no import shows it.
+    go: bool,
 }
 
 impl Dynamic {
     fn pmix_use(&self) -> PmixUse {
+        // Static (and static-pie, whose dynamic section needs nothing): exec or dlopen would
+        // not show among imports.
+        if self.needed.is_empty() || self.go {
+            return PmixUse::Maybe;
+        }
         let needs = |f: &dyn Fn(&[u8]) -> bool| self.needed.iter().any(|n| f(n));
         let open_mpi = |n: &[u8]| {
             n.starts_with(b"libpmix.so")
@@ -94,20 +104,31 @@ impl Dynamic {
         let shoff = u64_at(&header, 0x28);
         let shentsize = u16_at(&header, 0x3a) as u64;
         let shnum = u16_at(&header, 0x3c) as u64;
-        if shentsize < 64 || shnum == 0 || shnum > 4096 {
+        let shstrndx = u16_at(&header, 0x3e) as usize;
+        if shentsize != 64 || shnum == 0 || shnum > 4096 {
             return None;
         }
         let mut table = vec![0u8; (shentsize * shnum) as usize];
         file.read_exact_at(&mut table, shoff).ok()?;
         let sections: Vec<Section> =
             table.chunks_exact(shentsize as usize).map(Section::parse).collect();
+        let mut budget = MAX_SECTION;
         let mut dynamic = Dynamic::default();
+        let names = sections.get(shstrndx).and_then(|s| s.read(file, &mut budget));
+        dynamic.go = names.as_ref().is_some_and(|names| {
+            sections.iter().any(|s| {
+                let name = c_str(names, s.name as u64).unwrap_or_default();
+                name == b".note.go.buildid" || name == b".go.buildinfo"
+            })
+        });
         for section in &sections {
-            let strings = || sections.get(section.link as usize)?.read(file);
+            let strings =
+                |budget: &mut u64| sections.get(section.link as usize)?.read(file, budget);
             match section.kind {
                 // SHT_DYNAMIC: (tag, value) pairs; DT_NEEDED (1) names a library.
                 6 => {
-                    let (body, strings) = (section.read(file)?, strings()?);
+                    let body = section.read(file, &mut budget)?;
+                    let strings = strings(&mut budget)?;
                     for entry in body.chunks_exact(16) {
                         if u64_at(entry, 0) == 1 {
                             dynamic.needed.push(c_str(&strings, u64_at(entry, 8))?);
@@ -116,7 +137,8 @@ impl Dynamic {
                 }
                 // SHT_DYNSYM: undefined symbols (section index 0) are imports.
                 11 => {
-                    let (body, strings) = (section.read(file)?, strings()?);
+                    let body = section.read(file, &mut budget)?;
+                    let strings = strings(&mut budget)?;
                     for symbol in body.chunks_exact(24).skip(1) {
                         if u16_at(symbol, 6) == 0 {
                             dynamic.imports.push(c_str(&strings, u32_at(symbol, 0) as u64)?);
@@ -131,6 +153,8 @@ impl Dynamic {
 }
 
 struct Section {
+    /// Offset of its name in the section-name table.
+    name: u32,
     kind: u32,
     offset: u64,
     size: u64,
@@ -140,6 +164,7 @@ struct Section {
 impl Section {
     fn parse(h: &[u8]) -> Section {
         Section {
+            name: u32_at(h, 0),
             kind: u32_at(h, 4),
             offset: u64_at(h, 0x18),
             size: u64_at(h, 0x20),
@@ -147,10 +172,9 @@ impl Section {
         }
     }
 
-    fn read(&self, file: &File) -> Option<Vec<u8>> {
-        if self.size > MAX_SECTION {
-            return None;
-        }
+    /// Its bytes, taken from `budget`; `None` past it.
+    fn read(&self, file: &File, budget: &mut u64) -> Option<Vec<u8>> {
+        *budget = budget.checked_sub(self.size)?;
         let mut body = vec![0u8; self.size as usize];
         file.read_exact_at(&mut body, self.offset).ok()?;
         Some(body)
@@ -182,7 +206,16 @@ mod tests {
         Dynamic {
             needed: needed.iter().map(|n| n.as_bytes().to_vec()).collect(),
             imports: imports.iter().map(|i| i.as_bytes().to_vec()).collect(),
+            go: false,
         }
+    }
+
+    #[test]
+    fn static_and_go_programs_may_use_pmix() {
+        let mut d = dynamic(&["libc.so.6"], &["write"]);
+        d.go = true;
+        assert_eq!(d.pmix_use(), PmixUse::Maybe);
+        assert_eq!(dynamic(&[], &[]).pmix_use(), PmixUse::Maybe, "static needs nothing");
     }
 
     #[test]
@@ -192,7 +225,6 @@ mod tests {
         assert_eq!(dynamic(&["libmpich.so.12"], &["dlopen"]).pmix_use(), PmixUse::Never);
         assert_eq!(dynamic(&["libc.so.6"], &["execve"]).pmix_use(), PmixUse::Maybe);
         assert_eq!(dynamic(&["libc.so.6"], &["write", "exit"]).pmix_use(), PmixUse::Never);
-        assert_eq!(dynamic(&[], &[]).pmix_use(), PmixUse::Never);
     }
 
     #[test]
