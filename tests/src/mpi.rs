@@ -46,6 +46,9 @@ pub enum CProgram {
     OmpiNodes,
     /// A client of libpmix that prints the process sets its server defines.
     Psets,
+    /// A client of libpmix: each rank commits a value and gets rank (R+1)%size's with no
+    /// fence to bring it (`rank R got from P`, or `rank R cannot get P: STATUS` and exit 3).
+    Dmodex,
     /// Open MPI: `die VICTIM`: after a barrier (`ready R`), rank VICTIM kills itself with
     /// SIGKILL while the others wait in MPI_Finalize's fence.
     OmpiDie,
@@ -70,7 +73,7 @@ enum Compiler {
 }
 
 impl CProgram {
-    const COUNT: usize = 15;
+    const COUNT: usize = 16;
 
     /// The executable's name.
     fn name(self) -> &'static str {
@@ -87,6 +90,7 @@ impl CProgram {
             CProgram::OmpiPublish => "ompi-publish",
             CProgram::OmpiNodes => "ompi-nodes",
             CProgram::Psets => "psets",
+            CProgram::Dmodex => "dmodex",
             CProgram::OmpiDie => "ompi-die",
             CProgram::OmpiSpawn => "ompi-spawn",
             CProgram::OmpiConnect => "ompi-connect",
@@ -101,7 +105,7 @@ impl CProgram {
     fn compiler(self) -> Compiler {
         match self {
             CProgram::Pmi2 => Compiler::CcPmi2,
-            CProgram::Psets => Compiler::CcPmix,
+            CProgram::Psets | CProgram::Dmodex => Compiler::CcPmix,
             CProgram::OmpiHello
             | CProgram::OmpiRing
             | CProgram::OmpiAbort

@@ -776,12 +776,16 @@ static void dmodex_answer(pmix_status_t status, char *data, size_t sz, void *cbd
     send_message(&b);
 }
 
-/* DMODEX_ASK: id, rank: another node wants a local rank's data. */
+/* DMODEX_ASK: id, nspace, rank: another node wants a local rank's data. libpmix answers once
+ * the rank has committed it (at once if it has). */
 static void dmodex_ask(struct reader *r)
 {
-    uint32_t id = get_u32(r), rank = get_u32(r);
+    uint32_t id = get_u32(r);
+    char *ns = get_str(r);
+    uint32_t rank = get_u32(r);
     pmix_proc_t proc;
-    PMIX_PROC_LOAD(&proc, nspace, rank);
+    PMIX_PROC_LOAD(&proc, ns, rank);
+    free(ns);
     pmix_status_t rc = PMIx_server_dmodex_request(&proc, dmodex_answer, (void *)(uintptr_t)id);
     if (rc != PMIX_SUCCESS)
         dmodex_answer(rc, NULL, 0, (void *)(uintptr_t)id);
@@ -856,16 +860,19 @@ static pmix_status_t on_fence(const pmix_proc_t procs[], size_t nprocs, const pm
     return PMIX_SUCCESS;
 }
 
+/* libpmix wants a rank's data that no fence brought it (a PMIx_Get for a remote rank with the
+ * fence's data collection off, or of a job spawned on another node): the proxy asks the node
+ * that owns the rank, and answers DMODEX_DONE with its blob (or the status that kept it). */
 static pmix_status_t on_dmodex(const pmix_proc_t *proc, const pmix_info_t info[], size_t ninfo,
                                pmix_modex_cbfunc_t cbfunc, void *cbdata)
 {
     (void)info, (void)ninfo;
-    if (!PMIX_CHECK_NSPACE(proc->nspace, nspace))
+    if (!nspace_is_known(proc->nspace))
         return PMIX_ERR_NOT_FOUND;
     uint32_t id = remember(PEND_MODEX, (void *)cbfunc, cbdata);
     struct buf b = message(EV_DMODEX);
     put_u32(&b, id);
-    put_u32(&b, proc->rank);
+    put_proc(&b, proc);
     send_message(&b);
     return PMIX_SUCCESS;
 }

@@ -27,7 +27,9 @@ use std::os::fd::AsRawFd;
 use std::time::Duration;
 
 use nix::sys::signal::Signal;
-use pmi_wire::control::{Down, Job, NodePlan, SpawnJob, SpawnRequest, StdinTarget, Up};
+use pmi_wire::control::{
+    DmodexAnswer, DmodexData, Down, Job, NodePlan, SpawnJob, SpawnRequest, StdinTarget, Up,
+};
 use rlaunch_proxy::children::{ChildNews, Children, Lost};
 use rlaunch_proxy::dialin::Dialed;
 use rlaunch_proxy::fence::FenceFold;
@@ -419,6 +421,18 @@ impl Root {
             }
             Up::PmiFault { rank, pid, what } => self.fail(Cause::PmiFault { rank, pid, what }),
             Up::Spawn { rank, tag, request } => self.spawn(rank, tag, request),
+            Up::DmodexAsk(ask) => {
+                let (asker, id) = (ask.asker, ask.id);
+                if !self.children.send_toward_rank(ask.rank, Down::DmodexAsk(ask)) {
+                    // A rank of no subtree, or of one that is finished or lost: nothing will
+                    // ever answer.
+                    let answer = DmodexAnswer { asker, id, data: DmodexData::Missing };
+                    self.children.send_toward_node(asker, Down::DmodexAnswer(answer));
+                }
+            }
+            Up::DmodexAnswer(answer) => {
+                self.children.send_toward_node(answer.asker, Down::DmodexAnswer(answer));
+            }
             Up::RankStarted { rank, pid, cpus } => self.report_binding(rank, pid, cpus),
             Up::Greeting { .. }
             | Up::Output { .. }
@@ -566,7 +580,8 @@ impl Root {
             jobid: spawn.kvsname.clone(),
         });
         tracing::debug!(job, node, first, "spawning a job");
-        self.children.send_toward_node(node, first..first + size, Down::Spawn(Box::new(spawn)));
+        self.children.add_ranks(node, first..first + size);
+        self.children.send_toward_node(node, Down::Spawn(Box::new(spawn)));
     }
 
     /// Prints why the job failed and returns the exit status.

@@ -12,7 +12,7 @@
 //!        ──Env × ranks──► ranks start ──SpawnDone(id, nspace)──► host
 //! ```
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::os::unix::ffi::OsStrExt;
 
 use pmi_wire::control::{Down, Job, NameAnswer, NameOp, SpawnCmd, SpawnJob, SpawnRequest, Up};
@@ -41,6 +41,9 @@ pub(super) struct Pmix {
     lookups: HashMap<u32, String>,
     /// Jobs spawned here whose ranks wait for their environments, by job index.
     spawning: HashMap<u32, Spawning>,
+    /// Local clients (global ids) that connected to the server: only they can have
+    /// committed data for a direct modex request.
+    connected: HashSet<u32>,
 }
 
 /// A spawned job between its registration with the server and its start.
@@ -54,9 +57,18 @@ pub(super) struct Spawning {
 }
 
 impl Pmix {
-    /// The global id of a client of this server.
-    fn gid(&self, proc: &Proc) -> Option<u32> {
+    /// The global id of a process of a namespace this server knows.
+    pub(super) fn gid(&self, proc: &Proc) -> Option<u32> {
         self.nspaces.get(&proc.nspace).map(|&(_, first)| first + proc.rank)
+    }
+
+    pub(super) fn host(&self) -> &Host {
+        &self.host
+    }
+
+    /// The local rank with this global id connected to the server.
+    pub(super) fn connected(&self, gid: u32) -> bool {
+        self.connected.contains(&gid)
     }
 
     /// How many environments of job `index` are in.
@@ -124,6 +136,7 @@ impl Node {
             entered: None,
             lookups: HashMap::new(),
             spawning: HashMap::new(),
+            connected: HashSet::new(),
         });
         holding
     }
@@ -166,9 +179,16 @@ impl Node {
         None
     }
 
+    /// Stops this node's server (its ranks are done, or being killed): on purpose, not news.
+    pub(super) fn drop_pmix(&mut self) {
+        self.pmix = None;
+        self.dmodex_server_gone();
+    }
+
     /// The server is gone: ranks held for their environments start without them.
     fn lose_pmix(&mut self) {
         let Some(pmix) = self.pmix.take() else { return };
+        self.dmodex_server_gone();
         if pmix.holding {
             self.start_launched_ranks();
         }
@@ -264,12 +284,8 @@ impl Node {
                 pmix.fence.arrive([data]);
                 self.pmix_fence_step();
             }
-            pmix::Event::Dmodex { id, rank } => {
-                // The fence collects every rank's data; a request for more has none to find.
-                tracing::debug!(rank, "direct modex request");
-                let data = Vec::new();
-                pmix.host.send(Command::ModexDone { id, status: wire::ERR_NOT_FOUND, data });
-            }
+            pmix::Event::Dmodex { id, proc } => self.dmodex_request(id, proc),
+            pmix::Event::DmodexData { id, status, data } => self.dmodex_data(id, status, data),
             pmix::Event::Abort { id, proc, status, mut msg } => {
                 // Open MPI 4.1's MPI_Abort always says "N/A": nothing to print.
                 if msg == "N/A" {
@@ -333,7 +349,10 @@ impl Node {
                 }
             }
             pmix::Event::Connected { proc } => {
-                tracing::debug!(nspace = proc.nspace, rank = proc.rank, "PMIx client connected")
+                tracing::debug!(nspace = proc.nspace, rank = proc.rank, "PMIx client connected");
+                if let Some(gid) = pmix.gid(&proc) {
+                    pmix.connected.insert(gid);
+                }
             }
             pmix::Event::Finalized { proc } => {
                 tracing::debug!(nspace = proc.nspace, rank = proc.rank, "PMIx client finalized")

@@ -3,8 +3,10 @@
 //! strings and blobs as a u32 length and the bytes. Pure: no I/O.
 //!
 //! ```text
-//!   proxy ──Command──► host: Setup, Clients, ModexDone, OpDone, LookupDone, SpawnDone
-//!   proxy ◄──Event──── host: Ready, Env, Fence, Abort, Publish, Lookup, Spawn, ...
+//!   proxy ──Command──► host: Setup, Clients, ModexDone, OpDone, LookupDone, SpawnDone,
+//!                            DmodexAsk
+//!   proxy ◄──Event──── host: Ready, Env, Fence, Abort, Publish, Lookup, Spawn, Dmodex,
+//!                            DmodexData, ...
 //! ```
 //!
 //! A node's server serves the launched job's namespace and one more per job its ranks
@@ -50,6 +52,9 @@ pub enum Command {
     LookupDone { id: u32, status: Status, found: Vec<(String, NameValue, u32)> },
     /// A spawn is done: its job's namespace, whose ranks are started.
     SpawnDone { id: u32, status: Status, nspace: String },
+    /// Another node wants what a local client committed: answered by
+    /// [`Event::DmodexData`] with the same `id`.
+    DmodexAsk { id: u32, nspace: String, rank: u32 },
 }
 
 /// A client of the server: its namespace and its rank there.
@@ -140,10 +145,18 @@ pub enum Event {
         proc: Proc,
         apps: Vec<App>,
     },
-    /// libpmix wants a rank's data from the node that owns it (direct modex).
+    /// libpmix wants a rank's data from the node that owns it (direct modex); answered by
+    /// [`Command::ModexDone`] with the same `id`.
     Dmodex {
         id: u32,
-        rank: u32,
+        proc: Proc,
+    },
+    /// The answer to [`Command::DmodexAsk`]: the local client's data, or the status that
+    /// kept the server from it.
+    DmodexData {
+        id: u32,
+        status: Status,
+        data: Vec<u8>,
     },
     /// Something worth a line in the log.
     Notice {
@@ -271,6 +284,13 @@ impl Command {
                 o.str(nspace);
                 o.done()
             }
+            Command::DmodexAsk { id, nspace, rank } => {
+                let mut o = Out::new(7);
+                o.u32(*id);
+                o.str(nspace);
+                o.u32(*rank);
+                o.done()
+            }
         }
     }
 }
@@ -370,7 +390,8 @@ impl Event {
             108 => Event::Unpublish { id: i.u32()?, proc: i.proc()?, keys: i.strs()? },
             109 => Event::Connected { proc: i.proc()? },
             110 => Event::Finalized { proc: i.proc()? },
-            111 => Event::Dmodex { id: i.u32()?, rank: i.u32()? },
+            111 => Event::Dmodex { id: i.u32()?, proc: i.proc()? },
+            112 => Event::DmodexData { id: i.u32()?, status: i.i32()?, data: i.bytes()? },
             113 => Event::Notice { text: i.str()? },
             114 => Event::SetupDone { nspace: i.str()?, status: i.i32()? },
             115 => {
@@ -571,6 +592,23 @@ mod tests {
         let done = Command::SpawnDone { id: 5, status: SUCCESS, nspace: "job_1".into() }.encode();
         assert_eq!(done[4], 8);
         assert_eq!(&done[5..], &[&u32le(5)[..], &0i32.to_le_bytes(), &blob(b"job_1")].concat()[..]);
+    }
+
+    #[test]
+    fn direct_modex_requests_name_the_process_and_answers_carry_the_blob() {
+        let ask = host_message(111, &[&u32le(3), &blob(b"job_1"), &u32le(2)]);
+        assert_eq!(Event::decode(&ask), Ok(Event::Dmodex { id: 3, proc: proc("job_1", 2) }));
+        let data = host_message(112, &[&u32le(9), &(-46i32).to_le_bytes(), &blob(b"xy")]);
+        assert_eq!(
+            Event::decode(&data),
+            Ok(Event::DmodexData { id: 9, status: ERR_NOT_FOUND, data: b"xy".to_vec() })
+        );
+        for cut in 1..data.len() {
+            assert!(Event::decode(&data[..cut]).is_err(), "cut at {cut}");
+        }
+        let m = Command::DmodexAsk { id: 4, nspace: "job".into(), rank: 1 }.encode();
+        assert_eq!(m[4], 7);
+        assert_eq!(&m[5..], &[&u32le(4)[..], &blob(b"job"), &u32le(1)].concat()[..]);
     }
 
     #[test]
