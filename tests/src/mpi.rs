@@ -52,9 +52,10 @@ pub enum CProgram {
     /// Open MPI: `die VICTIM`: after a barrier (`ready R`), rank VICTIM kills itself with
     /// SIGKILL while the others wait in MPI_Finalize's fence.
     OmpiDie,
-    /// Open MPI: `spawn SPAWNER`: rank SPAWNER spawns 2 children with `MPI_Comm_spawn` and
-    /// they exchange a message over the intercommunicator (`parent R spawned 2`, `child C of 2
-    /// got 100`, `parent R heard C: 10C`; the other ranks print `rank R idle`).
+    /// Open MPI: `spawn SPAWNER`: rank SPAWNER spawns 2 children with `MPI_Comm_spawn` over
+    /// MPI_COMM_SELF (`spawn world`: every rank, over MPI_COMM_WORLD) and parents and children
+    /// exchange a message over the intercommunicator (`parent R spawned 2`, `child C of 2 got
+    /// 10P from P`, `parent R heard C: N`; ranks that spawn nothing print `rank R idle`).
     OmpiSpawn,
     /// Open MPI: `connect SERVICE`: rank 0 publishes a port and accepts, rank 1 looks it up
     /// and connects; they exchange a message (`accepted 42`, `connected 43`).

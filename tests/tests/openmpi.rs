@@ -157,8 +157,8 @@ fn open_mpi_spawn_starts_children_that_talk_to_their_parent() {
         out.assert_code(0);
         let mut want = vec![
             format!("parent {spawner} spawned 2"),
-            "child 0 of 2 got 100".to_string(),
-            "child 1 of 2 got 100".to_string(),
+            "child 0 of 2 got 100 from 0".to_string(),
+            "child 1 of 2 got 100 from 0".to_string(),
             format!("parent {spawner} heard 0: 100"),
             format!("parent {spawner} heard 1: 101"),
         ];

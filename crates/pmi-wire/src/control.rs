@@ -174,7 +174,9 @@ pub enum Down {
     PmixFenceOut { epoch: u64, data: Vec<u8> },
     /// The root's answer to a rank's name-service request.
     NameReply { rank: u32, tag: Option<String>, answer: NameAnswer },
-    /// Start a job spawned by a rank (MPI_Comm_spawn) on that rank's node; routed down to it.
+    /// A job spawned by a rank (MPI_Comm_spawn), sent to every node: the spawning rank's
+    /// starts it; the others' PMIx servers register its namespace, for their ranks that are
+    /// its parents too (a spawn collective over ranks of several nodes).
     Spawn(Box<SpawnJob>),
     /// A direct modex request, routed down to the node of the rank it names.
     DmodexAsk(DmodexAsk),

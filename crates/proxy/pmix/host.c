@@ -29,6 +29,8 @@
 #include <pmix_server.h>
 
 #define LINK_FD 3
+/* SETUP's node index for a job with no rank on this node. */
+#define NOT_HERE UINT32_MAX
 /* A message longer than this from the proxy is a broken link, not a job. */
 #define MAX_MESSAGE (1u << 30)
 
@@ -427,7 +429,7 @@ static void setup_done(const char *ns, pmix_status_t rc)
 }
 
 /*
- * SETUP: spawned, nspace, jobid, size, this node's index, the nodes' names, each rank's node
+ * SETUP: spawned, nspace, jobid, size, this node's index (or NOT_HERE), the nodes' names, each rank's node
  * and application number, and the process sets (name, members). Registers the namespace with
  * what Open MPI's MPI_Init reads, and defines the process sets. The launched job's is the
  * first; a spawned job's (spawned = 1) is registered beside it, marked as spawned.
@@ -449,7 +451,10 @@ static void setup(struct reader *r)
         node_of[i] = get_u32(r);
     for (uint32_t i = 0; i < size; i++)
         app_of[i] = get_u32(r);
-    if (me >= nnodes)
+    /* A spawned job registered where it has no rank (its parents' other nodes): no local
+     * share, but the whole map, for the parents here to connect to it and find its ranks. */
+    bool here = me != NOT_HERE;
+    if (here && me >= nnodes)
         broken("node index");
     char this_ns[PMIX_MAX_NSLEN + 1];
     snprintf(this_ns, sizeof this_ns, "%s", ns);
@@ -502,11 +507,13 @@ static void setup(struct reader *r)
     info_add(&job, PMIX_NODE_MAP, node_regex, PMIX_REGEX);
     info_add(&job, PMIX_PROC_MAP, proc_regex, PMIX_REGEX);
     info_add(&job, PMIX_JOB_NUM_APPS, &napps, PMIX_UINT32);
-    info_add(&job, PMIX_LOCAL_SIZE, &nlocal, PMIX_UINT32);
-    info_add(&job, PMIX_LOCAL_PEERS, local_peers.s, PMIX_STRING);
-    info_add(&job, PMIX_LOCALLDR, &local_leader, PMIX_PROC_RANK);
-    info_add(&job, PMIX_NODEID, &me, PMIX_UINT32);
-    info_add(&job, PMIX_HOSTNAME, hosts[me], PMIX_STRING);
+    if (here) {
+        info_add(&job, PMIX_LOCAL_SIZE, &nlocal, PMIX_UINT32);
+        info_add(&job, PMIX_LOCAL_PEERS, local_peers.s, PMIX_STRING);
+        info_add(&job, PMIX_LOCALLDR, &local_leader, PMIX_PROC_RANK);
+        info_add(&job, PMIX_NODEID, &me, PMIX_UINT32);
+        info_add(&job, PMIX_HOSTNAME, hosts[me], PMIX_STRING);
+    }
     /* Per application: its number, size and leader. */
     for (uint32_t a = 0; a < napps; a++) {
         uint32_t asize = 0;

@@ -580,8 +580,10 @@ impl Root {
             jobid: spawn.kvsname.clone(),
         });
         tracing::debug!(job, node, first, "spawning a job");
+        // To every node: the spawner's starts the job, and the others' PMIx servers learn
+        // it, for the parents a spawn collective over several nodes has there.
         self.children.add_ranks(node, first..first + size);
-        self.children.send_toward_node(node, Down::Spawn(Box::new(spawn)));
+        self.children.broadcast(&Down::Spawn(Box::new(spawn)));
     }
 
     /// Prints why the job failed and returns the exit status.

@@ -456,13 +456,16 @@ impl Node {
                 }
             }
             Down::PmixFenceOut { epoch, data } => self.pmix_fence_out(epoch, data),
+            // Every node hears of a spawn: the spawner's starts it, and the others' PMIx
+            // servers learn its namespace, for their ranks that are its parents too.
             Down::Spawn(sj) => {
+                let size: u32 = sj.request.cmds.iter().map(|c| c.nprocs).sum();
+                self.children.add_ranks(sj.node, sj.first..sj.first + size);
+                self.children.broadcast(&Down::Spawn(sj.clone()));
                 if sj.node == self.plan.index {
                     self.start_spawned(*sj);
-                } else {
-                    let size: u32 = sj.request.cmds.iter().map(|c| c.nprocs).sum();
-                    self.children.add_ranks(sj.node, sj.first..sj.first + size);
-                    self.children.send_toward_node(sj.node, Down::Spawn(sj));
+                } else if pmix::pmix_id(&sj.tag).is_some() {
+                    self.pmix_spawned_elsewhere(&sj);
                 }
             }
             Down::DmodexAsk(ask) => self.dmodex_ask(ask),

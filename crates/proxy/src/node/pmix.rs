@@ -111,7 +111,7 @@ impl Node {
         host.send(Command::Setup {
             nspace: self.job.jobid.clone(),
             jobid: self.job.jobid.clone(),
-            node: self.plan.index,
+            node: Some(self.plan.index),
             hosts: job.hosts.clone(),
             rank_node: job.rank_node.clone(),
             rank_app: job.rank_app.clone(),
@@ -157,7 +157,7 @@ impl Node {
         pmix.host.send(Command::Setup {
             nspace: nspace.clone(),
             jobid: nspace.clone(),
-            node: 0,
+            node: Some(0),
             hosts: vec![host_name],
             rank_node: vec![0; ranks.len()],
             rank_app: ranks.iter().map(|&(_, _, segment)| segment).collect(),
@@ -183,6 +183,32 @@ impl Node {
     pub(super) fn drop_pmix(&mut self) {
         self.pmix = None;
         self.dmodex_server_gone();
+    }
+
+    /// Registers a job a rank of another node spawned through PMIx (every rank on that node)
+    /// with this node's server, whose ranks may be its parents too (a spawn collective over
+    /// ranks of several nodes): they connect to it, and get its ranks' data by direct modex.
+    pub(super) fn pmix_spawned_elsewhere(&mut self, sj: &SpawnJob) {
+        let Some(pmix) = self.pmix.as_mut() else { return };
+        let Some(spawner) = self.job.pmix.as_ref().and_then(|p| p.hosts.get(sj.node as usize))
+        else {
+            return;
+        };
+        let rank_app: Vec<u32> = (sj.request.cmds.iter().enumerate())
+            .flat_map(|(app, cmd)| std::iter::repeat_n(app as u32, cmd.nprocs as usize))
+            .collect();
+        let nspace = sj.kvsname.clone();
+        pmix.nspaces.insert(nspace.clone(), (sj.job, sj.first));
+        pmix.host.send(Command::Setup {
+            nspace: nspace.clone(),
+            jobid: nspace,
+            node: None,
+            hosts: vec![spawner.clone()],
+            rank_node: vec![0; rank_app.len()],
+            rank_app,
+            psets: Vec::new(),
+            spawned: true,
+        });
     }
 
     /// The server is gone: ranks held for their environments start without them.

@@ -28,12 +28,15 @@ pub const ERR_BAD_PARAM: Status = -27;
 /// Proxy to host.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Command {
-    /// Register a job's namespace (node `node` of `hosts`) and define its process sets. The
-    /// launched job's comes first; a `spawned` job's (MPI_Comm_spawn) is registered beside it.
+    /// Register a job's namespace (this is node `node` of `hosts`, or none of them) and
+    /// define its process sets. The launched job's comes first; a `spawned` job's
+    /// (MPI_Comm_spawn) is registered beside it, on its own node and on the others, whose
+    /// ranks may connect to it.
     Setup {
         nspace: String,
         jobid: String,
-        node: u32,
+        /// `None`: the job has no rank on this node.
+        node: Option<u32>,
         hosts: Vec<String>,
         rank_node: Vec<u32>,
         rank_app: Vec<u32>,
@@ -175,6 +178,9 @@ pub enum WireError {
     UnknownValue(u32),
 }
 
+/// [`Command::Setup`]'s node for a job with no rank on this node.
+const NOT_HERE: u32 = u32::MAX;
+
 /// Longest message either side accepts.
 pub const MAX_MESSAGE: usize = 1 << 30;
 
@@ -230,7 +236,7 @@ impl Command {
                 o.str(nspace);
                 o.str(jobid);
                 o.u32(rank_node.len() as u32);
-                o.u32(*node);
+                o.u32(node.unwrap_or(NOT_HERE));
                 o.u32(hosts.len() as u32);
                 hosts.iter().for_each(|h| o.str(h));
                 rank_node.iter().for_each(|n| o.u32(*n));
