@@ -172,6 +172,30 @@ fn open_mpi_spawn_starts_children_that_talk_to_their_parent() {
 }
 
 #[test]
+fn open_mpi_spawn_collective_over_parents_on_two_nodes() {
+    // Every rank spawns over MPI_COMM_WORLD; the children start on rank 0's node, and the
+    // parent on the other node connects to them, gets their data by direct modex, and
+    // disconnects through a fence over both jobs' processes on both nodes.
+    let options = ["--launcher", "fork", "--hosts", "a:1,b:1", "-n", "2"];
+    let out = Run::new(&options).arg(CProgram::OmpiSpawn.path_str()).arg("world");
+    let out = out.timeout(MPI_LIMIT).run();
+    out.assert_code(0);
+    let mut want = Vec::new();
+    for p in 0..2 {
+        want.push(format!("parent {p} spawned 2"));
+        for c in 0..2 {
+            want.push(format!("child {c} of 2 got {} from {p}", 100 + p));
+            want.push(format!("parent {p} heard {c}: {}", 100 + p + c));
+        }
+    }
+    assert_eq!(sorted(out.lines()), sorted(want), "{out}");
+    assert_eq!(rlaunch_lines(&out.stderr_str()), Vec::<&str>::new(), "{out}");
+    out.tag.wait_until_none(Duration::from_secs(5)).unwrap_or_else(|left| {
+        panic!("left running after the spawn: {left:?}");
+    });
+}
+
+#[test]
 fn open_mpi_connect_and_accept_through_the_name_service() {
     // Open MPI exchanges its side of a connection through publish and a lookup that waits
     // for the other side's: on one node and across two.

@@ -178,6 +178,9 @@ pub enum Down {
     /// starts it; the others' PMIx servers register its namespace, for their ranks that are
     /// its parents too (a spawn collective over ranks of several nodes).
     Spawn(Box<SpawnJob>),
+    /// A PMIx fence over `members` (global ids; not the whole launched job) is complete: every
+    /// participating node's data, routed down to each of those nodes (`node`).
+    PmixGroupFenceOut { node: u32, members: Vec<u32>, data: Vec<u8> },
     /// A direct modex request, routed down to the node of the rank it names.
     DmodexAsk(DmodexAsk),
     /// The answer to a direct modex request, routed down to the node that asked.
@@ -230,6 +233,10 @@ pub enum Up {
     PmiFault { rank: u32, pid: u32, what: String },
     /// A rank asks to spawn a new job (MPI_Comm_spawn); the root assigns its ids.
     Spawn { rank: u32, tag: Option<String>, request: SpawnRequest },
+    /// Every local process of node `node` entered a PMIx fence over `members` (global ids,
+    /// sorted; not the whole launched job, e.g. Open MPI's disconnect of parents and spawned
+    /// children); the root folds it with the other nodes that host members.
+    PmixGroupFenceIn { node: u32, members: Vec<u32>, data: Vec<u8> },
     /// A node's PMIx server wants a rank's data from the node that owns it (direct modex);
     /// the root sends it down toward that rank.
     DmodexAsk(DmodexAsk),

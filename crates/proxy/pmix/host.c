@@ -839,21 +839,13 @@ static pmix_status_t on_abort(const pmix_proc_t *proc, void *obj, int status, co
     return PMIX_SUCCESS;
 }
 
-/* True if procs names every process of our namespace (the only fence rlaunch folds). */
-static int whole_job(const pmix_proc_t procs[], size_t nprocs)
-{
-    return nprocs == 1 && PMIX_CHECK_NSPACE(procs[0].nspace, nspace) &&
-           procs[0].rank == PMIX_RANK_WILDCARD;
-}
-
+/* Every local process of a fence is in: the proxy folds it with the other nodes' (the whole
+ * launched job's up the tree; a fence over other processes, such as Open MPI's disconnect
+ * of parents and spawned children, at the root) and answers FENCE_DONE. */
 static pmix_status_t on_fence(const pmix_proc_t procs[], size_t nprocs, const pmix_info_t info[],
                               size_t ninfo, char *data, size_t ndata, pmix_modex_cbfunc_t cbfunc,
                               void *cbdata)
 {
-    if (!whole_job(procs, nprocs)) {
-        notice("a fence over part of the job (%zu processes) is not supported", nprocs);
-        return PMIX_ERR_NOT_SUPPORTED;
-    }
     int collect = 0;
     for (size_t i = 0; i < ninfo; i++)
         if (PMIX_CHECK_KEY(&info[i], PMIX_COLLECT_DATA))
@@ -862,6 +854,9 @@ static pmix_status_t on_fence(const pmix_proc_t procs[], size_t nprocs, const pm
     struct buf b = message(EV_FENCE);
     put_u32(&b, id);
     put_u32(&b, (uint32_t)collect);
+    put_u32(&b, (uint32_t)nprocs);
+    for (size_t i = 0; i < nprocs; i++)
+        put_proc(&b, &procs[i]);
     put_blob(&b, data, data ? ndata : 0);
     send_message(&b);
     return PMIX_SUCCESS;

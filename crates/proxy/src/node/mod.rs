@@ -468,6 +468,9 @@ impl Node {
                     self.pmix_spawned_elsewhere(&sj);
                 }
             }
+            Down::PmixGroupFenceOut { node, members, data } => {
+                self.pmix_group_fence_out(node, members, data)
+            }
             Down::DmodexAsk(ask) => self.dmodex_ask(ask),
             Down::DmodexAnswer(answer) => self.dmodex_answer(answer),
             Down::NameReply { rank, tag, answer } => {

@@ -26,9 +26,12 @@ use crate::pmix::{self, wire, Command, Host, HostNews};
 /// The node's PMIx server and what it waits for.
 pub(super) struct Pmix {
     host: Host,
-    /// The namespaces the server serves (the launched job's, and each job spawned here): the
-    /// job's index and the global id of its rank 0.
-    nspaces: HashMap<String, (u32, u32)>,
+    /// The namespaces the server knows (the launched job's, and each spawned job's): the
+    /// job's index, the global id of its rank 0, and its size.
+    nspaces: HashMap<String, (u32, u32, u32)>,
+    /// Fences over other processes than the whole launched job (global ids, sorted) this
+    /// node entered: the host's id, answered when the root says the fence is complete.
+    groups: HashMap<Vec<u32>, u32>,
     /// Environments of local ranks, by job and rank, until their ranks start.
     envs: HashMap<(u32, u32), Vec<Vec<u8>>>,
     /// The ranks are waiting for their environments (the start is held until then).
@@ -59,7 +62,7 @@ pub(super) struct Spawning {
 impl Pmix {
     /// The global id of a process of a namespace this server knows.
     pub(super) fn gid(&self, proc: &Proc) -> Option<u32> {
-        self.nspaces.get(&proc.nspace).map(|&(_, first)| first + proc.rank)
+        self.nspaces.get(&proc.nspace).map(|&(_, first, _)| first + proc.rank)
     }
 
     pub(super) fn host(&self) -> &Host {
@@ -129,7 +132,8 @@ impl Node {
         tracing::debug!(pid = host.pid(), "PMIx host started");
         self.pmix = Some(Pmix {
             host,
-            nspaces: HashMap::from([(self.job.jobid.clone(), (0, 0))]),
+            nspaces: HashMap::from([(self.job.jobid.clone(), (0, 0, self.job.size))]),
+            groups: HashMap::new(),
             envs: HashMap::new(),
             holding,
             fence: FenceFold::default(),
@@ -153,7 +157,7 @@ impl Node {
         let host_name = self.plan.host.clone();
         let Some(pmix) = self.pmix.as_mut() else { return Some((job, ranks)) };
         let nspace = sj.kvsname.clone();
-        pmix.nspaces.insert(nspace.clone(), (sj.job, sj.first));
+        pmix.nspaces.insert(nspace.clone(), (sj.job, sj.first, ranks.len() as u32));
         pmix.host.send(Command::Setup {
             nspace: nspace.clone(),
             jobid: nspace.clone(),
@@ -198,7 +202,7 @@ impl Node {
             .flat_map(|(app, cmd)| std::iter::repeat_n(app as u32, cmd.nprocs as usize))
             .collect();
         let nspace = sj.kvsname.clone();
-        pmix.nspaces.insert(nspace.clone(), (sj.job, sj.first));
+        pmix.nspaces.insert(nspace.clone(), (sj.job, sj.first, rank_app.len() as u32));
         pmix.host.send(Command::Setup {
             nspace: nspace.clone(),
             jobid: nspace,
@@ -288,7 +292,7 @@ impl Node {
                 if status != wire::SUCCESS {
                     tracing::warn!(%nspace, rank, status, "no PMIx environment for a rank");
                 }
-                let Some(&(index, _)) = pmix.nspaces.get(&nspace) else {
+                let Some(&(index, _, _)) = pmix.nspaces.get(&nspace) else {
                     return tracing::warn!(%nspace, "a PMIx environment for an unknown namespace");
                 };
                 pmix.envs.insert((index, rank), vars);
@@ -303,7 +307,12 @@ impl Node {
                     self.pmix_spawned(spawning);
                 }
             }
-            pmix::Event::Fence { id, collect: _, data } => {
+            pmix::Event::Fence { id, collect: _, procs, data } => {
+                let whole = matches!(&procs[..],
+                    [p] if p.nspace == self.job.jobid && p.rank == wire::RANK_WILDCARD);
+                if !whole {
+                    return self.pmix_group_fence(id, &procs, data);
+                }
                 if let Some(old) = pmix.entered.replace(id) {
                     tracing::warn!(old, id, "a PMIx fence entered twice");
                 }
@@ -384,6 +393,50 @@ impl Node {
                 tracing::debug!(nspace = proc.nspace, rank = proc.rank, "PMIx client finalized")
             }
             pmix::Event::Notice { text } => tracing::warn!("PMIx server: {text}"),
+        }
+    }
+
+    /// Every local process of a fence over `procs` (not the whole launched job) entered it:
+    /// the root folds it with the other nodes that host its processes.
+    fn pmix_group_fence(&mut self, id: u32, procs: &[Proc], data: Vec<u8>) {
+        let Some(pmix) = self.pmix.as_mut() else { return };
+        let mut members = Vec::new();
+        for proc in procs {
+            let Some(&(_, first, size)) = pmix.nspaces.get(&proc.nspace) else {
+                let text = format!("a fence with {}, a job this node does not know", proc.nspace);
+                self.notice(text);
+                let (status, data) = (wire::ERR_NOT_SUPPORTED, Vec::new());
+                return self.pmix.as_ref().expect("here").host.send(Command::ModexDone {
+                    id,
+                    status,
+                    data,
+                });
+            };
+            match proc.rank {
+                wire::RANK_WILDCARD => members.extend(first..first + size),
+                rank => members.push(first + rank),
+            }
+        }
+        members.sort_unstable();
+        members.dedup();
+        if let Some(old) = pmix.groups.insert(members.clone(), id) {
+            tracing::warn!(old, id, "a PMIx fence over the same processes entered twice");
+        }
+        let node = self.plan.index;
+        let _ = self.up.control.send(Up::PmixGroupFenceIn { node, members, data });
+    }
+
+    /// A fence over `members` is complete, with every participating node's data.
+    pub(super) fn pmix_group_fence_out(&mut self, node: u32, members: Vec<u32>, data: Vec<u8>) {
+        if node != self.plan.index {
+            let down = Down::PmixGroupFenceOut { node, members, data };
+            self.children.send_toward_node(node, down);
+            return;
+        }
+        let Some(pmix) = self.pmix.as_mut() else { return };
+        match pmix.groups.remove(&members) {
+            Some(id) => pmix.host.send(Command::ModexDone { id, status: wire::SUCCESS, data }),
+            None => tracing::warn!(?members, "completion of a PMIx fence this node is not in"),
         }
     }
 

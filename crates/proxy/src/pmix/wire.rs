@@ -25,6 +25,9 @@ pub const ERR_NOT_SUPPORTED: Status = -47;
 pub const ERR_DUPLICATE_KEY: Status = -53;
 pub const ERR_BAD_PARAM: Status = -27;
 
+/// PMIx's rank for every process of a namespace.
+pub const RANK_WILDCARD: u32 = u32::MAX - 1;
+
 /// Proxy to host.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Command {
@@ -105,10 +108,12 @@ pub enum Event {
         status: Status,
         vars: Vec<Vec<u8>>,
     },
-    /// Every local rank entered a fence over the whole job; `data` is this node's share.
+    /// Every local process of a fence over `procs` entered it (`RANK_WILDCARD`: every rank of
+    /// its namespace); `data` is this node's share.
     Fence {
         id: u32,
         collect: bool,
+        procs: Vec<Proc>,
         data: Vec<u8>,
     },
     /// A rank called `PMIx_Abort`.
@@ -382,7 +387,12 @@ impl Event {
                 let vars = (0..n).map(|_| i.bytes()).collect::<Result<_, _>>()?;
                 Event::Env { nspace, rank, status, vars }
             }
-            104 => Event::Fence { id: i.u32()?, collect: i.u32()? != 0, data: i.bytes()? },
+            104 => {
+                let (id, collect) = (i.u32()?, i.u32()? != 0);
+                let n = i.count(8)?;
+                let procs = (0..n).map(|_| i.proc()).collect::<Result<_, _>>()?;
+                Event::Fence { id, collect, procs, data: i.bytes()? }
+            }
             105 => Event::Abort { id: i.u32()?, proc: i.proc()?, status: i.i32()?, msg: i.str()? },
             106 => {
                 let (id, proc, once) = (i.u32()?, i.proc()?, i.u32()? != 0);
@@ -473,10 +483,14 @@ mod tests {
                 vars: vec![b"A=1".to_vec(), b"B=2".to_vec()]
             })
         );
-        let fence = host_message(104, &[&1u32.to_le_bytes(), &1u32.to_le_bytes(), &blob(b"xy")]);
+        let fence = host_message(
+            104,
+            &[&u32le(1), &u32le(1), &u32le(1), &blob(b"job"), &u32le(RANK_WILDCARD), &blob(b"xy")],
+        );
+        let procs = vec![proc("job", RANK_WILDCARD)];
         assert_eq!(
             Event::decode(&fence),
-            Ok(Event::Fence { id: 1, collect: true, data: b"xy".to_vec() })
+            Ok(Event::Fence { id: 1, collect: true, procs, data: b"xy".to_vec() })
         );
     }
 
@@ -624,9 +638,8 @@ mod tests {
             &[&blob(b"job"), &3u32.to_le_bytes(), &0i32.to_le_bytes(), &u32::MAX.to_le_bytes()],
         );
         assert_eq!(Event::decode(&env), Err(WireError::Short));
-        for cut in 0..9 {
-            let fence =
-                host_message(104, &[&1u32.to_le_bytes(), &1u32.to_le_bytes(), &blob(b"xy")]);
+        let fence = host_message(104, &[&u32le(1), &u32le(1), &u32le(0), &blob(b"xy")]);
+        for cut in 0..fence.len() {
             assert!(Event::decode(&fence[..cut]).is_err(), "cut at {cut}");
         }
         assert_eq!(Event::decode(&[99]), Err(WireError::UnknownTag(99)));
