@@ -46,12 +46,16 @@ pub enum CProgram {
     OmpiNodes,
     /// A client of libpmix that prints the process sets its server defines.
     Psets,
+    /// A client of libpmix: each rank commits a value and gets rank (R+1)%size's with no
+    /// fence to bring it (`rank R got from P`, or `rank R cannot get P: STATUS` and exit 3).
+    Dmodex,
     /// Open MPI: `die VICTIM`: after a barrier (`ready R`), rank VICTIM kills itself with
     /// SIGKILL while the others wait in MPI_Finalize's fence.
     OmpiDie,
-    /// Open MPI: `spawn SPAWNER`: rank SPAWNER spawns 2 children with `MPI_Comm_spawn` and
-    /// they exchange a message over the intercommunicator (`parent R spawned 2`, `child C of 2
-    /// got 100`, `parent R heard C: 10C`; the other ranks print `rank R idle`).
+    /// Open MPI: `spawn SPAWNER`: rank SPAWNER spawns 2 children with `MPI_Comm_spawn` over
+    /// MPI_COMM_SELF (`spawn world`: every rank, over MPI_COMM_WORLD) and parents and children
+    /// exchange a message over the intercommunicator (`parent R spawned 2`, `child C of 2 got
+    /// 10P from P`, `parent R heard C: N`; ranks that spawn nothing print `rank R idle`).
     OmpiSpawn,
     /// Open MPI: `connect SERVICE`: rank 0 publishes a port and accepts, rank 1 looks it up
     /// and connects; they exchange a message (`accepted 42`, `connected 43`).
@@ -70,7 +74,7 @@ enum Compiler {
 }
 
 impl CProgram {
-    const COUNT: usize = 15;
+    const COUNT: usize = 16;
 
     /// The executable's name.
     fn name(self) -> &'static str {
@@ -87,6 +91,7 @@ impl CProgram {
             CProgram::OmpiPublish => "ompi-publish",
             CProgram::OmpiNodes => "ompi-nodes",
             CProgram::Psets => "psets",
+            CProgram::Dmodex => "dmodex",
             CProgram::OmpiDie => "ompi-die",
             CProgram::OmpiSpawn => "ompi-spawn",
             CProgram::OmpiConnect => "ompi-connect",
@@ -101,7 +106,7 @@ impl CProgram {
     fn compiler(self) -> Compiler {
         match self {
             CProgram::Pmi2 => Compiler::CcPmi2,
-            CProgram::Psets => Compiler::CcPmix,
+            CProgram::Psets | CProgram::Dmodex => Compiler::CcPmix,
             CProgram::OmpiHello
             | CProgram::OmpiRing
             | CProgram::OmpiAbort

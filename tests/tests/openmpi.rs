@@ -34,6 +34,50 @@ fn open_mpi_hello_on_four_fake_nodes_sees_each_rank_on_its_node() {
 }
 
 #[test]
+fn open_mpi_without_a_full_modex_gets_each_remote_rank_by_direct_modex() {
+    // With collection off, MPI_Init's fence brings no data: each node's server asks the node
+    // of every remote rank its ranks talk to, through the tree.
+    for nodes in [2, 4] {
+        let n = nodes as u32;
+        let out = mpi_run(&fake_nodes(nodes, 1), n, CProgram::OmpiHello, &[&n.to_string()])
+            .env("OMPI_MCA_pmix_base_collect_data", "0")
+            .run();
+        check_hello(&out, n);
+    }
+}
+
+#[test]
+fn direct_modex_reaches_the_owning_node_through_the_tree() {
+    // A chain (--tree-width 1) too: requests and answers pass interior proxies.
+    let chain = [fake_nodes(3, 1), vec!["--tree-width".into(), "1".into()]].concat();
+    for (options, n) in [(fake_nodes(4, 1), 4), (chain, 3)] {
+        let out = mpi_run(&options, n, CProgram::Dmodex, &[]).run();
+        out.assert_code(0);
+        let want = (0..n).map(|r| format!("rank {r} got from {}", (r + 1) % n));
+        assert_eq!(sorted(out.lines()), sorted(want), "{out}");
+    }
+}
+
+#[test]
+fn a_direct_modex_request_for_a_rank_that_never_connects_fails_not_hangs() {
+    // Rank 1 ends (at once, or a second later) without ever connecting to its server: the
+    // request for its data fails when it ends, and so does the rank that asked.
+    let dmodex = CProgram::Dmodex.path_str();
+    for rank1 in ["exit 0", "exec sleep 1"] {
+        let script = format!("[ \"$PMIX_RANK\" = 1 ] && {rank1}; exec {dmodex}");
+        let out = Run::new(&["--launcher", "fork", "--hosts", "a,b", "-n", "2", "sh", "-c"])
+            .arg(&script)
+            .timeout(MPI_LIMIT)
+            .run();
+        out.assert_code(3);
+        assert_eq!(out.lines(), ["rank 0 cannot get 1: NOT-FOUND"], "{out}");
+        out.tag.wait_until_none(Duration::from_secs(5)).unwrap_or_else(|left| {
+            panic!("left running: {left:?}");
+        });
+    }
+}
+
+#[test]
 fn open_mpi_ring_across_three_fake_nodes() {
     let out = mpi_run(&fake_nodes(3, 2), 6, CProgram::OmpiRing, &[]).run();
     out.assert_code(0);
@@ -113,8 +157,8 @@ fn open_mpi_spawn_starts_children_that_talk_to_their_parent() {
         out.assert_code(0);
         let mut want = vec![
             format!("parent {spawner} spawned 2"),
-            "child 0 of 2 got 100".to_string(),
-            "child 1 of 2 got 100".to_string(),
+            "child 0 of 2 got 100 from 0".to_string(),
+            "child 1 of 2 got 100 from 0".to_string(),
             format!("parent {spawner} heard 0: 100"),
             format!("parent {spawner} heard 1: 101"),
         ];
@@ -125,6 +169,30 @@ fn open_mpi_spawn_starts_children_that_talk_to_their_parent() {
             panic!("left running after the spawn: {left:?}");
         });
     }
+}
+
+#[test]
+fn open_mpi_spawn_collective_over_parents_on_two_nodes() {
+    // Every rank spawns over MPI_COMM_WORLD; the children start on rank 0's node, and the
+    // parent on the other node connects to them, gets their data by direct modex, and
+    // disconnects through a fence over both jobs' processes on both nodes.
+    let options = ["--launcher", "fork", "--hosts", "a:1,b:1", "-n", "2"];
+    let out = Run::new(&options).arg(CProgram::OmpiSpawn.path_str()).arg("world");
+    let out = out.timeout(MPI_LIMIT).run();
+    out.assert_code(0);
+    let mut want = Vec::new();
+    for p in 0..2 {
+        want.push(format!("parent {p} spawned 2"));
+        for c in 0..2 {
+            want.push(format!("child {c} of 2 got {} from {p}", 100 + p));
+            want.push(format!("parent {p} heard {c}: {}", 100 + p + c));
+        }
+    }
+    assert_eq!(sorted(out.lines()), sorted(want), "{out}");
+    assert_eq!(rlaunch_lines(&out.stderr_str()), Vec::<&str>::new(), "{out}");
+    out.tag.wait_until_none(Duration::from_secs(5)).unwrap_or_else(|left| {
+        panic!("left running after the spawn: {left:?}");
+    });
 }
 
 #[test]

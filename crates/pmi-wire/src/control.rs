@@ -22,7 +22,7 @@ use crate::ids::{ExitOutcome, Stream};
 /// First bytes on every control channel, in both directions.
 pub const MAGIC: [u8; 8] = *b"\x7fRLAUNCH";
 /// Bumped whenever a frame changes meaning.
-pub const PROTOCOL_VERSION: u32 = 6;
+pub const PROTOCOL_VERSION: u32 = 7;
 /// Length of the raw hello: magic + u32 BE version.
 pub const HELLO_LEN: usize = MAGIC.len() + 4;
 /// Largest frame either side accepts; checked before any allocation.
@@ -174,8 +174,17 @@ pub enum Down {
     PmixFenceOut { epoch: u64, data: Vec<u8> },
     /// The root's answer to a rank's name-service request.
     NameReply { rank: u32, tag: Option<String>, answer: NameAnswer },
-    /// Start a job spawned by a rank (MPI_Comm_spawn) on that rank's node; routed down to it.
+    /// A job spawned by a rank (MPI_Comm_spawn), sent to every node: the spawning rank's
+    /// starts it; the others' PMIx servers register its namespace, for their ranks that are
+    /// its parents too (a spawn collective over ranks of several nodes).
     Spawn(Box<SpawnJob>),
+    /// A PMIx fence over `members` (global ids; not the whole launched job) is complete: every
+    /// participating node's data, routed down to each of those nodes (`node`).
+    PmixGroupFenceOut { node: u32, members: Vec<u32>, data: Vec<u8> },
+    /// A direct modex request, routed down to the node of the rank it names.
+    DmodexAsk(DmodexAsk),
+    /// The answer to a direct modex request, routed down to the node that asked.
+    DmodexAnswer(DmodexAnswer),
     /// Heartbeat: a link that stays silent for long is a lost one (a dropped network link
     /// closes nothing).
     Ping,
@@ -224,6 +233,15 @@ pub enum Up {
     PmiFault { rank: u32, pid: u32, what: String },
     /// A rank asks to spawn a new job (MPI_Comm_spawn); the root assigns its ids.
     Spawn { rank: u32, tag: Option<String>, request: SpawnRequest },
+    /// Every local process of node `node` entered a PMIx fence over `members` (global ids,
+    /// sorted; not the whole launched job, e.g. Open MPI's disconnect of parents and spawned
+    /// children); the root folds it with the other nodes that host members.
+    PmixGroupFenceIn { node: u32, members: Vec<u32>, data: Vec<u8> },
+    /// A node's PMIx server wants a rank's data from the node that owns it (direct modex);
+    /// the root sends it down toward that rank.
+    DmodexAsk(DmodexAsk),
+    /// The owning node's answer to a [`DmodexAsk`]; the root sends it down toward the asker.
+    DmodexAnswer(DmodexAnswer),
     /// Something the user should know that does not fail the job (bindings wrap around);
     /// the launcher prints it as one line.
     Notice { host: String, text: String },
@@ -295,6 +313,42 @@ pub struct SpawnJob {
     pub parent: u32,
     pub tag: Option<String>,
     pub request: SpawnRequest,
+}
+
+/// A direct modex request: the PMIx server of node `asker` wants what rank `rank` committed
+/// (`PMIx_Commit`), because a local client asked for it (`PMIx_Get`) and no fence brought
+/// it (Open MPI without `pmix_base_collect_data`, or a spawned job's ranks).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DmodexAsk {
+    /// The node that asks, where the answer goes.
+    pub asker: u32,
+    /// The asking server's request id, echoed by the answer.
+    pub id: u32,
+    /// The rank's global id (first + r for a spawned job's rank r): it routes the request.
+    pub rank: u32,
+    /// The rank's namespace and its rank there, as the owning node's server names it.
+    pub nspace: String,
+    pub nspace_rank: u32,
+}
+
+/// The answer to a [`DmodexAsk`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DmodexAnswer {
+    pub asker: u32,
+    pub id: u32,
+    pub data: DmodexData,
+}
+
+/// What a direct modex request found.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum DmodexData {
+    /// The owning server's blob, for the asking server to unpack (opaque to rlaunch).
+    Found(Vec<u8>),
+    /// The owning server refused, with this PMIx status.
+    Refused(i32),
+    /// Nothing will ever come: the rank is nowhere in the tree, ended without connecting to
+    /// its server, or its node's server is gone.
+    Missing,
 }
 
 /// A name-service request (MPI_Publish_name and friends).

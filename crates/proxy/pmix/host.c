@@ -29,6 +29,8 @@
 #include <pmix_server.h>
 
 #define LINK_FD 3
+/* SETUP's node index for a job with no rank on this node. */
+#define NOT_HERE UINT32_MAX
 /* A message longer than this from the proxy is a broken link, not a job. */
 #define MAX_MESSAGE (1u << 30)
 
@@ -427,7 +429,7 @@ static void setup_done(const char *ns, pmix_status_t rc)
 }
 
 /*
- * SETUP: spawned, nspace, jobid, size, this node's index, the nodes' names, each rank's node
+ * SETUP: spawned, nspace, jobid, size, this node's index (or NOT_HERE), the nodes' names, each rank's node
  * and application number, and the process sets (name, members). Registers the namespace with
  * what Open MPI's MPI_Init reads, and defines the process sets. The launched job's is the
  * first; a spawned job's (spawned = 1) is registered beside it, marked as spawned.
@@ -449,7 +451,10 @@ static void setup(struct reader *r)
         node_of[i] = get_u32(r);
     for (uint32_t i = 0; i < size; i++)
         app_of[i] = get_u32(r);
-    if (me >= nnodes)
+    /* A spawned job registered where it has no rank (its parents' other nodes): no local
+     * share, but the whole map, for the parents here to connect to it and find its ranks. */
+    bool here = me != NOT_HERE;
+    if (here && me >= nnodes)
         broken("node index");
     char this_ns[PMIX_MAX_NSLEN + 1];
     snprintf(this_ns, sizeof this_ns, "%s", ns);
@@ -502,11 +507,13 @@ static void setup(struct reader *r)
     info_add(&job, PMIX_NODE_MAP, node_regex, PMIX_REGEX);
     info_add(&job, PMIX_PROC_MAP, proc_regex, PMIX_REGEX);
     info_add(&job, PMIX_JOB_NUM_APPS, &napps, PMIX_UINT32);
-    info_add(&job, PMIX_LOCAL_SIZE, &nlocal, PMIX_UINT32);
-    info_add(&job, PMIX_LOCAL_PEERS, local_peers.s, PMIX_STRING);
-    info_add(&job, PMIX_LOCALLDR, &local_leader, PMIX_PROC_RANK);
-    info_add(&job, PMIX_NODEID, &me, PMIX_UINT32);
-    info_add(&job, PMIX_HOSTNAME, hosts[me], PMIX_STRING);
+    if (here) {
+        info_add(&job, PMIX_LOCAL_SIZE, &nlocal, PMIX_UINT32);
+        info_add(&job, PMIX_LOCAL_PEERS, local_peers.s, PMIX_STRING);
+        info_add(&job, PMIX_LOCALLDR, &local_leader, PMIX_PROC_RANK);
+        info_add(&job, PMIX_NODEID, &me, PMIX_UINT32);
+        info_add(&job, PMIX_HOSTNAME, hosts[me], PMIX_STRING);
+    }
     /* Per application: its number, size and leader. */
     for (uint32_t a = 0; a < napps; a++) {
         uint32_t asize = 0;
@@ -776,12 +783,16 @@ static void dmodex_answer(pmix_status_t status, char *data, size_t sz, void *cbd
     send_message(&b);
 }
 
-/* DMODEX_ASK: id, rank: another node wants a local rank's data. */
+/* DMODEX_ASK: id, nspace, rank: another node wants a local rank's data. libpmix answers once
+ * the rank has committed it (at once if it has). */
 static void dmodex_ask(struct reader *r)
 {
-    uint32_t id = get_u32(r), rank = get_u32(r);
+    uint32_t id = get_u32(r);
+    char *ns = get_str(r);
+    uint32_t rank = get_u32(r);
     pmix_proc_t proc;
-    PMIX_PROC_LOAD(&proc, nspace, rank);
+    PMIX_PROC_LOAD(&proc, ns, rank);
+    free(ns);
     pmix_status_t rc = PMIx_server_dmodex_request(&proc, dmodex_answer, (void *)(uintptr_t)id);
     if (rc != PMIX_SUCCESS)
         dmodex_answer(rc, NULL, 0, (void *)(uintptr_t)id);
@@ -828,21 +839,13 @@ static pmix_status_t on_abort(const pmix_proc_t *proc, void *obj, int status, co
     return PMIX_SUCCESS;
 }
 
-/* True if procs names every process of our namespace (the only fence rlaunch folds). */
-static int whole_job(const pmix_proc_t procs[], size_t nprocs)
-{
-    return nprocs == 1 && PMIX_CHECK_NSPACE(procs[0].nspace, nspace) &&
-           procs[0].rank == PMIX_RANK_WILDCARD;
-}
-
+/* Every local process of a fence is in: the proxy folds it with the other nodes' (the whole
+ * launched job's up the tree; a fence over other processes, such as Open MPI's disconnect
+ * of parents and spawned children, at the root) and answers FENCE_DONE. */
 static pmix_status_t on_fence(const pmix_proc_t procs[], size_t nprocs, const pmix_info_t info[],
                               size_t ninfo, char *data, size_t ndata, pmix_modex_cbfunc_t cbfunc,
                               void *cbdata)
 {
-    if (!whole_job(procs, nprocs)) {
-        notice("a fence over part of the job (%zu processes) is not supported", nprocs);
-        return PMIX_ERR_NOT_SUPPORTED;
-    }
     int collect = 0;
     for (size_t i = 0; i < ninfo; i++)
         if (PMIX_CHECK_KEY(&info[i], PMIX_COLLECT_DATA))
@@ -851,21 +854,27 @@ static pmix_status_t on_fence(const pmix_proc_t procs[], size_t nprocs, const pm
     struct buf b = message(EV_FENCE);
     put_u32(&b, id);
     put_u32(&b, (uint32_t)collect);
+    put_u32(&b, (uint32_t)nprocs);
+    for (size_t i = 0; i < nprocs; i++)
+        put_proc(&b, &procs[i]);
     put_blob(&b, data, data ? ndata : 0);
     send_message(&b);
     return PMIX_SUCCESS;
 }
 
+/* libpmix wants a rank's data that no fence brought it (a PMIx_Get for a remote rank with the
+ * fence's data collection off, or of a job spawned on another node): the proxy asks the node
+ * that owns the rank, and answers DMODEX_DONE with its blob (or the status that kept it). */
 static pmix_status_t on_dmodex(const pmix_proc_t *proc, const pmix_info_t info[], size_t ninfo,
                                pmix_modex_cbfunc_t cbfunc, void *cbdata)
 {
     (void)info, (void)ninfo;
-    if (!PMIX_CHECK_NSPACE(proc->nspace, nspace))
+    if (!nspace_is_known(proc->nspace))
         return PMIX_ERR_NOT_FOUND;
     uint32_t id = remember(PEND_MODEX, (void *)cbfunc, cbdata);
     struct buf b = message(EV_DMODEX);
     put_u32(&b, id);
-    put_u32(&b, proc->rank);
+    put_proc(&b, proc);
     send_message(&b);
     return PMIX_SUCCESS;
 }

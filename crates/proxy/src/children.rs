@@ -213,24 +213,39 @@ impl Children {
         }
     }
 
-    /// Sends `down` toward the subtree holding `rank`; false if none does.
+    /// Sends `down` toward the subtree holding `rank`; false if none does, or if that
+    /// subtree's proxy is lost or finished (nothing it is sent will be read).
     pub fn send_toward_rank(&self, rank: u32, down: Down) -> bool {
         match self.rank_child.get(&rank) {
-            Some(&c) => {
-                let _ = self.list[c].down.send(down);
-                true
-            }
+            Some(&c) => self.send_to(c, down),
             None => false,
         }
     }
 
-    /// Sends `down` toward the subtree holding `node`, which will hold `ranks` from now on
-    /// (a spawned job's); false if no subtree holds the node.
-    pub fn send_toward_node(&mut self, node: u32, ranks: Range<u32>, down: Down) -> bool {
-        let Some(&c) = self.node_child.get(&node) else { return false };
-        self.rank_child.extend(ranks.map(|r| (r, c)));
-        let _ = self.list[c].down.send(down);
-        true
+    /// Sends `down` toward the subtree holding `node`; false as for
+    /// [`Children::send_toward_rank`].
+    pub fn send_toward_node(&self, node: u32, down: Down) -> bool {
+        match self.node_child.get(&node) {
+            Some(&c) => self.send_to(c, down),
+            None => false,
+        }
+    }
+
+    /// A child's subtree holds `rank`.
+    pub fn holds_rank(&self, rank: u32) -> bool {
+        self.rank_child.contains_key(&rank)
+    }
+
+    /// The subtree holding `node` holds `ranks` from now on (a spawned job's).
+    pub fn add_ranks(&mut self, node: u32, ranks: Range<u32>) {
+        if let Some(&c) = self.node_child.get(&node) {
+            self.rank_child.extend(ranks.map(|r| (r, c)));
+        }
+    }
+
+    fn send_to(&self, child: usize, down: Down) -> bool {
+        let child = &self.list[child];
+        !child.state.lost && !child.state.done && child.down.send(down).is_ok()
     }
 
     /// Sends a stdin chunk to the children whose subtrees read stdin; returns how many

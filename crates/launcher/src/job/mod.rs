@@ -20,14 +20,16 @@ mod names;
 mod roll;
 mod signals;
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::ffi::OsString;
 use std::io;
 use std::os::fd::AsRawFd;
 use std::time::Duration;
 
 use nix::sys::signal::Signal;
-use pmi_wire::control::{Down, Job, NodePlan, SpawnJob, SpawnRequest, StdinTarget, Up};
+use pmi_wire::control::{
+    DmodexAnswer, DmodexData, Down, Job, NodePlan, SpawnJob, SpawnRequest, StdinTarget, Up,
+};
 use rlaunch_proxy::children::{ChildNews, Children, Lost};
 use rlaunch_proxy::dialin::Dialed;
 use rlaunch_proxy::fence::FenceFold;
@@ -130,6 +132,9 @@ struct Root {
     fence: FenceFold,
     /// The launched job's PMIx fence: one party (a subtree's data) per top proxy.
     pmix_fence: FenceFold<Vec<u8>>,
+    /// PMIx fences over other processes (global ids, sorted): the nodes in so far, and
+    /// their data.
+    group_fences: HashMap<Vec<u32>, (BTreeSet<u32>, Vec<u8>)>,
     names: Names,
     /// Tells the output writer about each spawned job before its ranks start.
     spawned_jobs: std::sync::mpsc::Sender<SpawnedJob>,
@@ -181,6 +186,7 @@ pub async fn run(mut plan: Plan) -> i32 {
         },
         fence: FenceFold::default(),
         pmix_fence: FenceFold::default(),
+        group_fences: HashMap::new(),
         names: Names::default(),
         spawned_jobs,
         launcher: None,
@@ -419,6 +425,21 @@ impl Root {
             }
             Up::PmiFault { rank, pid, what } => self.fail(Cause::PmiFault { rank, pid, what }),
             Up::Spawn { rank, tag, request } => self.spawn(rank, tag, request),
+            Up::PmixGroupFenceIn { node, members, data } => {
+                self.pmix_group_fence(node, members, data)
+            }
+            Up::DmodexAsk(ask) => {
+                let (asker, id) = (ask.asker, ask.id);
+                if !self.children.send_toward_rank(ask.rank, Down::DmodexAsk(ask)) {
+                    // A rank of no subtree, or of one that is finished or lost: nothing will
+                    // ever answer.
+                    let answer = DmodexAnswer { asker, id, data: DmodexData::Missing };
+                    self.children.send_toward_node(asker, Down::DmodexAnswer(answer));
+                }
+            }
+            Up::DmodexAnswer(answer) => {
+                self.children.send_toward_node(answer.asker, Down::DmodexAnswer(answer));
+            }
             Up::RankStarted { rank, pid, cpus } => self.report_binding(rank, pid, cpus),
             Up::Greeting { .. }
             | Up::Output { .. }
@@ -441,6 +462,25 @@ impl Root {
         };
         let (who, host) = (self.roll.name(rank), self.roll.host(rank));
         eprintln!("rlaunch: {who} on {host} (pid {pid}) {bound}");
+    }
+
+    /// Node `node` entered a PMIx fence over `members` (Open MPI's disconnect of parents and
+    /// children, say): complete once every node that hosts a member is in, and sent to each.
+    fn pmix_group_fence(&mut self, node: u32, members: Vec<u32>, data: Vec<u8>) {
+        let nodes: BTreeSet<u32> = members.iter().filter_map(|&r| self.roll.node(r)).collect();
+        let (arrived, blobs) = self.group_fences.entry(members.clone()).or_default();
+        arrived.insert(node);
+        blobs.extend_from_slice(&data);
+        if !nodes.is_subset(arrived) {
+            return;
+        }
+        let (_, data) = self.group_fences.remove(&members).expect("just seen");
+        tracing::debug!(members = members.len(), nodes = nodes.len(), "PMIx group fence complete");
+        for node in nodes {
+            let down =
+                Down::PmixGroupFenceOut { node, members: members.clone(), data: data.clone() };
+            self.children.send_toward_node(node, down);
+        }
     }
 
     /// Answers name-service requests, each toward its rank.
@@ -566,7 +606,10 @@ impl Root {
             jobid: spawn.kvsname.clone(),
         });
         tracing::debug!(job, node, first, "spawning a job");
-        self.children.send_toward_node(node, first..first + size, Down::Spawn(Box::new(spawn)));
+        // To every node: the spawner's starts the job, and the others' PMIx servers learn
+        // it, for the parents a spawn collective over several nodes has there.
+        self.children.add_ranks(node, first..first + size);
+        self.children.broadcast(&Down::Spawn(Box::new(spawn)));
     }
 
     /// Prints why the job failed and returns the exit status.

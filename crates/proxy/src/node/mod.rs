@@ -16,6 +16,7 @@
 //! connection asks of the node, in [`calls`].
 
 mod calls;
+mod dmodex;
 mod launch;
 mod pmix;
 
@@ -133,6 +134,8 @@ pub(crate) struct Node {
     dial_deadline: Option<Instant>,
     /// This node's PMIx server, if the job serves PMIx.
     pmix: Option<pmix::Pmix>,
+    /// Direct modex requests of other nodes that this node's server is answering.
+    dmodex: dmodex::Asks,
 }
 
 /// Runs a proxy on its control channel until its subtree is finished; child proxies are
@@ -213,6 +216,7 @@ pub async fn serve(
         dial,
         dial_deadline: None,
         pmix: None,
+        dmodex: dmodex::Asks::default(),
     };
     let code = node.run(events_rx, pmi_rx).await;
     drop(node);
@@ -452,15 +456,23 @@ impl Node {
                 }
             }
             Down::PmixFenceOut { epoch, data } => self.pmix_fence_out(epoch, data),
+            // Every node hears of a spawn: the spawner's starts it, and the others' PMIx
+            // servers learn its namespace, for their ranks that are its parents too.
             Down::Spawn(sj) => {
+                let size: u32 = sj.request.cmds.iter().map(|c| c.nprocs).sum();
+                self.children.add_ranks(sj.node, sj.first..sj.first + size);
+                self.children.broadcast(&Down::Spawn(sj.clone()));
                 if sj.node == self.plan.index {
                     self.start_spawned(*sj);
-                } else {
-                    let size: u32 = sj.request.cmds.iter().map(|c| c.nprocs).sum();
-                    let ranks = sj.first..sj.first + size;
-                    self.children.send_toward_node(sj.node, ranks, Down::Spawn(sj));
+                } else if pmix::pmix_id(&sj.tag).is_some() {
+                    self.pmix_spawned_elsewhere(&sj);
                 }
             }
+            Down::PmixGroupFenceOut { node, members, data } => {
+                self.pmix_group_fence_out(node, members, data)
+            }
+            Down::DmodexAsk(ask) => self.dmodex_ask(ask),
+            Down::DmodexAnswer(answer) => self.dmodex_answer(answer),
             Down::NameReply { rank, tag, answer } => {
                 let local = self.ranks.find(rank).is_some();
                 match pmix::pmix_id(&tag) {
@@ -499,7 +511,7 @@ impl Node {
                 KillStep::SignalRanks(sig) => self.signal_ranks(sig),
                 KillStep::KillStragglers => {
                     // The PMIx server goes with the ranks, on purpose: not news.
-                    self.pmix = None;
+                    self.drop_pmix();
                     procs::kill_descendants(&self.children.pids())
                 }
                 KillStep::KillChildProxies => self.children.kill_unfinished(),
@@ -523,6 +535,7 @@ impl Node {
                 if let Some(verdict) = self.ranks.reaped(local, outcome) {
                     let _ = self.up.control.send(verdict);
                 }
+                self.dmodex_rank_ended(self.ranks.get(local).gid);
             } else if let Some(lost) = self.children.reaped(pid, outcome) {
                 self.report_lost(lost);
             }
@@ -532,7 +545,7 @@ impl Node {
             // PMI socket open) goes now, so that their output and PMI reach end of file.
             self.swept = true;
             // The PMIx server has no one left to serve: it goes first, on purpose.
-            self.pmix = None;
+            self.drop_pmix();
             procs::kill_descendants(&self.children.pids());
         }
     }

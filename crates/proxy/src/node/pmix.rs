@@ -12,7 +12,7 @@
 //!        ──Env × ranks──► ranks start ──SpawnDone(id, nspace)──► host
 //! ```
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::os::unix::ffi::OsStrExt;
 
 use pmi_wire::control::{Down, Job, NameAnswer, NameOp, SpawnCmd, SpawnJob, SpawnRequest, Up};
@@ -26,9 +26,12 @@ use crate::pmix::{self, wire, Command, Host, HostNews};
 /// The node's PMIx server and what it waits for.
 pub(super) struct Pmix {
     host: Host,
-    /// The namespaces the server serves (the launched job's, and each job spawned here): the
-    /// job's index and the global id of its rank 0.
-    nspaces: HashMap<String, (u32, u32)>,
+    /// The namespaces the server knows (the launched job's, and each spawned job's): the
+    /// job's index, the global id of its rank 0, and its size.
+    nspaces: HashMap<String, (u32, u32, u32)>,
+    /// Fences over other processes than the whole launched job (global ids, sorted) this
+    /// node entered: the host's id, answered when the root says the fence is complete.
+    groups: HashMap<Vec<u32>, u32>,
     /// Environments of local ranks, by job and rank, until their ranks start.
     envs: HashMap<(u32, u32), Vec<Vec<u8>>>,
     /// The ranks are waiting for their environments (the start is held until then).
@@ -41,6 +44,9 @@ pub(super) struct Pmix {
     lookups: HashMap<u32, String>,
     /// Jobs spawned here whose ranks wait for their environments, by job index.
     spawning: HashMap<u32, Spawning>,
+    /// Local clients (global ids) that connected to the server: only they can have
+    /// committed data for a direct modex request.
+    connected: HashSet<u32>,
 }
 
 /// A spawned job between its registration with the server and its start.
@@ -54,9 +60,18 @@ pub(super) struct Spawning {
 }
 
 impl Pmix {
-    /// The global id of a client of this server.
-    fn gid(&self, proc: &Proc) -> Option<u32> {
-        self.nspaces.get(&proc.nspace).map(|&(_, first)| first + proc.rank)
+    /// The global id of a process of a namespace this server knows.
+    pub(super) fn gid(&self, proc: &Proc) -> Option<u32> {
+        self.nspaces.get(&proc.nspace).map(|&(_, first, _)| first + proc.rank)
+    }
+
+    pub(super) fn host(&self) -> &Host {
+        &self.host
+    }
+
+    /// The local rank with this global id connected to the server.
+    pub(super) fn connected(&self, gid: u32) -> bool {
+        self.connected.contains(&gid)
     }
 
     /// How many environments of job `index` are in.
@@ -99,7 +114,7 @@ impl Node {
         host.send(Command::Setup {
             nspace: self.job.jobid.clone(),
             jobid: self.job.jobid.clone(),
-            node: self.plan.index,
+            node: Some(self.plan.index),
             hosts: job.hosts.clone(),
             rank_node: job.rank_node.clone(),
             rank_app: job.rank_app.clone(),
@@ -117,13 +132,15 @@ impl Node {
         tracing::debug!(pid = host.pid(), "PMIx host started");
         self.pmix = Some(Pmix {
             host,
-            nspaces: HashMap::from([(self.job.jobid.clone(), (0, 0))]),
+            nspaces: HashMap::from([(self.job.jobid.clone(), (0, 0, self.job.size))]),
+            groups: HashMap::new(),
             envs: HashMap::new(),
             holding,
             fence: FenceFold::default(),
             entered: None,
             lookups: HashMap::new(),
             spawning: HashMap::new(),
+            connected: HashSet::new(),
         });
         holding
     }
@@ -140,11 +157,11 @@ impl Node {
         let host_name = self.plan.host.clone();
         let Some(pmix) = self.pmix.as_mut() else { return Some((job, ranks)) };
         let nspace = sj.kvsname.clone();
-        pmix.nspaces.insert(nspace.clone(), (sj.job, sj.first));
+        pmix.nspaces.insert(nspace.clone(), (sj.job, sj.first, ranks.len() as u32));
         pmix.host.send(Command::Setup {
             nspace: nspace.clone(),
             jobid: nspace.clone(),
-            node: 0,
+            node: Some(0),
             hosts: vec![host_name],
             rank_node: vec![0; ranks.len()],
             rank_app: ranks.iter().map(|&(_, _, segment)| segment).collect(),
@@ -166,9 +183,42 @@ impl Node {
         None
     }
 
+    /// Stops this node's server (its ranks are done, or being killed): on purpose, not news.
+    pub(super) fn drop_pmix(&mut self) {
+        self.pmix = None;
+        self.dmodex_server_gone();
+    }
+
+    /// Registers a job a rank of another node spawned through PMIx (every rank on that node)
+    /// with this node's server, whose ranks may be its parents too (a spawn collective over
+    /// ranks of several nodes): they connect to it, and get its ranks' data by direct modex.
+    pub(super) fn pmix_spawned_elsewhere(&mut self, sj: &SpawnJob) {
+        let Some(pmix) = self.pmix.as_mut() else { return };
+        let Some(spawner) = self.job.pmix.as_ref().and_then(|p| p.hosts.get(sj.node as usize))
+        else {
+            return;
+        };
+        let rank_app: Vec<u32> = (sj.request.cmds.iter().enumerate())
+            .flat_map(|(app, cmd)| std::iter::repeat_n(app as u32, cmd.nprocs as usize))
+            .collect();
+        let nspace = sj.kvsname.clone();
+        pmix.nspaces.insert(nspace.clone(), (sj.job, sj.first, rank_app.len() as u32));
+        pmix.host.send(Command::Setup {
+            nspace: nspace.clone(),
+            jobid: nspace,
+            node: None,
+            hosts: vec![spawner.clone()],
+            rank_node: vec![0; rank_app.len()],
+            rank_app,
+            psets: Vec::new(),
+            spawned: true,
+        });
+    }
+
     /// The server is gone: ranks held for their environments start without them.
     fn lose_pmix(&mut self) {
         let Some(pmix) = self.pmix.take() else { return };
+        self.dmodex_server_gone();
         if pmix.holding {
             self.start_launched_ranks();
         }
@@ -242,7 +292,7 @@ impl Node {
                 if status != wire::SUCCESS {
                     tracing::warn!(%nspace, rank, status, "no PMIx environment for a rank");
                 }
-                let Some(&(index, _)) = pmix.nspaces.get(&nspace) else {
+                let Some(&(index, _, _)) = pmix.nspaces.get(&nspace) else {
                     return tracing::warn!(%nspace, "a PMIx environment for an unknown namespace");
                 };
                 pmix.envs.insert((index, rank), vars);
@@ -257,19 +307,20 @@ impl Node {
                     self.pmix_spawned(spawning);
                 }
             }
-            pmix::Event::Fence { id, collect: _, data } => {
+            pmix::Event::Fence { id, collect: _, procs, data } => {
+                let whole = matches!(&procs[..],
+                    [p] if p.nspace == self.job.jobid && p.rank == wire::RANK_WILDCARD);
+                if !whole {
+                    return self.pmix_group_fence(id, &procs, data);
+                }
                 if let Some(old) = pmix.entered.replace(id) {
                     tracing::warn!(old, id, "a PMIx fence entered twice");
                 }
                 pmix.fence.arrive([data]);
                 self.pmix_fence_step();
             }
-            pmix::Event::Dmodex { id, rank } => {
-                // The fence collects every rank's data; a request for more has none to find.
-                tracing::debug!(rank, "direct modex request");
-                let data = Vec::new();
-                pmix.host.send(Command::ModexDone { id, status: wire::ERR_NOT_FOUND, data });
-            }
+            pmix::Event::Dmodex { id, proc } => self.dmodex_request(id, proc),
+            pmix::Event::DmodexData { id, status, data } => self.dmodex_data(id, status, data),
             pmix::Event::Abort { id, proc, status, mut msg } => {
                 // Open MPI 4.1's MPI_Abort always says "N/A": nothing to print.
                 if msg == "N/A" {
@@ -333,12 +384,59 @@ impl Node {
                 }
             }
             pmix::Event::Connected { proc } => {
-                tracing::debug!(nspace = proc.nspace, rank = proc.rank, "PMIx client connected")
+                tracing::debug!(nspace = proc.nspace, rank = proc.rank, "PMIx client connected");
+                if let Some(gid) = pmix.gid(&proc) {
+                    pmix.connected.insert(gid);
+                }
             }
             pmix::Event::Finalized { proc } => {
                 tracing::debug!(nspace = proc.nspace, rank = proc.rank, "PMIx client finalized")
             }
             pmix::Event::Notice { text } => tracing::warn!("PMIx server: {text}"),
+        }
+    }
+
+    /// Every local process of a fence over `procs` (not the whole launched job) entered it:
+    /// the root folds it with the other nodes that host its processes.
+    fn pmix_group_fence(&mut self, id: u32, procs: &[Proc], data: Vec<u8>) {
+        let Some(pmix) = self.pmix.as_mut() else { return };
+        let mut members = Vec::new();
+        for proc in procs {
+            let Some(&(_, first, size)) = pmix.nspaces.get(&proc.nspace) else {
+                let text = format!("a fence with {}, a job this node does not know", proc.nspace);
+                self.notice(text);
+                let (status, data) = (wire::ERR_NOT_SUPPORTED, Vec::new());
+                return self.pmix.as_ref().expect("here").host.send(Command::ModexDone {
+                    id,
+                    status,
+                    data,
+                });
+            };
+            match proc.rank {
+                wire::RANK_WILDCARD => members.extend(first..first + size),
+                rank => members.push(first + rank),
+            }
+        }
+        members.sort_unstable();
+        members.dedup();
+        if let Some(old) = pmix.groups.insert(members.clone(), id) {
+            tracing::warn!(old, id, "a PMIx fence over the same processes entered twice");
+        }
+        let node = self.plan.index;
+        let _ = self.up.control.send(Up::PmixGroupFenceIn { node, members, data });
+    }
+
+    /// A fence over `members` is complete, with every participating node's data.
+    pub(super) fn pmix_group_fence_out(&mut self, node: u32, members: Vec<u32>, data: Vec<u8>) {
+        if node != self.plan.index {
+            let down = Down::PmixGroupFenceOut { node, members, data };
+            self.children.send_toward_node(node, down);
+            return;
+        }
+        let Some(pmix) = self.pmix.as_mut() else { return };
+        match pmix.groups.remove(&members) {
+            Some(id) => pmix.host.send(Command::ModexDone { id, status: wire::SUCCESS, data }),
+            None => tracing::warn!(?members, "completion of a PMIx fence this node is not in"),
         }
     }
 

@@ -3,8 +3,10 @@
 //! strings and blobs as a u32 length and the bytes. Pure: no I/O.
 //!
 //! ```text
-//!   proxy ──Command──► host: Setup, Clients, ModexDone, OpDone, LookupDone, SpawnDone
-//!   proxy ◄──Event──── host: Ready, Env, Fence, Abort, Publish, Lookup, Spawn, ...
+//!   proxy ──Command──► host: Setup, Clients, ModexDone, OpDone, LookupDone, SpawnDone,
+//!                            DmodexAsk
+//!   proxy ◄──Event──── host: Ready, Env, Fence, Abort, Publish, Lookup, Spawn, Dmodex,
+//!                            DmodexData, ...
 //! ```
 //!
 //! A node's server serves the launched job's namespace and one more per job its ranks
@@ -23,15 +25,21 @@ pub const ERR_NOT_SUPPORTED: Status = -47;
 pub const ERR_DUPLICATE_KEY: Status = -53;
 pub const ERR_BAD_PARAM: Status = -27;
 
+/// PMIx's rank for every process of a namespace.
+pub const RANK_WILDCARD: u32 = u32::MAX - 1;
+
 /// Proxy to host.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Command {
-    /// Register a job's namespace (node `node` of `hosts`) and define its process sets. The
-    /// launched job's comes first; a `spawned` job's (MPI_Comm_spawn) is registered beside it.
+    /// Register a job's namespace (this is node `node` of `hosts`, or none of them) and
+    /// define its process sets. The launched job's comes first; a `spawned` job's
+    /// (MPI_Comm_spawn) is registered beside it, on its own node and on the others, whose
+    /// ranks may connect to it.
     Setup {
         nspace: String,
         jobid: String,
-        node: u32,
+        /// `None`: the job has no rank on this node.
+        node: Option<u32>,
         hosts: Vec<String>,
         rank_node: Vec<u32>,
         rank_app: Vec<u32>,
@@ -50,6 +58,9 @@ pub enum Command {
     LookupDone { id: u32, status: Status, found: Vec<(String, NameValue, u32)> },
     /// A spawn is done: its job's namespace, whose ranks are started.
     SpawnDone { id: u32, status: Status, nspace: String },
+    /// Another node wants what a local client committed: answered by
+    /// [`Event::DmodexData`] with the same `id`.
+    DmodexAsk { id: u32, nspace: String, rank: u32 },
 }
 
 /// A client of the server: its namespace and its rank there.
@@ -97,10 +108,12 @@ pub enum Event {
         status: Status,
         vars: Vec<Vec<u8>>,
     },
-    /// Every local rank entered a fence over the whole job; `data` is this node's share.
+    /// Every local process of a fence over `procs` entered it (`RANK_WILDCARD`: every rank of
+    /// its namespace); `data` is this node's share.
     Fence {
         id: u32,
         collect: bool,
+        procs: Vec<Proc>,
         data: Vec<u8>,
     },
     /// A rank called `PMIx_Abort`.
@@ -140,10 +153,18 @@ pub enum Event {
         proc: Proc,
         apps: Vec<App>,
     },
-    /// libpmix wants a rank's data from the node that owns it (direct modex).
+    /// libpmix wants a rank's data from the node that owns it (direct modex); answered by
+    /// [`Command::ModexDone`] with the same `id`.
     Dmodex {
         id: u32,
-        rank: u32,
+        proc: Proc,
+    },
+    /// The answer to [`Command::DmodexAsk`]: the local client's data, or the status that
+    /// kept the server from it.
+    DmodexData {
+        id: u32,
+        status: Status,
+        data: Vec<u8>,
     },
     /// Something worth a line in the log.
     Notice {
@@ -161,6 +182,9 @@ pub enum WireError {
     #[error("a value of unknown kind {0} from the PMIx host")]
     UnknownValue(u32),
 }
+
+/// [`Command::Setup`]'s node for a job with no rank on this node.
+const NOT_HERE: u32 = u32::MAX;
 
 /// Longest message either side accepts.
 pub const MAX_MESSAGE: usize = 1 << 30;
@@ -217,7 +241,7 @@ impl Command {
                 o.str(nspace);
                 o.str(jobid);
                 o.u32(rank_node.len() as u32);
-                o.u32(*node);
+                o.u32(node.unwrap_or(NOT_HERE));
                 o.u32(hosts.len() as u32);
                 hosts.iter().for_each(|h| o.str(h));
                 rank_node.iter().for_each(|n| o.u32(*n));
@@ -269,6 +293,13 @@ impl Command {
                 o.u32(*id);
                 o.i32(*status);
                 o.str(nspace);
+                o.done()
+            }
+            Command::DmodexAsk { id, nspace, rank } => {
+                let mut o = Out::new(7);
+                o.u32(*id);
+                o.str(nspace);
+                o.u32(*rank);
                 o.done()
             }
         }
@@ -356,7 +387,12 @@ impl Event {
                 let vars = (0..n).map(|_| i.bytes()).collect::<Result<_, _>>()?;
                 Event::Env { nspace, rank, status, vars }
             }
-            104 => Event::Fence { id: i.u32()?, collect: i.u32()? != 0, data: i.bytes()? },
+            104 => {
+                let (id, collect) = (i.u32()?, i.u32()? != 0);
+                let n = i.count(8)?;
+                let procs = (0..n).map(|_| i.proc()).collect::<Result<_, _>>()?;
+                Event::Fence { id, collect, procs, data: i.bytes()? }
+            }
             105 => Event::Abort { id: i.u32()?, proc: i.proc()?, status: i.i32()?, msg: i.str()? },
             106 => {
                 let (id, proc, once) = (i.u32()?, i.proc()?, i.u32()? != 0);
@@ -370,7 +406,8 @@ impl Event {
             108 => Event::Unpublish { id: i.u32()?, proc: i.proc()?, keys: i.strs()? },
             109 => Event::Connected { proc: i.proc()? },
             110 => Event::Finalized { proc: i.proc()? },
-            111 => Event::Dmodex { id: i.u32()?, rank: i.u32()? },
+            111 => Event::Dmodex { id: i.u32()?, proc: i.proc()? },
+            112 => Event::DmodexData { id: i.u32()?, status: i.i32()?, data: i.bytes()? },
             113 => Event::Notice { text: i.str()? },
             114 => Event::SetupDone { nspace: i.str()?, status: i.i32()? },
             115 => {
@@ -446,10 +483,14 @@ mod tests {
                 vars: vec![b"A=1".to_vec(), b"B=2".to_vec()]
             })
         );
-        let fence = host_message(104, &[&1u32.to_le_bytes(), &1u32.to_le_bytes(), &blob(b"xy")]);
+        let fence = host_message(
+            104,
+            &[&u32le(1), &u32le(1), &u32le(1), &blob(b"job"), &u32le(RANK_WILDCARD), &blob(b"xy")],
+        );
+        let procs = vec![proc("job", RANK_WILDCARD)];
         assert_eq!(
             Event::decode(&fence),
-            Ok(Event::Fence { id: 1, collect: true, data: b"xy".to_vec() })
+            Ok(Event::Fence { id: 1, collect: true, procs, data: b"xy".to_vec() })
         );
     }
 
@@ -574,15 +615,31 @@ mod tests {
     }
 
     #[test]
+    fn direct_modex_requests_name_the_process_and_answers_carry_the_blob() {
+        let ask = host_message(111, &[&u32le(3), &blob(b"job_1"), &u32le(2)]);
+        assert_eq!(Event::decode(&ask), Ok(Event::Dmodex { id: 3, proc: proc("job_1", 2) }));
+        let data = host_message(112, &[&u32le(9), &(-46i32).to_le_bytes(), &blob(b"xy")]);
+        assert_eq!(
+            Event::decode(&data),
+            Ok(Event::DmodexData { id: 9, status: ERR_NOT_FOUND, data: b"xy".to_vec() })
+        );
+        for cut in 1..data.len() {
+            assert!(Event::decode(&data[..cut]).is_err(), "cut at {cut}");
+        }
+        let m = Command::DmodexAsk { id: 4, nspace: "job".into(), rank: 1 }.encode();
+        assert_eq!(m[4], 7);
+        assert_eq!(&m[5..], &[&u32le(4)[..], &blob(b"job"), &u32le(1)].concat()[..]);
+    }
+
+    #[test]
     fn cut_or_unknown_messages_are_errors_not_panics() {
         let env = host_message(
             103,
             &[&blob(b"job"), &3u32.to_le_bytes(), &0i32.to_le_bytes(), &u32::MAX.to_le_bytes()],
         );
         assert_eq!(Event::decode(&env), Err(WireError::Short));
-        for cut in 0..9 {
-            let fence =
-                host_message(104, &[&1u32.to_le_bytes(), &1u32.to_le_bytes(), &blob(b"xy")]);
+        let fence = host_message(104, &[&u32le(1), &u32le(1), &u32le(0), &blob(b"xy")]);
+        for cut in 0..fence.len() {
             assert!(Event::decode(&fence[..cut]).is_err(), "cut at {cut}");
         }
         assert_eq!(Event::decode(&[99]), Err(WireError::UnknownTag(99)));

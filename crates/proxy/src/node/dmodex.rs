@@ -1,0 +1,177 @@
+//! Direct modex: a rank's data fetched from the node that owns it, when a client asks for it
+//! (`PMIx_Get`) and no fence brought it here (Open MPI with `pmix_base_collect_data=0`, whose
+//! MPI_Init fence collects nothing, or the ranks of a job spawned on another node).
+//!
+//! ```text
+//!  asking node:  host ──Dmodex(id, proc)──► Up::DmodexAsk ──► root ──► toward the rank
+//!  owning node:  Down::DmodexAsk ──DmodexAsk(ask id)──► host ──DmodexData──► Up::DmodexAnswer
+//!  asking node:  root ──► Down::DmodexAnswer ──ModexDone(id, blob)──► host ──► the client
+//! ```
+//!
+//! libpmix on the owning node answers once the rank has committed its data. No request
+//! outlives the rank it waits for: the owning node answers `Missing` for a rank that ended
+//! without ever connecting to its server (it can commit nothing), and for every request still
+//! open when its server goes; the root and interior proxies answer `Missing` for a rank they
+//! cannot route to (a finished or lost subtree).
+
+use std::collections::HashMap;
+
+use pmi_wire::control::{DmodexAnswer, DmodexAsk, DmodexData, Down, Up};
+
+use super::Node;
+use crate::pmix::wire::{self, Proc, Status};
+use crate::pmix::Command;
+use crate::ranks::RankState;
+
+/// Requests of other nodes this node's server is answering, by the id the host echoes.
+#[derive(Default)]
+pub(super) struct Asks {
+    next: u32,
+    open: HashMap<u32, DmodexAsk>,
+}
+
+impl Asks {
+    fn add(&mut self, ask: DmodexAsk) -> u32 {
+        let id = self.next;
+        self.next = self.next.wrapping_add(1);
+        self.open.insert(id, ask);
+        id
+    }
+
+    /// Takes the open requests for `rank` (a global id).
+    fn take_for(&mut self, rank: u32) -> Vec<DmodexAsk> {
+        let ids: Vec<u32> =
+            self.open.iter().filter(|(_, a)| a.rank == rank).map(|(&id, _)| id).collect();
+        ids.into_iter().filter_map(|id| self.open.remove(&id)).collect()
+    }
+}
+
+/// The PMIx status a server's direct modex callback gets for what was found.
+fn status_of(data: DmodexData) -> (Status, Vec<u8>) {
+    match data {
+        DmodexData::Found(blob) => (wire::SUCCESS, blob),
+        DmodexData::Refused(status) => (status, Vec::new()),
+        DmodexData::Missing => (wire::ERR_NOT_FOUND, Vec::new()),
+    }
+}
+
+impl Node {
+    /// This node's server wants `proc`'s data: ask the node that owns it.
+    pub(super) fn dmodex_request(&mut self, id: u32, proc: Proc) {
+        let Some(pmix) = self.pmix.as_ref() else { return };
+        let Some(rank) = pmix.gid(&proc) else {
+            let (status, data) = status_of(DmodexData::Missing);
+            return pmix.host().send(Command::ModexDone { id, status, data });
+        };
+        tracing::debug!(nspace = %proc.nspace, rank = proc.rank, "direct modex request");
+        let ask = DmodexAsk {
+            asker: self.plan.index,
+            id,
+            rank,
+            nspace: proc.nspace,
+            nspace_rank: proc.rank,
+        };
+        let _ = self.up.control.send(Up::DmodexAsk(ask));
+    }
+
+    /// A request from the root: served here if the rank is this node's, else routed on
+    /// toward it.
+    pub(super) fn dmodex_ask(&mut self, ask: DmodexAsk) {
+        if self.children.holds_rank(ask.rank) {
+            let rank = ask.rank;
+            if !self.children.send_toward_rank(rank, Down::DmodexAsk(ask.clone())) {
+                self.dmodex_reply(ask, DmodexData::Missing);
+            }
+            return;
+        }
+        let ended = self.ranks.find(ask.rank).is_some_and(|r| r.state != RankState::Running);
+        let Some(pmix) = self.pmix.as_ref() else {
+            return self.dmodex_reply(ask, DmodexData::Missing);
+        };
+        if ended && !pmix.connected(ask.rank) {
+            return self.dmodex_reply(ask, DmodexData::Missing);
+        }
+        let (nspace, rank) = (ask.nspace.clone(), ask.nspace_rank);
+        let id = self.dmodex.add(ask);
+        pmix.host().send(Command::DmodexAsk { id, nspace, rank });
+    }
+
+    /// This node's server answered request `id` of another node.
+    pub(super) fn dmodex_data(&mut self, id: u32, status: Status, blob: Vec<u8>) {
+        let Some(ask) = self.dmodex.open.remove(&id) else {
+            return tracing::warn!(id, "a direct modex answer to no request");
+        };
+        let data = match status {
+            wire::SUCCESS => DmodexData::Found(blob),
+            status => DmodexData::Refused(status),
+        };
+        self.dmodex_reply(ask, data);
+    }
+
+    /// An answer from the root: this node's server's, or routed on toward the asker.
+    pub(super) fn dmodex_answer(&mut self, answer: DmodexAnswer) {
+        if answer.asker != self.plan.index {
+            let asker = answer.asker;
+            if !self.children.send_toward_node(asker, Down::DmodexAnswer(answer)) {
+                tracing::debug!(asker, "a direct modex answer for a node that is gone");
+            }
+            return;
+        }
+        let Some(pmix) = self.pmix.as_ref() else { return };
+        let (status, data) = status_of(answer.data);
+        pmix.host().send(Command::ModexDone { id: answer.id, status, data });
+    }
+
+    /// A local rank ended: if it never connected to the server, it committed nothing, and
+    /// the requests for its data will never be answered by the server.
+    pub(super) fn dmodex_rank_ended(&mut self, rank: u32) {
+        if self.pmix.as_ref().is_some_and(|p| p.connected(rank)) {
+            return;
+        }
+        for ask in self.dmodex.take_for(rank) {
+            self.dmodex_reply(ask, DmodexData::Missing);
+        }
+    }
+
+    /// The server is gone: what it did not answer, it never will.
+    pub(super) fn dmodex_server_gone(&mut self) {
+        for (_, ask) in std::mem::take(&mut self.dmodex.open) {
+            self.dmodex_reply(ask, DmodexData::Missing);
+        }
+    }
+
+    fn dmodex_reply(&self, ask: DmodexAsk, data: DmodexData) {
+        let answer = DmodexAnswer { asker: ask.asker, id: ask.id, data };
+        let _ = self.up.control.send(Up::DmodexAnswer(answer));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ask(rank: u32, id: u32) -> DmodexAsk {
+        DmodexAsk { asker: 0, id, rank, nspace: "job".into(), nspace_rank: rank }
+    }
+
+    #[test]
+    fn open_requests_are_taken_by_their_rank() {
+        let mut asks = Asks::default();
+        let a = asks.add(ask(1, 10));
+        let b = asks.add(ask(2, 11));
+        let c = asks.add(ask(1, 12));
+        assert_eq!(vec![a, b, c], vec![0, 1, 2]);
+        let mut taken: Vec<u32> = asks.take_for(1).into_iter().map(|a| a.id).collect();
+        taken.sort();
+        assert_eq!(taken, vec![10, 12]);
+        assert!(asks.take_for(1).is_empty());
+        assert_eq!(asks.open.keys().copied().collect::<Vec<_>>(), vec![b]);
+    }
+
+    #[test]
+    fn what_was_found_becomes_the_servers_status() {
+        assert_eq!(status_of(DmodexData::Found(vec![1])), (wire::SUCCESS, vec![1]));
+        assert_eq!(status_of(DmodexData::Refused(-25)), (-25, vec![]));
+        assert_eq!(status_of(DmodexData::Missing), (wire::ERR_NOT_FOUND, vec![]));
+    }
+}
