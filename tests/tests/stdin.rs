@@ -69,3 +69,20 @@ fn ranks_without_stdin_read_dev_null_and_see_only_their_own_fds() {
         assert!(text.lines().any(|l| l == expected), "rank {rank}: want {expected:?} in\n{text}");
     }
 }
+
+#[test]
+fn stdin_waits_with_ranks_that_wait_for_their_pmix_server() {
+    // With PMIx served, a node starts its ranks only once its PMIx server has their
+    // environments; stdin that comes first (and its end) waits for them instead of being
+    // acknowledged into the void.
+    for pmi in ["pmix", "simple"] {
+        let input = b"to every rank\n".repeat(1000);
+        let out = Run::new(&["--pmi", pmi, "--stdin", "all", "--launcher", "fork", "--hosts"])
+            .args(["a,b", "-n", "4", &rankprog_str(), "stdin-sum"])
+            .stdin_bytes(input.clone())
+            .run();
+        out.assert_code(0);
+        let want = stdin_sum_line(&input);
+        assert_eq!(out.stdout_str().matches(&want).count(), 4, "--pmi {pmi}: {out}");
+    }
+}

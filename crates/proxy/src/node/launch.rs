@@ -66,6 +66,9 @@ impl Node {
             let (pmi_job, calls) = (self.jobs[&0].pmi.clone(), self.pmi_calls.clone());
             tokio::spawn(pmi::accept(listener, unbound, pmi_job, calls));
         }
+        for chunk in std::mem::take(&mut self.held_stdin) {
+            self.stdin_to_ranks(chunk);
+        }
     }
 
     /// What starting `ranks` of job `job_index` on this node takes; each is (rank in its job,

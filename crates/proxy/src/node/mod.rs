@@ -136,6 +136,8 @@ pub(crate) struct Node {
     pmix: Option<pmix::Pmix>,
     /// Direct modex requests of other nodes that this node's server is answering.
     dmodex: dmodex::Asks,
+    /// The launcher's stdin that came while the ranks waited to start, in order.
+    held_stdin: Vec<StdinChunk>,
 }
 
 /// Runs a proxy on its control channel until its subtree is finished; child proxies are
@@ -217,6 +219,7 @@ pub async fn serve(
         dial_deadline: None,
         pmix: None,
         dmodex: dmodex::Asks::default(),
+        held_stdin: Vec::new(),
     };
     let code = node.run(events_rx, pmi_rx).await;
     drop(node);
@@ -417,24 +420,11 @@ impl Node {
             Down::Ping => {}
             Down::Stdin { seq, data } => {
                 self.children.send_stdin(seq, &data);
-                let chunk: Arc<[u8]> = Arc::from(data);
-                let stdin = self.job.stdin;
-                for rank in self.ranks.iter().filter(|r| r.job == 0 && stdin.includes(r.gid)) {
-                    let queued = rank.stdin.as_ref().is_some_and(|tx| {
-                        tx.send(StdinChunk::Data { seq, data: chunk.clone() }).is_ok()
-                    });
-                    if !queued {
-                        let _ = self.up.control.send(Up::StdinAck { seq });
-                    }
-                }
+                self.stdin_to_ranks(StdinChunk::Data { seq, data: Arc::from(data) });
             }
             Down::StdinEof => {
                 self.children.broadcast(&Down::StdinEof);
-                for rank in self.ranks.iter_mut() {
-                    if let Some(tx) = rank.stdin.take() {
-                        let _ = tx.send(StdinChunk::Eof);
-                    }
-                }
+                self.stdin_to_ranks(StdinChunk::Eof);
             }
             Down::Signal { signo } => {
                 self.children.broadcast(&Down::Signal { signo });
@@ -485,6 +475,35 @@ impl Node {
                     }
                     None => {
                         self.children.send_toward_rank(rank, Down::NameReply { rank, tag, answer });
+                    }
+                }
+            }
+        }
+    }
+
+    /// Hands a chunk of the launcher's stdin (or its end) to the local ranks that read it;
+    /// while they wait to start (for their PMIx environment) it waits with them.
+    fn stdin_to_ranks(&mut self, chunk: StdinChunk) {
+        if self.holding_ranks() {
+            self.held_stdin.push(chunk);
+            return;
+        }
+        match chunk {
+            StdinChunk::Data { seq, data } => {
+                let stdin = self.job.stdin;
+                for rank in self.ranks.iter().filter(|r| r.job == 0 && stdin.includes(r.gid)) {
+                    let queued = rank.stdin.as_ref().is_some_and(|tx| {
+                        tx.send(StdinChunk::Data { seq, data: data.clone() }).is_ok()
+                    });
+                    if !queued {
+                        let _ = self.up.control.send(Up::StdinAck { seq });
+                    }
+                }
+            }
+            StdinChunk::Eof => {
+                for rank in self.ranks.iter_mut() {
+                    if let Some(tx) = rank.stdin.take() {
+                        let _ = tx.send(StdinChunk::Eof);
                     }
                 }
             }
