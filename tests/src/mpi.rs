@@ -52,6 +52,9 @@ pub enum CProgram {
     /// Open MPI: `die VICTIM`: after a barrier (`ready R`), rank VICTIM kills itself with
     /// SIGKILL while the others wait in MPI_Finalize's fence.
     OmpiDie,
+    /// Open MPI: `nofinalize VICTIM`: after a barrier (`ready R` before it), rank VICTIM
+    /// exits 0 without MPI_Finalize while the others finalize.
+    OmpiNoFinalize,
     /// Open MPI: `spawn SPAWNER`: rank SPAWNER spawns 2 children with `MPI_Comm_spawn` over
     /// MPI_COMM_SELF (`spawn world`: every rank, over MPI_COMM_WORLD) and parents and children
     /// exchange a message over the intercommunicator (`parent R spawned 2`, `child C of 2 got
@@ -74,7 +77,7 @@ enum Compiler {
 }
 
 impl CProgram {
-    const COUNT: usize = 16;
+    const COUNT: usize = 17;
 
     /// The executable's name.
     fn name(self) -> &'static str {
@@ -93,6 +96,7 @@ impl CProgram {
             CProgram::Psets => "psets",
             CProgram::Dmodex => "dmodex",
             CProgram::OmpiDie => "ompi-die",
+            CProgram::OmpiNoFinalize => "ompi-nofinalize",
             CProgram::OmpiSpawn => "ompi-spawn",
             CProgram::OmpiConnect => "ompi-connect",
         }
@@ -113,6 +117,7 @@ impl CProgram {
             | CProgram::OmpiPublish
             | CProgram::OmpiNodes
             | CProgram::OmpiDie
+            | CProgram::OmpiNoFinalize
             | CProgram::OmpiSpawn
             | CProgram::OmpiConnect => Compiler::MpiccOpenmpi,
             _ => Compiler::Mpicc,

@@ -132,6 +132,30 @@ fn a_rank_killed_while_the_others_fence_ends_the_job_naming_it() {
 }
 
 #[test]
+fn a_rank_that_exits_without_finalize_ends_the_job_naming_it() {
+    // Its peers' MPI_Finalize fences wait for it for ever: rlaunch must see that it left
+    // without PMIx_Finalize (as it sees it for PMI) and end the job.
+    let out = mpi_run(&fake_nodes(2, 1), 2, CProgram::OmpiNoFinalize, &["1"]).run();
+    out.assert_code(255);
+    let err = out.stderr_str();
+    let ours = rlaunch_lines(&err);
+    assert_eq!(ours.len(), 1, "{out}");
+    assert!(ours[0].starts_with("rlaunch: rank 1 (pid "), "{out}");
+    assert!(
+        ours[0].ends_with(" on n2) closed its PMI connection before calling finalize"),
+        "{out}"
+    );
+    assert_eq!(sorted(out.lines()), ["ready 0", "ready 1"], "{out}");
+    out.tag.wait_until_none(Duration::from_secs(5)).unwrap_or_else(|left| {
+        panic!("left running: {left:?}");
+    });
+    // A rank that finalizes and exits 0 is not judged so, however fast it goes.
+    for _ in 0..5 {
+        check_hello(&mpi_run(&fake_nodes(2, 2), 4, CProgram::OmpiHello, &["4"]).run(), 4);
+    }
+}
+
+#[test]
 fn open_mpi_publish_and_lookup_on_one_node_and_across_fake_nodes() {
     for options in [vec![], fake_nodes(2, 1)] {
         let port = "ompi-port#1";

@@ -44,6 +44,7 @@ enum {
     CMD_DMODEX_DONE = 6,
     CMD_DMODEX_ASK = 7,
     CMD_SPAWN_DONE = 8,
+    CMD_SYNC = 9,
 };
 
 /* Events, host -> proxy. */
@@ -63,6 +64,7 @@ enum {
     EV_NOTICE = 113,
     EV_SETUP_DONE = 114,
     EV_SPAWN = 115,
+    EV_SYNCED = 116,
 };
 
 /* How a published value travels: a string, or any other pmix_value_t packed by
@@ -1191,6 +1193,15 @@ int main(int argc, char **argv)
         case CMD_LOOKUP_DONE: lookup_done(&r); break;
         case CMD_DMODEX_ASK: dmodex_ask(&r); break;
         case CMD_SPAWN_DONE: spawn_done(&r); break;
+        case CMD_SYNC: {
+            /* Answered after everything sent before it: a client's finalize reaches the
+             * proxy ahead of this, so the proxy can tell a finalized client that exited
+             * from one that left without finalizing. */
+            struct buf b = message(EV_SYNCED);
+            put_u32(&b, get_u32(&r));
+            send_message(&b);
+            break;
+        }
         default: broken("tag");
         }
         free(body);

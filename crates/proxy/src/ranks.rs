@@ -71,6 +71,9 @@ pub struct Rank {
     pub answers: Option<AnswerTx>,
     /// Its stdin feeder, if it reads the launcher's stdin.
     pub stdin: Option<mpsc::UnboundedSender<StdinChunk>>,
+    /// It connected to its node's PMIx server and ended without PMIx_Finalize: failed even
+    /// if it exited 0, as with PMI (its peers would wait for it in their next fence).
+    pub pmix_unfinalized: bool,
 }
 
 #[derive(Default)]
@@ -93,6 +96,7 @@ impl RankTable {
             open_streams: 2,
             answers: None,
             stdin: None,
+            pmix_unfinalized: false,
         });
         local
     }
@@ -108,6 +112,7 @@ impl RankTable {
             open_streams: 0,
             answers: None,
             stdin: None,
+            pmix_unfinalized: false,
         });
         Up::RankExited { rank: gid, pid: 0, outcome, unfinalized: false }
     }
@@ -194,7 +199,7 @@ impl RankTable {
             PmiState::Open if outcome.is_success() => return None,
             PmiState::Open | PmiState::Unclaimed => false,
             PmiState::Closed { clean } => !clean,
-        };
+        } || rank.pmix_unfinalized;
         rank.state = RankState::Judged;
         Some(Up::RankExited { rank: rank.gid, pid: rank.pid as u32, outcome, unfinalized })
     }

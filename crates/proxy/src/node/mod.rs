@@ -551,10 +551,7 @@ impl Node {
     fn reap(&mut self) {
         for (pid, outcome) in procs::reap_ended() {
             if let Some(local) = self.ranks.by_pid(pid) {
-                if let Some(verdict) = self.ranks.reaped(local, outcome) {
-                    let _ = self.up.control.send(verdict);
-                }
-                self.dmodex_rank_ended(self.ranks.get(local).gid);
+                self.rank_reaped(local, outcome);
             } else if let Some(lost) = self.children.reaped(pid, outcome) {
                 self.report_lost(lost);
             }

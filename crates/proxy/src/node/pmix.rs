@@ -16,10 +16,12 @@ use std::collections::{HashMap, HashSet};
 use std::os::unix::ffi::OsStrExt;
 
 use pmi_wire::control::{Down, Job, NameAnswer, NameOp, SpawnCmd, SpawnJob, SpawnRequest, Up};
+use pmi_wire::ids::ExitOutcome;
 
 use super::launch::JobRanks;
 use super::{Event, Node};
 use crate::fence::FenceFold;
+use crate::kvs::Local;
 use crate::pmix::wire::{App, Proc};
 use crate::pmix::{self, wire, Command, Host, HostNews};
 
@@ -47,6 +49,12 @@ pub(super) struct Pmix {
     /// Local clients (global ids) that connected to the server: only they can have
     /// committed data for a direct modex request.
     connected: HashSet<u32>,
+    /// Local clients (global ids) that called PMIx_Finalize.
+    finalized: HashSet<u32>,
+    /// Ranks that exited 0 after connecting, not (yet) known to have finalized: judged once
+    /// the host answers the `Sync` of this id (a finalize comes ahead of it on the link).
+    syncs: HashMap<u32, (Local, ExitOutcome)>,
+    next_sync: u32,
 }
 
 /// A spawned job between its registration with the server and its start.
@@ -141,6 +149,9 @@ impl Node {
             lookups: HashMap::new(),
             spawning: HashMap::new(),
             connected: HashSet::new(),
+            finalized: HashSet::new(),
+            syncs: HashMap::new(),
+            next_sync: 0,
         });
         holding
     }
@@ -185,8 +196,45 @@ impl Node {
 
     /// Stops this node's server (its ranks are done, or being killed): on purpose, not news.
     pub(super) fn drop_pmix(&mut self) {
+        let syncs = self.pmix.as_mut().map(|p| std::mem::take(&mut p.syncs)).unwrap_or_default();
+        // Judged with what the server said before it went.
+        for (local, outcome) in syncs.into_values() {
+            self.judge_reaped(local, outcome);
+        }
         self.pmix = None;
         self.dmodex_server_gone();
+    }
+
+    /// A rank of this node was reaped. One that exited 0 after connecting to the PMIx
+    /// server and was not heard to finalize waits for a `Sync` of the host first: its
+    /// finalize may still be on the link. Any other is judged now.
+    pub(super) fn rank_reaped(&mut self, local: Local, outcome: ExitOutcome) {
+        let gid = self.ranks.get(local).gid;
+        if let Some(pmix) = self.pmix.as_mut() {
+            let unsure = outcome.is_success()
+                && pmix.connected.contains(&gid)
+                && !pmix.finalized.contains(&gid);
+            if unsure {
+                let id = pmix.next_sync;
+                pmix.next_sync = pmix.next_sync.wrapping_add(1);
+                pmix.syncs.insert(id, (local, outcome));
+                pmix.host.send(Command::Sync { id });
+                return;
+            }
+        }
+        self.judge_reaped(local, outcome);
+    }
+
+    fn judge_reaped(&mut self, local: Local, outcome: ExitOutcome) {
+        let gid = self.ranks.get(local).gid;
+        if let Some(pmix) = self.pmix.as_ref() {
+            let left = pmix.connected.contains(&gid) && !pmix.finalized.contains(&gid);
+            self.ranks.get_mut(local).pmix_unfinalized = left && outcome.is_success();
+        }
+        if let Some(verdict) = self.ranks.reaped(local, outcome) {
+            let _ = self.up.control.send(verdict);
+        }
+        self.dmodex_rank_ended(gid);
     }
 
     /// Registers a job a rank of another node spawned through PMIx (every rank on that node)
@@ -390,7 +438,15 @@ impl Node {
                 }
             }
             pmix::Event::Finalized { proc } => {
-                tracing::debug!(nspace = proc.nspace, rank = proc.rank, "PMIx client finalized")
+                tracing::debug!(nspace = proc.nspace, rank = proc.rank, "PMIx client finalized");
+                if let Some(gid) = pmix.gid(&proc) {
+                    pmix.finalized.insert(gid);
+                }
+            }
+            pmix::Event::Synced { id } => {
+                if let Some((local, outcome)) = pmix.syncs.remove(&id) {
+                    self.judge_reaped(local, outcome);
+                }
             }
             pmix::Event::Notice { text } => tracing::warn!("PMIx server: {text}"),
         }

@@ -58,6 +58,8 @@ pub enum Command {
     LookupDone { id: u32, status: Status, found: Vec<(String, NameValue, u32)> },
     /// A spawn is done: its job's namespace, whose ranks are started.
     SpawnDone { id: u32, status: Status, nspace: String },
+    /// Answer `Synced { id }` after every event sent before: a barrier on the link.
+    Sync { id: u32 },
     /// Another node wants what a local client committed: answered by
     /// [`Event::DmodexData`] with the same `id`.
     DmodexAsk { id: u32, nspace: String, rank: u32 },
@@ -169,6 +171,10 @@ pub enum Event {
     /// Something worth a line in the log.
     Notice {
         text: String,
+    },
+    /// The answer to [`Command::Sync`]: every event before it has been read.
+    Synced {
+        id: u32,
     },
 }
 
@@ -295,6 +301,11 @@ impl Command {
                 o.str(nspace);
                 o.done()
             }
+            Command::Sync { id } => {
+                let mut o = Out::new(9);
+                o.u32(*id);
+                o.done()
+            }
             Command::DmodexAsk { id, nspace, rank } => {
                 let mut o = Out::new(7);
                 o.u32(*id);
@@ -409,6 +420,7 @@ impl Event {
             111 => Event::Dmodex { id: i.u32()?, proc: i.proc()? },
             112 => Event::DmodexData { id: i.u32()?, status: i.i32()?, data: i.bytes()? },
             113 => Event::Notice { text: i.str()? },
+            116 => Event::Synced { id: i.u32()? },
             114 => Event::SetupDone { nspace: i.str()?, status: i.i32()? },
             115 => {
                 let (id, proc) = (i.u32()?, i.proc()?);
@@ -611,6 +623,9 @@ mod tests {
         }
         let done = Command::SpawnDone { id: 5, status: SUCCESS, nspace: "job_1".into() }.encode();
         assert_eq!(done[4], 8);
+        let sync = Command::Sync { id: 3 }.encode();
+        assert_eq!(sync, [5, 0, 0, 0, 9, 3, 0, 0, 0]);
+        assert_eq!(Event::decode(&[116, 3, 0, 0, 0]), Ok(Event::Synced { id: 3 }));
         assert_eq!(&done[5..], &[&u32le(5)[..], &0i32.to_le_bytes(), &blob(b"job_1")].concat()[..]);
     }
 
