@@ -537,15 +537,21 @@ fn a_proxy_fed_bad_control_frames_exits_with_one_line_and_starts_nothing() {
     let cases: Vec<(Vec<u8>, String)> = vec![
         (vec![b'X'; 70 << 10], "no rlaunch hello in the first 65536 bytes".into()),
         (b"RLAUNCH\x7f\0\0\0\x05".to_vec(), "connection closed before the hello".into()),
-        (hello(99), format!("the launcher speaks protocol version 99, this proxy speaks version {}", pmi_wire::control::PROTOCOL_VERSION)),
-        (with(&[0xff, 0xff, 0xff, 0xff, 0]), "frame of 4294967295 bytes exceeds the limit of 67108864 bytes".into()),
+        (
+            hello(99),
+            format!(
+                "the launcher speaks protocol version 99, this proxy speaks version {}",
+                pmi_wire::control::PROTOCOL_VERSION
+            ),
+        ),
+        (
+            with(&[0xff, 0xff, 0xff, 0xff, 0]),
+            "frame of 4294967295 bytes exceeds the limit of 67108864 bytes".into(),
+        ),
         (with(&[0, 0, 0, 0]), "empty frame".into()),
         (with(&[0, 0, 0, 9, 0, 1]), "connection closed in the middle of a frame".into()),
-        (with(&frame(0, &[0x01])), "malformed frame: UnexpectedEnd { additional: 1 }".into()),
-        (
-            with(&frame(0, &[200])),
-            "malformed frame: OtherString(\"invalid value: integer `200`, expected variant index 0 <= i < 11\")".into(),
-        ),
+        (with(&frame(0, &[0x01])), "malformed frame: it ends a byte short".into()),
+        (with(&frame(0, &[200])), "malformed frame: an unknown kind of message".into()),
         (with(&frame(7, &[0])), "unknown frame tag 7".into()),
     ];
     let host = hostname();

@@ -129,9 +129,28 @@ fn patch_len(out: &mut [u8], start: usize) {
     out[start..start + 4].copy_from_slice(&len.to_be_bytes());
 }
 
+/// What was wrong with a frame's body, as a sentence fragment: bincode's own errors print
+/// as Debug dumps, and quote counts that change with every new message kind.
+fn decode_failure(e: bincode::error::DecodeError) -> String {
+    use bincode::error::DecodeError as E;
+    match e {
+        E::UnexpectedEnd { additional: 1 } => "it ends a byte short".into(),
+        E::UnexpectedEnd { additional } => format!("it ends {additional} bytes short"),
+        E::LimitExceeded => "it holds more than a frame may".into(),
+        E::UnexpectedVariant { found, .. } => format!("unknown kind {found}"),
+        E::InvalidBooleanValue(b) => format!("{b} is not a boolean"),
+        E::InvalidCharEncoding(_) | E::CStringNulError { .. } => "a bad character".into(),
+        E::OtherString(s) if s.contains("variant index") => "an unknown kind of message".into(),
+        E::OtherString(s) if s.contains("utf-8") || s.contains("UTF-8") => {
+            "a string that is not UTF-8".into()
+        }
+        _ => "its contents do not decode".into(),
+    }
+}
+
 fn decode_msg<T: DeserializeOwned>(body: &[u8]) -> Result<T, FrameError> {
     let (msg, used) = bincode::serde::decode_from_slice(body, bincode_config())
-        .map_err(|e| FrameError::Malformed(e.to_string()))?;
+        .map_err(|e| FrameError::Malformed(decode_failure(e)))?;
     if used != body.len() {
         return Err(FrameError::Malformed(format!(
             "{} trailing bytes after the message",

@@ -1097,8 +1097,9 @@ static pmix_status_t on_query(pmix_proc_t *proct, pmix_query_t *queries, size_t 
             } else if (strcmp(key, PMIX_QUERY_PSET_MEMBERSHIP) == 0) {
                 const char *name = NULL;
                 for (size_t u = 0; u < queries[q].nqual; u++)
-                    if (PMIX_CHECK_KEY(&queries[q].qualifiers[u], PMIX_PSET_NAME))
-                        name = queries[q].qualifiers[u].value.data.string;
+                    if (PMIX_CHECK_KEY(&queries[q].qualifiers[u], PMIX_PSET_NAME) &&
+                        queries[q].qualifiers[u].value.type == PMIX_STRING)
+                        name = queries[q].qualifiers[u].value.data.string; /* may be NULL */
                 for (uint32_t s = 0; name && s < npsets; s++) {
                     if (strcmp(psets[s].name, name) != 0)
                         continue;

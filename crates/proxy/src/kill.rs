@@ -61,6 +61,11 @@ impl Escalation {
         self.deadline
     }
 
+    /// The node is being torn down: nothing new starts.
+    pub fn started(&self) -> bool {
+        self.stage != Stage::Idle
+    }
+
     pub fn gave_up(&self) -> bool {
         self.stage == Stage::GaveUp
     }

@@ -49,6 +49,18 @@ impl Node {
     pub(super) fn start_launched_ranks(&mut self) {
         // Nothing was swept while the ranks were held.
         self.swept = false;
+        if self.kill.started() || self.orphaned {
+            // The job ended while the ranks waited for their PMIx environments: they never
+            // start, and are reported as never run (killed before they began).
+            tracing::debug!("the node is going down: its held ranks do not start");
+            for rp in self.plan.ranks.clone() {
+                let outcome = pmi_wire::ids::ExitOutcome::Signaled(nix::libc::SIGTERM);
+                let verdict = self.ranks.add_failed(rp.rank, 0, outcome);
+                let _ = self.up.control.send(verdict);
+            }
+            let _ = self.up.control.send(Up::Started { node: self.plan.index });
+            return;
+        }
         let listener = if self.job.pmi_port { pmi::listen() } else { None };
         let setup = match listener.as_ref().and_then(|l| l.local_addr().ok()) {
             Some(addr) => PmiSetup::Port(addr.to_string()),
