@@ -303,3 +303,23 @@ fn info_names_the_pmix_library_built_in() {
     );
     assert!(out.lines().contains(&want), "{out}");
 }
+
+#[test]
+fn a_node_that_cannot_serve_pmix_fails_a_job_that_needs_it_and_not_one_that_does_not() {
+    // A PMIx server needs a private directory; under an unusable TMPDIR it cannot start.
+    // Open MPI's ranks would each run alone: the job ends naming the node instead.
+    let out = mpi_run(&[], 2, CProgram::OmpiHello, &["2"]).env("TMPDIR", "/nonexistent").run();
+    out.assert_code(255);
+    let err = out.stderr_str();
+    let ours = rlaunch_lines(&err);
+    assert_eq!(ours.len(), 1, "{out}");
+    let want = format!("rlaunch: lost proxy on {} (it cannot serve PMIx, which the program needs: /nonexistent/rlaunch-pmix.", hostname());
+    assert!(ours[0].starts_with(&want), "{out}");
+    assert!(ours[0].ends_with(": No such file or directory (os error 2))"), "{out}");
+    assert!(out.lines().is_empty(), "no rank ran: {out}");
+    // MPICH needs only PMI: a note, and the job runs.
+    let all = ["--pmi".to_string(), "all".to_string()];
+    let out = mpi_run(&all, 2, CProgram::Hello, &["2"]).env("TMPDIR", "/nonexistent").run();
+    check_hello(&out, 2);
+    assert!(out.stderr_str().contains("rlaunch: note: on "), "{out}");
+}

@@ -105,7 +105,10 @@ pub fn build(o: &Options, env: &[(OsString, OsString)]) -> Result<job::Plan, Pla
     let job_env = job_env(o, env);
     // Built (and `--pset` checked) whether or not PMIx is served.
     let pmix = pmix_job(o, &node_hosts, &rank_node, lists.rank_segments().collect(), size)?;
-    let pmix = serves_pmix(o.pmi, &segments, &job_env).then_some(pmix);
+    let pmix = match serves_pmix(o.pmi, &segments, &job_env) {
+        Serve::No => None,
+        Serve::Yes { required } => Some(PmixJob { required, ..pmix }),
+    };
     let job = Job {
         jobid: job_id(),
         size,
@@ -136,23 +139,42 @@ pub fn build(o: &Options, env: &[(OsString, OsString)]) -> Result<job::Plan, Pla
     })
 }
 
+/// Whether the job's nodes start a PMIx server, and must.
+enum Serve {
+    No,
+    /// `required`: a node that cannot serve PMIx fails the job rather than start ranks
+    /// that would run as singletons (`--pmi pmix`, or a program linking Open MPI).
+    Yes {
+        required: bool,
+    },
+}
+
 /// Whether the job's nodes start a PMIx server: `--pmi`, or (by default) whether any of its
 /// programs, found as the ranks will find it, can be a PMIx client.
-fn serves_pmix(kinds: PmiKinds, segments: &[Segment], job_env: &[(Vec<u8>, Vec<u8>)]) -> bool {
-    match kinds {
-        PmiKinds::Simple => return false,
-        PmiKinds::All | PmiKinds::Pmix => return true,
-        PmiKinds::Auto => {}
+fn serves_pmix(kinds: PmiKinds, segments: &[Segment], job_env: &[(Vec<u8>, Vec<u8>)]) -> Serve {
+    let mut uses = std::collections::HashSet::new();
+    if kinds != PmiKinds::Simple {
+        let path =
+            job_env.iter().find(|(k, _)| k == b"PATH").map_or(&b"/bin:/usr/bin"[..], |(_, v)| v);
+        for segment in segments {
+            let inherited = if segment.inherit_env { path } else { &b"/bin:/usr/bin"[..] };
+            let path = segment.env.iter().find(|(k, _)| k == b"PATH").map_or(inherited, |(_, v)| v);
+            let found = find_program(&segment.exe, path, &segment.wdir);
+            let uses_pmix = found.as_deref().map_or(elf::PmixUse::Maybe, elf::pmix_use);
+            tracing::debug!(program = ?found, ?uses_pmix, "does the program use PMIx?");
+            uses.insert(uses_pmix);
+        }
     }
-    let path = job_env.iter().find(|(k, _)| k == b"PATH").map_or(&b"/bin:/usr/bin"[..], |(_, v)| v);
-    segments.iter().any(|segment| {
-        let inherited = if segment.inherit_env { path } else { &b"/bin:/usr/bin"[..] };
-        let path = segment.env.iter().find(|(k, _)| k == b"PATH").map_or(inherited, |(_, v)| v);
-        let found = find_program(&segment.exe, path, &segment.wdir);
-        let needs = found.as_deref().map_or(elf::PmixUse::Maybe, elf::pmix_use);
-        tracing::debug!(program = ?found, ?needs, "does the program use PMIx?");
-        needs == elf::PmixUse::Maybe
-    })
+    let needed = uses.contains(&elf::PmixUse::Needs);
+    match kinds {
+        PmiKinds::Simple => Serve::No,
+        PmiKinds::Pmix => Serve::Yes { required: true },
+        PmiKinds::All => Serve::Yes { required: needed },
+        PmiKinds::Auto if needed || uses.contains(&elf::PmixUse::Maybe) => {
+            Serve::Yes { required: needed }
+        }
+        PmiKinds::Auto => Serve::No,
+    }
 }
 
 /// `exe` as the ranks' execvp finds it: a name with a slash from the working directory,
@@ -212,7 +234,8 @@ fn pmix_job(
         ranks.dedup();
         psets.push((name.clone(), ranks));
     }
-    Ok(PmixJob { hosts: hosts.to_vec(), rank_node: rank_node.to_vec(), rank_app, psets })
+    let (hosts, rank_node) = (hosts.to_vec(), rank_node.to_vec());
+    Ok(PmixJob { hosts, rank_node, rank_app, psets, required: false })
 }
 
 /// The host lists the segments draw on, and how many ranks each segment takes from which.

@@ -525,6 +525,9 @@ pub struct PmixJob {
     pub rank_app: Vec<u32>,
     /// Process sets: name and member ranks.
     pub psets: Vec<(String, Vec<u32>)>,
+    /// A node that cannot serve PMIx fails the job instead of starting its ranks without it
+    /// (they would run as singletons): `--pmi pmix`, or a program linking Open MPI.
+    pub required: bool,
 }
 
 /// `--bind-to`: each rank gets `count` objects of kind `unit`, in local-rank order, from the

@@ -38,9 +38,11 @@ const GATEWAYS: &[&[u8]] = &[
 const MAX_SECTION: u64 = 64 << 20;
 
 /// What the program's dynamic section says about PMIx.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(crate) enum PmixUse {
-    /// It links Open MPI or libpmix, or may load or start something that does.
+    /// It links Open MPI or libpmix: without PMIx it would run as a singleton.
+    Needs,
+    /// It may load or start something that links them.
     Maybe,
     /// It cannot reach libpmix.
     Never,
@@ -81,7 +83,7 @@ impl Dynamic {
                 || n.starts_with(b"libopen-rte.so")
         };
         if needs(&open_mpi) {
-            return PmixUse::Maybe;
+            return PmixUse::Needs;
         }
         if needs(&|n| n.starts_with(b"libmpich") || n == b"libmpi.so.12") {
             return PmixUse::Never;
@@ -220,8 +222,8 @@ mod tests {
 
     #[test]
     fn open_mpi_and_gateways_need_pmix_mpich_and_plain_tools_do_not() {
-        assert_eq!(dynamic(&["libmpi.so.40", "libc.so.6"], &[]).pmix_use(), PmixUse::Maybe);
-        assert_eq!(dynamic(&["libpmix.so.2"], &[]).pmix_use(), PmixUse::Maybe);
+        assert_eq!(dynamic(&["libmpi.so.40", "libc.so.6"], &[]).pmix_use(), PmixUse::Needs);
+        assert_eq!(dynamic(&["libpmix.so.2"], &[]).pmix_use(), PmixUse::Needs);
         assert_eq!(dynamic(&["libmpich.so.12"], &["dlopen"]).pmix_use(), PmixUse::Never);
         assert_eq!(dynamic(&["libc.so.6"], &["execve"]).pmix_use(), PmixUse::Maybe);
         assert_eq!(dynamic(&["libc.so.6"], &["write", "exit"]).pmix_use(), PmixUse::Never);

@@ -115,8 +115,8 @@ impl Node {
         let host = match started {
             Ok(host) => host,
             Err(e) => {
-                self.notice(format!("PMIx is not served on this node: {e}"));
-                return false;
+                // Ranks that need PMIx never start (the job fails); others start without it.
+                return self.pmix_unavailable(e.to_string());
             }
         };
         host.send(Command::Setup {
@@ -264,15 +264,31 @@ impl Node {
     }
 
     /// The server is gone: ranks held for their environments start without them.
-    fn lose_pmix(&mut self) {
+    fn lose_pmix(&mut self, why: String) {
         let Some(pmix) = self.pmix.take() else { return };
         self.dmodex_server_gone();
-        if pmix.holding {
+        let never = self.pmix_unavailable(why);
+        if pmix.holding && !never {
             self.start_launched_ranks();
         }
         for (_, Spawning { job, index, ranks, .. }) in pmix.spawning {
             self.start_spawned_ranks(&job, index, &ranks);
         }
+    }
+
+    /// This node cannot serve PMIx (`why`). If the job needs it (`PmixJob::required`) that
+    /// ends the job, naming the node: ranks started without it would each run alone as a
+    /// world of one. Otherwise the user hears of it, and the ranks run on PMI. Returns true
+    /// if the ranks must not start.
+    fn pmix_unavailable(&mut self, why: String) -> bool {
+        let required = self.job.pmix.as_ref().is_some_and(|p| p.required);
+        if required {
+            let reason = format!("it cannot serve PMIx, which the program needs: {why}");
+            let _ = self.up.control.send(Up::ProxyLost { host: self.plan.host.clone(), reason });
+        } else {
+            self.notice(format!("PMIx is not served on this node: {why}"));
+        }
+        required
     }
 
     /// Every rank of a spawned job has its environment: they start, and the spawner hears.
@@ -321,8 +337,7 @@ impl Node {
                 if self.pmix.is_none() {
                     return;
                 }
-                self.notice(format!("the PMIx server of this node ended: {why}"));
-                return self.lose_pmix();
+                return self.lose_pmix(format!("the PMIx server of this node ended: {why}"));
             }
         };
         let Some(pmix) = self.pmix.as_mut() else { return };
@@ -332,10 +347,7 @@ impl Node {
                 wire::SUCCESS => tracing::debug!(%nspace, "PMIx namespace registered"),
                 _ => self.notice(format!("cannot register {nspace} with PMIx (status {status})")),
             },
-            pmix::Event::Failed { why } => {
-                self.notice(format!("PMIx is not served on this node: {why}"));
-                self.lose_pmix();
-            }
+            pmix::Event::Failed { why } => self.lose_pmix(why),
             pmix::Event::Env { nspace, rank, status, vars } => {
                 if status != wire::SUCCESS {
                     tracing::warn!(%nspace, rank, status, "no PMIx environment for a rank");
