@@ -35,7 +35,8 @@ pub(crate) struct Pattern {
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub(crate) enum PatternError {
-    #[error("unknown escape %{0} (known: {KNOWN})")]
+    /// The character is shown escaped: a pattern can hold a newline (found by fuzzing).
+    #[error("unknown escape %{} (known: {KNOWN})", .0.escape_debug())]
     UnknownEscape(char),
     #[error("a % at the end escapes nothing (known: {KNOWN}; %% is a percent sign)")]
     Dangling,
