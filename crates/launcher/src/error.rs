@@ -66,7 +66,11 @@ pub(crate) fn cut(text: &str) -> String {
     let mut quoted = String::new();
     let mut shown = 0;
     for c in text.chars() {
-        let escaped = c.is_control().then(|| c.escape_default());
+        // Invisible or reordering characters (zero-width, bidi controls, line and paragraph
+        // separators) could make a culprit read as something else: shown escaped too.
+        let invisible = matches!(c, '\u{200b}'..='\u{200f}' | '\u{2028}'..='\u{202e}'
+            | '\u{2060}'..='\u{2069}' | '\u{feff}');
+        let escaped = (c.is_control() || invisible).then(|| c.escape_default());
         let width = escaped.clone().map_or(1, |e| e.count());
         if shown + width > QUOTED_MAX {
             quoted.push_str("...");
@@ -91,6 +95,7 @@ mod tests {
         let long = "é".repeat(100);
         assert_eq!(cut(&long), format!("{}...", "é".repeat(QUOTED_MAX)));
         assert_eq!(cut(&"a".repeat(QUOTED_MAX)), "a".repeat(QUOTED_MAX));
+        assert_eq!(cut("a\u{202e}b"), "a\\u{202e}b", "a bidi override is shown, not obeyed");
         // Found by fuzzing: a newline in --hosts made a two-line error.
         assert_eq!(cut("a\nb\t\u{1b}"), "a\\nb\\t\\u{1b}");
     }
