@@ -238,7 +238,7 @@ fn wrong_value(key: Key) -> Option<(&'static str, &'static str, i32)> {
             usage("/nonexistent/job.conf", "cannot read /nonexistent/job.conf: No such file or directory")
         }
         Key::Timeout | Key::KillGrace | Key::Heartbeat | Key::SilenceTimeout => {
-            usage("-1", "{o} -1: expected a number of seconds")
+            usage("-1", "{o} -1: expected a number of seconds, at most 1000000000")
         }
         Key::Pmi => usage("pmi3", "{o} pmi3: expected auto, all, simple or pmix"),
         Key::Pset => usage("io", "{o} io: expected NAME=RANKS, e.g. io=0-3,8"),
@@ -390,7 +390,12 @@ fn command_lines_that_say_nothing_runnable_get_one_line() {
         refused_alone(&dir, Run::new(&[]).args(&args), &line, 2);
     }
     let run = Run::new(&["true"]).env("RLAUNCH_TIMEOUT", "soon");
-    refused_alone(&dir, run, "RLAUNCH_TIMEOUT soon: expected a number of seconds", 2);
+    refused_alone(
+        &dir,
+        run,
+        "RLAUNCH_TIMEOUT soon: expected a number of seconds, at most 1000000000",
+        2,
+    );
 }
 
 #[test]

@@ -85,14 +85,18 @@ pub(super) fn split_pair(item: &Item) -> Result<(Vec<u8>, Vec<u8>), OptionError>
     Ok((name.to_vec(), value.to_vec()))
 }
 
+/// Longest duration any option takes: about 31 years. Past it a deadline could overflow the
+/// clock (`--timeout 1e30` panicked; found by fuzzing).
+const MAX_SECONDS: f64 = 1e9;
+
 pub(super) fn parse_seconds(name: &'static str, value: &str) -> Result<Duration, OptionError> {
     value
         .trim()
         .parse::<f64>()
         .ok()
-        .filter(|s| s.is_finite() && *s >= 0.0)
-        .map(Duration::from_secs_f64)
-        .ok_or_else(|| expected(name, value, "a number of seconds"))
+        .filter(|s| s.is_finite() && (0.0..=MAX_SECONDS).contains(s))
+        .and_then(|s| Duration::try_from_secs_f64(s).ok())
+        .ok_or_else(|| expected(name, value, "a number of seconds, at most 1000000000"))
 }
 
 pub(super) fn parse_launcher(name: &'static str, value: &str) -> Result<LauncherKind, OptionError> {
