@@ -39,7 +39,7 @@ if VERSION == "1":
         print(f"child {me} of {os.environ['PMI_SIZE']} kvs {kvs} port {port} peer {peer}", flush=True)
     else:
         block = [
-            "mcmd=spawn", "nprocs=2", f"execname={sys.executable}", "totspawns=1", "spawnssofar=1",
+            "mcmd=spawn", f"nprocs={os.environ.get('SPAWN_NPROCS', '2')}", f"execname={sys.executable}", "totspawns=1", "spawnssofar=1",
             f"arg1={os.path.abspath(__file__)}", "arg2=1", "argcnt=2", "preput_num=1",
             "preput_key_0=PARENT_ROOT_PORT_NAME", "preput_val_0=port-of-parent", "info_num=0",
         ]

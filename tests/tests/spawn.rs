@@ -64,3 +64,18 @@ fn a_failing_spawned_rank_fails_the_run_and_is_named() {
     out.assert_code(3);
     assert!(out.stderr_str().contains("of spawned job 1 (pid "), "{out}");
 }
+
+#[test]
+fn a_spawn_of_more_processes_than_a_node_can_run_ends_the_job_naming_the_rank() {
+    // An uninitialised maxprocs must not make rlaunch lay out billions of ranks.
+    let out = Run::new(&["-n", "1", python(), &spawn_client(), "1"])
+        .env("SPAWN_NPROCS", "4294967295")
+        .run();
+    out.assert_code(255);
+    let want = format!(
+        "rlaunch: rank 0 on {} asked to spawn 4294967295 processes, more than a node can run",
+        rlaunch_tests::hosts::hostname()
+    );
+    assert_eq!(rlaunch_tests::output::rlaunch_lines(&out.stderr_str()), [want], "{out}");
+    out.tag.wait_until_none(std::time::Duration::from_secs(5)).unwrap();
+}

@@ -40,6 +40,11 @@ pub(crate) enum Cause {
         what: String,
     },
     OutputFile(FileFailure),
+    /// A rank asked to spawn more processes than can be laid out.
+    SpawnTooLarge {
+        rank: u32,
+        asked: u64,
+    },
 }
 
 /// How a rank failed.
@@ -84,9 +89,10 @@ impl Cause {
             // MPI_Abort(comm, 0) still ends the job as a failure.
             Cause::Aborted { code: 0, .. } => 1,
             Cause::Aborted { code, .. } => *code,
-            Cause::LostProxy { .. } | Cause::PmiFault { .. } | Cause::OutputFile(_) => {
-                exit::FAILURE
-            }
+            Cause::LostProxy { .. }
+            | Cause::PmiFault { .. }
+            | Cause::OutputFile(_)
+            | Cause::SpawnTooLarge { .. } => exit::FAILURE,
         }
     }
 
@@ -116,6 +122,11 @@ impl Cause {
             }
             Cause::PmiFault { rank, pid, what } => Some(rank_said(*rank, *pid, what)),
             Cause::OutputFile(failure) => Some(failure.to_string()),
+            Cause::SpawnTooLarge { rank, asked } => Some(format!(
+                "{} on {} asked to spawn {asked} processes, more than a node can run",
+                roll.name(*rank),
+                roll.host(*rank)
+            )),
         }
     }
 }

@@ -51,6 +51,8 @@ use signals::{Forwarded, ForwardedSignals};
 const STDIN_WINDOW: usize = 8;
 /// A second Ctrl-C within this time kills the job.
 const DOUBLE_INTERRUPT: Duration = Duration::from_secs(5);
+/// The most processes one spawn may ask for: as many as Linux runs on a host (pid_max).
+const MAX_SPAWN: u32 = 4_194_304;
 /// After the kill grace, how long proxies get to report before rlaunch kills them.
 const PROXY_GRACE: Duration = Duration::from_secs(5);
 
@@ -585,6 +587,14 @@ impl Root {
     /// it. Its ranks count for the run's outcome like any other.
     fn spawn(&mut self, parent: u32, tag: Option<String>, request: SpawnRequest) {
         let Some(node) = self.roll.node(parent) else { return };
+        // A garbage count (an uninitialised maxprocs) must not lay out billions of ranks:
+        // no more than one host can run, and ids must stay within u32.
+        let size = request.cmds.iter().try_fold(0u32, |sum, c| sum.checked_add(c.nprocs));
+        let fits = size.filter(|&n| n <= MAX_SPAWN && self.roll.len().checked_add(n).is_some());
+        if fits.is_none() {
+            let asked: u64 = request.cmds.iter().map(|c| u64::from(c.nprocs)).sum();
+            return self.fail(Cause::SpawnTooLarge { rank: parent, asked });
+        }
         let (job, first) = self.roll.add_spawned(node, &request);
         let size = self.roll.len() - first;
         let spawn = SpawnJob {
