@@ -323,3 +323,26 @@ fn a_node_that_cannot_serve_pmix_fails_a_job_that_needs_it_and_not_one_that_does
     check_hello(&out, 2);
     assert!(out.stderr_str().contains("rlaunch: note: on "), "{out}");
 }
+
+#[test]
+fn pmix_files_a_killed_proxy_left_are_swept_by_the_next_server() {
+    // A proxy killed with SIGKILL cannot remove its PMIx directories; the next one to start a
+    // PMIx server removes those of proxies that are gone, and no others.
+    let tmp = rlaunch_tests::tempdir();
+    let mut child = std::process::Command::new("true").spawn().unwrap();
+    let dead = child.id();
+    child.wait().unwrap();
+    let left = tmp.path().join(format!("rlaunch-pmix.old_1.0.{dead}"));
+    let alive = tmp.path().join(format!("rlaunch-pmix.live_1.0.{}", std::process::id()));
+    for dir in [&left, &alive] {
+        std::fs::create_dir(dir).unwrap();
+        std::fs::write(dir.join("pmix.sock"), b"").unwrap();
+    }
+    let out = Run::new(&["-n", "1", "sh", "-c", "true"]).env("TMPDIR", tmp.path()).run();
+    out.assert_code(0);
+    assert!(!left.exists(), "a dead proxy's directory is swept");
+    assert!(alive.exists(), "a live proxy's directory is kept");
+    let mine: Vec<_> =
+        std::fs::read_dir(tmp.path()).unwrap().flatten().map(|e| e.file_name()).collect();
+    assert_eq!(mine.len(), 1, "the job's own directory went with it: {mine:?}");
+}

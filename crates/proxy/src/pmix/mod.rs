@@ -62,6 +62,7 @@ impl Host {
         host_name: &str,
         news: impl Fn(HostNews) -> bool + Send + 'static,
     ) -> io::Result<Host> {
+        sweep_leftovers();
         let name = format!("rlaunch-pmix.{}.{}.{}", sanitize(jobid), node, std::process::id());
         let dir = std::env::temp_dir().join(&name);
         private_dir(&dir)?;
@@ -105,6 +106,33 @@ impl Drop for Host {
         let _ = std::fs::remove_dir_all(&self.dir);
         if let Some(shm) = &self.shm {
             let _ = std::fs::remove_dir_all(shm);
+        }
+    }
+}
+
+/// Removes what proxies that died without unwinding (SIGKILL, the OOM killer) left: the
+/// `rlaunch-pmix.*.PID` directories of this user in the temporary directory and /dev/shm
+/// whose proxy PID is gone. Each proxy removes its own on its way out; this catches the rest.
+fn sweep_leftovers() {
+    let me = nix::unistd::getuid().as_raw();
+    for parent in [std::env::temp_dir(), PathBuf::from("/dev/shm")] {
+        let Ok(entries) = std::fs::read_dir(&parent) else { continue };
+        for entry in entries.flatten() {
+            let name = entry.file_name();
+            let Some(name) = name.to_str().filter(|n| n.starts_with("rlaunch-pmix.")) else {
+                continue;
+            };
+            let Some(pid) = name.rsplit('.').next().and_then(|p| p.parse::<i32>().ok()) else {
+                continue;
+            };
+            use std::os::unix::fs::MetadataExt;
+            let ours = entry.metadata().is_ok_and(|m| m.is_dir() && m.uid() == me);
+            let gone = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None)
+                == Err(nix::errno::Errno::ESRCH);
+            if ours && gone && pid > 0 {
+                tracing::debug!(dir = %entry.path().display(), "removing a dead proxy's PMIx files");
+                let _ = std::fs::remove_dir_all(entry.path());
+            }
         }
     }
 }
