@@ -22,6 +22,9 @@ import sys
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# The benchmarks' process helpers: the process table, reaping orphans.
+sys.path.insert(0, os.path.join(ROOT, "bench"))
+import procs  # noqa: E402
 PR_SET_CHILD_SUBREAPER = 36
 
 
@@ -39,29 +42,10 @@ def build():
 
 
 def children():
-    """Pids whose parent is this process (orphans re-parented here included)."""
-    me, found = os.getpid(), []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[1]) == me and fields[0] != "Z":
-            found.append(int(entry))
-    return found
-
-
-def reap_zombies():
-    while True:
-        try:
-            pid, _ = os.waitpid(-1, os.WNOHANG)
-        except ChildProcessError:
-            return
-        if pid == 0:
-            return
+    """Live pids whose parent is this process (orphans re-parented here included)."""
+    me = os.getpid()
+    table = procs.process_table()
+    return [pid for pid, (ppid, _) in table.items() if ppid == me and not procs.is_zombie(pid)]
 
 
 def hello_ok(out):
@@ -91,13 +75,13 @@ def soak(name, argv, runs, timeout, check, env):
             elif not check(out):
                 tally["bad output"] += 1
                 print(f"{name}: run {i + 1} printed {out[:300]!r}", file=sys.stderr)
-        reap_zombies()
+        procs.reap_orphans()
         left = children()
         if left:
             deadline = time.monotonic() + 3
             while left and time.monotonic() < deadline:
                 time.sleep(0.05)
-                reap_zombies()
+                procs.reap_orphans()
                 left = children()
             if left:
                 tally["leftovers"] += 1

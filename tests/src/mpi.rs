@@ -49,12 +49,10 @@ pub enum CProgram {
     /// A client of libpmix: each rank commits a value and gets rank (R+1)%size's with no
     /// fence to bring it (`rank R got from P`, or `rank R cannot get P: STATUS` and exit 3).
     Dmodex,
-    /// Open MPI: `die VICTIM`: after a barrier (`ready R`), rank VICTIM kills itself with
-    /// SIGKILL while the others wait in MPI_Finalize's fence.
+    /// Open MPI: `die VICTIM [exit]`: after a barrier (`ready R` before it), rank VICTIM
+    /// kills itself with SIGKILL (or exits 0 without MPI_Finalize) while the others wait in
+    /// MPI_Finalize's fence.
     OmpiDie,
-    /// Open MPI: `nofinalize VICTIM`: after a barrier (`ready R` before it), rank VICTIM
-    /// exits 0 without MPI_Finalize while the others finalize.
-    OmpiNoFinalize,
     /// Open MPI: `spawn SPAWNER`: rank SPAWNER spawns 2 children with `MPI_Comm_spawn` over
     /// MPI_COMM_SELF (`spawn world`: every rank, over MPI_COMM_WORLD) and parents and children
     /// exchange a message over the intercommunicator (`parent R spawned 2`, `child C of 2 got
@@ -77,7 +75,7 @@ enum Compiler {
 }
 
 impl CProgram {
-    const COUNT: usize = 17;
+    const COUNT: usize = 16;
 
     /// The executable's name.
     fn name(self) -> &'static str {
@@ -96,7 +94,6 @@ impl CProgram {
             CProgram::Psets => "psets",
             CProgram::Dmodex => "dmodex",
             CProgram::OmpiDie => "ompi-die",
-            CProgram::OmpiNoFinalize => "ompi-nofinalize",
             CProgram::OmpiSpawn => "ompi-spawn",
             CProgram::OmpiConnect => "ompi-connect",
         }
@@ -117,7 +114,6 @@ impl CProgram {
             | CProgram::OmpiPublish
             | CProgram::OmpiNodes
             | CProgram::OmpiDie
-            | CProgram::OmpiNoFinalize
             | CProgram::OmpiSpawn
             | CProgram::OmpiConnect => Compiler::MpiccOpenmpi,
             _ => Compiler::Mpicc,

@@ -135,7 +135,7 @@ fn a_rank_killed_while_the_others_fence_ends_the_job_naming_it() {
 fn a_rank_that_exits_without_finalize_ends_the_job_naming_it() {
     // Its peers' MPI_Finalize fences wait for it for ever: rlaunch must see that it left
     // without PMIx_Finalize (as it sees it for PMI) and end the job.
-    let out = mpi_run(&fake_nodes(2, 1), 2, CProgram::OmpiNoFinalize, &["1"]).run();
+    let out = mpi_run(&fake_nodes(2, 1), 2, CProgram::OmpiDie, &["1", "exit"]).run();
     out.assert_code(255);
     let err = out.stderr_str();
     let ours = rlaunch_lines(&err);
