@@ -53,39 +53,102 @@ impl FloodReport {
 /// Checks that `output` holds only whole flood lines, each rank's in order from 0 without
 /// gaps, and counts them.
 pub fn scan_flood(output: &[u8]) -> Result<FloodReport, String> {
-    let mut report = FloodReport::default();
-    let mut offset = 0;
-    for (number, line) in output.split_inclusive(|&b| b == b'\n').enumerate() {
-        let at = format!("line {} (byte {offset})", number + 1);
-        offset += line.len();
-        if line.last() != Some(&b'\n') {
-            return Err(format!("{at}: output ends inside a line: {}", show(line)));
+    let mut scanner = FloodScanner::default();
+    scanner.feed(output);
+    scanner.finish()
+}
+
+/// [`scan_flood`] on output that arrives in pieces, holding only a partial line: for
+/// streams too long to keep.
+#[derive(Default)]
+pub struct FloodScanner {
+    report: FloodReport,
+    /// The start of a line whose end has not arrived.
+    partial: Vec<u8>,
+    lines_seen: u64,
+    offset: u64,
+    /// The first fault; nothing is checked after it.
+    error: Option<String>,
+}
+
+impl FloodScanner {
+    pub fn feed(&mut self, mut bytes: &[u8]) {
+        while self.error.is_none() && !bytes.is_empty() {
+            let Some(end) = bytes.iter().position(|&b| b == b'\n') else {
+                self.partial.extend_from_slice(bytes);
+                // A line longer than any flood line with its prefix is damaged already.
+                if self.partial.len() > 2 * FLOOD_LINE_LEN {
+                    let at = self.at();
+                    self.error = Some(format!("{at}: not a flood line: {}", show(&self.partial)));
+                }
+                return;
+            };
+            let (line, rest) = bytes.split_at(end + 1);
+            bytes = rest;
+            if self.partial.is_empty() {
+                self.line(line);
+            } else {
+                let mut whole = std::mem::take(&mut self.partial);
+                whole.extend_from_slice(line);
+                self.line(&whole);
+            }
         }
+    }
+
+    /// What the whole output held, or its first fault.
+    pub fn finish(self) -> Result<FloodReport, String> {
+        if let Some(error) = self.error {
+            return Err(error);
+        }
+        if !self.partial.is_empty() {
+            let at = self.at();
+            return Err(format!("{at}: output ends inside a line: {}", show(&self.partial)));
+        }
+        Ok(self.report)
+    }
+
+    /// What arrived so far, faults aside.
+    pub fn report(&self) -> &FloodReport {
+        &self.report
+    }
+
+    fn at(&self) -> String {
+        format!("line {} (byte {})", self.lines_seen + 1, self.offset)
+    }
+
+    fn line(&mut self, line: &[u8]) {
+        let at = self.at();
+        self.lines_seen += 1;
+        self.offset += line.len() as u64;
         let (prefix, body) = split_prefix(line);
-        let (rank, seq) =
-            parse_head(body).ok_or_else(|| format!("{at}: not a flood line: {}", show(line)))?;
+        let Some((rank, seq)) = parse_head(body) else {
+            self.error = Some(format!("{at}: not a flood line: {}", show(line)));
+            return;
+        };
         if body != flood_line(rank, seq) {
-            return Err(format!("{at}: damaged line: {}", show(line)));
+            self.error = Some(format!("{at}: damaged line: {}", show(line)));
+            return;
         }
         if let Some(prefix_rank) = prefix {
             if prefix_rank != rank {
-                return Err(format!(
+                self.error = Some(format!(
                     "{at}: prefix [{prefix_rank}] on a line of rank {rank}: {}",
                     show(line)
                 ));
+                return;
             }
-            report.prefixed += 1;
+            self.report.prefixed += 1;
         }
-        let expected = report.lines.entry(rank).or_insert(0);
+        let expected = self.report.lines.entry(rank).or_insert(0);
         if seq != *expected {
-            return Err(format!(
+            self.error = Some(format!(
                 "{at}: rank {rank} line {seq} where line {expected} was due (lines lost, \
                  repeated or reordered)"
             ));
+            return;
         }
         *expected += 1;
     }
-    Ok(report)
 }
 
 /// [`scan_flood`], and every rank in `0..ranks` (and no other) sent all the lines of
@@ -230,6 +293,21 @@ mod tests {
         assert_eq!(err, "rank 2 sent 0 lines of 10");
         let err = check_flood(&out, 1, 640).unwrap_err();
         assert_eq!(err, "lines from rank 1, but there are 1 ranks");
+    }
+
+    #[test]
+    fn scanning_in_pieces_finds_the_same() {
+        let out = interleaved(3, 20, true);
+        for piece in [1, 7, 64, 100, 4096] {
+            let mut scanner = FloodScanner::default();
+            out.chunks(piece).for_each(|chunk| scanner.feed(chunk));
+            assert_eq!(scanner.finish(), scan_flood(&out), "pieces of {piece}");
+        }
+        let mut damaged = out.clone();
+        damaged[200] ^= 1;
+        let mut scanner = FloodScanner::default();
+        damaged.chunks(13).for_each(|chunk| scanner.feed(chunk));
+        assert_eq!(scanner.finish(), scan_flood(&damaged));
     }
 
     #[test]

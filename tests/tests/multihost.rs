@@ -4,80 +4,19 @@
 //! One test function brings the cluster up once, runs every scenario in turn, and takes it
 //! down again on every path out (the guard's Drop), passing or failing.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::Signal;
+use rlaunch_tests::cluster::Cluster;
 use rlaunch_tests::hosts::node_list;
 use rlaunch_tests::mpi::CProgram;
 use rlaunch_tests::output::sorted;
-use rlaunch_tests::{procfs, rankprog_str, Run};
+use rlaunch_tests::{procfs, rankprog_str};
 
 const NODES: usize = 7;
 const WAIT: Duration = Duration::from_secs(60);
-
-struct Cluster {
-    dir: rlaunch_tests::TempDir,
-}
-
-fn script() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("cluster/cluster.sh")
-}
-
-impl Cluster {
-    fn up(nodes: usize) -> Cluster {
-        assert!(
-            nix::unistd::geteuid().is_root(),
-            "the multi-host tests need root to make network namespaces"
-        );
-        let dir = rlaunch_tests::tempdir();
-        let out = Command::new("bash")
-            .arg(script())
-            .arg("up")
-            .arg(dir.path())
-            .arg(nodes.to_string())
-            .output()
-            .unwrap();
-        let cluster = Cluster { dir };
-        assert!(
-            out.status.success(),
-            "cluster up failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        cluster
-    }
-
-    fn ctl(&self, verb: &str, node: usize) {
-        let out = Command::new("bash")
-            .arg(script())
-            .arg(verb)
-            .arg(self.dir.path())
-            .arg(node.to_string())
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "cluster {verb} {node}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-
-    fn ssh(&self) -> String {
-        format!("ssh -F {}", self.dir.path().join("ssh_config").display())
-    }
-
-    /// rlaunch over this cluster's ssh.
-    fn run(&self, args: &[&str]) -> Run {
-        Run::new(&["--launcher", "ssh", "--launcher-exec", &self.ssh()]).args(args)
-    }
-}
-
-impl Drop for Cluster {
-    fn drop(&mut self) {
-        let _ = Command::new("bash").arg(script()).arg("down").arg(self.dir.path()).status();
-    }
-}
 
 /// Remote proxies: their parent is an sshd session, which nothing else here runs under.
 fn remote_proxies() -> Vec<i32> {
@@ -125,7 +64,7 @@ fn each_node_runs_a_plain_command(cluster: &Cluster) {
 /// MPICH's hello (PMI-1) or Open MPI's (PMIx, each node its own PMIx server).
 fn hello_runs_on_four_nodes_with_two_ranks_each(cluster: &Cluster, program: CProgram) {
     let hello = program.path();
-    let hostfile = cluster.dir.path().join("hostfile");
+    let hostfile = cluster.dir().join("hostfile");
     std::fs::write(&hostfile, "n1:2\nn2:2\nn3:2\nn4:2\n").unwrap();
     let out = cluster
         .run(&["-f", hostfile.to_str().unwrap(), "-n", "8", hello.to_str().unwrap(), "8"])
@@ -217,7 +156,7 @@ fn a_killed_node_proxy_aborts_the_job(cluster: &Cluster) {
 }
 
 fn killing_rlaunch_leaves_nothing_on_any_host(cluster: &Cluster) {
-    let pidfile = cluster.dir.path().join("daemon.pid");
+    let pidfile = cluster.dir().join("daemon.pid");
     let mut job = cluster
         .run(&[
             "--hosts",
