@@ -236,8 +236,8 @@ pub async fn read_greeting<R: AsyncRead + Unpin>(
 pub async fn pump<M: Frame>(
     mut out: impl AsyncWrite + Unpin,
     hello: bool,
-    mut control: mpsc::UnboundedReceiver<M>,
-    mut data: Option<mpsc::Receiver<M>>,
+    control: &mut mpsc::UnboundedReceiver<M>,
+    data: &mut Option<mpsc::Receiver<M>>,
 ) -> io::Result<()> {
     const BATCH: usize = 256 << 10;
     let mut buf = Vec::with_capacity(64 << 10);
@@ -257,12 +257,12 @@ pub async fn pump<M: Frame>(
             let got = tokio::select! {
                 biased;
                 m = control.recv(), if control_open => Got::Control(m),
-                m = recv_data(&mut data) => Got::Data(m),
+                m = recv_data(data) => Got::Data(m),
             };
             match got {
                 Got::Control(Some(m)) | Got::Data(Some(m)) => m.encode(&mut buf),
                 Got::Control(None) => control_open = false,
-                Got::Data(None) => data = None,
+                Got::Data(None) => *data = None,
             }
             if buf.is_empty() {
                 continue;
@@ -283,6 +283,35 @@ pub async fn pump<M: Frame>(
         buf.clear();
         if buf.capacity() > BATCH * 2 {
             buf.shrink_to(64 << 10);
+        }
+    }
+}
+
+/// [`pump`] until `abandon` turns true; from then on, and once the pump ends, what is still
+/// sent is dropped: with no one to deliver to, senders must never block on a full channel
+/// (a proxy that lost its parent, whose socket will never drain).
+pub async fn pump_until_abandoned<M: Frame>(
+    out: impl AsyncWrite + Unpin,
+    hello: bool,
+    mut control: mpsc::UnboundedReceiver<M>,
+    data: mpsc::Receiver<M>,
+    mut abandon: tokio::sync::watch::Receiver<bool>,
+) {
+    let mut data = Some(data);
+    tokio::select! {
+        _ = pump(out, hello, &mut control, &mut data) => {}
+        // A dropped sender abandons nothing: the pump goes on to flush the last frames.
+        Ok(_) = abandon.wait_for(|&abandoned| abandoned) => {}
+    }
+    loop {
+        tokio::select! {
+            m = control.recv() => if m.is_none() { break },
+            m = recv_data(&mut data) => if m.is_none() { data = None },
+        }
+    }
+    while let Some(rx) = data.as_mut() {
+        if rx.recv().await.is_none() {
+            data = None;
         }
     }
 }
@@ -334,7 +363,7 @@ pub enum LinkEvent {
 /// when the link closes or `deliver` returns false.
 pub async fn run_link<F, Fut>(
     process: ProxyProcess,
-    down: mpsc::UnboundedReceiver<Down>,
+    mut down: mpsc::UnboundedReceiver<Down>,
     silence: std::time::Duration,
     mut deliver: F,
 ) where
@@ -344,7 +373,7 @@ pub async fn run_link<F, Fut>(
     let ProxyProcess { from_child: mut reader, to_child, mut stderr, launched, greeted, .. } =
         process;
     tokio::spawn(async move {
-        if let Err(e) = pump(to_child, !launched, down, None).await {
+        if let Err(e) = pump(to_child, !launched, &mut down, &mut None).await {
             tracing::debug!("writing to a child proxy failed: {e}");
         }
     });

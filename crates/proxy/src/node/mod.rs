@@ -100,6 +100,8 @@ struct JobState {
 struct Upstream {
     control: mpsc::UnboundedSender<Up>,
     data: mpsc::Sender<Up>,
+    /// Set when the parent is lost: the pump stops writing to it and drops what comes.
+    abandon: tokio::sync::watch::Sender<bool>,
 }
 
 pub(crate) struct Node {
@@ -156,7 +158,9 @@ pub async fn serve(
     let (control_tx, control_rx) = mpsc::unbounded_channel();
     let (data_tx, data_rx) = mpsc::channel(DATA_QUEUE);
     let _ = control_tx.send(Up::Greeting { host: host.clone(), pid: std::process::id() });
-    let pump = tokio::spawn(link::pump(up_out, true, control_rx, Some(data_rx)));
+    let (abandon, abandoned) = tokio::sync::watch::channel(false);
+    let pump =
+        tokio::spawn(link::pump_until_abandoned(up_out, true, control_rx, data_rx, abandoned));
 
     // Down the tree come control messages and stdin, not output: small reads will do.
     let mut reader = FrameReader::with_chunk(up_in, 16 << 10);
@@ -195,7 +199,7 @@ pub async fn serve(
             process_mapping: launch.job.process_mapping.clone(),
             spawner: None,
         }),
-        kvs: Kvs::new(FenceScope::Tree, []),
+        kvs: Kvs::new(FenceScope::Tree, launch.node.ranks.len(), []),
     };
     let mut node = Node {
         jobs: HashMap::from([(0, launched)]),
@@ -207,7 +211,7 @@ pub async fn serve(
         plan: launch.node,
         ranks: RankTable::default(),
         children: Children::default(),
-        up: Upstream { control: control_tx, data: data_tx },
+        up: Upstream { control: control_tx, data: data_tx, abandon },
         outputs,
         events: events_tx,
         kill: Escalation::default(),
@@ -398,8 +402,8 @@ impl Node {
             Event::OutputClosed { local } => self.ranks.stream_closed(local),
             Event::Child { child, event } => match self.children.on_link(child, event) {
                 Some(ChildNews::Up(Up::FenceIn { pairs, .. })) => {
-                    let live = self.children.live();
-                    let step = self.kvs(0).map(|kvs| kvs.child_entered(pairs, live));
+                    let parties = self.children.fence_parties();
+                    let step = self.kvs(0).map(|kvs| kvs.child_entered(pairs, parties));
                     self.fence_step(step);
                 }
                 Some(ChildNews::Up(Up::PmixFenceIn { epoch, data })) => {
@@ -545,6 +549,9 @@ impl Node {
         }
         tracing::debug!("lost upstream: {why}");
         self.orphaned = true;
+        // A silent parent's socket may never drain: output and reports would block behind it,
+        // and with them the teardown of this node and of the child proxies.
+        let _ = self.up.abandon.send(true);
         self.terminate(Duration::from_millis(self.job.kill_grace_ms));
     }
 
