@@ -259,9 +259,12 @@ impl Children {
         expected
     }
 
-    /// Children not lost.
-    pub fn live(&self) -> usize {
-        self.list.iter().filter(|c| !c.state.lost).count()
+    /// How many child subtrees each fence waits for: every child, lost ones included. A
+    /// lost child fails the job; completing a fence without its subtree would hand the
+    /// surviving ranks a key space with holes, and the errors they then report race the
+    /// true culprit to the launcher (found by the chaos runner).
+    pub fn fence_parties(&self) -> usize {
+        self.list.len()
     }
 
     /// Tells every child to tear its subtree down: SIGTERM, `grace`, SIGKILL.

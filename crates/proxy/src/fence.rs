@@ -50,8 +50,7 @@ impl<T> FenceFold<T> {
     }
 
     /// Once `parties` have arrived, and only once per epoch: the epoch and every pair it
-    /// brought. The count of parties is the caller's, asked at each call, because parties
-    /// come and go (a lost child proxy is no longer waited for).
+    /// brought. The count of parties is the caller's, asked at each call.
     pub fn complete(&mut self, parties: usize) -> Option<(u64, Vec<T>)> {
         if self.completed || self.arrived < parties {
             return None;

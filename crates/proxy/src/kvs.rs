@@ -55,22 +55,20 @@ pub struct Kvs {
 }
 
 impl Kvs {
-    /// An empty space; `preput` pairs are visible from the start (a spawned job's).
-    pub fn new(scope: FenceScope, preput: impl IntoIterator<Item = Pair>) -> Kvs {
+    /// An empty space for a job with `ranks` ranks on this node; `preput` pairs are visible
+    /// from the start (a spawned job's). The ranks are counted from the plan, not as they
+    /// start: a child subtree's entry may come before this node's ranks are running (they
+    /// wait for the node's PMIx server), and must not complete the fence without them.
+    pub fn new(scope: FenceScope, ranks: usize, preput: impl IntoIterator<Item = Pair>) -> Kvs {
         Kvs {
             scope,
-            ranks: 0,
+            ranks,
             visible: preput.into_iter().collect(),
             fold: FenceFold::default(),
             waiting: Vec::new(),
             node_attrs: HashMap::new(),
             attr_waiters: Vec::new(),
         }
-    }
-
-    /// One more of this job's ranks lives on this node.
-    pub fn add_rank(&mut self) {
-        self.ranks += 1;
     }
 
     /// A put, held until the next fence takes it along.
@@ -184,9 +182,7 @@ mod tests {
 
     #[test]
     fn a_tree_fence_goes_up_once_ranks_and_children_are_in() {
-        let mut kvs = Kvs::new(FenceScope::Tree, []);
-        kvs.add_rank();
-        kvs.add_rank();
+        let mut kvs = Kvs::new(FenceScope::Tree, 2, []);
         kvs.put("a".into(), "1".into());
         assert!(matches!(kvs.enter(0, Some("t0".into()), 1), FenceStep::Waiting));
         assert!(matches!(kvs.child_entered(vec![pair("b", "2")], 1), FenceStep::Waiting));
@@ -198,10 +194,23 @@ mod tests {
         assert_eq!(kvs.get("c").as_deref(), Some("3"));
     }
 
+    /// Found by the chaos runner: a node whose ranks waited for its PMIx server let its
+    /// children's entries complete the first fence without its own ranks' puts.
+    #[test]
+    fn children_entering_before_the_ranks_start_do_not_complete_the_fence() {
+        let mut kvs = Kvs::new(FenceScope::Tree, 2, []);
+        assert!(matches!(kvs.child_entered(vec![pair("b", "2")], 2), FenceStep::Waiting));
+        assert!(matches!(kvs.child_entered(vec![pair("c", "3")], 2), FenceStep::Waiting));
+        kvs.put("a0".into(), "1".into());
+        assert!(matches!(kvs.enter(0, None, 2), FenceStep::Waiting));
+        kvs.put("a1".into(), "1".into());
+        let FenceStep::GoUp { pairs, .. } = kvs.enter(1, None, 2) else { panic!("not up") };
+        assert_eq!(pairs.len(), 4, "{pairs:?}");
+    }
+
     #[test]
     fn a_spawned_job_fences_on_this_node_alone() {
-        let mut kvs = Kvs::new(FenceScope::ThisNode, [pair("PARENT_ROOT_PORT_NAME", "p")]);
-        kvs.add_rank();
+        let mut kvs = Kvs::new(FenceScope::ThisNode, 1, [pair("PARENT_ROOT_PORT_NAME", "p")]);
         assert_eq!(kvs.get("PARENT_ROOT_PORT_NAME").as_deref(), Some("p"));
         kvs.put("k".into(), "v".into());
         let FenceStep::Done(released) = kvs.enter(0, None, 5) else { panic!("not done") };
@@ -211,14 +220,14 @@ mod tests {
 
     #[test]
     fn the_first_value_of_a_key_put_twice_stays() {
-        let mut kvs = Kvs::new(FenceScope::Tree, []);
+        let mut kvs = Kvs::new(FenceScope::Tree, 1, []);
         kvs.complete(0, vec![pair("k", "first"), pair("k", "second")]);
         assert_eq!(kvs.get("k").as_deref(), Some("first"));
     }
 
     #[test]
     fn node_attributes_answer_at_once_or_when_set() {
-        let mut kvs = Kvs::new(FenceScope::Tree, []);
+        let mut kvs = Kvs::new(FenceScope::Tree, 1, []);
         let none = kvs.get_node_attr(0, "x".into(), false, None);
         assert!(matches!(none, Some(PmiAnswer::GetNodeAttr { value: None, .. })));
         assert!(kvs.get_node_attr(1, "x".into(), true, Some("t".into())).is_none());

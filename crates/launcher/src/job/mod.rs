@@ -399,7 +399,7 @@ impl Root {
                     tracing::warn!(epoch, expected, "fence entry for another epoch");
                 }
                 self.fence.arrive(pairs);
-                if let Some((epoch, pairs)) = self.fence.complete(self.children.live()) {
+                if let Some((epoch, pairs)) = self.fence.complete(self.children.fence_parties()) {
                     tracing::debug!(epoch, pairs = pairs.len(), "fence complete");
                     self.children.broadcast(&Down::FenceOut { epoch, pairs });
                     self.fence.finish(epoch);
@@ -411,7 +411,7 @@ impl Root {
                     tracing::warn!(epoch, expected, "PMIx fence entry for another epoch");
                 }
                 self.pmix_fence.arrive([data]);
-                if let Some((epoch, blobs)) = self.pmix_fence.complete(self.children.live()) {
+                if let Some((epoch, blobs)) = self.pmix_fence.complete(self.children.fence_parties()) {
                     let data = blobs.concat();
                     tracing::debug!(epoch, bytes = data.len(), "PMIx fence complete");
                     self.children.broadcast(&Down::PmixFenceOut { epoch, data });

@@ -20,7 +20,7 @@ impl Node {
             let rank = self.ranks.get(local);
             (rank.gid, rank.pid as u32)
         };
-        let live_children = self.children.live();
+        let child_parties = self.children.fence_parties();
         match call {
             PmiCall::Closed { clean } => {
                 // Only an early close needs to know whether the rank is on its way out.
@@ -41,7 +41,7 @@ impl Node {
                 }
             }
             PmiCall::Fence { tag } => {
-                let step = self.kvs(peer.job).map(|kvs| kvs.enter(local, tag, live_children));
+                let step = self.kvs(peer.job).map(|kvs| kvs.enter(local, tag, child_parties));
                 self.fence_step(step);
             }
             PmiCall::PutNodeAttr { key, value } => {

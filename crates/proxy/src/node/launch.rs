@@ -153,9 +153,6 @@ impl Node {
         result: Result<rank::Started, ExitOutcome>,
     ) -> Option<(PmiPeer, pmi::AnswerRx)> {
         let StartRank { job_index, gid, segment, at, cpus, .. } = start;
-        if let Some(state) = self.jobs.get_mut(&job_index) {
-            state.kvs.add_rank();
-        }
         let started = match result {
             Ok(started) => started,
             Err(outcome) => {
@@ -246,7 +243,7 @@ impl Node {
             process_mapping: Some(format!("(vector,(0,1,{size}))")),
             spawner: Some(sj.parent_kvsname.clone()),
         });
-        let kvs = Kvs::new(FenceScope::ThisNode, sj.request.preput.iter().cloned());
+        let kvs = Kvs::new(FenceScope::ThisNode, plan.len(), sj.request.preput.iter().cloned());
         self.jobs.insert(sj.job, JobState { pmi, kvs });
         // Nothing is swept while the job is on its way.
         self.swept = false;

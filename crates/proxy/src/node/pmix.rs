@@ -527,7 +527,7 @@ impl Node {
     }
 
     fn pmix_fence_step(&mut self) {
-        let parties = 1 + self.children.live();
+        let parties = 1 + self.children.fence_parties();
         let Some(pmix) = self.pmix.as_mut() else { return };
         if let Some((epoch, blobs)) = pmix.fence.complete(parties) {
             let _ = self.up.control.send(Up::PmixFenceIn { epoch, data: blobs.concat() });
