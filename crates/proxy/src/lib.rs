@@ -28,6 +28,7 @@ pub mod children;
 pub mod dialin;
 pub mod fdio;
 pub mod fence;
+mod guard;
 mod kill;
 mod kvs;
 pub mod link;
@@ -54,12 +55,14 @@ use pmi_wire::control::Launch;
 /// the channel off stdin/stdout. `launch` is given to a proxy forked from rlaunch, which then
 /// reads no hello and no Launch frame; an exec'd proxy reads both from `input`.
 pub fn run(input: OwnedFd, output: OwnedFd, proxy_exe: OsString, launch: Option<Launch>) -> i32 {
+    // An exec'd proxy may be across a remote shell: its guard watches this channel.
+    let guard = launch.is_none().then(|| (input.as_raw_fd(), output.as_raw_fd()));
     runtime().block_on(async {
         let channel = FdStream::new(input).and_then(|i| Ok((i, FdStream::new(output)?)));
         match channel {
             Ok((up_in, up_out)) => {
                 let (up_in, up_out) = (Box::new(up_in), Box::new(up_out));
-                match node::serve(up_in, up_out, proxy_exe, launch, own_host(), None).await {
+                match node::serve(up_in, up_out, proxy_exe, launch, own_host(), None, guard).await {
                     node::Served::Exit(code) => code,
                     node::Served::Redirect(_) => {
                         eprintln!("rlaunch-proxy: its parent sent it to dial elsewhere");
@@ -146,7 +149,7 @@ pub fn run_dialing(dial: Dial, proxy_exe: OsString) -> i32 {
             let context = node::DialContext { secret: dial.secret.clone(), ip };
             let (up_in, up_out) = (Box::new(link.reader), Box::new(link.writer));
             let exe = proxy_exe.clone();
-            match node::serve(up_in, up_out, exe, None, host.clone(), Some(context)).await {
+            match node::serve(up_in, up_out, exe, None, host.clone(), Some(context), None).await {
                 node::Served::Exit(code) => return code,
                 node::Served::Redirect(to) => match to.parse() {
                     Ok(to) => parent = to,

@@ -134,7 +134,9 @@ pub fn kill_descendants(spare: &HashSet<i32>) {
     if !has_children() {
         return;
     }
-    for pid in descendants(spare) {
+    // The guard lives as long as the proxy, to kill it should it stop (see crate::guard).
+    let guard = crate::guard::pid();
+    for pid in descendants(spare).into_iter().filter(|&pid| Some(pid) != guard) {
         signal_pid(pid, Signal::SIGKILL);
     }
 }

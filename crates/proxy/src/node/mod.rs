@@ -145,7 +145,8 @@ pub(crate) struct Node {
 /// Runs a proxy on its control channel until its subtree is finished; child proxies are
 /// started as `proxy_exe`. Returns the exit code of the proxy process. `launch` is what a
 /// proxy forked from rlaunch was given; any other reads it from its parent. `host` is the
-/// name this proxy greets its parent with.
+/// name this proxy greets its parent with. `guard`: the raw control channel, for a proxy that
+/// may be across a remote shell (see [`crate::guard`]).
 pub async fn serve(
     up_in: LinkRead,
     up_out: LinkWrite,
@@ -153,6 +154,7 @@ pub async fn serve(
     launch: Option<Launch>,
     host: String,
     dial: Option<DialContext>,
+    guard: Option<(std::os::fd::RawFd, std::os::fd::RawFd)>,
 ) -> Served {
     procs::become_subreaper();
     let (control_tx, control_rx) = mpsc::unbounded_channel();
@@ -177,6 +179,12 @@ pub async fn serve(
         }
     };
     link::heartbeat(&control_tx, launch.job.liveness.heartbeat(), || Up::Ping);
+    if let (Some((input, output)), Bootstrap::Remote { .. }) = (guard, &launch.job.bootstrap) {
+        // Longer than this proxy's own teardown once its channel is gone.
+        let grace = Duration::from_millis(launch.job.kill_grace_ms);
+        let patience = grace + crate::kill::CHILD_PROXY_GRACE * 2 + Duration::from_secs(2);
+        crate::guard::start(input, output, patience);
+    }
     let (events_tx, events_rx) = mpsc::unbounded_channel();
     tokio::spawn(read_upstream(reader, events_tx.clone()));
 
