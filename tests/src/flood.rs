@@ -53,14 +53,60 @@ impl FloodReport {
 /// Checks that `output` holds only whole flood lines, each rank's in order from 0 without
 /// gaps, and counts them.
 pub fn scan_flood(output: &[u8]) -> Result<FloodReport, String> {
-    let mut report = FloodReport::default();
-    let mut offset = 0;
-    for (number, line) in output.split_inclusive(|&b| b == b'\n').enumerate() {
-        let at = format!("line {} (byte {offset})", number + 1);
-        offset += line.len();
-        if line.last() != Some(&b'\n') {
-            return Err(format!("{at}: output ends inside a line: {}", show(line)));
+    let mut scanner = FloodScanner::default();
+    scanner.feed(output)?;
+    scanner.finish()
+}
+
+/// [`scan_flood`] for output that comes in pieces (from a pipe, say), with the same rules
+/// and messages: feed it each piece as it comes, then [`FloodScanner::finish`] at the end.
+#[derive(Debug, Default)]
+pub struct FloodScanner {
+    report: FloodReport,
+    /// The start of a line whose newline has not come yet.
+    partial: Vec<u8>,
+    /// Lines and bytes taken so far, for messages.
+    line: usize,
+    offset: usize,
+}
+
+impl FloodScanner {
+    /// Checks every line `piece` completes; the first bad one is the error.
+    pub fn feed(&mut self, piece: &[u8]) -> Result<(), String> {
+        let mut rest = piece;
+        while let Some(nl) = rest.iter().position(|&b| b == b'\n') {
+            let (line, after) = rest.split_at(nl + 1);
+            rest = after;
+            if self.partial.is_empty() {
+                self.check(line)?;
+            } else {
+                let mut whole = std::mem::take(&mut self.partial);
+                whole.extend_from_slice(line);
+                self.check(&whole)?;
+            }
         }
+        self.partial.extend_from_slice(rest);
+        Ok(())
+    }
+
+    /// What was seen so far, whole lines only.
+    pub fn report(&self) -> &FloodReport {
+        &self.report
+    }
+
+    /// At the end of the output: a line without its newline is an error.
+    pub fn finish(self) -> Result<FloodReport, String> {
+        if !self.partial.is_empty() {
+            let at = format!("line {} (byte {})", self.line + 1, self.offset);
+            return Err(format!("{at}: output ends inside a line: {}", show(&self.partial)));
+        }
+        Ok(self.report)
+    }
+
+    fn check(&mut self, line: &[u8]) -> Result<(), String> {
+        self.line += 1;
+        let at = format!("line {} (byte {})", self.line, self.offset);
+        self.offset += line.len();
         let (prefix, body) = split_prefix(line);
         let (rank, seq) =
             parse_head(body).ok_or_else(|| format!("{at}: not a flood line: {}", show(line)))?;
@@ -74,9 +120,9 @@ pub fn scan_flood(output: &[u8]) -> Result<FloodReport, String> {
                     show(line)
                 ));
             }
-            report.prefixed += 1;
+            self.report.prefixed += 1;
         }
-        let expected = report.lines.entry(rank).or_insert(0);
+        let expected = self.report.lines.entry(rank).or_insert(0);
         if seq != *expected {
             return Err(format!(
                 "{at}: rank {rank} line {seq} where line {expected} was due (lines lost, \
@@ -84,8 +130,8 @@ pub fn scan_flood(output: &[u8]) -> Result<FloodReport, String> {
             ));
         }
         *expected += 1;
+        Ok(())
     }
-    Ok(report)
 }
 
 /// [`scan_flood`], and every rank in `0..ranks` (and no other) sent all the lines of
@@ -230,6 +276,27 @@ mod tests {
         assert_eq!(err, "rank 2 sent 0 lines of 10");
         let err = check_flood(&out, 1, 640).unwrap_err();
         assert_eq!(err, "lines from rank 1, but there are 1 ranks");
+    }
+
+    #[test]
+    fn pieces_of_any_size_scan_as_the_whole() {
+        let out = interleaved(3, 20, true);
+        for size in [1, 7, 64, 65, 1000] {
+            let mut scanner = FloodScanner::default();
+            for piece in out.chunks(size) {
+                scanner.feed(piece).unwrap();
+            }
+            assert_eq!(scanner.finish(), scan_flood(&out), "pieces of {size}");
+        }
+        let mut scanner = FloodScanner::default();
+        scanner.feed(&out[..100]).unwrap();
+        assert_eq!(scanner.report().total_lines(), 1);
+        let err = scanner.finish().unwrap_err();
+        assert!(err.starts_with("line 2 (byte 68): output ends inside a line"), "{err}");
+        let mut torn = out[..30].to_vec();
+        torn.extend_from_slice(&out[68..]);
+        let mut scanner = FloodScanner::default();
+        assert_eq!(scanner.feed(&torn).map_err(|e| e.contains("line 1 ")), Err(true));
     }
 
     #[test]

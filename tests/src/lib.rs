@@ -66,7 +66,9 @@ mod tempdir;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-pub use flood::{check_flood, flood_line, flood_lines, scan_flood, FloodReport, FLOOD_LINE_LEN};
+pub use flood::{
+    check_flood, flood_line, flood_lines, scan_flood, FloodReport, FloodScanner, FLOOD_LINE_LEN,
+};
 pub use procs::{
     tagged_processes, wait_until_no_tagged, wait_until_tagged, Tag, TaggedProcess, TAG_VAR,
 };

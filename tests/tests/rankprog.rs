@@ -74,7 +74,7 @@ fn flood_for_writes_checkable_lines_for_its_time() {
     let report = scan_flood(flood).unwrap();
     // Whole writes of 1024 lines, at least one.
     let lines = report.lines[&5];
-    assert!(lines >= 1024 && lines % 1024 == 0, "{lines} lines");
+    assert!(lines >= 1024 && lines.is_multiple_of(1024), "{lines} lines");
     assert!(took >= Duration::from_millis(300), "{took:?}");
     rankprog_run(&["flood-for", "-1"]).run().assert_code(99);
 }
