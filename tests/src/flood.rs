@@ -54,100 +54,87 @@ impl FloodReport {
 /// gaps, and counts them.
 pub fn scan_flood(output: &[u8]) -> Result<FloodReport, String> {
     let mut scanner = FloodScanner::default();
-    scanner.feed(output);
+    scanner.feed(output)?;
     scanner.finish()
 }
 
-/// [`scan_flood`] on output that arrives in pieces, holding only a partial line: for
-/// streams too long to keep.
-#[derive(Default)]
+/// [`scan_flood`] for output that comes in pieces (from a pipe, say), with the same rules
+/// and messages: feed it each piece as it comes, then [`FloodScanner::finish`] at the end.
+#[derive(Debug, Default)]
 pub struct FloodScanner {
     report: FloodReport,
-    /// The start of a line whose end has not arrived.
+    /// The start of a line whose newline has not come yet.
     partial: Vec<u8>,
-    lines_seen: u64,
-    offset: u64,
-    /// The first fault; nothing is checked after it.
-    error: Option<String>,
+    /// Lines and bytes taken so far, for messages.
+    line: usize,
+    offset: usize,
 }
 
 impl FloodScanner {
-    pub fn feed(&mut self, mut bytes: &[u8]) {
-        while self.error.is_none() && !bytes.is_empty() {
-            let Some(end) = bytes.iter().position(|&b| b == b'\n') else {
-                self.partial.extend_from_slice(bytes);
-                // A line longer than any flood line with its prefix is damaged already.
-                if self.partial.len() > 2 * FLOOD_LINE_LEN {
-                    let at = self.at();
-                    self.error = Some(format!("{at}: not a flood line: {}", show(&self.partial)));
-                }
-                return;
-            };
-            let (line, rest) = bytes.split_at(end + 1);
-            bytes = rest;
+    /// Checks every line `piece` completes; the first bad one is the error.
+    pub fn feed(&mut self, piece: &[u8]) -> Result<(), String> {
+        let mut rest = piece;
+        while let Some(nl) = rest.iter().position(|&b| b == b'\n') {
+            let (line, after) = rest.split_at(nl + 1);
+            rest = after;
             if self.partial.is_empty() {
-                self.line(line);
+                self.check(line)?;
             } else {
                 let mut whole = std::mem::take(&mut self.partial);
                 whole.extend_from_slice(line);
-                self.line(&whole);
+                self.check(&whole)?;
             }
         }
+        self.partial.extend_from_slice(rest);
+        Ok(())
     }
 
-    /// What the whole output held, or its first fault.
+    /// What was seen so far, whole lines only.
+    pub fn report(&self) -> &FloodReport {
+        &self.report
+    }
+
+    /// At the end of the output: a line without its newline is an error.
     pub fn finish(self) -> Result<FloodReport, String> {
-        if let Some(error) = self.error {
-            return Err(error);
-        }
         if !self.partial.is_empty() {
-            let at = self.at();
+            let at = format!("line {} (byte {})", self.line + 1, self.offset);
             return Err(format!("{at}: output ends inside a line: {}", show(&self.partial)));
         }
         Ok(self.report)
     }
 
-    /// What arrived so far, faults aside.
-    pub fn report(&self) -> &FloodReport {
-        &self.report
-    }
-
-    fn at(&self) -> String {
-        format!("line {} (byte {})", self.lines_seen + 1, self.offset)
-    }
-
-    fn line(&mut self, line: &[u8]) {
-        let at = self.at();
-        self.lines_seen += 1;
-        self.offset += line.len() as u64;
+    fn check(&mut self, line: &[u8]) -> Result<(), String> {
+        self.line += 1;
+        let at = format!("line {} (byte {})", self.line, self.offset);
+        self.offset += line.len();
         let (prefix, body) = split_prefix(line);
-        let Some((rank, seq)) = parse_head(body) else {
-            self.error = Some(format!("{at}: not a flood line: {}", show(line)));
-            return;
-        };
-        if body != flood_line(rank, seq) {
-            self.error = Some(format!("{at}: damaged line: {}", show(line)));
-            return;
+        let (rank, seq) =
+            parse_head(body).ok_or_else(|| format!("{at}: not a flood line: {}", show(line)))?;
+        // parse_head took the head's every byte; the rest is the padding and the newline.
+        let base = u64::from(rank) + seq;
+        let pad = &body[HEAD_LEN..FLOOD_LINE_LEN - 1];
+        let padded = pad.iter().zip(base..).all(|(&b, k)| b == b'a' + (k % 26) as u8);
+        if !padded || body[FLOOD_LINE_LEN - 1] != b'\n' {
+            return Err(format!("{at}: damaged line: {}", show(line)));
         }
         if let Some(prefix_rank) = prefix {
             if prefix_rank != rank {
-                self.error = Some(format!(
+                return Err(format!(
                     "{at}: prefix [{prefix_rank}] on a line of rank {rank}: {}",
                     show(line)
                 ));
-                return;
             }
             self.report.prefixed += 1;
         }
         let expected = self.report.lines.entry(rank).or_insert(0);
         if seq != *expected {
-            self.error = Some(format!(
+            return Err(format!(
                 "{at}: rank {rank} line {seq} where line {expected} was due (lines lost, \
                  repeated or reordered)"
             ));
-            return;
         }
         *expected += 1;
+        Ok(())
     }
 }
 
@@ -296,18 +283,24 @@ mod tests {
     }
 
     #[test]
-    fn scanning_in_pieces_finds_the_same() {
+    fn pieces_of_any_size_scan_as_the_whole() {
         let out = interleaved(3, 20, true);
-        for piece in [1, 7, 64, 100, 4096] {
+        for size in [1, 7, 64, 65, 1000] {
             let mut scanner = FloodScanner::default();
-            out.chunks(piece).for_each(|chunk| scanner.feed(chunk));
-            assert_eq!(scanner.finish(), scan_flood(&out), "pieces of {piece}");
+            for piece in out.chunks(size) {
+                scanner.feed(piece).unwrap();
+            }
+            assert_eq!(scanner.finish(), scan_flood(&out), "pieces of {size}");
         }
-        let mut damaged = out.clone();
-        damaged[200] ^= 1;
         let mut scanner = FloodScanner::default();
-        damaged.chunks(13).for_each(|chunk| scanner.feed(chunk));
-        assert_eq!(scanner.finish(), scan_flood(&damaged));
+        scanner.feed(&out[..100]).unwrap();
+        assert_eq!(scanner.report().total_lines(), 1);
+        let err = scanner.finish().unwrap_err();
+        assert!(err.starts_with("line 2 (byte 68): output ends inside a line"), "{err}");
+        let mut torn = out[..30].to_vec();
+        torn.extend_from_slice(&out[68..]);
+        let mut scanner = FloodScanner::default();
+        assert_eq!(scanner.feed(&torn).map_err(|e| e.contains("line 1 ")), Err(true));
     }
 
     #[test]

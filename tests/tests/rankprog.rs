@@ -64,6 +64,22 @@ fn flood_matches_the_checker() {
 }
 
 #[test]
+fn flood_for_writes_checkable_lines_for_its_time() {
+    let start = std::time::Instant::now();
+    let out = rankprog_run(&["flood-for", "0.3", "echo", "done"]).env("PMI_RANK", "5").run();
+    let took = start.elapsed();
+    out.assert_code(0);
+    let (flood, done) = out.stdout.split_at(out.stdout.len() - b"done\n".len());
+    assert_eq!(done, b"done\n");
+    let report = scan_flood(flood).unwrap();
+    // Whole writes of 1024 lines, at least one.
+    let lines = report.lines[&5];
+    assert!(lines >= 1024 && lines.is_multiple_of(1024), "{lines} lines");
+    assert!(took >= Duration::from_millis(300), "{took:?}");
+    rankprog_run(&["flood-for", "-1"]).run().assert_code(99);
+}
+
+#[test]
 fn binary_bytes() {
     let out = rankprog_run(&["binary"]).run();
     assert_eq!(out.stdout, (0..=255).collect::<Vec<u8>>());

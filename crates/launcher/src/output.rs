@@ -14,7 +14,10 @@
 //! file), so lines of different ranks never interleave mid-line, on the terminal or in a file
 //! several ranks share. The input is a bounded channel: when a reader of rlaunch's stdout is
 //! slow, the thread blocks in write, the channel fills, the link readers wait, and
-//! backpressure reaches the ranks. Nothing is dropped and memory stays bounded.
+//! backpressure reaches the ranks. Nothing is dropped and memory stays bounded, until the job
+//! is torn down and its grace is over: then the root drops the output (a [`Dropped`] flag),
+//! the link readers throw away what comes, and this thread writes nothing more than the
+//! write it is in; lines held back, partial or queued, go unwritten, so none is cut.
 //!
 //! Start with [`Writer::take`]; [`OutputSpec`] says what the options mean.
 
@@ -28,7 +31,7 @@ use std::fmt::Write;
 use std::path::PathBuf;
 
 use pmi_wire::ids::Stream;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 
 pub(crate) use pattern::Pattern;
 pub(crate) use roster::{Roster, SpawnedJob};
@@ -106,6 +109,42 @@ pub(crate) enum Chunk {
     },
 }
 
+/// Whether the output is dropped: set once by the root, when the teardown's grace is over.
+pub(crate) type Dropped = watch::Receiver<bool>;
+
+/// The link readers' way to the writer thread: its bounded queue, and the flag that says the
+/// output is dropped.
+#[derive(Clone)]
+pub(crate) struct Feed {
+    chunks: mpsc::Sender<Chunk>,
+    dropped: Dropped,
+}
+
+impl Feed {
+    pub(crate) fn new(chunks: mpsc::Sender<Chunk>, dropped: Dropped) -> Feed {
+        Feed { chunks, dropped }
+    }
+
+    /// Queues `chunk` for the writer, waiting for room (that is the backpressure); once the
+    /// output is dropped, throws it away instead, and stops waiting. False once the writer
+    /// is gone.
+    pub(crate) async fn send(&self, chunk: Chunk) -> bool {
+        let mut dropped = self.dropped.clone();
+        tokio::select! {
+            biased;
+            _ = dropped_now(&mut dropped) => true,
+            sent = self.chunks.send(chunk) => sent.is_ok(),
+        }
+    }
+}
+
+/// Returns once the output is dropped (never, if the root is gone without dropping it).
+async fn dropped_now(dropped: &mut Dropped) {
+    if dropped.wait_for(|&dropped| dropped).await.is_err() {
+        std::future::pending::<()>().await;
+    }
+}
+
 /// What the writer thread tells the dispatcher.
 #[derive(Debug)]
 pub(crate) enum OutputEvent {
@@ -141,6 +180,7 @@ pub(crate) struct Writer {
     /// Set with `--timestamp-output`.
     clock: Option<Clock>,
     events: mpsc::UnboundedSender<OutputEvent>,
+    dropped: Dropped,
 }
 
 impl Writer {
@@ -148,14 +188,20 @@ impl Writer {
         spec: OutputSpec,
         roster: Roster,
         events: mpsc::UnboundedSender<OutputEvent>,
+        dropped: Dropped,
     ) -> Writer {
         let clock = spec.timestamp.then(Clock::default);
-        Writer { spec, roster, lanes: HashMap::new(), sinks: Sinks::new(), clock, events }
+        let (lanes, sinks) = (HashMap::new(), Sinks::new());
+        Writer { spec, roster, lanes, sinks, clock, events, dropped }
     }
 
     /// Runs until every sender is gone.
     pub(crate) fn run(mut self, mut rx: mpsc::Receiver<Chunk>) {
         while let Some(chunk) = rx.blocking_recv() {
+            if *self.dropped.borrow() {
+                // Emptied, so that no sender waits for room.
+                continue;
+            }
             self.take(chunk);
             while self.sinks.buffered() < BATCH {
                 match rx.try_recv() {
@@ -163,7 +209,14 @@ impl Writer {
                     Err(_) => break,
                 }
             }
+            if *self.dropped.borrow() {
+                self.sinks.discard();
+                continue;
+            }
             self.flush();
+        }
+        if *self.dropped.borrow() {
+            return;
         }
         let stamp = stamp(&mut self.clock);
         for (&(_, stream), lane) in self.lanes.iter_mut().filter(|(_, l)| !l.partial.is_empty()) {

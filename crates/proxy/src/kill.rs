@@ -4,8 +4,8 @@
 //! ```text
 //!  Idle ──terminate──► Grace ──deadline──► ChildProxies ──deadline──► Done ──deadline──► GaveUp
 //!        TERM, CONT     (grace)  KILL ranks,  (3 s)       KILL child     (orphan only:
-//!        to ranks;               stragglers               proxies         3 s more)
-//!        Terminate down
+//!        to ranks;               stragglers;              proxies         3 s more)
+//!        Terminate down          drop output
 //! ```
 
 use std::time::Duration;
@@ -23,7 +23,8 @@ pub enum KillStep {
     TerminateChildren(Duration),
     /// Signal every running rank's process group.
     SignalRanks(Signal),
-    /// SIGKILL whatever is left below this proxy, except the child proxies.
+    /// SIGKILL whatever is left below this proxy, except the child proxies, and drop the
+    /// ranks' output not relayed yet: the grace was the output's too.
     KillStragglers,
     /// SIGKILL the child proxies that have not ended.
     KillChildProxies,

@@ -15,6 +15,7 @@
 //! | `echo WORD`       | `WORD` and a newline on stdout                                       |
 //! | `noeol TEXT`      | `TEXT` on stdout, no newline                                         |
 //! | `flood BYTES`     | BYTES rounded up to whole 64-byte lines on stdout (format below)     |
+//! | `flood-for SECS`  | flood lines on stdout for SECS seconds, as fast as stdout takes them |
 //! | `binary`          | the bytes 0..=255 on stdout                                          |
 //! | `exit C`          | exit with code C                                                     |
 //! | `signal S`        | restore S's default disposition, unblock it and raise it (S: number or name) |
@@ -36,8 +37,11 @@
 //!
 //! **`flood` lines** are exactly 64 bytes: `r<rank, 6 digits> <seq, 12 digits> ` (21 bytes), then
 //! 42 padding bytes, the i-th (from 0) being `b'a' + (rank + seq + i) % 26`, then `\n`. Sequence
-//! numbers count from 0 per rank. They are written 1024 lines (64 KiB) per `write(2)`, so
-//! the launcher's relay sees large reads; `rlaunch_tests::check_flood` verifies them.
+//! numbers count from 0 per rank and command. They are written 1024 lines (64 KiB) per
+//! `write(2)`, so the launcher's relay sees large reads; `rlaunch_tests::check_flood`
+//! verifies them. A pipe takes such a write a whole page (64 lines) at a time, so a rank
+//! killed in the middle of one leaves whole lines behind. `flood-for` looks at the clock
+//! before each write: it ends within one write of its time, which a slow reader may make long.
 //!
 //! **`wait-signal`** cannot miss a signal sent right after `ready`: when a rank's script holds a
 //! `wait-signal`, the six signals are blocked from startup and taken with `sigwait`; after the
@@ -73,7 +77,7 @@ const EXIT_BAD_SCRIPT: i32 = 99;
 const EXIT_FAILED: i32 = 98;
 
 const FLOOD_LINE: usize = 64;
-const FLOOD_LINES_PER_WRITE: usize = 1024;
+const FLOOD_LINES_PER_WRITE: u64 = 1024;
 
 /// The signals `wait-signal` waits for.
 const WATCHED: [Signal; 6] = [
@@ -91,6 +95,7 @@ enum Command {
     Echo(OsString),
     NoEol(OsString),
     Flood(u64),
+    FloodFor(Duration),
     Binary,
     Exit(i32),
     Raise(Signal),
@@ -189,18 +194,13 @@ fn parse(words: &[OsString]) -> Result<Vec<Step>, String> {
             "echo" => Command::Echo(arg("word")?),
             "noeol" => Command::NoEol(arg("text")?),
             "flood" => Command::Flood(number(word, &arg("byte count")?)?),
+            "flood-for" => Command::FloodFor(seconds(word, &arg("seconds")?)?),
             "binary" => Command::Binary,
             "exit" => Command::Exit(number(word, &arg("exit code")?)?),
             "signal" => Command::Raise(parse_signal(&arg("signal")?)?),
             "ignore-term" => Command::IgnoreTerm,
             "ready" => Command::Ready,
-            "sleep" => {
-                let secs: f64 = number(word, &arg("seconds")?)?;
-                Command::Sleep(
-                    Duration::try_from_secs_f64(secs)
-                        .map_err(|_| format!("sleep: not a duration: {secs}"))?,
-                )
-            }
+            "sleep" => Command::Sleep(seconds(word, &arg("seconds")?)?),
             "wait-signal" => Command::WaitSignal,
             "daemon" => Command::Daemon(PathBuf::from(arg("pid file")?)),
             "stdin-sum" => Command::StdinSum,
@@ -232,6 +232,12 @@ fn number<T: FromStr>(command: &str, word: &OsStr) -> Result<T, String> {
         .ok_or_else(|| format!("{command}: not a number: {word:?}"))
 }
 
+/// Seconds, fractions allowed.
+fn seconds(command: &str, word: &OsStr) -> Result<Duration, String> {
+    let secs: f64 = number(command, word)?;
+    Duration::try_from_secs_f64(secs).map_err(|_| format!("{command}: not a duration: {secs}"))
+}
+
 /// Accepts `15`, `TERM` or `SIGTERM`.
 fn parse_signal(word: &OsStr) -> Result<Signal, String> {
     let text = word.to_str().unwrap_or_default();
@@ -258,7 +264,14 @@ fn run(command: Command, state: &mut Rank) -> Result<(), String> {
             out(line)
         }
         Command::NoEol(text) => out(text.into_vec()),
-        Command::Flood(bytes) => flood(rank, bytes),
+        Command::Flood(bytes) => {
+            let lines = bytes.div_ceil(FLOOD_LINE as u64);
+            flood(rank, |seq| (seq < lines).then(|| (lines - seq).min(FLOOD_LINES_PER_WRITE)))
+        }
+        Command::FloodFor(time) => {
+            let end = Instant::now() + time;
+            flood(rank, |_| (Instant::now() < end).then_some(FLOOD_LINES_PER_WRITE))
+        }
         Command::Binary => out((0..=255).collect::<Vec<u8>>()),
         Command::Exit(code) => {
             flush_all()?;
@@ -391,19 +404,19 @@ fn flood_line(rank: u32, seq: u64, line: &mut Vec<u8>) {
     line.push(b'\n');
 }
 
-fn flood(rank: u32, bytes: u64) -> Result<(), String> {
+/// Writes flood lines from sequence number 0, as many per write as `next(seq)` says, until
+/// it says `None`.
+fn flood(rank: u32, mut next: impl FnMut(u64) -> Option<u64>) -> Result<(), String> {
     flush_all()?;
-    let lines = bytes.div_ceil(FLOOD_LINE as u64);
-    let mut chunk = Vec::with_capacity(FLOOD_LINE * FLOOD_LINES_PER_WRITE);
+    let mut chunk = Vec::with_capacity(FLOOD_LINE * FLOOD_LINES_PER_WRITE as usize);
     let mut seq = 0;
-    while seq < lines {
+    while let Some(count) = next(seq) {
         chunk.clear();
-        let end = lines.min(seq + FLOOD_LINES_PER_WRITE as u64);
-        for s in seq..end {
+        for s in seq..seq + count {
             flood_line(rank, s, &mut chunk);
         }
         write_stdout_raw(&chunk)?;
-        seq = end;
+        seq += count;
     }
     Ok(())
 }

@@ -28,7 +28,7 @@ use tokio::sync::mpsc;
 
 use super::cause::Cause;
 use super::{route, Event, Root};
-use crate::output::Chunk;
+use crate::output::Feed;
 
 /// How the proxies of a dialing launch are started.
 #[derive(Debug, Clone)]
@@ -126,7 +126,7 @@ impl Root {
         &mut self,
         proxy: Dialed,
         events: &mpsc::UnboundedSender<Event>,
-        output: &mpsc::Sender<Chunk>,
+        output: &Feed,
     ) {
         let report = self.plan.report_bindings;
         let host = proxy.greeting.host.clone();

@@ -35,10 +35,10 @@ use rlaunch_proxy::dialin::Dialed;
 use rlaunch_proxy::fence::FenceFold;
 use rlaunch_proxy::link::{self, ForkedProxy, LinkEvent, ProxyProcess};
 use rlaunch_proxy::procs;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 
-use crate::output::{self, Chunk, OutputEvent, OutputSpec, Roster, SpawnedJob};
+use crate::output::{self, Chunk, Feed, OutputEvent, OutputSpec, Roster, SpawnedJob};
 use crate::stdin;
 use cause::Cause;
 pub(crate) use dial::reaching;
@@ -128,6 +128,10 @@ struct Root {
     forwarded: Forwarded,
     /// Kill the proxies themselves if they have not finished by then.
     proxy_deadline: Option<Instant>,
+    /// When the teardown's grace is over: output not written by then is dropped.
+    output_deadline: Option<Instant>,
+    /// Tells the link readers and the writer thread that the output is dropped.
+    drop_output: watch::Sender<bool>,
     timeout_at: Option<Instant>,
     stdin: StdinFlow,
     /// The launched job's fence: one party per top proxy.
@@ -156,7 +160,9 @@ struct Root {
 pub async fn run(mut plan: Plan) -> i32 {
     procs::become_subreaper();
     let (events_tx, mut events) = mpsc::unbounded_channel();
-    let (output_tx, output_rx) = mpsc::channel(output::QUEUE);
+    let (chunks, output_rx) = mpsc::channel(output::QUEUE);
+    let (drop_output, dropped) = watch::channel(false);
+    let output_tx = Feed::new(chunks, dropped.clone());
     let (output_events_tx, mut output_events) = mpsc::unbounded_channel();
     let (spawned_jobs, spawned_rx) = std::sync::mpsc::channel();
     let roster = Roster::new(
@@ -165,7 +171,8 @@ pub async fn run(mut plan: Plan) -> i32 {
         plan.rank_node.clone(),
         spawned_rx,
     );
-    let writer = output::Writer::new(std::mem::take(&mut plan.output), roster, output_events_tx);
+    let writer =
+        output::Writer::new(std::mem::take(&mut plan.output), roster, output_events_tx, dropped);
     let writer = std::thread::spawn(move || writer.run(output_rx));
 
     let mut sigchld = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::child())
@@ -181,6 +188,8 @@ pub async fn run(mut plan: Plan) -> i32 {
         last_interrupt: None,
         forwarded: Forwarded::default(),
         proxy_deadline: None,
+        output_deadline: None,
+        drop_output,
         stdin: StdinFlow {
             open: plan.job.stdin != StdinTarget::None,
             seq: 0,
@@ -218,6 +227,7 @@ pub async fn run(mut plan: Plan) -> i32 {
         let stdin_ready = root.stdin.open && root.stdin.pending.len() < STDIN_WINDOW;
         let timeout_at = root.timeout_at;
         let proxy_deadline = root.proxy_deadline;
+        let output_deadline = root.output_deadline;
         let dial_deadline = root.dial_deadline;
         let held_deadline = root.forwarded.deadline(root.kill_grace());
         let lookup_deadline = root.names.deadline();
@@ -253,6 +263,13 @@ pub async fn run(mut plan: Plan) -> i32 {
                 root.timeout_at = None;
                 let after = root.plan.timeout.unwrap_or_default();
                 root.fail(Cause::TimedOut(after));
+            }
+            _ = sleep_until(output_deadline), if output_deadline.is_some() => {
+                // A slow reader must not hold the end up: the proxies drop what they hold now
+                // too, and end.
+                root.output_deadline = None;
+                tracing::debug!("the grace is over: dropping the output not written yet");
+                root.drop_output.send_replace(true);
             }
             _ = sleep_until(proxy_deadline), if proxy_deadline.is_some() => {
                 root.proxy_deadline = None;
@@ -299,7 +316,7 @@ impl Root {
     fn start_proxies(
         &mut self,
         events: &mpsc::UnboundedSender<Event>,
-        output: &mpsc::Sender<Chunk>,
+        output: &Feed,
         dialed: mpsc::UnboundedSender<Dialed>,
     ) {
         let report = self.plan.report_bindings;
@@ -496,6 +513,12 @@ impl Root {
     fn fail(&mut self, cause: Cause) {
         tracing::debug!(?cause, "job failing");
         let first = self.causes.is_empty();
+        // A forwarded signal ends the job when the grace after it is over: the ranks have had
+        // their grace, and what is still running is killed now.
+        let grace = match cause {
+            Cause::Forwarded(_) => Duration::ZERO,
+            _ => self.kill_grace(),
+        };
         self.causes.push(cause);
         if first {
             // Lookups waiting for a name will not see it now.
@@ -504,14 +527,19 @@ impl Root {
             // Proxies waiting to be sent to their parent will not be needed: closing their
             // connections ends them now, and srun with them.
             self.redirects.clear();
-            self.terminate(Duration::from_millis(self.plan.job.kill_grace_ms));
+            self.terminate(grace);
         }
     }
 
-    /// Has every proxy tear its subtree down, and kills the proxies that are still there
-    /// a while after the grace.
+    /// Has every proxy tear its subtree down, drops the output not written when the grace is
+    /// over (the proxies drop theirs then), and kills the proxies that are still there a
+    /// while after the grace.
     fn terminate(&mut self, grace: Duration) {
         self.children.terminate(grace);
+        let dropping = Instant::now() + grace;
+        if self.output_deadline.is_none_or(|d| d > dropping) && !*self.drop_output.borrow() {
+            self.output_deadline = Some(dropping);
+        }
         let deadline = Instant::now() + grace + PROXY_GRACE;
         if !self.terminating || self.proxy_deadline.is_some_and(|d| d > deadline) {
             self.proxy_deadline = Some(deadline);
@@ -640,29 +668,29 @@ impl Root {
     }
 }
 
-/// Output goes to the writer thread (waiting when it is full: that is the backpressure),
-/// everything else to the root. With `report_bindings`, the root gets each RankStarted too:
-/// it knows every rank's name and host, spawned ones included.
+/// Output goes to the writer thread (waiting when it is full: that is the backpressure,
+/// until the output is dropped), everything else to the root. With `report_bindings`, the
+/// root gets each RankStarted too: it knows every rank's name and host, spawned ones included.
 async fn route(
     child: usize,
     event: LinkEvent,
-    output: mpsc::Sender<Chunk>,
+    output: Feed,
     events: mpsc::UnboundedSender<Event>,
     report_bindings: bool,
 ) -> bool {
     match event {
         LinkEvent::Up(Up::Output { rank, stream, data }) => {
-            output.send(Chunk::Data { rank, stream, data }).await.is_ok()
+            output.send(Chunk::Data { rank, stream, data }).await
         }
         LinkEvent::Up(Up::RankStarted { rank, pid, cpus }) => {
             if report_bindings {
                 let up = Up::RankStarted { rank, pid, cpus: cpus.clone() };
                 let _ = events.send(Event { child, event: LinkEvent::Up(up) });
             }
-            output.send(Chunk::Started { rank, pid, cpus }).await.is_ok()
+            output.send(Chunk::Started { rank, pid, cpus }).await
         }
         LinkEvent::Up(Up::OutputEnd { rank, stream }) => {
-            output.send(Chunk::End { rank, stream }).await.is_ok()
+            output.send(Chunk::End { rank, stream }).await
         }
         event => events.send(Event { child, event }).is_ok(),
     }

@@ -217,6 +217,14 @@ impl Sinks {
         }
     }
 
+    /// Forgets every buffer (whole lines, not written).
+    pub(crate) fn discard(&mut self) {
+        self.stdout.buf.clear();
+        self.stderr.buf.clear();
+        self.file_bytes.clear();
+        self.stretches.clear();
+    }
+
     /// Writes out every buffer.
     pub(crate) fn flush(&mut self) -> Flushed {
         let stdout_closed = match self.stdout.flush() {

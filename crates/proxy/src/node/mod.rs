@@ -543,7 +543,10 @@ impl Node {
                 KillStep::KillStragglers => {
                     // The PMIx server goes with the ranks, on purpose: not news.
                     self.drop_pmix();
-                    procs::kill_descendants(&self.children.pids())
+                    procs::kill_descendants(&self.children.pids());
+                    // The grace was the output's too: what a slow reader has not taken yet
+                    // must not hold the node up (the launcher drops it as well).
+                    self.outputs.drop_all();
                 }
                 KillStep::KillChildProxies => self.children.kill_unfinished(),
                 KillStep::GiveUp => tracing::warn!("giving up on what is left of this node"),
