@@ -428,7 +428,9 @@ impl Root {
                     tracing::warn!(epoch, expected, "PMIx fence entry for another epoch");
                 }
                 self.pmix_fence.arrive([data]);
-                if let Some((epoch, blobs)) = self.pmix_fence.complete(self.children.fence_parties()) {
+                if let Some((epoch, blobs)) =
+                    self.pmix_fence.complete(self.children.fence_parties())
+                {
                     let data = blobs.concat();
                     tracing::debug!(epoch, bytes = data.len(), "PMIx fence complete");
                     self.children.broadcast(&Down::PmixFenceOut { epoch, data });

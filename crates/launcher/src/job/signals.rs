@@ -77,7 +77,11 @@ impl Forwarded {
     /// A rank ended badly (`outcome`) at `now`: true if the end is held (the last forwarded
     /// signal, less than `grace` ago, explains it), false if it is the job's failure as usual.
     pub(crate) fn hold(&mut self, now: Instant, grace: Duration, outcome: ExitOutcome) -> bool {
-        let Some((sig, at)) = self.last.filter(|(_, at)| now < *at + grace) else {
+        // A death by the very signal forwarded is its doing however late the news comes (a
+        // report behind a slow reader's output); any other end only within the grace.
+        let killed_by_it = |(sig, _): &(Signal, Instant)| matches!(outcome, ExitOutcome::Signaled(s) if s == *sig as i32);
+        let Some((sig, at)) = self.last.filter(|last| now < last.1 + grace || killed_by_it(last))
+        else {
             return false;
         };
         let handled = !matches!(sig, Signal::SIGUSR1 | Signal::SIGUSR2);
@@ -126,6 +130,15 @@ mod tests {
         assert_eq!(f.take(), Some(Signal::SIGINT));
         assert_eq!(f.take(), None, "taken once");
         assert!(!f.hold(t0 + GRACE, GRACE, exited(3)), "after the grace, a failure is one");
+        let late = t0 + GRACE * 3;
+        assert!(
+            f.hold(late, GRACE, ExitOutcome::Signaled(2)),
+            "killed by it: its doing, late news or not"
+        );
+        assert!(
+            !f.hold(late, GRACE, ExitOutcome::Signaled(15)),
+            "by another signal, late: a failure"
+        );
     }
 
     #[test]
