@@ -4,8 +4,8 @@
 //! ```text
 //!  Idle ──terminate──► Grace ──deadline──► ChildProxies ──deadline──► Done ──deadline──► GaveUp
 //!        TERM, CONT     (grace)  KILL ranks,  (3 s)       KILL child     (orphan only:
-//!        to ranks;               stragglers;              proxies         3 s more)
-//!        Terminate down          drop output
+//!        to ranks;               stragglers               proxies         3 s more)
+//!        Terminate down
 //! ```
 
 use std::time::Duration;
@@ -23,8 +23,7 @@ pub enum KillStep {
     TerminateChildren(Duration),
     /// Signal every running rank's process group.
     SignalRanks(Signal),
-    /// SIGKILL whatever is left below this proxy, except the child proxies, and drop the
-    /// ranks' output not relayed yet: the grace was the output's too.
+    /// SIGKILL whatever is left below this proxy, except the child proxies.
     KillStragglers,
     /// SIGKILL the child proxies that have not ended.
     KillChildProxies,

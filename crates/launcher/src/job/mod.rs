@@ -55,6 +55,10 @@ const DOUBLE_INTERRUPT: Duration = Duration::from_secs(5);
 const MAX_SPAWN: u32 = 4_194_304;
 /// After the kill grace, how long proxies get to report before rlaunch kills them.
 const PROXY_GRACE: Duration = Duration::from_secs(5);
+/// After the kill grace of a job that failed, how long its output may take to be written
+/// before what is left is dropped: less than [`PROXY_GRACE`], so that a slow reader does not
+/// get the proxies killed.
+const OUTPUT_GRACE: Duration = Duration::from_secs(4);
 
 /// Everything the root needs to run a job.
 pub struct Plan {
@@ -517,9 +521,12 @@ impl Root {
         let first = self.causes.is_empty();
         // A forwarded signal ends the job when the grace after it is over: the ranks have had
         // their grace, and what is still running is killed now.
-        let grace = match cause {
-            Cause::Forwarded(_) => Duration::ZERO,
-            _ => self.kill_grace(),
+        // Output that waits to be written is dropped after the grace when a signal to
+        // rlaunch ends the job (the user wants it over), and only well after it otherwise, so
+        // that a reader that keeps up gets every line the ranks wrote before their end.
+        let (grace, output_wait) = match cause {
+            Cause::Forwarded(_) => (Duration::ZERO, Duration::ZERO),
+            _ => (self.kill_grace(), OUTPUT_GRACE),
         };
         self.causes.push(cause);
         if first {
@@ -529,16 +536,17 @@ impl Root {
             // Proxies waiting to be sent to their parent will not be needed: closing their
             // connections ends them now, and srun with them.
             self.redirects.clear();
-            self.terminate(grace);
+            self.terminate(grace, output_wait);
         }
     }
 
-    /// Has every proxy tear its subtree down, drops the output not written when the grace is
-    /// over (the proxies drop theirs then), and kills the proxies that are still there a
-    /// while after the grace.
-    fn terminate(&mut self, grace: Duration) {
+    /// Has every proxy tear its subtree down, drops the output not written `output_wait`
+    /// after the grace (what the links still bring is read and thrown away, so the proxies
+    /// finish however slow the reader), and kills the proxies that are still there a while
+    /// after the grace.
+    fn terminate(&mut self, grace: Duration, output_wait: Duration) {
         self.children.terminate(grace);
-        let dropping = Instant::now() + grace;
+        let dropping = Instant::now() + grace + output_wait;
         if self.output_deadline.is_none_or(|d| d > dropping) && !*self.drop_output.borrow() {
             self.output_deadline = Some(dropping);
         }
@@ -562,7 +570,7 @@ impl Root {
                 if self.last_interrupt.is_some_and(|t| now - t < DOUBLE_INTERRUPT) {
                     eprintln!("rlaunch: interrupted again; killing the job");
                     self.causes.push(Cause::Interrupted);
-                    self.terminate(Duration::ZERO);
+                    self.terminate(Duration::ZERO, Duration::ZERO);
                     return;
                 }
                 self.last_interrupt = Some(now);

@@ -333,6 +333,14 @@ impl Node {
         0
     }
 
+    fn relay(&self) -> Relay {
+        Relay {
+            data: self.up.data.clone(),
+            control: self.up.control.clone(),
+            events: self.events.clone(),
+        }
+    }
+
     fn start_children(&mut self) {
         let plans = std::mem::take(&mut self.plan.children);
         let dialing = self.job.bootstrap == Bootstrap::Dial;
@@ -346,7 +354,7 @@ impl Node {
             }
             self.dial_deadline = Some(Instant::now() + link::HELLO_WAIT);
         }
-        let (data, events) = (self.up.data.clone(), self.events.clone());
+        let relay = self.relay();
         let (job, exe) = (&self.job, &self.proxy_exe);
         let (children, lost) = Children::start(
             job,
@@ -356,8 +364,8 @@ impl Node {
                 false => link::spawn_proxy(&job.bootstrap, &plan.host, plan.fork, exe).map(Some),
             },
             |child| {
-                let (data, events) = (data.clone(), events.clone());
-                move |event| relay_child(child, event, data.clone(), events.clone())
+                let relay = relay.clone();
+                move |event| relay_child(child, event, relay.clone())
             },
         );
         self.children = children;
@@ -391,9 +399,9 @@ impl Node {
             Event::Dialed(dialed) => {
                 let Dialed { process, greeting } = *dialed;
                 let host = greeting.host.clone();
-                let (data, events) = (self.up.data.clone(), self.events.clone());
+                let relay = self.relay();
                 let attached = self.children.attach(process, greeting, &self.job, |child| {
-                    move |event| relay_child(child, event, data.clone(), events.clone())
+                    move |event| relay_child(child, event, relay.clone())
                 });
                 match attached {
                     Ok(_) if self.children.dialing() == 0 => self.dial_deadline = None,
@@ -543,10 +551,7 @@ impl Node {
                 KillStep::KillStragglers => {
                     // The PMIx server goes with the ranks, on purpose: not news.
                     self.drop_pmix();
-                    procs::kill_descendants(&self.children.pids());
-                    // The grace was the output's too: what a slow reader has not taken yet
-                    // must not hold the node up (the launcher drops it as well).
-                    self.outputs.drop_all();
+                    procs::kill_descendants(&self.children.pids())
                 }
                 KillStep::KillChildProxies => self.children.kill_unfinished(),
                 KillStep::GiveUp => tracing::warn!("giving up on what is left of this node"),
@@ -594,25 +599,37 @@ impl Node {
     }
 }
 
-/// Routes what a child proxy's link reports: its frames go up unchanged (through the bounded
-/// data channel, so backpressure reaches the child), except NodeDone and the fence entries,
-/// which are ours to aggregate; everything else about the link goes to the dispatcher.
-async fn relay_child(
-    child: usize,
-    event: LinkEvent,
+/// Where a child's frames go up: its ranks' output (and each rank's start, which its output
+/// files are named after) through the bounded data channel, so that backpressure reaches the
+/// child; everything else through the control channel, ahead of queued output, as this
+/// node's own reports go. A rank's end must not wait behind megabytes of output at every
+/// hop (found by the chaos runner: under heavy output over ssh, a rank's end reached rlaunch
+/// after the job's timeout).
+#[derive(Clone)]
+struct Relay {
     data: mpsc::Sender<Up>,
+    control: mpsc::UnboundedSender<Up>,
     events: mpsc::UnboundedSender<Event>,
-) -> bool {
+}
+
+/// Routes what a child proxy's link reports: its frames go up unchanged (see [`Relay`]),
+/// except NodeDone and the fence entries, which are ours to aggregate; everything else about
+/// the link goes to the dispatcher.
+async fn relay_child(child: usize, event: LinkEvent, relay: Relay) -> bool {
     match event {
         LinkEvent::Up(Up::Ping) => true,
         // With the parent gone, frames have nowhere to go; the link still runs, so that its
         // end reaches the dispatcher.
+        LinkEvent::Up(up @ (Up::Output { .. } | Up::OutputEnd { .. } | Up::RankStarted { .. })) => {
+            let _ = relay.data.send(up).await;
+            true
+        }
         LinkEvent::Up(up)
             if !matches!(up, Up::NodeDone { .. } | Up::FenceIn { .. } | Up::PmixFenceIn { .. }) =>
         {
-            let _ = data.send(up).await;
+            let _ = relay.control.send(up);
             true
         }
-        event => events.send(Event::Child { child, event }).is_ok(),
+        event => relay.events.send(Event::Child { child, event }).is_ok(),
     }
 }
