@@ -74,7 +74,7 @@ pub use procs::{
     tagged_processes, wait_until_no_tagged, wait_until_tagged, Tag, TaggedProcess, TAG_VAR,
 };
 pub use programs::{
-    fake_scheduler_launchers, fakessh, pmiprog, pmiprog_str, proxy, proxy_str, rankprog,
+    chaos, fake_scheduler_launchers, fakessh, pmiprog, pmiprog_str, proxy, proxy_str, rankprog,
     rankprog_str, rlaunch, spawn_client,
 };
 pub use run::{Job, Outcome, Run, DEFAULT_TIMEOUT};

@@ -32,6 +32,11 @@ pub fn pmiprog() -> PathBuf {
     built_binary("pmiprog", "cargo build -p rlaunch-tests")
 }
 
+/// The chaos runner (this package's binary `chaos`, see `src/bin/chaos/main.rs`).
+pub fn chaos() -> PathBuf {
+    built_binary("chaos", "cargo build -p rlaunch-tests")
+}
+
 /// [`proxy`] as a string, for argument lists.
 pub fn proxy_str() -> String {
     path_str(proxy())

@@ -49,6 +49,7 @@ fn jobs_run_across_hosts_over_ssh_and_failures_leave_nothing() {
     an_unknown_host_fails_the_launch(&cluster);
     a_stopped_sshd_fails_the_launch(&cluster);
     a_killed_node_proxy_aborts_the_job(&cluster);
+    a_stopped_node_proxy_is_lost_and_its_guard_leaves_nothing(&cluster);
     a_node_whose_link_goes_down_is_lost_and_cleans_up_alone(&cluster);
     killing_rlaunch_leaves_nothing_on_any_host(&cluster);
 }
@@ -153,6 +154,32 @@ fn a_killed_node_proxy_aborts_the_job(cluster: &Cluster) {
     assert!(out.stderr_str().contains("rlaunch: lost proxy on n2 ("), "{out}");
     out.tag.wait_until_none(Duration::from_secs(10)).unwrap();
     wait_no_remote_proxies(Duration::from_secs(10));
+}
+
+/// A proxy stopped with SIGSTOP cannot act when its parent gives up on it: across ssh the
+/// parent can only kill the ssh client, and the proxy's guard kills the stopped proxy once
+/// its channel is gone, and its ranks with it.
+fn a_stopped_node_proxy_is_lost_and_its_guard_leaves_nothing(cluster: &Cluster) {
+    let mut job = cluster
+        .run(&["--heartbeat", "0.25", "--silence-timeout", "1.5", "--hosts", "n1,n2", "-n", "2"])
+        .args([rankprog_str().as_str(), "ready", "sleep", "60"])
+        .timeout(WAIT)
+        .spawn();
+    let ready = job.wait_for_ready(2, WAIT);
+    let rank1 = ready.iter().find(|(r, _)| *r == 1).unwrap().1;
+    let proxy = procfs::parent_pid(rank1.as_raw());
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(proxy), Signal::SIGSTOP).unwrap();
+    let stopped = Instant::now();
+    let out = job.wait(WAIT);
+    out.assert_code(255);
+    assert!(
+        out.stderr_str().contains("rlaunch: lost proxy on n2 (no word from it for 1.5 s)"),
+        "{out}"
+    );
+    // Silence, the kill grace and the child proxies' grace; the guard acts within 0.1 s.
+    out.tag.wait_until_none(Duration::from_secs(3)).unwrap();
+    wait_no_remote_proxies(Duration::from_secs(3));
+    assert!(stopped.elapsed() < Duration::from_secs(12), "took {:?}", stopped.elapsed());
 }
 
 fn killing_rlaunch_leaves_nothing_on_any_host(cluster: &Cluster) {

@@ -1,0 +1,431 @@
+//! Running one trial: start the job, reach the phase, strike, wait, and judge what rlaunch
+//! did against what it promises.
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+use rlaunch_tests::cluster::Cluster;
+use rlaunch_tests::{procfs, FloodReport};
+
+use crate::job::{describe, poll, processes_in_netns, ssh_client_of, Job, RankFiles, STDIN_RANK};
+use crate::trial::{Fault, Phase, Topology, Trial};
+
+/// The liveness settings every trial runs with: a lost proxy is found within 1.5 s.
+const HEARTBEAT: &str = "0.25";
+const SILENCE: &str = "1.5";
+const KILL_GRACE: Duration = Duration::from_secs(1);
+/// After the fault, how long rlaunch may take to end: silence (1.5 s), kill grace (1 s), the
+/// time output written before the end may take to come out before what is left is dropped
+/// (4 s; over ssh on a busy machine draining tens of MiB takes seconds), and a margin.
+const END_BOUND: Duration = Duration::from_secs(10);
+/// A link down is noticed by silence, and the ssh client on the dead link is killed only
+/// after the child proxies' grace.
+const LINK_DOWN_BOUND: Duration = Duration::from_secs(12);
+/// After rlaunch ends, how long the job's processes may take to go.
+const ORPHAN_GRACE: Duration = Duration::from_secs(3);
+/// How long a rlaunch stopped with SIGSTOP stays stopped: its proxies must notice its
+/// silence and take their nodes down meanwhile.
+const RLAUNCH_STOPPED: Duration = Duration::from_millis(5500);
+
+pub struct Context {
+    pub rlaunch: PathBuf,
+    pub chaosrank: PathBuf,
+    pub hostname: String,
+    pub work: PathBuf,
+    pub cluster: Option<Cluster>,
+    /// The ssh hosts' network namespaces.
+    pub netns: Vec<u64>,
+}
+
+/// What went wrong in a trial; all empty is a pass.
+#[derive(Default, Debug)]
+pub struct Verdict {
+    /// The fault found its target (a fault that finds the job gone changes nothing).
+    pub landed: bool,
+    pub hang: Option<String>,
+    pub orphans: Option<String>,
+    pub wrong_exit: Option<String>,
+    pub wrong_culprit: Option<String>,
+    pub lost_output: Option<String>,
+    pub seconds: f64,
+    pub stderr: String,
+}
+
+impl Verdict {
+    pub fn failed(&self) -> bool {
+        self.hang.is_some()
+            || self.orphans.is_some()
+            || self.wrong_exit.is_some()
+            || self.wrong_culprit.is_some()
+            || self.lost_output.is_some()
+    }
+}
+
+impl Context {
+    fn hosts(&self, topology: Topology) -> Vec<String> {
+        match topology {
+            Topology::Local => vec![self.hostname.clone()],
+            Topology::Tree | Topology::Ssh => {
+                (1..=topology.nodes()).map(|i| format!("n{i}")).collect()
+            }
+        }
+    }
+
+    fn args(&self, trial: &Trial, dir: &std::path::Path) -> Vec<String> {
+        let t = trial.topology;
+        let mut args: Vec<String> = [
+            "--heartbeat",
+            HEARTBEAT,
+            "--silence-timeout",
+            SILENCE,
+            "--kill-grace",
+            &KILL_GRACE.as_secs().to_string(),
+            "--timeout",
+            &t.timeout().as_secs().to_string(),
+        ]
+        .map(String::from)
+        .to_vec();
+        let slots: Vec<String> = self.hosts(t).iter().map(|h| format!("{h}:2")).collect();
+        match t {
+            Topology::Local => {}
+            Topology::Tree => args.extend(["--launcher", "fork"].map(String::from)),
+            Topology::Ssh => {
+                let cluster = self.cluster.as_ref().expect("the ssh topology has its cluster");
+                args.extend([
+                    "--launcher".into(),
+                    "ssh".into(),
+                    "--launcher-exec".into(),
+                    cluster.ssh(),
+                ]);
+            }
+        }
+        if t != Topology::Local {
+            args.extend(["--hosts".into(), slots.join(","), "--tree-width".into(), "2".into()]);
+        }
+        args.extend(["-n".into(), t.ranks().to_string()]);
+        args.extend([self.chaosrank.display().to_string(), dir.display().to_string()]);
+        args.push(trial.phase.name().into());
+        if let Some(word) = trial.fault.rank_word() {
+            let when = if trial.phase == Phase::Launch { "start" } else { "usr1" };
+            args.extend([trial.rank.to_string(), word.into(), when.into()]);
+        }
+        args
+    }
+
+    /// Every live process of the job: tagged ones here, and anything on the ssh hosts.
+    fn job_processes(&self, job: &Job) -> Vec<i32> {
+        let mut pids: Vec<i32> = job
+            .tag
+            .processes()
+            .into_iter()
+            .map(|p| p.pid.as_raw())
+            .filter(|&p| p != job.pid().as_raw())
+            .collect();
+        pids.extend(processes_in_netns(&self.netns));
+        pids.sort_unstable();
+        pids.dedup();
+        pids
+    }
+
+    /// Waits until the job has no process left; returns those still there at `deadline`.
+    fn wait_gone(&self, job: &Job, deadline: Instant) -> Vec<i32> {
+        let mut quiet = 0;
+        loop {
+            let left = self.job_processes(job);
+            quiet = if left.is_empty() { quiet + 1 } else { 0 };
+            if quiet == 3 {
+                return Vec::new();
+            }
+            if !left.is_empty() && Instant::now() >= deadline {
+                return left;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    pub fn run(&self, trial: &Trial) -> Verdict {
+        let dir = self.work.join(format!("trial-{}", trial.index));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("chaos: cannot create a trial directory");
+        let verdict = self.run_in(trial, &dir);
+        let _ = std::fs::remove_dir_all(&dir);
+        verdict
+    }
+
+    fn run_in(&self, trial: &Trial, dir: &std::path::Path) -> Verdict {
+        let t = trial.topology;
+        let hosts = self.hosts(t);
+        let files = RankFiles::new(dir.to_path_buf());
+        let mut job =
+            Job::start(&self.rlaunch, &self.args(trial, dir), trial.phase == Phase::Stdin);
+        let mut verdict = Verdict::default();
+        let limit = job.started + Duration::from_secs(30);
+
+        if trial.phase != Phase::Launch {
+            let ranks = t.ranks();
+            let ready = poll(limit, || {
+                if (0..ranks).all(|r| files.ready(r)) {
+                    Some(true)
+                } else {
+                    job.status().map(|_| false)
+                }
+            });
+            if ready != Some(true) {
+                let status = job.status().map_or("still running".into(), |s| s.to_string());
+                let (_, err) = job.output(Duration::from_secs(3));
+                verdict.wrong_exit = Some(format!("the ranks never got ready ({status})"));
+                verdict.stderr = String::from_utf8_lossy(&err).into_owned();
+                return verdict;
+            }
+            std::thread::sleep(trial.delay);
+        }
+
+        let mut fault_at = job.started;
+        let mut link_down = false;
+        let sig_of = |fault: Fault| match fault {
+            Fault::StopRank | Fault::StopProxy | Fault::StopRlaunch => Signal::SIGSTOP,
+            _ => Signal::SIGKILL,
+        };
+        let strike = |pid: Option<i32>, sig: Signal| match pid {
+            Some(pid) => kill(Pid::from_raw(pid), sig).is_ok(),
+            None => false,
+        };
+        let in_launch = trial.phase == Phase::Launch;
+        let after_found = |found: Option<i32>| {
+            if in_launch && found.is_some() {
+                std::thread::sleep(trial.delay);
+            }
+            found
+        };
+        verdict.landed = match trial.fault {
+            Fault::RankExit | Fault::RankSignal | Fault::RankAbort | Fault::RankPmiClose => {
+                if in_launch {
+                    true
+                } else {
+                    strike(files.pid(trial.rank), Signal::SIGUSR1)
+                }
+            }
+            Fault::KillRank | Fault::StopRank => {
+                let pid = after_found(poll(limit, || {
+                    files.pid(trial.rank).or_else(|| job_done(&mut job))
+                }));
+                strike(pid.filter(|&p| p > 0), sig_of(trial.fault))
+            }
+            Fault::KillLeafProxy | Fault::KillInteriorProxy | Fault::StopProxy => {
+                let first = t.first_rank(trial.node);
+                let rank = poll(limit, || files.pid(first).or_else(|| job_done(&mut job)));
+                let proxy = after_found(
+                    rank.filter(|&p| p > 0).and_then(|p| procfs::stat(p).map(|s| s.ppid)),
+                );
+                strike(proxy.filter(|&p| p > 1), sig_of(trial.fault))
+            }
+            Fault::KillRlaunch | Fault::StopRlaunch => {
+                if in_launch {
+                    std::thread::sleep(trial.delay);
+                }
+                strike(job.status().is_none().then(|| job.pid().as_raw()), sig_of(trial.fault))
+            }
+            Fault::KillSsh => {
+                let tag = job.tag.as_str().to_owned();
+                let ssh = poll(limit, || {
+                    ssh_client_of(&hosts[trial.node], &tag, &self.netns)
+                        .or_else(|| job_done(&mut job))
+                });
+                strike(after_found(ssh.filter(|&p| p > 0)), Signal::SIGKILL)
+            }
+            Fault::LinkDown => {
+                if in_launch {
+                    std::thread::sleep(trial.delay * 5);
+                }
+                let cluster = self.cluster.as_ref().expect("the ssh topology has its cluster");
+                cluster.ctl("link-down", trial.node + 1);
+                link_down = true;
+                job.status().is_none()
+            }
+        };
+        if !(in_launch && trial.fault.rank_word().is_some()) {
+            fault_at = Instant::now();
+        }
+
+        if trial.fault == Fault::StopRlaunch && verdict.landed {
+            // Stopped, rlaunch sends no heartbeat: every proxy must take its node down.
+            std::thread::sleep(RLAUNCH_STOPPED);
+            // rlaunch's own ssh clients wait for it to read what they carry: they are the
+            // wire, not the job, and go when it resumes.
+            let rlaunch = job.pid().as_raw();
+            let left: Vec<i32> = self
+                .job_processes(&job)
+                .into_iter()
+                .filter(|&p| {
+                    procfs::stat(p).is_some_and(|s| {
+                        s.comm != "rlaunch" && !(s.comm == "ssh" && s.ppid == rlaunch)
+                    })
+                })
+                .collect();
+            if !left.is_empty() {
+                let left: Vec<String> = left.iter().map(|&p| describe(p)).collect();
+                verdict.orphans = Some(format!(
+                    "{:.1} s after rlaunch was stopped, still running: {}",
+                    RLAUNCH_STOPPED.as_secs_f64(),
+                    left.join(", ")
+                ));
+            }
+            let _ = kill(job.pid(), Signal::SIGCONT);
+            fault_at = Instant::now();
+        }
+
+        let deadline = match trial.fault {
+            _ if !verdict.landed => job.started + t.timeout() + KILL_GRACE + END_BOUND,
+            Fault::StopRank => job.started + t.timeout() + KILL_GRACE + END_BOUND,
+            Fault::LinkDown => fault_at + LINK_DOWN_BOUND,
+            _ => fault_at + END_BOUND,
+        };
+        let status = match job.wait_until(deadline) {
+            Some(status) => status,
+            None => {
+                let running: Vec<String> =
+                    self.job_processes(&job).iter().map(|&p| describe(p)).collect();
+                verdict.hang = Some(format!(
+                    "rlaunch still running {:.1} s after the fault; the job's processes: {}",
+                    fault_at.elapsed().as_secs_f64(),
+                    running.join(", ")
+                ));
+                job.kill()
+            }
+        };
+        let ended = Instant::now();
+        verdict.seconds = ended.duration_since(job.started).as_secs_f64();
+        let (report, stderr) = job.output(ORPHAN_GRACE);
+        verdict.stderr = String::from_utf8_lossy(&stderr).into_owned();
+
+        let left = self.wait_gone(&job, ended + ORPHAN_GRACE);
+        if !left.is_empty() && verdict.orphans.is_none() {
+            let left: Vec<String> = left.iter().map(|&p| describe(p)).collect();
+            verdict.orphans =
+                Some(format!("3 s after rlaunch ended, still running: {}", left.join(", ")));
+        }
+        for pid in self.job_processes(&job) {
+            let _ = kill(Pid::from_raw(pid), Signal::SIGCONT);
+            let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
+        }
+        if link_down {
+            let cluster = self.cluster.as_ref().expect("the ssh topology has its cluster");
+            cluster.ctl("link-up", trial.node + 1);
+        }
+        if verdict.hang.is_none() {
+            self.judge(trial, &hosts, &files, status, report, &mut verdict);
+        }
+        verdict
+    }
+
+    /// Exit status, culprit line and output against what the fault calls for.
+    fn judge(
+        &self,
+        trial: &Trial,
+        hosts: &[String],
+        files: &RankFiles,
+        status: std::process::ExitStatus,
+        report: Result<FloodReport, String>,
+        verdict: &mut Verdict,
+    ) {
+        use std::os::unix::process::ExitStatusExt;
+        let t = trial.topology;
+        let rank_host = &hosts[t.node_of(trial.rank)];
+        let node_host = &hosts[trial.node];
+        let rank_said = |what: &str| {
+            let pid = files.pid(trial.rank).unwrap_or(0);
+            format!("rlaunch: rank {} (pid {pid} on {rank_host}) {what}", trial.rank)
+        };
+        let lost = format!("rlaunch: lost proxy on {node_host} (");
+        let timed_out =
+            format!("rlaunch: the job timed out after {} s and was killed", t.timeout().as_secs());
+        let (code, culprit): (Option<i32>, Option<String>) = match trial.fault {
+            Fault::KillRank => (Some(137), Some(rank_said("was killed by signal 9 (SIGKILL)"))),
+            Fault::StopRank => (Some(124), Some(timed_out)),
+            Fault::RankExit => (Some(3), Some(rank_said("exited with code 3"))),
+            Fault::RankSignal => (Some(139), Some(rank_said("was killed by signal 11 (SIGSEGV)"))),
+            Fault::RankAbort => (Some(7), Some(rank_said("aborted the job with exit code 7"))),
+            Fault::RankPmiClose => {
+                (Some(255), Some(rank_said("closed its PMI connection before calling finalize")))
+            }
+            Fault::KillLeafProxy | Fault::KillInteriorProxy | Fault::KillSsh | Fault::LinkDown => {
+                (Some(255), Some(lost))
+            }
+            Fault::StopProxy => (
+                Some(255),
+                Some(format!(
+                    "rlaunch: lost proxy on {node_host} (no word from it for {SILENCE} s)"
+                )),
+            ),
+            Fault::KillRlaunch => (None, None),
+            // Stopped past the job's timeout, rlaunch may see that first when it resumes.
+            Fault::StopRlaunch if status.code() == Some(124) => (Some(124), Some(timed_out)),
+            Fault::StopRlaunch => (Some(255), Some("rlaunch: lost proxy on ".into())),
+        };
+        let may_succeed = !verdict.landed || trial.phase.ends_by_itself();
+        let first_said =
+            verdict.stderr.lines().find(|l| l.starts_with("rlaunch: ")).map(str::to_owned);
+        match (trial.fault, status.code(), status.signal()) {
+            (Fault::KillRlaunch, _, Some(9)) => {}
+            (Fault::KillRlaunch, _, _) if may_succeed && status.code() == Some(0) => {}
+            (Fault::KillRlaunch, _, _) => {
+                verdict.wrong_exit = Some(format!("rlaunch {status}, not killed by SIGKILL"));
+            }
+            (_, Some(0), _) if may_succeed => {}
+            (_, Some(got), _) if Some(got) == code => {
+                let want = culprit.expect("every code has its line");
+                if !first_said.as_deref().is_some_and(|l| l.starts_with(&want)) {
+                    verdict.wrong_culprit = Some(format!(
+                        "first line {:?}, expected one starting {want:?}",
+                        first_said.unwrap_or_default()
+                    ));
+                }
+            }
+            _ => {
+                verdict.wrong_exit = Some(format!(
+                    "rlaunch {status}, expected exit code {}{}",
+                    code.map_or("-".into(), |c| c.to_string()),
+                    if may_succeed { " or 0" } else { "" }
+                ));
+            }
+        }
+
+        if trial.fault == Fault::KillRlaunch && verdict.landed {
+            return;
+        }
+        let report = match report {
+            Ok(report) => report,
+            Err(e) => {
+                verdict.lost_output = Some(e);
+                return;
+            }
+        };
+        // Ranks cut off with the node (or rlaunch) struck may lose what they wrote last;
+        // every other rank's lines must all be there.
+        let cut = |rank: u32| match trial.fault {
+            Fault::StopRlaunch => true,
+            f if f.aims_at_node() => verdict.landed && t.under(t.node_of(rank), trial.node),
+            _ => false,
+        };
+        for rank in 0..t.ranks() {
+            if cut(rank) {
+                continue;
+            }
+            let written = files.lines(rank);
+            let shown = if trial.phase == Phase::Stdin { STDIN_RANK } else { rank };
+            let arrived = report.lines.get(&shown).copied().unwrap_or(0);
+            if arrived < written {
+                verdict.lost_output =
+                    Some(format!("rank {rank} wrote {written} lines, {arrived} arrived"));
+                return;
+            }
+        }
+    }
+}
+
+/// For polls: a sign (pid 0) that the job ended while the target was awaited.
+fn job_done(job: &mut Job) -> Option<i32> {
+    job.status().map(|_| 0)
+}

@@ -1,0 +1,254 @@
+//! `chaos`: randomized fault injection against real rlaunch jobs, counted in one table.
+//!
+//! ```text
+//! chaos [--trials N] [--seed S] [--topologies local,tree,ssh] [--trial K] [-v]
+//! ```
+//!
+//! Each trial starts a job of `chaosrank` ranks on one topology (this machine; seven fake
+//! nodes in a tree of width 2; seven ssh hosts in network namespaces, the same tree), waits
+//! for one phase (launch, PMI fences, heavy output, stdin forwarding, exit), strikes one
+//! fault (kill -9 or -STOP of a rank, a leaf or interior proxy, rlaunch; an ssh client killed;
+//! a node's link down; a rank that exits 3, dies by SIGSEGV, aborts through PMI or closes its
+//! PMI socket), and checks, from the process table of every node:
+//!
+//! * **hangs**: rlaunch ended within its bound after the fault (kill grace, silence timeout,
+//!   the child proxies' grace and a margin);
+//! * **orphans**: no process of the job left 3 s after rlaunch ended (and, when rlaunch
+//!   itself was stopped, none left once its proxies had time to notice);
+//! * **wrong exit**: the documented exit code for the fault;
+//! * **wrong culprit**: rlaunch's first line names the rank (pid, host, signal or code) or
+//!   the node the fault struck;
+//! * **lost output**: every line intact and in order, and every line written by a rank that
+//!   was not cut off with its node arrived.
+//!
+//! Trials are drawn from the seed (printed first): `--seed S --trial K` replays trial K.
+//! Needs root for the ssh topology. Exits 1 if any column of failures is not zero.
+//! Build first: `cargo build --workspace --all-targets`.
+
+mod execute;
+mod job;
+mod trial;
+
+use std::collections::BTreeMap;
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use execute::{Context, Verdict};
+use trial::{Fault, Phase, Topology, Trial, TREE_NODES};
+
+struct Options {
+    trials: u32,
+    seed: u64,
+    topologies: Vec<Topology>,
+    only: Option<u32>,
+    verbose: bool,
+}
+
+fn usage(what: &str) -> ! {
+    eprintln!(
+        "chaos: {what}\nusage: chaos [--trials N] [--seed S] [--topologies local,tree,ssh] \
+         [--trial K] [-v]"
+    );
+    std::process::exit(2);
+}
+
+fn options() -> Options {
+    let mut o = Options {
+        trials: 1000,
+        seed: SystemTime::now().duration_since(UNIX_EPOCH).map_or(1, |d| d.as_nanos() as u64),
+        topologies: Topology::ALL.to_vec(),
+        only: None,
+        verbose: false,
+    };
+    let mut args = std::env::args().skip(1);
+    while let Some(arg) = args.next() {
+        let mut value =
+            |name: &str| args.next().unwrap_or_else(|| usage(&format!("{name} needs a value")));
+        match arg.as_str() {
+            "--trials" => {
+                o.trials = value("--trials").parse().unwrap_or_else(|_| usage("bad --trials"))
+            }
+            "--seed" => o.seed = value("--seed").parse().unwrap_or_else(|_| usage("bad --seed")),
+            "--trial" => {
+                o.only = Some(value("--trial").parse().unwrap_or_else(|_| usage("bad --trial")))
+            }
+            "--topologies" => {
+                o.topologies = value("--topologies")
+                    .split(',')
+                    .map(|w| {
+                        Topology::parse(w)
+                            .unwrap_or_else(|| usage(&format!("unknown topology {w:?}")))
+                    })
+                    .collect();
+            }
+            "-v" => o.verbose = true,
+            other => usage(&format!("unknown argument {other:?}")),
+        }
+    }
+    o
+}
+
+/// Failures by kind, for one row of the table.
+#[derive(Default, Clone, Copy)]
+struct Failures {
+    orphans: u32,
+    hangs: u32,
+    wrong_exit: u32,
+    wrong_culprit: u32,
+    lost_output: u32,
+}
+
+impl Failures {
+    fn add(&mut self, v: &Verdict) {
+        self.orphans += u32::from(v.orphans.is_some());
+        self.hangs += u32::from(v.hang.is_some());
+        self.wrong_exit += u32::from(v.wrong_exit.is_some());
+        self.wrong_culprit += u32::from(v.wrong_culprit.is_some());
+        self.lost_output += u32::from(v.lost_output.is_some());
+    }
+
+    fn sum(&self) -> u32 {
+        self.orphans + self.hangs + self.wrong_exit + self.wrong_culprit + self.lost_output
+    }
+}
+
+fn main() {
+    let o = options();
+    let work = rlaunch_tests::tempdir();
+    let bin = std::env::current_exe().expect("chaos: cannot find its own executable");
+    let bin_dir = bin.parent().expect("chaos lives in a directory").to_path_buf();
+    let built = |name: &str| {
+        let path = bin_dir.join(name);
+        if !path.is_file() {
+            usage(&format!(
+                "{} is not built; run `cargo build --workspace --all-targets`",
+                path.display()
+            ));
+        }
+        path
+    };
+    let (netns, cluster) = if o.topologies.contains(&Topology::Ssh) {
+        let cluster = rlaunch_tests::cluster::Cluster::up(TREE_NODES);
+        let netns = (1..=TREE_NODES)
+            .map(|i| job::netns_inode(&format!("rl-n{i}")).expect("the cluster's namespaces exist"))
+            .collect();
+        (netns, Some(cluster))
+    } else {
+        (Vec::new(), None)
+    };
+    let context = Context {
+        rlaunch: built("rlaunch"),
+        chaosrank: built("chaosrank"),
+        hostname: rlaunch_tests::hosts::hostname(),
+        work: work.path().to_path_buf(),
+        cluster,
+        netns,
+    };
+    let names: Vec<&str> = o.topologies.iter().map(|t| t.name()).collect();
+    let count = o.only.map_or(o.trials, |_| 1);
+    println!("chaos: seed {}, {count} trials over {}", o.seed, names.join(","));
+
+    let started = Instant::now();
+    let mut counts: BTreeMap<(Fault, Phase), u32> = BTreeMap::new();
+    let mut failures: BTreeMap<Fault, Failures> = BTreeMap::new();
+    let mut by_topology: BTreeMap<&str, u32> = BTreeMap::new();
+    let (mut ran, mut missed) = (0, 0);
+    let indices: Vec<u32> = match o.only {
+        Some(k) => vec![k],
+        None => (0..o.trials).collect(),
+    };
+    for index in indices {
+        let trial = Trial::draw(o.seed, index, &o.topologies);
+        let verdict = context.run(&trial);
+        ran += 1;
+        missed += u32::from(!verdict.landed);
+        *counts.entry((trial.fault, trial.phase)).or_default() += 1;
+        *by_topology.entry(trial.topology.name()).or_default() += 1;
+        failures.entry(trial.fault).or_default().add(&verdict);
+        if verdict.failed() {
+            report_failure(&trial, &verdict, o.seed);
+        } else if o.verbose {
+            println!(
+                "ok   {trial} ({:.1} s{})",
+                verdict.seconds,
+                if verdict.landed { "" } else { ", missed" }
+            );
+        }
+    }
+    drop(context);
+
+    let total = print_table(&counts, &failures);
+    let topo: Vec<String> = by_topology.iter().map(|(t, n)| format!("{t} {n}")).collect();
+    println!(
+        "{ran} trials ({}), {missed} faults missed their target (the job had ended), {:.0} s",
+        topo.join(", "),
+        started.elapsed().as_secs_f64()
+    );
+    if total.sum() > 0 {
+        println!("chaos: {} trials failed a check (seed {})", total.sum(), o.seed);
+        std::process::exit(1);
+    }
+}
+
+fn report_failure(trial: &Trial, verdict: &Verdict, seed: u64) {
+    println!("FAIL {trial} (replay: chaos --seed {seed} --trial {})", trial.index);
+    let checks = [
+        ("hang", &verdict.hang),
+        ("orphans", &verdict.orphans),
+        ("wrong exit", &verdict.wrong_exit),
+        ("wrong culprit", &verdict.wrong_culprit),
+        ("lost output", &verdict.lost_output),
+    ];
+    for (name, what) in checks {
+        if let Some(what) = what {
+            println!("     {name}: {what}");
+        }
+    }
+    for line in verdict.stderr.lines().take(8) {
+        println!("     | {}", line.chars().take(200).collect::<String>());
+    }
+}
+
+fn print_table(
+    counts: &BTreeMap<(Fault, Phase), u32>,
+    failures: &BTreeMap<Fault, Failures>,
+) -> Failures {
+    print!("{:<24}", "fault");
+    for phase in Phase::ALL {
+        print!("{:>7}", phase.name());
+    }
+    println!(" | orphans  hangs  wrong-exit  wrong-culprit  lost-output");
+    let mut total = Failures::default();
+    let mut phase_totals = [0u32; 5];
+    for fault in Fault::ALL {
+        let row: Vec<u32> =
+            Phase::ALL.iter().map(|&p| counts.get(&(fault, p)).copied().unwrap_or(0)).collect();
+        if row.iter().sum::<u32>() == 0 {
+            continue;
+        }
+        let f = failures.get(&fault).copied().unwrap_or_default();
+        print!("{:<24}", fault.name());
+        for (i, n) in row.iter().enumerate() {
+            phase_totals[i] += n;
+            print!("{n:>7}");
+        }
+        println!(" | {}", columns(&f));
+        total.orphans += f.orphans;
+        total.hangs += f.hangs;
+        total.wrong_exit += f.wrong_exit;
+        total.wrong_culprit += f.wrong_culprit;
+        total.lost_output += f.lost_output;
+    }
+    print!("{:<24}", "all");
+    for n in phase_totals {
+        print!("{n:>7}");
+    }
+    println!(" | {}", columns(&total));
+    total
+}
+
+fn columns(f: &Failures) -> String {
+    format!(
+        "{:>7}  {:>5}  {:>10}  {:>13}  {:>11}",
+        f.orphans, f.hangs, f.wrong_exit, f.wrong_culprit, f.lost_output
+    )
+}

@@ -1,0 +1,30 @@
+//! The chaos runner's bounded run: randomized faults against real jobs on this machine, on
+//! seven fake nodes in a tree, and on seven ssh hosts in network namespaces (needs root).
+//! Every column of failures must be zero. The long run (1000 trials) and its figures are in
+//! docs/reliability.md; a failing trial prints the command that replays it alone.
+
+use std::time::Duration;
+
+use rlaunch_tests::Run;
+
+/// Trials in the bounded run: about a minute and a half on two cores.
+const TRIALS: &str = "40";
+
+#[test]
+fn forty_random_faults_leave_no_orphan_no_hang_and_the_right_culprit() {
+    assert!(
+        nix::unistd::geteuid().is_root(),
+        "the chaos run needs root for its ssh hosts in network namespaces"
+    );
+    let out = Run::program(rlaunch_tests::chaos(), &["--trials", TRIALS])
+        .timeout(Duration::from_secs(600))
+        .run();
+    println!("{}", out.stdout_str());
+    out.assert_code(0);
+    let text = out.stdout_str();
+    let all = text.lines().find(|l| l.starts_with("all ")).expect("the table's last row");
+    let failures: Vec<&str> =
+        all.split('|').nth(1).expect("failure columns").split_whitespace().collect();
+    assert_eq!(failures, ["0", "0", "0", "0", "0"], "{text}");
+    assert!(text.contains(&format!("{TRIALS} trials (")), "{text}");
+}
