@@ -220,6 +220,25 @@ fn open_mpi_spawn_collective_over_parents_on_two_nodes() {
 }
 
 #[test]
+fn a_lookup_left_by_a_rank_that_ended_does_not_take_a_value_published_for_one_read() {
+    // Rank 1 leaves a waiting lookup behind and exits. Once the root has recorded its end
+    // (its debug line), rank 0 publishes a value for one read and looks it up: the value is
+    // rank 0's, not the dead rank's.
+    let mut job = Run::new(&["-n", "2"])
+        .arg(CProgram::Names.path_str())
+        .env("RLAUNCH_LOG", "debug")
+        .stdin_piped()
+        .timeout(MPI_LIMIT)
+        .spawn();
+    job.wait_for_stderr_line(|l| l.starts_with("DEBUG rank ended rank=1 "), MPI_LIMIT);
+    job.write_stdin(b"go\n");
+    job.close_stdin();
+    let out = job.wait(MPI_LIMIT);
+    out.assert_code(0);
+    assert_eq!(sorted(out.lines()), ["rank 0 found v1", "rank 1 leaves"], "{out}");
+}
+
+#[test]
 fn open_mpi_connect_and_accept_through_the_name_service() {
     // Open MPI exchanges its side of a connection through publish and a lookup that waits
     // for the other side's: on one node and across two.

@@ -28,7 +28,7 @@ use std::time::Duration;
 
 use nix::sys::signal::Signal;
 use pmi_wire::control::{
-    DmodexAnswer, DmodexData, Down, Job, NodePlan, SpawnJob, SpawnRequest, StdinTarget, Up,
+    DmodexAnswer, DmodexData, Down, Job, NameOp, NodePlan, SpawnJob, SpawnRequest, StdinTarget, Up,
 };
 use rlaunch_proxy::children::{ChildNews, Children, Lost};
 use rlaunch_proxy::dialin::Dialed;
@@ -375,6 +375,7 @@ impl Root {
                     return;
                 }
                 tracing::debug!(rank, pid, %outcome, unfinalized, "rank ended");
+                self.names.forget(rank);
                 if let Some(cause) = cause::rank_end(rank, pid, outcome, unfinalized) {
                     if !self.forwarded.hold(Instant::now(), self.kill_grace(), outcome) {
                         self.fail(cause);
@@ -419,6 +420,11 @@ impl Root {
                 }
             }
             Up::Name { rank, tag, op } => {
+                // A lookup of a rank that ended on its way here is nobody's: parked, it would
+                // take a value published for one read.
+                if matches!(op, NameOp::Lookup { .. }) && self.roll.ended(rank) {
+                    return tracing::debug!(rank, "a lookup of a rank that ended is dropped");
+                }
                 let answers = self.names.serve(Asker { rank, tag }, op, Instant::now());
                 self.name_answers(answers);
             }
@@ -485,9 +491,13 @@ impl Root {
         }
     }
 
-    /// Answers name-service requests, each toward its rank.
+    /// Answers name-service requests, each toward its rank, if it is still there to hear.
     fn name_answers(&self, answers: Vec<(Asker, names::NameAnswer)>) {
         for (Asker { rank, tag }, answer) in answers {
+            if self.roll.ended(rank) {
+                tracing::debug!(rank, "no answer to a rank that ended");
+                continue;
+            }
             self.children.send_toward_rank(rank, Down::NameReply { rank, tag, answer });
         }
     }
