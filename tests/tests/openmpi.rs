@@ -343,6 +343,91 @@ fn a_node_that_cannot_serve_pmix_fails_a_job_that_needs_it_and_not_one_that_does
     assert!(out.stderr_str().contains("rlaunch: note: on "), "{out}");
 }
 
+/// Options that make every link of the tree, and each node's PMIx server, count as lost after
+/// a second of silence.
+const QUICK_LIVENESS: [&str; 4] = ["--heartbeat", "0.2", "--silence-timeout", "1"];
+
+/// A run whose PMIx servers never become ready: hwloc, which libpmix starts with, reads the
+/// node's topology from a FIFO that nobody writes (`fifo`, made here).
+fn with_a_server_that_never_starts(run: Run, fifo: &std::path::Path) -> Run {
+    nix::unistd::mkfifo(fifo, nix::sys::stat::Mode::S_IRWXU).unwrap();
+    run.env("HWLOC_COMPONENTS", "xml").env("HWLOC_XMLFILE", fifo)
+}
+
+#[test]
+fn a_server_that_never_becomes_ready_fails_a_job_that_needs_pmix_and_not_one_that_does_not() {
+    // Open MPI's ranks would each run alone: the job ends naming the node, and no rank ran.
+    let tmp = rlaunch_tests::tempdir();
+    let fifo = tmp.path().join("topology");
+    let run = Run::new(&QUICK_LIVENESS).args(["-n", "2"]).arg(CProgram::OmpiHello.path_str());
+    let out = with_a_server_that_never_starts(run.arg("2"), &fifo).timeout(MPI_LIMIT).run();
+    out.assert_code(255);
+    let want = format!(
+        "rlaunch: lost proxy on {} (it cannot serve PMIx, which the program needs: the PMIx \
+         server of this node did not answer for 1 s)",
+        hostname()
+    );
+    assert_eq!(rlaunch_lines(&out.stderr_str()), [want], "{out}");
+    assert!(out.lines().is_empty(), "no rank ran: {out}");
+    out.tag.wait_until_none(Duration::from_secs(5)).unwrap_or_else(|left| {
+        panic!("left running: {left:?}");
+    });
+    // sh needs no PMIx: a note, and its ranks start without it.
+    std::fs::remove_file(&fifo).unwrap();
+    let run =
+        Run::new(&QUICK_LIVENESS).args(["-n", "2", "sh", "-c", "echo ran ${PMIX_RANK-alone}"]);
+    let out = with_a_server_that_never_starts(run, &fifo).timeout(MPI_LIMIT).run();
+    out.assert_code(0);
+    let want = format!(
+        "rlaunch: note: on {}: PMIx is not served on this node: the PMIx server of this node \
+         did not answer for 1 s",
+        hostname()
+    );
+    assert_eq!(rlaunch_lines(&out.stderr_str()), [want], "{out}");
+    assert_eq!(out.lines(), ["ran alone", "ran alone"], "{out}");
+    out.tag.wait_until_none(Duration::from_secs(5)).unwrap_or_else(|left| {
+        panic!("left running: {left:?}");
+    });
+}
+
+#[test]
+fn a_server_that_stops_answering_mid_job_fails_a_job_that_needs_it_naming_the_node() {
+    // Both ranks are PMIx clients waiting on stdin when n2's server is stopped (SIGSTOP): it
+    // is killed, and the job ends as if it had died.
+    let options =
+        [&QUICK_LIVENESS[..], &["--launcher", "fork", "--hosts", "n1,n2", "--stdin", "all"]];
+    let mut job = Run::new(&options.concat())
+        .args(["-n", "2", &CProgram::Fence.path_str(), "10", "0", "wait"])
+        .stdin_piped()
+        .timeout(MPI_LIMIT)
+        .spawn();
+    for _ in 0..2 {
+        job.wait_for_line(|l| l.starts_with("ready "), MPI_LIMIT);
+    }
+    let n2 = rlaunch_tests::tagged_processes(job.tag())
+        .into_iter()
+        .find(|p| p.comm == "rlaunch-pmix" && pmix_host_node(p.pid.as_raw()) == "n2")
+        .expect("n2's PMIx server runs");
+    nix::sys::signal::kill(n2.pid, nix::sys::signal::Signal::SIGSTOP).unwrap();
+    // Stdin stays open: the ranks wait on it until the job ends them.
+    job.wait_exit(MPI_LIMIT);
+    let out = job.wait(MPI_LIMIT);
+    out.assert_code(255);
+    let want = "rlaunch: lost proxy on n2 (it cannot serve PMIx, which the program needs: the \
+                PMIx server of this node did not answer for 1 s)";
+    assert_eq!(rlaunch_lines(&out.stderr_str()), [want], "{out}");
+    out.tag.wait_until_none(Duration::from_secs(5)).unwrap_or_else(|left| {
+        panic!("left running: {left:?}");
+    });
+}
+
+/// The node a PMIx server serves: the last argument of `rlaunch-pmix-host DIR NODE`.
+fn pmix_host_node(pid: i32) -> String {
+    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+    let args: Vec<&[u8]> = cmdline.split(|&b| b == 0).filter(|a| !a.is_empty()).collect();
+    args.last().map(|a| String::from_utf8_lossy(a).into_owned()).unwrap_or_default()
+}
+
 #[test]
 fn pmix_files_a_killed_proxy_left_are_swept_by_the_next_server() {
     // A proxy killed with SIGKILL cannot remove its PMIx directories; the next one to start a

@@ -274,10 +274,13 @@ impl Node {
         self.start_launched();
         self.reap();
         let silence = self.job.liveness.silence();
+        let mut pmix_ping = tokio::time::interval(self.job.liveness.heartbeat());
+        pmix_ping.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         while !self.finished() {
             let deadline = self.kill.deadline();
             let watch = !self.orphaned && !self.stopped;
             let silent_at = self.last_heard + silence;
+            let pmix_silent_at = self.pmix_silent_at();
             tokio::select! {
                 ev = events.recv() => match ev {
                     Some(ev) => self.handle(ev),
@@ -306,6 +309,10 @@ impl Node {
                     for lost in self.children.give_up_dialing(&reason) {
                         self.report_lost(lost);
                     }
+                }
+                _ = pmix_ping.tick(), if self.pmix.is_some() => self.ping_pmix(),
+                _ = tokio::time::sleep_until(pmix_silent_at.unwrap_or_else(Instant::now)), if pmix_silent_at.is_some() => {
+                    self.pmix_silent()
                 }
                 _ = tokio::time::sleep_until(silent_at), if watch => {
                     let secs = silence.as_secs_f64();
@@ -431,7 +438,10 @@ impl Node {
                 if let Ok(sig) = Signal::try_from(signo) {
                     match sig {
                         Signal::SIGTSTP => self.stopped = true,
-                        Signal::SIGCONT => self.stopped = false,
+                        Signal::SIGCONT => {
+                            self.stopped = false;
+                            self.pmix_resumed();
+                        }
                         _ => {}
                     }
                     self.signal_ranks(sig);

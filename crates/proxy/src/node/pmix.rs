@@ -17,6 +17,7 @@ use std::os::unix::ffi::OsStrExt;
 
 use pmi_wire::control::{Down, Job, NameAnswer, NameOp, SpawnCmd, SpawnJob, SpawnRequest, Up};
 use pmi_wire::ids::ExitOutcome;
+use tokio::time::Instant;
 
 use super::launch::JobRanks;
 use super::{Event, Node};
@@ -55,6 +56,10 @@ pub(super) struct Pmix {
     /// the host answers the `Sync` of this id (a finalize comes ahead of it on the link).
     syncs: HashMap<u32, (Local, ExitOutcome)>,
     next_sync: u32,
+    /// When the host last said anything. It answers a `Sync` every heartbeat: one silent
+    /// for the job's silence timeout is wedged (stopped, or stuck before it is ready), and
+    /// is given up as if it had died.
+    heard: Instant,
 }
 
 /// A spawned job between its registration with the server and its start.
@@ -152,6 +157,7 @@ impl Node {
             finalized: HashSet::new(),
             syncs: HashMap::new(),
             next_sync: 0,
+            heard: Instant::now(),
         });
         holding
     }
@@ -329,6 +335,38 @@ impl Node {
         vars
     }
 
+    /// When this node's PMIx server will have been silent too long, if it is watched (not
+    /// while the job is stopped).
+    pub(super) fn pmix_silent_at(&self) -> Option<Instant> {
+        let silence = self.job.liveness.silence();
+        self.pmix.as_ref().filter(|_| !self.stopped).map(|p| p.heard + silence)
+    }
+
+    /// Asks the server for a sign of life: it answers `Synced` from its main thread.
+    pub(super) fn ping_pmix(&mut self) {
+        if let Some(pmix) = self.pmix.as_mut() {
+            let id = pmix.next_sync;
+            pmix.next_sync = pmix.next_sync.wrapping_add(1);
+            pmix.host.send(Command::Sync { id });
+        }
+    }
+
+    /// The job goes on after a stop: the server's silence while stopped means nothing.
+    pub(super) fn pmix_resumed(&mut self) {
+        if let Some(pmix) = self.pmix.as_mut() {
+            pmix.heard = Instant::now();
+        }
+    }
+
+    /// The server said nothing for the silence timeout: wedged. It is killed, and lost as
+    /// one that died is: its held ranks start without it, or the job fails if it needs it.
+    pub(super) fn pmix_silent(&mut self) {
+        let Some(pmix) = self.pmix.as_ref() else { return };
+        pmix.host.kill();
+        let secs = self.job.liveness.silence().as_secs_f64();
+        self.lose_pmix(format!("the PMIx server of this node did not answer for {secs} s"));
+    }
+
     pub(super) fn pmix_news(&mut self, news: HostNews) {
         let event = match news {
             HostNews::Event(event) => event,
@@ -341,6 +379,7 @@ impl Node {
             }
         };
         let Some(pmix) = self.pmix.as_mut() else { return };
+        pmix.heard = Instant::now();
         match event {
             pmix::Event::Ready { version } => tracing::debug!(%version, "PMIx server ready"),
             pmix::Event::SetupDone { nspace, status } => match status {

@@ -94,6 +94,14 @@ impl Host {
         self.pid
     }
 
+    /// Kills the host: one that stopped answering will not exit when its link closes.
+    pub fn kill(&self) {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(self.pid),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+    }
+
     /// Where this node's ranks keep their shared-memory segments.
     pub fn shm_dir(&self) -> Option<&Path> {
         self.shm.as_deref()
