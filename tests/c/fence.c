@@ -1,10 +1,11 @@
 /* fence: a PMIx client whose ranks exchange data through one fence that collects it.
- * `fence BYTES FIRST [wait]`: each rank puts `rlaunch.blob`, BYTES bytes made from its rank,
+ * `fence BYTES ABSENT [wait]`: each rank puts `rlaunch.blob`, BYTES bytes made from its rank,
  * commits and prints `ready R`; with `wait` it then reads a line from stdin. It fences over
- * the whole job with PMIX_COLLECT_DATA, and gets the blob of every other rank from FIRST on
- * from what the fence brought (PMIX_OPTIONAL: no direct modex makes up for a fence that
- * brought too little). It checks every byte and prints `rank R has N blobs`, or `rank R lacks
- * P's blob: STATUS` / `rank R has a wrong blob from P` and exits 3. */
+ * the whole job with PMIX_COLLECT_DATA, and gets the blob of every other rank but those of
+ * ABSENT (a list such as `0,4`, or `-`: ranks that are no PMIx clients) from what the fence
+ * brought (PMIX_IMMEDIATE: no direct modex makes up for a fence that brought too little). It
+ * checks every byte and prints `rank R has N blobs`, or `rank R lacks P's blob: STATUS` /
+ * `rank R has a wrong blob from P` and exits 3. */
 #include <pmix.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,11 +19,12 @@ static unsigned char byte_of(uint32_t rank, size_t i)
 int main(int argc, char **argv)
 {
     if (argc < 3) {
-        fprintf(stderr, "usage: fence BYTES FIRST [wait]\n");
+        fprintf(stderr, "usage: fence BYTES ABSENT [wait]\n");
         return 2;
     }
     size_t bytes = strtoull(argv[1], NULL, 10);
-    uint32_t first = (uint32_t)strtoul(argv[2], NULL, 10);
+    char absent[256];
+    snprintf(absent, sizeof absent, ",%s,", argv[2]);
     int wait = argc > 3 && strcmp(argv[3], "wait") == 0;
     pmix_proc_t me;
     pmix_status_t rc = PMIx_Init(&me, NULL, 0);
@@ -67,16 +69,18 @@ int main(int argc, char **argv)
         fprintf(stderr, "fence: PMIx_Fence: %s\n", PMIx_Error_string(rc));
         return 1;
     }
-    pmix_info_t optional;
-    PMIx_Info_load(&optional, PMIX_OPTIONAL, &yes, PMIX_BOOL);
+    pmix_info_t immediate;
+    PMIx_Info_load(&immediate, PMIX_IMMEDIATE, &yes, PMIX_BOOL);
     uint32_t blobs = 0;
-    for (uint32_t p = first; p < size->data.uint32; p++) {
-        if (p == me.rank)
+    for (uint32_t p = 0; p < size->data.uint32; p++) {
+        char item[16];
+        snprintf(item, sizeof item, ",%u,", p);
+        if (p == me.rank || strstr(absent, item))
             continue;
         pmix_proc_t peer;
         PMIX_LOAD_PROCID(&peer, me.nspace, p);
         pmix_value_t *got = NULL;
-        rc = PMIx_Get(&peer, "rlaunch.blob", &optional, 1, &got);
+        rc = PMIx_Get(&peer, "rlaunch.blob", &immediate, 1, &got);
         if (rc != PMIX_SUCCESS || got->type != PMIX_BYTE_OBJECT) {
             printf("rank %u lacks %u's blob: %s\n", me.rank, p, PMIx_Error_string(rc));
             fflush(stdout);

@@ -65,9 +65,10 @@ pub enum CProgram {
     /// (`rank 1 leaves`); rank 0 reads a line, publishes it for one read and looks it up
     /// (`rank 0 found v1`, or `rank 0 cannot find it: STATUS` and exit 3).
     Names,
-    /// A client of libpmix: `fence BYTES FIRST [wait]`: each rank puts BYTES bytes, prints
+    /// A client of libpmix: `fence BYTES ABSENT [wait]`: each rank puts BYTES bytes, prints
     /// `ready R` (then reads a line with `wait`), fences collecting data, and checks the blob
-    /// of every other rank from FIRST on (`rank R has N blobs`, or a complaint and exit 3).
+    /// of every other rank but those of ABSENT (`0,4`, or `-`) from what the fence brought
+    /// (`rank R has N blobs`, or a complaint and exit 3).
     Fence,
 }
 

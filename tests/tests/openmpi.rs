@@ -253,6 +253,59 @@ fn open_mpi_connect_and_accept_through_the_name_service() {
 }
 
 #[test]
+fn a_pmix_fence_larger_than_a_frame_goes_through_the_tree_in_parts() {
+    // Four nodes of 20 MiB each, 80 MiB in all, more than a control frame carries (64 MiB):
+    // each node's data goes up in parts, past n1 (an interior proxy with data of its own and
+    // two children's), and every node's comes down whole. libpmix's shared-memory store
+    // takes no more than 24 MiB or so per job; its hash store has no such limit.
+    let options = [fake_nodes(4, 1), vec!["--tree-width".into(), "2".into()]].concat();
+    let bytes = (20 << 20).to_string();
+    let out =
+        mpi_run(&options, 4, CProgram::Fence, &[&bytes, "-"]).env("PMIX_MCA_gds", "hash").run();
+    out.assert_code(0);
+    let want = (0..4).flat_map(|r| [format!("ready {r}"), format!("rank {r} has 3 blobs")]);
+    assert_eq!(sorted(out.lines()), sorted(want), "{out}");
+}
+
+#[test]
+fn nodes_that_lost_their_pmix_server_still_take_part_in_the_fence_with_nothing() {
+    // Five nodes, two children a proxy: n1 has n3 and n4 below it, n2 has n5. Ranks 0 (n1)
+    // and 4 (n5) are no PMIx clients, and their nodes' servers are killed: n1 must fold its
+    // children's entries into one, and n5, a leaf, must enter with nothing, or the other
+    // ranks' fence miscounts or never completes.
+    let options = [fake_nodes(5, 1), vec!["--tree-width".into(), "2".into()]].concat();
+    let fence = CProgram::Fence.path_str();
+    let script =
+        format!("case $PMIX_RANK in 0|4) read x; exit 0;; esac; exec {fence} 1000 0,4 wait");
+    let mut job = Run::new(&[])
+        .args(options)
+        .args(["--stdin", "all", "-n", "5", "sh", "-c", &script])
+        .stdin_piped()
+        .timeout(MPI_LIMIT)
+        .spawn();
+    for _ in 1..4 {
+        job.wait_for_line(|l| l.starts_with("ready "), MPI_LIMIT);
+    }
+    for node in ["n1", "n5"] {
+        let server = rlaunch_tests::tagged_processes(job.tag())
+            .into_iter()
+            .find(|p| p.comm == "rlaunch-pmix" && pmix_host_node(p.pid.as_raw()) == node)
+            .unwrap_or_else(|| panic!("{node}'s PMIx server runs"));
+        nix::sys::signal::kill(server.pid, nix::sys::signal::Signal::SIGKILL).unwrap();
+        let note = format!(
+            "rlaunch: note: on {node}: PMIx is not served on this node: the PMIx server of this \
+             node ended: it exited"
+        );
+        job.wait_for_stderr_line(|l| l == note, MPI_LIMIT);
+    }
+    job.write_stdin(b"go\n");
+    let out = job.wait(MPI_LIMIT);
+    out.assert_code(0);
+    let want = (1..4).flat_map(|r| [format!("ready {r}"), format!("rank {r} has 2 blobs")]);
+    assert_eq!(sorted(out.lines()), sorted(want), "{out}");
+}
+
+#[test]
 fn process_sets_are_defined_by_rlaunch_and_seen_by_pmix_clients() {
     let options = [fake_nodes(2, 2), vec!["--pset".into(), "io=0-2".into()]].concat();
     let out = Run::new(&[])
@@ -397,7 +450,7 @@ fn a_server_that_stops_answering_mid_job_fails_a_job_that_needs_it_naming_the_no
     let options =
         [&QUICK_LIVENESS[..], &["--launcher", "fork", "--hosts", "n1,n2", "--stdin", "all"]];
     let mut job = Run::new(&options.concat())
-        .args(["-n", "2", &CProgram::Fence.path_str(), "10", "0", "wait"])
+        .args(["-n", "2", &CProgram::Fence.path_str(), "10", "-", "wait"])
         .stdin_piped()
         .timeout(MPI_LIMIT)
         .spawn();

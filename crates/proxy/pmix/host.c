@@ -31,8 +31,9 @@
 #define LINK_FD 3
 /* SETUP's node index for a job with no rank on this node. */
 #define NOT_HERE UINT32_MAX
-/* A message longer than this from the proxy is a broken link, not a job. */
-#define MAX_MESSAGE (1u << 30)
+/* A message longer than this from the proxy is a broken link, not a job: a fence's data of
+ * 1 GiB at most, and room for the fields around it (as crates/proxy/src/pmix/wire.rs). */
+#define MAX_MESSAGE ((1u << 30) + (64u << 10))
 
 /* Commands, proxy -> host. */
 enum {

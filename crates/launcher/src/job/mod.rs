@@ -17,6 +17,7 @@
 mod cause;
 mod dial;
 mod names;
+mod pmix_fence;
 mod roll;
 mod signals;
 
@@ -133,7 +134,7 @@ struct Root {
     /// The launched job's fence: one party per top proxy.
     fence: FenceFold,
     /// The launched job's PMIx fence: one party (a subtree's data) per top proxy.
-    pmix_fence: FenceFold<Vec<u8>>,
+    pmix_fence: pmix_fence::PmixFence,
     /// PMIx fences over other processes (global ids, sorted): the nodes in so far, and
     /// their data.
     group_fences: HashMap<Vec<u32>, (BTreeSet<u32>, Vec<u8>)>,
@@ -187,7 +188,7 @@ pub async fn run(mut plan: Plan) -> i32 {
             pending: HashMap::new(),
         },
         fence: FenceFold::default(),
-        pmix_fence: FenceFold::default(),
+        pmix_fence: pmix_fence::PmixFence::default(),
         group_fences: HashMap::new(),
         names: Names::default(),
         spawned_jobs,
@@ -406,18 +407,14 @@ impl Root {
                     self.fence.finish(epoch);
                 }
             }
-            Up::PmixFenceIn { epoch, data } => {
-                if epoch != self.pmix_fence.epoch() {
-                    let expected = self.pmix_fence.epoch();
-                    tracing::warn!(epoch, expected, "PMIx fence entry for another epoch");
+            Up::PmixFencePart { epoch, node, data } => {
+                if let Err(too_large) = self.pmix_fence.part(epoch, node, &data) {
+                    self.fail(Cause::PmixFenceTooLarge(too_large));
                 }
-                self.pmix_fence.arrive([data]);
-                if let Some((epoch, blobs)) = self.pmix_fence.complete(self.children.live()) {
-                    let data = blobs.concat();
-                    tracing::debug!(epoch, bytes = data.len(), "PMIx fence complete");
-                    self.children.broadcast(&Down::PmixFenceOut { epoch, data });
-                    self.pmix_fence.finish(epoch);
-                }
+            }
+            Up::PmixFenceIn { epoch } => {
+                self.pmix_fence.arrive(epoch);
+                self.pmix_fence_step();
             }
             Up::Name { rank, tag, op } => {
                 // A lookup of a rank that ended on its way here is nobody's: parked, it would
@@ -470,6 +467,20 @@ impl Root {
         };
         let (who, host) = (self.roll.name(rank), self.roll.host(rank));
         eprintln!("rlaunch: {who} on {host} (pid {pid}) {bound}");
+    }
+
+    /// Once every live top proxy is in the launched job's PMIx fence, every node's data goes
+    /// down in parts.
+    fn pmix_fence_step(&mut self) {
+        if let Some((epoch, mut parts)) = self.pmix_fence.complete(self.children.live()) {
+            let bytes: usize = parts.iter().map(Vec::len).sum();
+            tracing::debug!(epoch, bytes, "PMIx fence complete");
+            let data = parts.pop().unwrap_or_default();
+            for data in parts {
+                self.children.broadcast(&Down::PmixFencePart { epoch, data });
+            }
+            self.children.broadcast(&Down::PmixFenceOut { epoch, data });
+        }
     }
 
     /// Node `node` entered a PMIx fence over `members` (Open MPI's disconnect of parents and

@@ -19,6 +19,7 @@ mod calls;
 mod dmodex;
 mod launch;
 mod pmix;
+mod pmix_fence;
 
 use std::collections::{HashMap, HashSet};
 use std::ffi::OsString;
@@ -134,6 +135,8 @@ pub(crate) struct Node {
     dial_deadline: Option<Instant>,
     /// This node's PMIx server, if the job serves PMIx.
     pmix: Option<pmix::Pmix>,
+    /// This node's share of the launched job's PMIx fences, with or without a server.
+    pmix_fence: pmix_fence::NodeFence,
     /// Direct modex requests of other nodes that this node's server is answering.
     dmodex: dmodex::Asks,
     /// The launcher's stdin that came while the ranks waited to start, in order.
@@ -218,6 +221,7 @@ pub async fn serve(
         dial,
         dial_deadline: None,
         pmix: None,
+        pmix_fence: pmix_fence::NodeFence::default(),
         dmodex: dmodex::Asks::default(),
         held_stdin: Vec::new(),
     };
@@ -409,9 +413,12 @@ impl Node {
                     let step = self.kvs(0).map(|kvs| kvs.child_entered(pairs, live));
                     self.fence_step(step);
                 }
-                Some(ChildNews::Up(Up::PmixFenceIn { epoch, data })) => {
-                    self.pmix_child_fence(epoch, data)
+                // A part of a node's PMIx fence data goes on as it is, in order with the
+                // entries: the root puts each node's back together.
+                Some(ChildNews::Up(part @ Up::PmixFencePart { .. })) => {
+                    let _ = self.up.control.send(part);
                 }
+                Some(ChildNews::Up(Up::PmixFenceIn { epoch })) => self.pmix_child_fence(epoch),
                 // relay_child sends every other frame straight up.
                 Some(ChildNews::Up(_)) | None => {}
                 Some(ChildNews::Lost(lost)) => self.report_lost(lost),
@@ -455,6 +462,7 @@ impl Node {
                     self.send_replies(released);
                 }
             }
+            Down::PmixFencePart { epoch, data } => self.pmix_fence_part(epoch, data),
             Down::PmixFenceOut { epoch, data } => self.pmix_fence_out(epoch, data),
             // Every node hears of a spawn: the spawner's starts it, and the others' PMIx
             // servers learn its namespace, for their ranks that are its parents too.
@@ -587,8 +595,9 @@ impl Node {
 }
 
 /// Routes what a child proxy's link reports: its frames go up unchanged (through the bounded
-/// data channel, so backpressure reaches the child), except NodeDone and the fence entries,
-/// which are ours to aggregate; everything else about the link goes to the dispatcher.
+/// data channel, so backpressure reaches the child), except NodeDone and the fence entries
+/// and PMIx fence parts, which are ours to aggregate (and keep in order); everything else
+/// about the link goes to the dispatcher.
 async fn relay_child(
     child: usize,
     event: LinkEvent,
@@ -600,7 +609,13 @@ async fn relay_child(
         // With the parent gone, frames have nowhere to go; the link still runs, so that its
         // end reaches the dispatcher.
         LinkEvent::Up(up)
-            if !matches!(up, Up::NodeDone { .. } | Up::FenceIn { .. } | Up::PmixFenceIn { .. }) =>
+            if !matches!(
+                up,
+                Up::NodeDone { .. }
+                    | Up::FenceIn { .. }
+                    | Up::PmixFenceIn { .. }
+                    | Up::PmixFencePart { .. }
+            ) =>
         {
             let _ = data.send(up).await;
             true

@@ -1,13 +1,14 @@
 //! What this node's PMIx server asks of the node, and how the node answers: the launched
 //! job's ranks wait for their PMIx environment; a PMIx fence folds up the tree like a PMI
-//! fence (each node's data concatenated, handed back whole); abort, the name service and
-//! spawn go to the root as PMI's do. A job spawned here (MPI_Comm_spawn) is one more
-//! namespace of this node's server, its ranks held like the launched job's.
+//! fence (`super::pmix_fence`); abort, the name service and spawn go to the root as PMI's
+//! do. A job spawned here (MPI_Comm_spawn) is one more namespace of this node's server, its
+//! ranks held like the launched job's. A server that stops answering is lost as one that
+//! died is.
 //!
 //! ```text
 //!   start_launched ──Setup, Clients──► host ──Env × ranks──► ranks start
-//!   host ──Fence(id, data)──► fold (+ children's PmixFenceIn) ──► PmixFenceIn up
-//!   PmixFenceOut down ──► ModexDone(id, every node's data) ──► host
+//!   host ──Fence(id, data)──► super::pmix_fence
+//!   every heartbeat ──Sync──► host ──Synced──► (silent for the silence timeout: lost)
 //!   host ──Spawn(id)──► Up::Spawn ─► root ─► Down::Spawn ─► Setup, Clients ──► host
 //!        ──Env × ranks──► ranks start ──SpawnDone(id, nspace)──► host
 //! ```
@@ -15,34 +16,34 @@
 use std::collections::{HashMap, HashSet};
 use std::os::unix::ffi::OsStrExt;
 
-use pmi_wire::control::{Down, Job, NameAnswer, NameOp, SpawnCmd, SpawnJob, SpawnRequest, Up};
+use pmi_wire::control::{Job, NameAnswer, NameOp, SpawnCmd, SpawnJob, SpawnRequest, Up};
 use pmi_wire::ids::ExitOutcome;
 use tokio::time::Instant;
 
 use super::launch::JobRanks;
 use super::{Event, Node};
-use crate::fence::FenceFold;
 use crate::kvs::Local;
 use crate::pmix::wire::{App, Proc};
 use crate::pmix::{self, wire, Command, Host, HostNews};
 
 /// The node's PMIx server and what it waits for.
 pub(super) struct Pmix {
-    host: Host,
+    pub(super) host: Host,
     /// The namespaces the server knows (the launched job's, and each spawned job's): the
     /// job's index, the global id of its rank 0, and its size.
-    nspaces: HashMap<String, (u32, u32, u32)>,
+    pub(super) nspaces: HashMap<String, (u32, u32, u32)>,
     /// Fences over other processes than the whole launched job (global ids, sorted) this
     /// node entered: the host's id, answered when the root says the fence is complete.
-    groups: HashMap<Vec<u32>, u32>,
+    pub(super) groups: HashMap<Vec<u32>, u32>,
     /// Environments of local ranks, by job and rank, until their ranks start.
     envs: HashMap<(u32, u32), Vec<Vec<u8>>>,
     /// The ranks are waiting for their environments (the start is held until then).
     holding: bool,
-    /// The launched job's PMIx fence: this node's server and each live child subtree.
-    fence: FenceFold<Vec<u8>>,
-    /// The host's id of the fence this node entered, answered when the fence completes.
-    entered: Option<u32>,
+    /// The host's id of the launched job's fence this node entered, answered when the fence
+    /// completes (the fold is the node's, `super::pmix_fence`: it outlives the server).
+    pub(super) entered: Option<u32>,
+    /// The completion of that fence gathered so far, from the parts that came before it.
+    pub(super) fence_out: Vec<u8>,
     /// Name-service requests at the root, by the host's id: the key a lookup asked for.
     lookups: HashMap<u32, String>,
     /// Jobs spawned here whose ranks wait for their environments, by job index.
@@ -149,8 +150,8 @@ impl Node {
             groups: HashMap::new(),
             envs: HashMap::new(),
             holding,
-            fence: FenceFold::default(),
             entered: None,
+            fence_out: Vec::new(),
             lookups: HashMap::new(),
             spawning: HashMap::new(),
             connected: HashSet::new(),
@@ -209,6 +210,7 @@ impl Node {
         }
         self.pmix = None;
         self.dmodex_server_gone();
+        self.pmix_fence_without_server();
     }
 
     /// A rank of this node was reaped. One that exited 0 after connecting to the PMIx
@@ -294,6 +296,7 @@ impl Node {
         } else {
             self.notice(format!("PMIx is not served on this node: {why}"));
         }
+        self.pmix_fence_without_server();
         required
     }
 
@@ -412,11 +415,7 @@ impl Node {
                 if !whole {
                     return self.pmix_group_fence(id, &procs, data);
                 }
-                if let Some(old) = pmix.entered.replace(id) {
-                    tracing::warn!(old, id, "a PMIx fence entered twice");
-                }
-                pmix.fence.arrive([data]);
-                self.pmix_fence_step();
+                self.pmix_fence_entered(id, data);
             }
             pmix::Event::Dmodex { id, proc } => self.dmodex_request(id, proc),
             pmix::Event::DmodexData { id, status, data } => self.dmodex_data(id, status, data),
@@ -503,88 +502,6 @@ impl Node {
         }
     }
 
-    /// Every local process of a fence over `procs` (not the whole launched job) entered it:
-    /// the root folds it with the other nodes that host its processes.
-    fn pmix_group_fence(&mut self, id: u32, procs: &[Proc], data: Vec<u8>) {
-        let Some(pmix) = self.pmix.as_mut() else { return };
-        let mut members = Vec::new();
-        for proc in procs {
-            let Some(&(_, first, size)) = pmix.nspaces.get(&proc.nspace) else {
-                let text = format!("a fence with {}, a job this node does not know", proc.nspace);
-                self.notice(text);
-                let (status, data) = (wire::ERR_NOT_SUPPORTED, Vec::new());
-                return self.pmix.as_ref().expect("here").host.send(Command::ModexDone {
-                    id,
-                    status,
-                    data,
-                });
-            };
-            match proc.rank {
-                wire::RANK_WILDCARD => members.extend(first..first + size),
-                rank => members.push(first + rank),
-            }
-        }
-        members.sort_unstable();
-        members.dedup();
-        if let Some(old) = pmix.groups.insert(members.clone(), id) {
-            tracing::warn!(old, id, "a PMIx fence over the same processes entered twice");
-        }
-        let node = self.plan.index;
-        let _ = self.up.control.send(Up::PmixGroupFenceIn { node, members, data });
-    }
-
-    /// A fence over `members` is complete, with every participating node's data.
-    pub(super) fn pmix_group_fence_out(&mut self, node: u32, members: Vec<u32>, data: Vec<u8>) {
-        if node != self.plan.index {
-            let down = Down::PmixGroupFenceOut { node, members, data };
-            self.children.send_toward_node(node, down);
-            return;
-        }
-        let Some(pmix) = self.pmix.as_mut() else { return };
-        match pmix.groups.remove(&members) {
-            Some(id) => pmix.host.send(Command::ModexDone { id, status: wire::SUCCESS, data }),
-            None => tracing::warn!(?members, "completion of a PMIx fence this node is not in"),
-        }
-    }
-
-    /// A child subtree entered PMIx fence `epoch` with its nodes' data.
-    pub(super) fn pmix_child_fence(&mut self, epoch: u64, data: Vec<u8>) {
-        let Some(pmix) = self.pmix.as_mut() else {
-            // No server here: the subtree's data goes on alone.
-            let _ = self.up.control.send(Up::PmixFenceIn { epoch, data });
-            return;
-        };
-        if epoch != pmix.fence.epoch() {
-            tracing::warn!(
-                epoch,
-                expected = pmix.fence.epoch(),
-                "PMIx fence entry for another epoch"
-            );
-        }
-        pmix.fence.arrive([data]);
-        self.pmix_fence_step();
-    }
-
-    fn pmix_fence_step(&mut self) {
-        let parties = 1 + self.children.live();
-        let Some(pmix) = self.pmix.as_mut() else { return };
-        if let Some((epoch, blobs)) = pmix.fence.complete(parties) {
-            let _ = self.up.control.send(Up::PmixFenceIn { epoch, data: blobs.concat() });
-        }
-    }
-
-    /// PMIx fence `epoch` is complete tree-wide.
-    pub(super) fn pmix_fence_out(&mut self, epoch: u64, data: Vec<u8>) {
-        self.children.broadcast(&Down::PmixFenceOut { epoch, data: data.clone() });
-        let Some(pmix) = self.pmix.as_mut() else { return };
-        if !pmix.fence.finish(epoch) {
-            tracing::warn!(epoch, "PMIx fence completion for another epoch");
-        }
-        if let Some(id) = pmix.entered.take() {
-            pmix.host.send(Command::ModexDone { id, status: wire::SUCCESS, data });
-        }
-    }
-
     /// The root's answer to a PMIx name-service request of a local rank.
     pub(super) fn pmix_name_answer(&mut self, id: u32, answer: NameAnswer) {
         let Some(pmix) = self.pmix.as_mut() else { return };
@@ -613,7 +530,7 @@ impl Node {
         pmix.host.send(command);
     }
 
-    fn notice(&self, text: String) {
+    pub(super) fn notice(&self, text: String) {
         tracing::warn!("{text}");
         let _ = self.up.control.send(Up::Notice { host: self.plan.host.clone(), text });
     }
