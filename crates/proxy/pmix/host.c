@@ -683,13 +683,15 @@ static void clients(struct reader *r)
 {
     char *ns = get_str(r);
     uint32_t uid = get_u32(r), gid = get_u32(r), n = get_count(r, 4, "client count");
+    /* A namespace SETUP refused as too long: libpmix would take its clients cut short. */
+    bool too_long = strlen(ns) > PMIX_MAX_NSLEN;
     for (uint32_t i = 0; i < n; i++) {
         uint32_t rank = get_u32(r);
         pmix_proc_t proc;
         PMIX_PROC_LOAD(&proc, ns, rank);
         struct waiter w;
         waiter_init(&w);
-        pmix_status_t rc = waiter_wait(
+        pmix_status_t rc = too_long ? PMIX_ERR_BAD_PARAM : waiter_wait(
             &w, PMIx_server_register_client(&proc, uid, gid, NULL, op_wakeup, &w));
         char **env = NULL;
         if (rc == PMIX_SUCCESS)

@@ -65,12 +65,56 @@ pub(super) struct Pmix {
 
 /// A spawned job between its registration with the server and its start.
 pub(super) struct Spawning {
-    /// The host's id of the spawn request, answered once the ranks are started.
+    /// The host's id of the spawn request, answered once the ranks are started (or cannot).
     id: u32,
     nspace: String,
     job: Job,
     index: u32,
     ranks: JobRanks,
+    registration: Registration,
+}
+
+/// How a spawned job's registration with the server goes: ready once every rank's
+/// environment is in, failed if the server could not take the job or one of its ranks.
+#[derive(Debug)]
+pub(super) struct Registration {
+    ranks: usize,
+    envs: usize,
+    /// The first status that kept the server from the job.
+    failed: Option<wire::Status>,
+}
+
+#[derive(Debug, PartialEq, Eq)]
+pub(super) enum Registered {
+    Waiting,
+    Ready,
+    Failed(wire::Status),
+}
+
+impl Registration {
+    fn new(ranks: usize) -> Registration {
+        Registration { ranks, envs: 0, failed: None }
+    }
+
+    /// The server registered the job's namespace, or could not (`status`).
+    fn namespace(&mut self, status: wire::Status) {
+        if status != wire::SUCCESS {
+            self.failed.get_or_insert(status);
+        }
+    }
+
+    /// A rank's environment is in, or the status that kept the server from it.
+    fn env(&mut self, status: wire::Status) -> Registered {
+        self.envs += 1;
+        if status != wire::SUCCESS {
+            self.failed.get_or_insert(status);
+        }
+        match self.failed {
+            _ if self.envs < self.ranks => Registered::Waiting,
+            None => Registered::Ready,
+            Some(status) => Registered::Failed(status),
+        }
+    }
 }
 
 impl Pmix {
@@ -192,7 +236,8 @@ impl Node {
             gid: nix::unistd::getgid().as_raw(),
             ranks: ranks.iter().map(|&(rank, _, _)| rank).collect(),
         });
-        let spawning = Spawning { id, nspace, job, index: sj.job, ranks };
+        let registration = Registration::new(ranks.len());
+        let spawning = Spawning { id, nspace, job, index: sj.job, ranks, registration };
         if spawning.ranks.is_empty() {
             self.pmix_spawned(spawning);
         } else {
@@ -300,9 +345,23 @@ impl Node {
         required
     }
 
+    /// The server could not take a spawned job: its ranks never start, and the spawner hears
+    /// why (its MPI_Comm_spawn fails).
+    fn pmix_spawn_failed(&mut self, spawning: Spawning, status: wire::Status) {
+        let Spawning { id, nspace, index, .. } = spawning;
+        let text = format!("{nspace} does not start: PMIx cannot register it (status {status})");
+        self.notice(text);
+        self.jobs.remove(&index);
+        if let Some(pmix) = self.pmix.as_mut() {
+            pmix.nspaces.remove(&nspace);
+            pmix.envs.retain(|&(job, _), _| job != index);
+            pmix.host.send(Command::SpawnDone { id, status, nspace: String::new() });
+        }
+    }
+
     /// Every rank of a spawned job has its environment: they start, and the spawner hears.
     fn pmix_spawned(&mut self, spawning: Spawning) {
-        let Spawning { id, nspace, job, index, ranks } = spawning;
+        let Spawning { id, nspace, job, index, ranks, .. } = spawning;
         self.start_spawned_ranks(&job, index, &ranks);
         tracing::debug!(job = index, %nspace, "PMIx spawned job started");
         if let Some(pmix) = self.pmix.as_ref() {
@@ -385,10 +444,17 @@ impl Node {
         pmix.heard = Instant::now();
         match event {
             pmix::Event::Ready { version } => tracing::debug!(%version, "PMIx server ready"),
-            pmix::Event::SetupDone { nspace, status } => match status {
-                wire::SUCCESS => tracing::debug!(%nspace, "PMIx namespace registered"),
-                _ => self.notice(format!("cannot register {nspace} with PMIx (status {status})")),
-            },
+            pmix::Event::SetupDone { nspace, status } => {
+                let spawning = pmix.spawning.values_mut().find(|s| s.nspace == nspace);
+                match (status, spawning) {
+                    (wire::SUCCESS, _) => tracing::debug!(%nspace, "PMIx namespace registered"),
+                    // Its spawner hears, once every rank's environment is in.
+                    (_, Some(spawning)) => spawning.registration.namespace(status),
+                    _ => {
+                        self.notice(format!("cannot register {nspace} with PMIx (status {status})"))
+                    }
+                }
+            }
             pmix::Event::Failed { why } => self.lose_pmix(why),
             pmix::Event::Env { nspace, rank, status, vars } => {
                 if status != wire::SUCCESS {
@@ -404,9 +470,18 @@ impl Node {
                         pmix.holding = false;
                         self.start_launched_ranks();
                     }
-                } else if pmix.spawning.get(&index).is_some_and(|s| s.ranks.len() == have) {
-                    let spawning = pmix.spawning.remove(&index).expect("just seen");
-                    self.pmix_spawned(spawning);
+                } else if let Some(spawning) = pmix.spawning.get_mut(&index) {
+                    match spawning.registration.env(status) {
+                        Registered::Waiting => {}
+                        Registered::Ready => {
+                            let spawning = pmix.spawning.remove(&index).expect("just seen");
+                            self.pmix_spawned(spawning);
+                        }
+                        Registered::Failed(status) => {
+                            let spawning = pmix.spawning.remove(&index).expect("just seen");
+                            self.pmix_spawn_failed(spawning, status);
+                        }
+                    }
                 }
             }
             pmix::Event::Fence { id, collect: _, procs, data } => {
@@ -553,4 +628,28 @@ fn spawn_cmd(app: App) -> SpawnCmd {
         .collect();
     let args = argv.into_iter().skip(1).collect();
     SpawnCmd { exe: cmd, args, nprocs: maxprocs, info, env }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_spawned_job_is_ready_once_every_environment_is_in_unless_the_server_refused_it() {
+        let mut fine = Registration::new(2);
+        fine.namespace(wire::SUCCESS);
+        assert_eq!(fine.env(wire::SUCCESS), Registered::Waiting);
+        assert_eq!(fine.env(wire::SUCCESS), Registered::Ready);
+        // The namespace refused: the ranks' environments still come (failed), then the
+        // spawner hears the first status.
+        let mut refused = Registration::new(2);
+        refused.namespace(wire::ERR_BAD_PARAM);
+        assert_eq!(refused.env(wire::ERR_NOT_FOUND), Registered::Waiting);
+        assert_eq!(refused.env(wire::ERR_NOT_FOUND), Registered::Failed(wire::ERR_BAD_PARAM));
+        // One rank without an environment fails the job too.
+        let mut rank = Registration::new(2);
+        rank.namespace(wire::SUCCESS);
+        assert_eq!(rank.env(wire::ERR_NOT_FOUND), Registered::Waiting);
+        assert_eq!(rank.env(wire::SUCCESS), Registered::Failed(wire::ERR_NOT_FOUND));
+    }
 }

@@ -311,27 +311,77 @@ mod tests {
         }
     }
 
+    /// A host started for a test, once it is ready.
+    struct TestHost {
+        child: std::process::Child,
+        link: std::os::unix::net::UnixStream,
+        dir: PathBuf,
+    }
+
+    impl TestHost {
+        fn start() -> TestHost {
+            static NEXT: AtomicU32 = AtomicU32::new(0);
+            let n = NEXT.fetch_add(1, Ordering::Relaxed);
+            let name = format!("rlaunch-pmix-test.{}.{n}", std::process::id());
+            let dir = std::env::temp_dir().join(name);
+            private_dir(&dir).unwrap();
+            let (child, link) =
+                spawn_host(&dir, "n1", std::process::Stdio::piped()).expect("the host starts");
+            let mut host = TestHost { child, link, dir };
+            let ready = host.event();
+            assert!(matches!(ready, Event::Ready { .. }), "{ready:?}");
+            host
+        }
+
+        fn send(&mut self, message: Message) {
+            self.link.write_all(&message.framed()).unwrap();
+        }
+
+        fn event(&mut self) -> Event {
+            let mut len = [0; 4];
+            self.link.read_exact(&mut len).unwrap();
+            let mut body = vec![0; u32::from_le_bytes(len) as usize];
+            self.link.read_exact(&mut body).unwrap();
+            Event::decode(&body).unwrap()
+        }
+    }
+
+    impl Drop for TestHost {
+        fn drop(&mut self) {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+
     /// Starts a host, waits for it to be ready, sends it `message`, and returns its exit
     /// code (`None` if a signal ended it) and what it wrote on stderr.
     fn host_reads(message: Message) -> (Option<i32>, String) {
-        static NEXT: AtomicU32 = AtomicU32::new(0);
-        let n = NEXT.fetch_add(1, Ordering::Relaxed);
-        let dir =
-            std::env::temp_dir().join(format!("rlaunch-pmix-test.{}.{n}", std::process::id()));
-        private_dir(&dir).unwrap();
-        let (mut child, mut link) =
-            spawn_host(&dir, "n1", std::process::Stdio::piped()).expect("the host starts");
-        let mut len = [0; 4];
-        link.read_exact(&mut len).unwrap();
-        let mut body = vec![0; u32::from_le_bytes(len) as usize];
-        link.read_exact(&mut body).unwrap();
-        assert!(matches!(Event::decode(&body), Ok(Event::Ready { .. })), "{body:?}");
-        link.write_all(&message.framed()).unwrap();
+        let mut host = TestHost::start();
+        host.send(message);
         let mut stderr = String::new();
-        child.stderr.take().unwrap().read_to_string(&mut stderr).unwrap();
-        let status = child.wait().unwrap();
-        let _ = std::fs::remove_dir_all(&dir);
+        host.child.stderr.take().unwrap().read_to_string(&mut stderr).unwrap();
+        let status = host.child.wait().unwrap();
         (status.signal().map_or(status.code(), |_| None), stderr)
+    }
+
+    #[test]
+    fn a_spawned_job_the_server_cannot_register_is_refused_with_its_status() {
+        // A namespace longer than libpmix keeps: refused whole, not registered cut short.
+        let mut host = TestHost::start();
+        let long = "j".repeat(300);
+        let setup = Message::new(1).u32(1).str(&long).str(&long);
+        host.send(setup.u32(1).u32(0).u32(1).str("n1").u32(0).u32(0).u32(0));
+        let refused = Event::SetupDone { nspace: long.clone(), status: wire::ERR_BAD_PARAM };
+        assert_eq!(host.event(), refused);
+        // Its ranks get no environment, with the status that says why.
+        host.send(Message::new(2).str(&long).u32(0).u32(0).u32(1).u32(0));
+        let env = host.event();
+        let refused = |status: i32, vars: &[Vec<u8>]| status < 0 && vars.is_empty();
+        assert!(
+            matches!(&env, Event::Env { rank: 0, status, vars, .. } if refused(*status, vars)),
+            "{env:?}"
+        );
     }
 
     fn broken(what: &str) -> (Option<i32>, String) {
