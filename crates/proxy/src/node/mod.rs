@@ -20,6 +20,7 @@ mod dmodex;
 mod launch;
 mod pmix;
 mod pmix_fence;
+mod pmix_spawn;
 
 use std::collections::{HashMap, HashSet};
 use std::ffi::OsString;

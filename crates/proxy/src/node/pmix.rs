@@ -2,28 +2,27 @@
 //! job's ranks wait for their PMIx environment; a PMIx fence folds up the tree like a PMI
 //! fence (`super::pmix_fence`); abort, the name service and spawn go to the root as PMI's
 //! do. A job spawned here (MPI_Comm_spawn) is one more namespace of this node's server, its
-//! ranks held like the launched job's. A server that stops answering is lost as one that
-//! died is.
+//! ranks held like the launched job's (`super::pmix_spawn`). A server that stops answering
+//! is lost as one that died is.
 //!
 //! ```text
 //!   start_launched ──Setup, Clients──► host ──Env × ranks──► ranks start
 //!   host ──Fence(id, data)──► super::pmix_fence
+//!   host ──Spawn(id)──► Up::Spawn ─► root ─► Down::Spawn ─► super::pmix_spawn
 //!   every heartbeat ──Sync──► host ──Synced──► (silent for the silence timeout: lost)
-//!   host ──Spawn(id)──► Up::Spawn ─► root ─► Down::Spawn ─► Setup, Clients ──► host
-//!        ──Env × ranks──► ranks start ──SpawnDone(id, nspace)──► host
 //! ```
 
 use std::collections::{HashMap, HashSet};
 use std::os::unix::ffi::OsStrExt;
 
-use pmi_wire::control::{Job, NameAnswer, NameOp, SpawnCmd, SpawnJob, SpawnRequest, Up};
+use pmi_wire::control::{NameAnswer, NameOp, SpawnCmd, SpawnRequest, Up};
 use pmi_wire::ids::ExitOutcome;
 use tokio::time::Instant;
 
-use super::launch::JobRanks;
+use super::pmix_spawn::{Registered, Spawning};
 use super::{Event, Node};
 use crate::kvs::Local;
-use crate::pmix::wire::{App, Proc};
+use crate::pmix::wire::Proc;
 use crate::pmix::{self, wire, Command, Host, HostNews};
 
 /// The node's PMIx server and what it waits for.
@@ -36,7 +35,7 @@ pub(super) struct Pmix {
     /// node entered: the host's id, answered when the root says the fence is complete.
     pub(super) groups: HashMap<Vec<u32>, u32>,
     /// Environments of local ranks, by job and rank, until their ranks start.
-    envs: HashMap<(u32, u32), Vec<Vec<u8>>>,
+    pub(super) envs: HashMap<(u32, u32), Vec<Vec<u8>>>,
     /// The ranks are waiting for their environments (the start is held until then).
     holding: bool,
     /// The host's id of the launched job's fence this node entered, answered when the fence
@@ -47,7 +46,7 @@ pub(super) struct Pmix {
     /// Name-service requests at the root, by the host's id: the key a lookup asked for.
     lookups: HashMap<u32, String>,
     /// Jobs spawned here whose ranks wait for their environments, by job index.
-    spawning: HashMap<u32, Spawning>,
+    pub(super) spawning: HashMap<u32, Spawning>,
     /// Local clients (global ids) that connected to the server: only they can have
     /// committed data for a direct modex request.
     connected: HashSet<u32>,
@@ -61,60 +60,6 @@ pub(super) struct Pmix {
     /// for the job's silence timeout is wedged (stopped, or stuck before it is ready), and
     /// is given up as if it had died.
     heard: Instant,
-}
-
-/// A spawned job between its registration with the server and its start.
-pub(super) struct Spawning {
-    /// The host's id of the spawn request, answered once the ranks are started (or cannot).
-    id: u32,
-    nspace: String,
-    job: Job,
-    index: u32,
-    ranks: JobRanks,
-    registration: Registration,
-}
-
-/// How a spawned job's registration with the server goes: ready once every rank's
-/// environment is in, failed if the server could not take the job or one of its ranks.
-#[derive(Debug)]
-pub(super) struct Registration {
-    ranks: usize,
-    envs: usize,
-    /// The first status that kept the server from the job.
-    failed: Option<wire::Status>,
-}
-
-#[derive(Debug, PartialEq, Eq)]
-pub(super) enum Registered {
-    Waiting,
-    Ready,
-    Failed(wire::Status),
-}
-
-impl Registration {
-    fn new(ranks: usize) -> Registration {
-        Registration { ranks, envs: 0, failed: None }
-    }
-
-    /// The server registered the job's namespace, or could not (`status`).
-    fn namespace(&mut self, status: wire::Status) {
-        if status != wire::SUCCESS {
-            self.failed.get_or_insert(status);
-        }
-    }
-
-    /// A rank's environment is in, or the status that kept the server from it.
-    fn env(&mut self, status: wire::Status) -> Registered {
-        self.envs += 1;
-        if status != wire::SUCCESS {
-            self.failed.get_or_insert(status);
-        }
-        match self.failed {
-            _ if self.envs < self.ranks => Registered::Waiting,
-            None => Registered::Ready,
-            Some(status) => Registered::Failed(status),
-        }
-    }
 }
 
 impl Pmix {
@@ -207,45 +152,6 @@ impl Node {
         holding
     }
 
-    /// Registers a job a local rank spawned through PMIx with this node's server; its ranks
-    /// start once their environments are in. Hands the job back if there is no server.
-    pub(super) fn pmix_spawn(
-        &mut self,
-        id: u32,
-        sj: &SpawnJob,
-        job: Job,
-        ranks: JobRanks,
-    ) -> Option<(Job, JobRanks)> {
-        let host_name = self.plan.host.clone();
-        let Some(pmix) = self.pmix.as_mut() else { return Some((job, ranks)) };
-        let nspace = sj.kvsname.clone();
-        pmix.nspaces.insert(nspace.clone(), (sj.job, sj.first, ranks.len() as u32));
-        pmix.host.send(Command::Setup {
-            nspace: nspace.clone(),
-            jobid: nspace.clone(),
-            node: Some(0),
-            hosts: vec![host_name],
-            rank_node: vec![0; ranks.len()],
-            rank_app: ranks.iter().map(|&(_, _, segment)| segment).collect(),
-            psets: Vec::new(),
-            spawned: true,
-        });
-        pmix.host.send(Command::Clients {
-            nspace: nspace.clone(),
-            uid: nix::unistd::getuid().as_raw(),
-            gid: nix::unistd::getgid().as_raw(),
-            ranks: ranks.iter().map(|&(rank, _, _)| rank).collect(),
-        });
-        let registration = Registration::new(ranks.len());
-        let spawning = Spawning { id, nspace, job, index: sj.job, ranks, registration };
-        if spawning.ranks.is_empty() {
-            self.pmix_spawned(spawning);
-        } else {
-            pmix.spawning.insert(sj.job, spawning);
-        }
-        None
-    }
-
     /// Stops this node's server (its ranks are done, or being killed): on purpose, not news.
     pub(super) fn drop_pmix(&mut self) {
         let syncs = self.pmix.as_mut().map(|p| std::mem::take(&mut p.syncs)).unwrap_or_default();
@@ -290,32 +196,6 @@ impl Node {
         self.dmodex_rank_ended(gid);
     }
 
-    /// Registers a job a rank of another node spawned through PMIx (every rank on that node)
-    /// with this node's server, whose ranks may be its parents too (a spawn collective over
-    /// ranks of several nodes): they connect to it, and get its ranks' data by direct modex.
-    pub(super) fn pmix_spawned_elsewhere(&mut self, sj: &SpawnJob) {
-        let Some(pmix) = self.pmix.as_mut() else { return };
-        let Some(spawner) = self.job.pmix.as_ref().and_then(|p| p.hosts.get(sj.node as usize))
-        else {
-            return;
-        };
-        let rank_app: Vec<u32> = (sj.request.cmds.iter().enumerate())
-            .flat_map(|(app, cmd)| std::iter::repeat_n(app as u32, cmd.nprocs as usize))
-            .collect();
-        let nspace = sj.kvsname.clone();
-        pmix.nspaces.insert(nspace.clone(), (sj.job, sj.first, rank_app.len() as u32));
-        pmix.host.send(Command::Setup {
-            nspace: nspace.clone(),
-            jobid: nspace,
-            node: None,
-            hosts: vec![spawner.clone()],
-            rank_node: vec![0; rank_app.len()],
-            rank_app,
-            psets: Vec::new(),
-            spawned: true,
-        });
-    }
-
     /// The server is gone: ranks held for their environments start without them.
     fn lose_pmix(&mut self, why: String) {
         let Some(pmix) = self.pmix.take() else { return };
@@ -343,30 +223,6 @@ impl Node {
         }
         self.pmix_fence_without_server();
         required
-    }
-
-    /// The server could not take a spawned job: its ranks never start, and the spawner hears
-    /// why (its MPI_Comm_spawn fails).
-    fn pmix_spawn_failed(&mut self, spawning: Spawning, status: wire::Status) {
-        let Spawning { id, nspace, index, .. } = spawning;
-        let text = format!("{nspace} does not start: PMIx cannot register it (status {status})");
-        self.notice(text);
-        self.jobs.remove(&index);
-        if let Some(pmix) = self.pmix.as_mut() {
-            pmix.nspaces.remove(&nspace);
-            pmix.envs.retain(|&(job, _), _| job != index);
-            pmix.host.send(Command::SpawnDone { id, status, nspace: String::new() });
-        }
-    }
-
-    /// Every rank of a spawned job has its environment: they start, and the spawner hears.
-    fn pmix_spawned(&mut self, spawning: Spawning) {
-        let Spawning { id, nspace, job, index, ranks, .. } = spawning;
-        self.start_spawned_ranks(&job, index, &ranks);
-        tracing::debug!(job = index, %nspace, "PMIx spawned job started");
-        if let Some(pmix) = self.pmix.as_ref() {
-            pmix.host.send(Command::SpawnDone { id, status: wire::SUCCESS, nspace });
-        }
     }
 
     /// The PMIx environment of a local rank of job `index` (empty without PMIx), started
@@ -543,7 +399,8 @@ impl Node {
                 }
             },
             pmix::Event::Spawn { id, proc, apps } => {
-                let cmds: Vec<SpawnCmd> = apps.into_iter().map(spawn_cmd).collect();
+                let cmds: Vec<SpawnCmd> =
+                    apps.into_iter().map(super::pmix_spawn::spawn_cmd).collect();
                 match pmix.gid(&proc) {
                     Some(rank) if cmds.iter().any(|c| c.nprocs > 0) => {
                         let request = SpawnRequest { cmds, preput: Vec::new() };
@@ -615,41 +472,5 @@ impl Node {
     /// The launched job's ranks, or a spawned job's, wait for their PMIx environments.
     pub(super) fn holding_ranks(&self) -> bool {
         self.pmix.as_ref().is_some_and(|p| p.holding || !p.spawning.is_empty())
-    }
-}
-
-/// What rlaunch's spawn makes of a PMIx application: its argv after the program's name, its
-/// working directory, its environment.
-fn spawn_cmd(app: App) -> SpawnCmd {
-    let App { cmd, argv, env, maxprocs, info } = app;
-    let info = info
-        .into_iter()
-        .filter_map(|(key, value)| (key == "pmix.wdir").then(|| ("wdir".to_string(), value)))
-        .collect();
-    let args = argv.into_iter().skip(1).collect();
-    SpawnCmd { exe: cmd, args, nprocs: maxprocs, info, env }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_spawned_job_is_ready_once_every_environment_is_in_unless_the_server_refused_it() {
-        let mut fine = Registration::new(2);
-        fine.namespace(wire::SUCCESS);
-        assert_eq!(fine.env(wire::SUCCESS), Registered::Waiting);
-        assert_eq!(fine.env(wire::SUCCESS), Registered::Ready);
-        // The namespace refused: the ranks' environments still come (failed), then the
-        // spawner hears the first status.
-        let mut refused = Registration::new(2);
-        refused.namespace(wire::ERR_BAD_PARAM);
-        assert_eq!(refused.env(wire::ERR_NOT_FOUND), Registered::Waiting);
-        assert_eq!(refused.env(wire::ERR_NOT_FOUND), Registered::Failed(wire::ERR_BAD_PARAM));
-        // One rank without an environment fails the job too.
-        let mut rank = Registration::new(2);
-        rank.namespace(wire::SUCCESS);
-        assert_eq!(rank.env(wire::ERR_NOT_FOUND), Registered::Waiting);
-        assert_eq!(rank.env(wire::SUCCESS), Registered::Failed(wire::ERR_NOT_FOUND));
     }
 }
