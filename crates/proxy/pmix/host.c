@@ -592,13 +592,16 @@ static void setup(struct reader *r)
         free(peers.s);
     }
     /* Per process: where it is and what it is. */
-    uint16_t *node_rank = calloc(nnodes, sizeof *node_rank);
+    uint16_t *node_rank = calloc(nnodes ? nnodes : 1, sizeof *node_rank);
+    /* Counted as the ranks go: counting each rank's predecessors took seconds for 100 000
+     * ranks, while the proxy waits for this thread to answer its heartbeat. */
+    pmix_rank_t *app_next = calloc(napps ? napps : 1, sizeof *app_next);
+    if (!node_rank || !app_next)
+        abort();
     for (uint32_t i = 0; i < size; i++) {
         uint32_t n = node_of[i], a = app_of[i];
         uint16_t local_rank = node_rank[n]++;
-        pmix_rank_t app_rank = 0;
-        for (uint32_t j = 0; j < i; j++)
-            app_rank += app_of[j] == a;
+        pmix_rank_t app_rank = app_next[a]++;
         pmix_rank_t rank = i;
         pmix_data_array_t *arr;
         PMIX_DATA_ARRAY_CREATE(arr, 8, PMIX_INFO);
@@ -615,6 +618,7 @@ static void setup(struct reader *r)
         PMIX_DATA_ARRAY_FREE(arr);
     }
     free(node_rank);
+    free(app_next);
 
     struct waiter w;
     waiter_init(&w);
