@@ -61,6 +61,15 @@ pub enum CProgram {
     /// Open MPI: `connect SERVICE`: rank 0 publishes a port and accepts, rank 1 looks it up
     /// and connects; they exchange a message (`accepted 42`, `connected 43`).
     OmpiConnect,
+    /// A client of libpmix: rank 1 leaves a waiting lookup of `rlaunch.once` behind
+    /// (`rank 1 leaves`); rank 0 reads a line, publishes it for one read and looks it up
+    /// (`rank 0 found v1`, or `rank 0 cannot find it: STATUS` and exit 3).
+    Names,
+    /// A client of libpmix: `fence BYTES ABSENT [wait]`: each rank puts BYTES bytes, prints
+    /// `ready R` (then reads a line with `wait`), fences collecting data, and checks the blob
+    /// of every other rank but those of ABSENT (`0,4`, or `-`) from what the fence brought
+    /// (`rank R has N blobs`, or a complaint and exit 3).
+    Fence,
 }
 
 enum Compiler {
@@ -75,7 +84,7 @@ enum Compiler {
 }
 
 impl CProgram {
-    const COUNT: usize = 16;
+    const COUNT: usize = 18;
 
     /// The executable's name.
     fn name(self) -> &'static str {
@@ -96,6 +105,8 @@ impl CProgram {
             CProgram::OmpiDie => "ompi-die",
             CProgram::OmpiSpawn => "ompi-spawn",
             CProgram::OmpiConnect => "ompi-connect",
+            CProgram::Names => "names",
+            CProgram::Fence => "fence",
         }
     }
 
@@ -107,7 +118,9 @@ impl CProgram {
     fn compiler(self) -> Compiler {
         match self {
             CProgram::Pmi2 => Compiler::CcPmi2,
-            CProgram::Psets | CProgram::Dmodex => Compiler::CcPmix,
+            CProgram::Psets | CProgram::Dmodex | CProgram::Names | CProgram::Fence => {
+                Compiler::CcPmix
+            }
             CProgram::OmpiHello
             | CProgram::OmpiRing
             | CProgram::OmpiAbort

@@ -220,6 +220,25 @@ fn open_mpi_spawn_collective_over_parents_on_two_nodes() {
 }
 
 #[test]
+fn a_lookup_left_by_a_rank_that_ended_does_not_take_a_value_published_for_one_read() {
+    // Rank 1 leaves a waiting lookup behind and exits. Once the root has recorded its end
+    // (its debug line), rank 0 publishes a value for one read and looks it up: the value is
+    // rank 0's, not the dead rank's.
+    let mut job = Run::new(&["-n", "2"])
+        .arg(CProgram::Names.path_str())
+        .env("RLAUNCH_LOG", "debug")
+        .stdin_piped()
+        .timeout(MPI_LIMIT)
+        .spawn();
+    job.wait_for_stderr_line(|l| l.starts_with("DEBUG rank ended rank=1 "), MPI_LIMIT);
+    job.write_stdin(b"go\n");
+    job.close_stdin();
+    let out = job.wait(MPI_LIMIT);
+    out.assert_code(0);
+    assert_eq!(sorted(out.lines()), ["rank 0 found v1", "rank 1 leaves"], "{out}");
+}
+
+#[test]
 fn open_mpi_connect_and_accept_through_the_name_service() {
     // Open MPI exchanges its side of a connection through publish and a lookup that waits
     // for the other side's: on one node and across two.
@@ -231,6 +250,59 @@ fn open_mpi_connect_and_accept_through_the_name_service() {
             panic!("left running after connect/accept: {left:?}");
         });
     }
+}
+
+#[test]
+fn a_pmix_fence_larger_than_a_frame_goes_through_the_tree_in_parts() {
+    // Four nodes of 20 MiB each, 80 MiB in all, more than a control frame carries (64 MiB):
+    // each node's data goes up in parts, past n1 (an interior proxy with data of its own and
+    // two children's), and every node's comes down whole. libpmix's shared-memory store
+    // takes no more than 24 MiB or so per job; its hash store has no such limit.
+    let options = [fake_nodes(4, 1), vec!["--tree-width".into(), "2".into()]].concat();
+    let bytes = (20 << 20).to_string();
+    let out =
+        mpi_run(&options, 4, CProgram::Fence, &[&bytes, "-"]).env("PMIX_MCA_gds", "hash").run();
+    out.assert_code(0);
+    let want = (0..4).flat_map(|r| [format!("ready {r}"), format!("rank {r} has 3 blobs")]);
+    assert_eq!(sorted(out.lines()), sorted(want), "{out}");
+}
+
+#[test]
+fn nodes_that_lost_their_pmix_server_still_take_part_in_the_fence_with_nothing() {
+    // Five nodes, two children a proxy: n1 has n3 and n4 below it, n2 has n5. Ranks 0 (n1)
+    // and 4 (n5) are no PMIx clients, and their nodes' servers are killed: n1 must fold its
+    // children's entries into one, and n5, a leaf, must enter with nothing, or the other
+    // ranks' fence miscounts or never completes.
+    let options = [fake_nodes(5, 1), vec!["--tree-width".into(), "2".into()]].concat();
+    let fence = CProgram::Fence.path_str();
+    let script =
+        format!("case $PMIX_RANK in 0|4) read x; exit 0;; esac; exec {fence} 1000 0,4 wait");
+    let mut job = Run::new(&[])
+        .args(options)
+        .args(["--stdin", "all", "-n", "5", "sh", "-c", &script])
+        .stdin_piped()
+        .timeout(MPI_LIMIT)
+        .spawn();
+    for _ in 1..4 {
+        job.wait_for_line(|l| l.starts_with("ready "), MPI_LIMIT);
+    }
+    for node in ["n1", "n5"] {
+        let server = rlaunch_tests::tagged_processes(job.tag())
+            .into_iter()
+            .find(|p| p.comm == "rlaunch-pmix" && pmix_host_node(p.pid.as_raw()) == node)
+            .unwrap_or_else(|| panic!("{node}'s PMIx server runs"));
+        nix::sys::signal::kill(server.pid, nix::sys::signal::Signal::SIGKILL).unwrap();
+        let note = format!(
+            "rlaunch: note: on {node}: PMIx is not served on this node: the PMIx server of this \
+             node ended: it exited"
+        );
+        job.wait_for_stderr_line(|l| l == note, MPI_LIMIT);
+    }
+    job.write_stdin(b"go\n");
+    let out = job.wait(MPI_LIMIT);
+    out.assert_code(0);
+    let want = (1..4).flat_map(|r| [format!("ready {r}"), format!("rank {r} has 2 blobs")]);
+    assert_eq!(sorted(out.lines()), sorted(want), "{out}");
 }
 
 #[test]
@@ -322,6 +394,91 @@ fn a_node_that_cannot_serve_pmix_fails_a_job_that_needs_it_and_not_one_that_does
     let out = mpi_run(&all, 2, CProgram::Hello, &["2"]).env("TMPDIR", "/nonexistent").run();
     check_hello(&out, 2);
     assert!(out.stderr_str().contains("rlaunch: note: on "), "{out}");
+}
+
+/// Options that make every link of the tree, and each node's PMIx server, count as lost after
+/// a second of silence.
+const QUICK_LIVENESS: [&str; 4] = ["--heartbeat", "0.2", "--silence-timeout", "1"];
+
+/// A run whose PMIx servers never become ready: hwloc, which libpmix starts with, reads the
+/// node's topology from a FIFO that nobody writes (`fifo`, made here).
+fn with_a_server_that_never_starts(run: Run, fifo: &std::path::Path) -> Run {
+    nix::unistd::mkfifo(fifo, nix::sys::stat::Mode::S_IRWXU).unwrap();
+    run.env("HWLOC_COMPONENTS", "xml").env("HWLOC_XMLFILE", fifo)
+}
+
+#[test]
+fn a_server_that_never_becomes_ready_fails_a_job_that_needs_pmix_and_not_one_that_does_not() {
+    // Open MPI's ranks would each run alone: the job ends naming the node, and no rank ran.
+    let tmp = rlaunch_tests::tempdir();
+    let fifo = tmp.path().join("topology");
+    let run = Run::new(&QUICK_LIVENESS).args(["-n", "2"]).arg(CProgram::OmpiHello.path_str());
+    let out = with_a_server_that_never_starts(run.arg("2"), &fifo).timeout(MPI_LIMIT).run();
+    out.assert_code(255);
+    let want = format!(
+        "rlaunch: lost proxy on {} (it cannot serve PMIx, which the program needs: the PMIx \
+         server of this node did not answer for 1 s)",
+        hostname()
+    );
+    assert_eq!(rlaunch_lines(&out.stderr_str()), [want], "{out}");
+    assert!(out.lines().is_empty(), "no rank ran: {out}");
+    out.tag.wait_until_none(Duration::from_secs(5)).unwrap_or_else(|left| {
+        panic!("left running: {left:?}");
+    });
+    // sh needs no PMIx: a note, and its ranks start without it.
+    std::fs::remove_file(&fifo).unwrap();
+    let run =
+        Run::new(&QUICK_LIVENESS).args(["-n", "2", "sh", "-c", "echo ran ${PMIX_RANK-alone}"]);
+    let out = with_a_server_that_never_starts(run, &fifo).timeout(MPI_LIMIT).run();
+    out.assert_code(0);
+    let want = format!(
+        "rlaunch: note: on {}: PMIx is not served on this node: the PMIx server of this node \
+         did not answer for 1 s",
+        hostname()
+    );
+    assert_eq!(rlaunch_lines(&out.stderr_str()), [want], "{out}");
+    assert_eq!(out.lines(), ["ran alone", "ran alone"], "{out}");
+    out.tag.wait_until_none(Duration::from_secs(5)).unwrap_or_else(|left| {
+        panic!("left running: {left:?}");
+    });
+}
+
+#[test]
+fn a_server_that_stops_answering_mid_job_fails_a_job_that_needs_it_naming_the_node() {
+    // Both ranks are PMIx clients waiting on stdin when n2's server is stopped (SIGSTOP): it
+    // is killed, and the job ends as if it had died.
+    let options =
+        [&QUICK_LIVENESS[..], &["--launcher", "fork", "--hosts", "n1,n2", "--stdin", "all"]];
+    let mut job = Run::new(&options.concat())
+        .args(["-n", "2", &CProgram::Fence.path_str(), "10", "-", "wait"])
+        .stdin_piped()
+        .timeout(MPI_LIMIT)
+        .spawn();
+    for _ in 0..2 {
+        job.wait_for_line(|l| l.starts_with("ready "), MPI_LIMIT);
+    }
+    let n2 = rlaunch_tests::tagged_processes(job.tag())
+        .into_iter()
+        .find(|p| p.comm == "rlaunch-pmix" && pmix_host_node(p.pid.as_raw()) == "n2")
+        .expect("n2's PMIx server runs");
+    nix::sys::signal::kill(n2.pid, nix::sys::signal::Signal::SIGSTOP).unwrap();
+    // Stdin stays open: the ranks wait on it until the job ends them.
+    job.wait_exit(MPI_LIMIT);
+    let out = job.wait(MPI_LIMIT);
+    out.assert_code(255);
+    let want = "rlaunch: lost proxy on n2 (it cannot serve PMIx, which the program needs: the \
+                PMIx server of this node did not answer for 1 s)";
+    assert_eq!(rlaunch_lines(&out.stderr_str()), [want], "{out}");
+    out.tag.wait_until_none(Duration::from_secs(5)).unwrap_or_else(|left| {
+        panic!("left running: {left:?}");
+    });
+}
+
+/// The node a PMIx server serves: the last argument of `rlaunch-pmix-host DIR NODE`.
+fn pmix_host_node(pid: i32) -> String {
+    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+    let args: Vec<&[u8]> = cmdline.split(|&b| b == 0).filter(|a| !a.is_empty()).collect();
+    args.last().map(|a| String::from_utf8_lossy(a).into_owned()).unwrap_or_default()
 }
 
 #[test]

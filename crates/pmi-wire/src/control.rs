@@ -6,14 +6,16 @@
 //! frame:            u32 BE length | u8 tag | body        (length counts tag + body)
 //!   tag 0: a bincode-encoded message (Up or Down)
 //!   tag 1: rank output (Up) or stdin data (Down), raw bytes after a small fixed header
+//!   tag 2: PMIx fence data: up, u64 BE epoch | u32 BE node | raw bytes (a part); down,
+//!          u8 end (0: a part, 1: the fence's Out) | u64 BE epoch | raw bytes
 //! ```
 //!
 //! The hello is raw bytes, not bincode, so that two binaries that disagree about the message
 //! encoding still agree on how to say "wrong version". Over ssh a remote shell may print before
 //! the proxy runs: [`scan_hello`] finds the magic and reports what came before it.
 //!
-//! Output and stdin data use their own tag so that bulk bytes are copied once, not serialised
-//! element by element through serde.
+//! Output, stdin and PMIx fence data use tags of their own so that bulk bytes are copied
+//! once, not serialised element by element through serde.
 
 use serde::{de::DeserializeOwned, Deserialize, Serialize};
 
@@ -22,16 +24,20 @@ use crate::ids::{ExitOutcome, Stream};
 /// First bytes on every control channel, in both directions.
 pub const MAGIC: [u8; 8] = *b"\x7fRLAUNCH";
 /// Bumped whenever a frame changes meaning.
-pub const PROTOCOL_VERSION: u32 = 7;
+pub const PROTOCOL_VERSION: u32 = 8;
 /// Length of the raw hello: magic + u32 BE version.
 pub const HELLO_LEN: usize = MAGIC.len() + 4;
 /// Largest frame either side accepts; checked before any allocation.
 pub const MAX_FRAME_LEN: usize = 64 << 20;
+/// How much of a PMIx fence's data one frame carries: more travels in several
+/// ([`Up::PmixFencePart`], [`Down::PmixFencePart`]), so that no fence is too large for a frame.
+pub const PMIX_FENCE_PART: usize = 16 << 20;
 /// How much a peer may print before its hello before we give up looking for it.
 pub const MAX_PREAMBLE: usize = 64 << 10;
 
 const TAG_MSG: u8 = 0;
 const TAG_DATA: u8 = 1;
+const TAG_PMIX_FENCE: u8 = 2;
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum FrameError {
@@ -160,6 +166,27 @@ fn decode_msg<T: DeserializeOwned>(body: &[u8]) -> Result<T, FrameError> {
     Ok(msg)
 }
 
+/// A frame of PMIx fence data going down: a part of it, or its end (`PmixFenceOut`).
+fn encode_pmix_fence_down(end: bool, epoch: u64, data: &[u8], out: &mut Vec<u8>) {
+    let start = out.len();
+    out.extend_from_slice(&[0, 0, 0, 0, TAG_PMIX_FENCE, u8::from(end)]);
+    out.extend_from_slice(&epoch.to_be_bytes());
+    out.extend_from_slice(data);
+    patch_len(out, start);
+}
+
+/// The body of a PMIx fence data frame going down, after its tag: (end, epoch, data).
+fn decode_pmix_fence_down(rest: &[u8]) -> Result<(bool, u64, Vec<u8>), FrameError> {
+    let head = take::<9>(rest, "PMIx fence header")?;
+    let end = match head[0] {
+        0 => false,
+        1 => true,
+        other => return Err(FrameError::Malformed(format!("bad PMIx fence kind {other}"))),
+    };
+    let epoch = u64::from_be_bytes(head[1..].try_into().expect("8 bytes"));
+    Ok((end, epoch, rest[9..].to_vec()))
+}
+
 fn split_tag(body: &[u8]) -> Result<(u8, &[u8]), FrameError> {
     body.split_first().map(|(t, rest)| (*t, rest)).ok_or(FrameError::Empty)
 }
@@ -189,8 +216,12 @@ pub enum Down {
     /// to its cache and releases its ranks.
     FenceOut { epoch: u64, pairs: Vec<(String, String)> },
     /// A PMIx fence is complete: every node's contribution to `epoch`, one after another,
-    /// for each node's PMIx server to hand back to its ranks whole.
+    /// for each node's PMIx server to hand back to its ranks whole. `data` is the end of it,
+    /// after the [`Down::PmixFencePart`]s sent before.
     PmixFenceOut { epoch: u64, data: Vec<u8> },
+    /// Part of the data of PMIx fence `epoch` (at most [`PMIX_FENCE_PART`] bytes), ahead of
+    /// its [`Down::PmixFenceOut`]; each proxy passes it on and keeps it for its server.
+    PmixFencePart { epoch: u64, data: Vec<u8> },
     /// The root's answer to a rank's name-service request.
     NameReply { rank: u32, tag: Option<String>, answer: NameAnswer },
     /// A job spawned by a rank (MPI_Comm_spawn), sent to every node: the spawning rank's
@@ -241,9 +272,14 @@ pub enum Up {
     /// Every rank of this subtree has entered fence `epoch`; the pairs they put since the
     /// last fence come along.
     FenceIn { epoch: u64, pairs: Vec<(String, String)> },
-    /// Every node of this subtree has entered PMIx fence `epoch`; `data` is their PMIx
-    /// servers' contributions, one after another (opaque to rlaunch).
-    PmixFenceIn { epoch: u64, data: Vec<u8> },
+    /// Every node of this subtree has entered PMIx fence `epoch`, and sent its server's data
+    /// ahead in [`Up::PmixFencePart`]s.
+    PmixFenceIn { epoch: u64 },
+    /// Part of node `node`'s server's data for PMIx fence `epoch` (opaque to rlaunch): a
+    /// node's data goes up in order, in parts of at most [`PMIX_FENCE_PART`] bytes, ahead of
+    /// its subtree's [`Up::PmixFenceIn`]. Interior proxies pass parts on as they come; the
+    /// root puts each node's together, so that every node's data stays whole.
+    PmixFencePart { epoch: u64, node: u32, data: Vec<u8> },
     /// A rank's publish, unpublish or lookup, for the job's name table at the root.
     Name { rank: u32, tag: Option<String>, op: NameOp },
     /// A rank called PMI abort (MPI_Abort).
@@ -430,6 +466,8 @@ impl Frame for Down {
                 out.extend_from_slice(data);
                 patch_len(out, start);
             }
+            Down::PmixFencePart { epoch, data } => encode_pmix_fence_down(false, *epoch, data, out),
+            Down::PmixFenceOut { epoch, data } => encode_pmix_fence_down(true, *epoch, data, out),
             other => encode_msg(other, out),
         }
     }
@@ -441,6 +479,10 @@ impl Frame for Down {
                 let seq = u64::from_be_bytes(take::<8>(rest, "stdin header")?);
                 Ok(Down::Stdin { seq, data: rest[8..].to_vec() })
             }
+            (TAG_PMIX_FENCE, rest) => match decode_pmix_fence_down(rest)? {
+                (false, epoch, data) => Ok(Down::PmixFencePart { epoch, data }),
+                (true, epoch, data) => Ok(Down::PmixFenceOut { epoch, data }),
+            },
             (tag, _) => Err(FrameError::UnknownTag(tag)),
         }
     }
@@ -457,6 +499,14 @@ impl Frame for Up {
                 out.extend_from_slice(data);
                 patch_len(out, start);
             }
+            Up::PmixFencePart { epoch, node, data } => {
+                let start = out.len();
+                out.extend_from_slice(&[0, 0, 0, 0, TAG_PMIX_FENCE]);
+                out.extend_from_slice(&epoch.to_be_bytes());
+                out.extend_from_slice(&node.to_be_bytes());
+                out.extend_from_slice(data);
+                patch_len(out, start);
+            }
             other => encode_msg(other, out),
         }
     }
@@ -464,6 +514,12 @@ impl Frame for Up {
     fn decode_body(body: &[u8]) -> Result<Self, FrameError> {
         match split_tag(body)? {
             (TAG_MSG, rest) => decode_msg(rest),
+            (TAG_PMIX_FENCE, rest) => {
+                let head = take::<12>(rest, "PMIx fence header")?;
+                let epoch = u64::from_be_bytes(head[..8].try_into().expect("8 bytes"));
+                let node = u32::from_be_bytes(head[8..].try_into().expect("4 bytes"));
+                Ok(Up::PmixFencePart { epoch, node, data: rest[12..].to_vec() })
+            }
             (TAG_DATA, rest) => {
                 let head = take::<5>(rest, "output header")?;
                 let rank = u32::from_be_bytes(head[..4].try_into().expect("4 bytes"));
@@ -647,6 +703,22 @@ mod tests {
         });
         roundtrip(Down::Stdin { seq: 3, data: vec![0, 255, 10] });
         roundtrip(Down::Terminate { grace_ms: 1000 });
+        roundtrip(Up::PmixFencePart { epoch: 1 << 40, node: 7, data: vec![1, 2, 3] });
+        roundtrip(Up::PmixFenceIn { epoch: 2 });
+        roundtrip(Down::PmixFencePart { epoch: 3, data: vec![0; 1000] });
+        roundtrip(Down::PmixFenceOut { epoch: 4, data: b"x".to_vec() });
+    }
+
+    #[test]
+    fn a_pmix_fence_frame_of_an_unknown_kind_or_cut_short_is_malformed() {
+        let mut buf = Vec::new();
+        Down::PmixFenceOut { epoch: 0, data: Vec::new() }.encode(&mut buf);
+        buf[5] = 2;
+        let want = FrameError::Malformed("bad PMIx fence kind 2".into());
+        assert_eq!(decode::<Down>(&buf).unwrap_err(), want);
+        let short = [0, 0, 0, 5, TAG_PMIX_FENCE, 0, 0, 0, 0];
+        let want = FrameError::Malformed("short PMIx fence header".into());
+        assert_eq!(decode::<Up>(&short).unwrap_err(), want);
     }
 
     #[test]

@@ -31,8 +31,9 @@
 #define LINK_FD 3
 /* SETUP's node index for a job with no rank on this node. */
 #define NOT_HERE UINT32_MAX
-/* A message longer than this from the proxy is a broken link, not a job. */
-#define MAX_MESSAGE (1u << 30)
+/* A message longer than this from the proxy is a broken link, not a job: a fence's data of
+ * 1 GiB at most, and room for the fields around it (as crates/proxy/src/pmix/wire.rs). */
+#define MAX_MESSAGE ((1u << 30) + (64u << 10))
 
 /* Commands, proxy -> host. */
 enum {
@@ -165,10 +166,12 @@ struct reader {
     const unsigned char *p, *end;
 };
 
+/* _exit, not exit: libpmix's threads are running, and exit would run its destructors under
+ * them. */
 static void broken(const char *what)
 {
     fprintf(stderr, "rlaunch-pmix-host: malformed message from the proxy (%s)\n", what);
-    exit(4);
+    _exit(4);
 }
 
 static uint32_t get_u32(struct reader *r)
@@ -178,6 +181,22 @@ static uint32_t get_u32(struct reader *r)
     uint32_t v = r->p[0] | (uint32_t)r->p[1] << 8 | (uint32_t)r->p[2] << 16 | (uint32_t)r->p[3] << 24;
     r->p += 4;
     return v;
+}
+
+/* A count of things that take at least `least` bytes each of what is left of the message:
+ * checked before anything is allocated for them, so that a bad count cannot ask for
+ * gigabytes. */
+static void check_count(const struct reader *r, uint32_t n, size_t least, const char *what)
+{
+    if ((size_t)(r->end - r->p) / least < n)
+        broken(what);
+}
+
+static uint32_t get_count(struct reader *r, size_t least, const char *what)
+{
+    uint32_t n = get_u32(r);
+    check_count(r, n, least, what);
+    return n;
 }
 
 /* A blob, pointing into the message. */
@@ -443,12 +462,18 @@ static void setup(struct reader *r)
     char *jobid = get_str(r);
     uint32_t size = get_u32(r);
     uint32_t me = get_u32(r);
-    uint32_t nnodes = get_u32(r);
-    char **hosts = calloc(nnodes, sizeof *hosts);
+    /* Each node's name is a length at least; each rank, its node and its application. */
+    uint32_t nnodes = get_count(r, 4, "node count");
+    char **hosts = calloc(nnodes ? nnodes : 1, sizeof *hosts);
+    if (!hosts)
+        abort();
     for (uint32_t i = 0; i < nnodes; i++)
         hosts[i] = get_str(r);
+    check_count(r, size, 8, "rank count");
     uint32_t *node_of = calloc(size ? size : 1, sizeof *node_of);
     uint32_t *app_of = calloc(size ? size : 1, sizeof *app_of);
+    if (!node_of || !app_of)
+        abort();
     for (uint32_t i = 0; i < size; i++)
         node_of[i] = get_u32(r);
     for (uint32_t i = 0; i < size; i++)
@@ -458,6 +483,19 @@ static void setup(struct reader *r)
     bool here = me != NOT_HERE;
     if (here && me >= nnodes)
         broken("node index");
+    /* libpmix keeps a namespace in a fixed array: a longer name would be cut short, and
+     * registered as one nobody asks for. */
+    if (strlen(ns) > PMIX_MAX_NSLEN) {
+        if (spawned)
+            return setup_done(ns, PMIX_ERR_BAD_PARAM);
+        struct buf b = message(EV_FAILED);
+        char text[128];
+        snprintf(text, sizeof text, "the job's id is longer than the %d bytes PMIx takes",
+                 PMIX_MAX_NSLEN);
+        put_str(&b, text);
+        send_message(&b);
+        return;
+    }
     char this_ns[PMIX_MAX_NSLEN + 1];
     snprintf(this_ns, sizeof this_ns, "%s", ns);
     if (!spawned)
@@ -554,13 +592,16 @@ static void setup(struct reader *r)
         free(peers.s);
     }
     /* Per process: where it is and what it is. */
-    uint16_t *node_rank = calloc(nnodes, sizeof *node_rank);
+    uint16_t *node_rank = calloc(nnodes ? nnodes : 1, sizeof *node_rank);
+    /* Counted as the ranks go: counting each rank's predecessors took seconds for 100 000
+     * ranks, while the proxy waits for this thread to answer its heartbeat. */
+    pmix_rank_t *app_next = calloc(napps ? napps : 1, sizeof *app_next);
+    if (!node_rank || !app_next)
+        abort();
     for (uint32_t i = 0; i < size; i++) {
         uint32_t n = node_of[i], a = app_of[i];
         uint16_t local_rank = node_rank[n]++;
-        pmix_rank_t app_rank = 0;
-        for (uint32_t j = 0; j < i; j++)
-            app_rank += app_of[j] == a;
+        pmix_rank_t app_rank = app_next[a]++;
         pmix_rank_t rank = i;
         pmix_data_array_t *arr;
         PMIX_DATA_ARRAY_CREATE(arr, 8, PMIX_INFO);
@@ -577,6 +618,7 @@ static void setup(struct reader *r)
         PMIX_DATA_ARRAY_FREE(arr);
     }
     free(node_rank);
+    free(app_next);
 
     struct waiter w;
     waiter_init(&w);
@@ -588,14 +630,19 @@ static void setup(struct reader *r)
         if (get_u32(r) != 0)
             broken("a spawned job's process sets");
     } else if (rc == PMIX_SUCCESS) {
-        npsets = get_u32(r);
+        /* Each set is a name's length and a count at least; each member a number. */
+        npsets = get_count(r, 8, "process set count");
         psets = calloc(npsets ? npsets : 1, sizeof *psets);
+        if (!psets)
+            abort();
         for (uint32_t s = 0; s < npsets; s++) {
             struct pset *set = &psets[s];
             set->name = get_str(r);
-            set->n = get_u32(r);
+            set->n = get_count(r, 4, "process set size");
             set->members = calloc(set->n ? set->n : 1, sizeof *set->members);
             pmix_proc_t *members = calloc(set->n ? set->n : 1, sizeof *members);
+            if (!set->members || !members)
+                abort();
             for (uint32_t m = 0; m < set->n; m++) {
                 set->members[m] = get_u32(r);
                 PMIX_PROC_LOAD(&members[m], nspace, set->members[m]);
@@ -639,14 +686,16 @@ static void setup(struct reader *r)
 static void clients(struct reader *r)
 {
     char *ns = get_str(r);
-    uint32_t uid = get_u32(r), gid = get_u32(r), n = get_u32(r);
+    uint32_t uid = get_u32(r), gid = get_u32(r), n = get_count(r, 4, "client count");
+    /* A namespace SETUP refused as too long: libpmix would take its clients cut short. */
+    bool too_long = strlen(ns) > PMIX_MAX_NSLEN;
     for (uint32_t i = 0; i < n; i++) {
         uint32_t rank = get_u32(r);
         pmix_proc_t proc;
         PMIX_PROC_LOAD(&proc, ns, rank);
         struct waiter w;
         waiter_init(&w);
-        pmix_status_t rc = waiter_wait(
+        pmix_status_t rc = too_long ? PMIX_ERR_BAD_PARAM : waiter_wait(
             &w, PMIx_server_register_client(&proc, uid, gid, NULL, op_wakeup, &w));
         char **env = NULL;
         if (rc == PMIX_SUCCESS)
@@ -708,7 +757,8 @@ static void lookup_done(struct reader *r)
 {
     uint32_t id = get_u32(r);
     pmix_status_t status = (pmix_status_t)get_u32(r);
-    uint32_t n = get_u32(r);
+    /* Each found value is a key's length, a kind, a value's length and a rank at least. */
+    uint32_t n = get_count(r, 16, "lookup count");
     struct pending p;
     if (!take(id, PEND_LOOKUP, &p))
         return notice("an answer to no lookup (%u)", id);

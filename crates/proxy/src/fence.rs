@@ -10,6 +10,8 @@
 //!  put ─────add(pairs)────►┘   (once per epoch)              finish(epoch): next epoch
 //! ```
 //!
+//! A PMIx fence's data may be larger than a frame: [`cut`] cuts it into parts.
+//!
 //! Pure: no I/O, no clock.
 
 /// A key-value pair of the PMI key-value space.
@@ -70,9 +72,43 @@ impl<T> FenceFold<T> {
     }
 }
 
+/// `blobs`, one after another, cut into parts of `part` bytes but the last, which is shorter
+/// (perhaps empty) and always there.
+pub fn cut(blobs: impl IntoIterator<Item = Vec<u8>>, part: usize) -> Vec<Vec<u8>> {
+    let mut parts = Vec::new();
+    let mut current: Vec<u8> = Vec::new();
+    for blob in blobs {
+        // The usual fence is one blob smaller than a part: kept as it is, not copied.
+        if current.is_empty() && blob.len() < part {
+            current = blob;
+            continue;
+        }
+        let mut rest = &blob[..];
+        while !rest.is_empty() {
+            let take = (part - current.len()).min(rest.len());
+            current.extend_from_slice(&rest[..take]);
+            rest = &rest[take..];
+            if current.len() == part {
+                parts.push(std::mem::take(&mut current));
+            }
+        }
+    }
+    parts.push(current);
+    parts
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn blobs_are_cut_into_parts_in_order_with_a_last_part_always_there() {
+        let blobs = || vec![b"abc".to_vec(), b"".to_vec(), b"defgh".to_vec()];
+        assert_eq!(cut(blobs(), 3), [&b"abc"[..], b"def", b"gh"]);
+        assert_eq!(cut(blobs(), 4), [&b"abcd"[..], b"efgh", b""]);
+        assert_eq!(cut(blobs(), 100), [&b"abcdefgh"[..]]);
+        assert_eq!(cut([], 4), [&b""[..]]);
+    }
 
     #[test]
     fn blobs_fold_as_pairs_do() {

@@ -5,6 +5,9 @@ use std::time::Duration;
 
 use pmi_wire::ids::ExitOutcome;
 
+use rlaunch_proxy::pmix::wire::MAX_DATA;
+
+use super::pmix_fence::TooLarge;
 use super::roll::Roll;
 use crate::exit;
 use crate::output::FileFailure;
@@ -45,6 +48,8 @@ pub(crate) enum Cause {
         rank: u32,
         asked: u64,
     },
+    /// A PMIx fence gathered more data than a node's PMIx server takes.
+    PmixFenceTooLarge(TooLarge),
 }
 
 /// How a rank failed.
@@ -92,7 +97,8 @@ impl Cause {
             Cause::LostProxy { .. }
             | Cause::PmiFault { .. }
             | Cause::OutputFile(_)
-            | Cause::SpawnTooLarge { .. } => exit::FAILURE,
+            | Cause::SpawnTooLarge { .. }
+            | Cause::PmixFenceTooLarge(_) => exit::FAILURE,
         }
     }
 
@@ -127,6 +133,13 @@ impl Cause {
                 roll.name(*rank),
                 roll.host(*rank)
             )),
+            Cause::PmixFenceTooLarge(TooLarge { epoch, bytes }) => Some(format!(
+                "PMIx fence {} of the job gathered {} MiB of data, more than the {} MiB a \
+                 node's PMIx server takes",
+                epoch + 1,
+                bytes.div_ceil(1 << 20),
+                MAX_DATA >> 20
+            )),
         }
     }
 }
@@ -159,5 +172,7 @@ mod tests {
         assert_eq!(lost.exit_code(), 255);
         let fault = Cause::PmiFault { rank: 0, pid: 1, what: "x".into() };
         assert_eq!(fault.exit_code(), 255);
+        let fence = Cause::PmixFenceTooLarge(TooLarge { epoch: 0, bytes: 1 << 31 });
+        assert_eq!(fence.exit_code(), 255);
     }
 }

@@ -17,6 +17,7 @@
 mod cause;
 mod dial;
 mod names;
+mod pmix_fence;
 mod roll;
 mod signals;
 
@@ -28,7 +29,7 @@ use std::time::Duration;
 
 use nix::sys::signal::Signal;
 use pmi_wire::control::{
-    DmodexAnswer, DmodexData, Down, Job, NodePlan, SpawnJob, SpawnRequest, StdinTarget, Up,
+    DmodexAnswer, DmodexData, Down, Job, NameOp, NodePlan, SpawnJob, SpawnRequest, StdinTarget, Up,
 };
 use rlaunch_proxy::children::{ChildNews, Children, Lost};
 use rlaunch_proxy::dialin::Dialed;
@@ -141,7 +142,7 @@ struct Root {
     /// The launched job's fence: one party per top proxy.
     fence: FenceFold,
     /// The launched job's PMIx fence: one party (a subtree's data) per top proxy.
-    pmix_fence: FenceFold<Vec<u8>>,
+    pmix_fence: pmix_fence::PmixFence,
     /// PMIx fences over other processes (global ids, sorted): the nodes in so far, and
     /// their data.
     group_fences: HashMap<Vec<u32>, (BTreeSet<u32>, Vec<u8>)>,
@@ -200,7 +201,7 @@ pub async fn run(mut plan: Plan) -> i32 {
             pending: HashMap::new(),
         },
         fence: FenceFold::default(),
-        pmix_fence: FenceFold::default(),
+        pmix_fence: pmix_fence::PmixFence::default(),
         group_fences: HashMap::new(),
         names: Names::default(),
         spawned_jobs,
@@ -396,6 +397,7 @@ impl Root {
                     return;
                 }
                 tracing::debug!(rank, pid, %outcome, unfinalized, "rank ended");
+                self.names.forget(rank);
                 if let Some(cause) = cause::rank_end(rank, pid, outcome, unfinalized) {
                     if !self.forwarded.hold(Instant::now(), self.kill_grace(), outcome) {
                         self.fail(cause);
@@ -426,22 +428,21 @@ impl Root {
                     self.fence.finish(epoch);
                 }
             }
-            Up::PmixFenceIn { epoch, data } => {
-                if epoch != self.pmix_fence.epoch() {
-                    let expected = self.pmix_fence.epoch();
-                    tracing::warn!(epoch, expected, "PMIx fence entry for another epoch");
-                }
-                self.pmix_fence.arrive([data]);
-                if let Some((epoch, blobs)) =
-                    self.pmix_fence.complete(self.children.fence_parties())
-                {
-                    let data = blobs.concat();
-                    tracing::debug!(epoch, bytes = data.len(), "PMIx fence complete");
-                    self.children.broadcast(&Down::PmixFenceOut { epoch, data });
-                    self.pmix_fence.finish(epoch);
+            Up::PmixFencePart { epoch, node, data } => {
+                if let Err(too_large) = self.pmix_fence.part(epoch, node, &data) {
+                    self.fail(Cause::PmixFenceTooLarge(too_large));
                 }
             }
+            Up::PmixFenceIn { epoch } => {
+                self.pmix_fence.arrive(epoch);
+                self.pmix_fence_step();
+            }
             Up::Name { rank, tag, op } => {
+                // A lookup of a rank that ended on its way here is nobody's: parked, it would
+                // take a value published for one read.
+                if matches!(op, NameOp::Lookup { .. }) && self.roll.ended(rank) {
+                    return tracing::debug!(rank, "a lookup of a rank that ended is dropped");
+                }
                 let answers = self.names.serve(Asker { rank, tag }, op, Instant::now());
                 self.name_answers(answers);
             }
@@ -489,6 +490,20 @@ impl Root {
         eprintln!("rlaunch: {who} on {host} (pid {pid}) {bound}");
     }
 
+    /// Once every live top proxy is in the launched job's PMIx fence, every node's data goes
+    /// down in parts.
+    fn pmix_fence_step(&mut self) {
+        if let Some((epoch, mut parts)) = self.pmix_fence.complete(self.children.fence_parties()) {
+            let bytes: usize = parts.iter().map(Vec::len).sum();
+            tracing::debug!(epoch, bytes, "PMIx fence complete");
+            let data = parts.pop().unwrap_or_default();
+            for data in parts {
+                self.children.broadcast(&Down::PmixFencePart { epoch, data });
+            }
+            self.children.broadcast(&Down::PmixFenceOut { epoch, data });
+        }
+    }
+
     /// Node `node` entered a PMIx fence over `members` (Open MPI's disconnect of parents and
     /// children, say): complete once every node that hosts a member is in, and sent to each.
     fn pmix_group_fence(&mut self, node: u32, members: Vec<u32>, data: Vec<u8>) {
@@ -508,9 +523,13 @@ impl Root {
         }
     }
 
-    /// Answers name-service requests, each toward its rank.
+    /// Answers name-service requests, each toward its rank, if it is still there to hear.
     fn name_answers(&self, answers: Vec<(Asker, names::NameAnswer)>) {
         for (Asker { rank, tag }, answer) in answers {
+            if self.roll.ended(rank) {
+                tracing::debug!(rank, "no answer to a rank that ended");
+                continue;
+            }
             self.children.send_toward_rank(rank, Down::NameReply { rank, tag, answer });
         }
     }

@@ -5,6 +5,7 @@
 //! ```text
 //!   Publish ──► table ──► parked lookups of that service, oldest first
 //!   Lookup  ──► found: answered │ not found: answered, or parked (with a deadline)
+//!   its rank ends ──► its parked lookups are dropped
 //! ```
 
 use std::collections::HashMap;
@@ -100,6 +101,12 @@ impl Names {
         }
     }
 
+    /// Rank `rank` ended: its parked lookups go, unanswered. Were they kept, a publish would
+    /// answer a dead rank, and a value published for one read would go to it.
+    pub(crate) fn forget(&mut self, rank: u32) {
+        self.parked.retain(|p| p.asker.rank != rank);
+    }
+
     /// When the first parked lookup runs out of time, if one can.
     pub(crate) fn deadline(&self) -> Option<Instant> {
         self.parked.iter().filter_map(|p| p.deadline).min()
@@ -191,6 +198,25 @@ mod tests {
             names.serve(asker(3), lookup(LookupWait::No), now)[0].1,
             NameAnswer::Lookup(None)
         );
+    }
+
+    #[test]
+    fn the_lookups_of_a_rank_that_ended_are_dropped_and_leave_the_value_to_others() {
+        let mut names = Names::default();
+        let now = Instant::now();
+        for rank in [1, 2, 1] {
+            assert_eq!(names.serve(asker(rank), lookup(LookupWait::UntilJobEnd), now), vec![]);
+        }
+        names.forget(1);
+        let answers = names.serve(asker(0), publish(text("v"), true), now);
+        assert_eq!(
+            answers,
+            vec![
+                (asker(0), NameAnswer::Published(true)),
+                (asker(2), NameAnswer::Lookup(Some(text("v")))),
+            ]
+        );
+        assert_eq!(names.give_up(), vec![]);
     }
 
     #[test]

@@ -97,6 +97,11 @@ impl Roll {
     }
 
     /// Records how process `gid` ended; false if there is no such process.
+    /// Process `gid` has ended (its end is recorded).
+    pub(crate) fn ended(&self, gid: u32) -> bool {
+        self.procs.get(gid as usize).is_some_and(|p| p.outcome.is_some())
+    }
+
     pub(crate) fn record(&mut self, gid: u32, pid: u32, outcome: ExitOutcome) -> bool {
         match self.procs.get_mut(gid as usize) {
             Some(p) => {

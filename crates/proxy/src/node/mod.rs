@@ -19,6 +19,8 @@ mod calls;
 mod dmodex;
 mod launch;
 mod pmix;
+mod pmix_fence;
+mod pmix_spawn;
 
 use std::collections::{HashMap, HashSet};
 use std::ffi::OsString;
@@ -136,6 +138,8 @@ pub(crate) struct Node {
     dial_deadline: Option<Instant>,
     /// This node's PMIx server, if the job serves PMIx.
     pmix: Option<pmix::Pmix>,
+    /// This node's share of the launched job's PMIx fences, with or without a server.
+    pmix_fence: pmix_fence::NodeFence,
     /// Direct modex requests of other nodes that this node's server is answering.
     dmodex: dmodex::Asks,
     /// The launcher's stdin that came while the ranks waited to start, in order.
@@ -230,6 +234,7 @@ pub async fn serve(
         dial,
         dial_deadline: None,
         pmix: None,
+        pmix_fence: pmix_fence::NodeFence::default(),
         dmodex: dmodex::Asks::default(),
         held_stdin: Vec::new(),
     };
@@ -286,10 +291,13 @@ impl Node {
         self.start_launched();
         self.reap();
         let silence = self.job.liveness.silence();
+        let mut pmix_ping = tokio::time::interval(self.job.liveness.heartbeat());
+        pmix_ping.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         while !self.finished() {
             let deadline = self.kill.deadline();
             let watch = !self.orphaned && !self.stopped;
             let silent_at = self.last_heard + silence;
+            let pmix_silent_at = self.pmix_silent_at();
             tokio::select! {
                 ev = events.recv() => match ev {
                     Some(ev) => self.handle(ev),
@@ -318,6 +326,10 @@ impl Node {
                     for lost in self.children.give_up_dialing(&reason) {
                         self.report_lost(lost);
                     }
+                }
+                _ = pmix_ping.tick(), if self.pmix.is_some() => self.ping_pmix(),
+                _ = tokio::time::sleep_until(pmix_silent_at.unwrap_or_else(Instant::now)), if pmix_silent_at.is_some() => {
+                    self.pmix_silent()
                 }
                 _ = tokio::time::sleep_until(silent_at), if watch => {
                     let secs = silence.as_secs_f64();
@@ -422,9 +434,12 @@ impl Node {
                     let step = self.kvs(0).map(|kvs| kvs.child_entered(pairs, parties));
                     self.fence_step(step);
                 }
-                Some(ChildNews::Up(Up::PmixFenceIn { epoch, data })) => {
-                    self.pmix_child_fence(epoch, data)
+                // A part of a node's PMIx fence data goes on as it is, in order with the
+                // entries: the root puts each node's back together.
+                Some(ChildNews::Up(part @ Up::PmixFencePart { .. })) => {
+                    let _ = self.up.control.send(part);
                 }
+                Some(ChildNews::Up(Up::PmixFenceIn { epoch })) => self.pmix_child_fence(epoch),
                 // relay_child sends every other frame straight up.
                 Some(ChildNews::Up(_)) | None => {}
                 Some(ChildNews::Lost(lost)) => self.report_lost(lost),
@@ -451,7 +466,10 @@ impl Node {
                 if let Ok(sig) = Signal::try_from(signo) {
                     match sig {
                         Signal::SIGTSTP => self.stopped = true,
-                        Signal::SIGCONT => self.stopped = false,
+                        Signal::SIGCONT => {
+                            self.stopped = false;
+                            self.pmix_resumed();
+                        }
                         _ => {}
                     }
                     self.signal_ranks(sig);
@@ -465,6 +483,7 @@ impl Node {
                     self.send_replies(released);
                 }
             }
+            Down::PmixFencePart { epoch, data } => self.pmix_fence_part(epoch, data),
             Down::PmixFenceOut { epoch, data } => self.pmix_fence_out(epoch, data),
             // Every node hears of a spawn: the spawner's starts it, and the others' PMIx
             // servers learn its namespace, for their ranks that are its parents too.
@@ -625,7 +644,13 @@ async fn relay_child(child: usize, event: LinkEvent, relay: Relay) -> bool {
             true
         }
         LinkEvent::Up(up)
-            if !matches!(up, Up::NodeDone { .. } | Up::FenceIn { .. } | Up::PmixFenceIn { .. }) =>
+            if !matches!(
+                up,
+                Up::NodeDone { .. }
+                    | Up::FenceIn { .. }
+                    | Up::PmixFenceIn { .. }
+                    | Up::PmixFencePart { .. }
+            ) =>
         {
             let _ = relay.control.send(up);
             true

@@ -1,51 +1,52 @@
 //! What this node's PMIx server asks of the node, and how the node answers: the launched
 //! job's ranks wait for their PMIx environment; a PMIx fence folds up the tree like a PMI
-//! fence (each node's data concatenated, handed back whole); abort, the name service and
-//! spawn go to the root as PMI's do. A job spawned here (MPI_Comm_spawn) is one more
-//! namespace of this node's server, its ranks held like the launched job's.
+//! fence (`super::pmix_fence`); abort, the name service and spawn go to the root as PMI's
+//! do. A job spawned here (MPI_Comm_spawn) is one more namespace of this node's server, its
+//! ranks held like the launched job's (`super::pmix_spawn`). A server that stops answering
+//! is lost as one that died is.
 //!
 //! ```text
 //!   start_launched ──Setup, Clients──► host ──Env × ranks──► ranks start
-//!   host ──Fence(id, data)──► fold (+ children's PmixFenceIn) ──► PmixFenceIn up
-//!   PmixFenceOut down ──► ModexDone(id, every node's data) ──► host
-//!   host ──Spawn(id)──► Up::Spawn ─► root ─► Down::Spawn ─► Setup, Clients ──► host
-//!        ──Env × ranks──► ranks start ──SpawnDone(id, nspace)──► host
+//!   host ──Fence(id, data)──► super::pmix_fence
+//!   host ──Spawn(id)──► Up::Spawn ─► root ─► Down::Spawn ─► super::pmix_spawn
+//!   every heartbeat ──Sync──► host ──Synced──► (silent for the silence timeout: lost)
 //! ```
 
 use std::collections::{HashMap, HashSet};
 use std::os::unix::ffi::OsStrExt;
 
-use pmi_wire::control::{Down, Job, NameAnswer, NameOp, SpawnCmd, SpawnJob, SpawnRequest, Up};
+use pmi_wire::control::{NameAnswer, NameOp, SpawnCmd, SpawnRequest, Up};
 use pmi_wire::ids::ExitOutcome;
+use tokio::time::Instant;
 
-use super::launch::JobRanks;
+use super::pmix_spawn::{Registered, Spawning};
 use super::{Event, Node};
-use crate::fence::FenceFold;
 use crate::kvs::Local;
-use crate::pmix::wire::{App, Proc};
+use crate::pmix::wire::Proc;
 use crate::pmix::{self, wire, Command, Host, HostNews};
 
 /// The node's PMIx server and what it waits for.
 pub(super) struct Pmix {
-    host: Host,
+    pub(super) host: Host,
     /// The namespaces the server knows (the launched job's, and each spawned job's): the
     /// job's index, the global id of its rank 0, and its size.
-    nspaces: HashMap<String, (u32, u32, u32)>,
+    pub(super) nspaces: HashMap<String, (u32, u32, u32)>,
     /// Fences over other processes than the whole launched job (global ids, sorted) this
     /// node entered: the host's id, answered when the root says the fence is complete.
-    groups: HashMap<Vec<u32>, u32>,
+    pub(super) groups: HashMap<Vec<u32>, u32>,
     /// Environments of local ranks, by job and rank, until their ranks start.
-    envs: HashMap<(u32, u32), Vec<Vec<u8>>>,
+    pub(super) envs: HashMap<(u32, u32), Vec<Vec<u8>>>,
     /// The ranks are waiting for their environments (the start is held until then).
     holding: bool,
-    /// The launched job's PMIx fence: this node's server and each live child subtree.
-    fence: FenceFold<Vec<u8>>,
-    /// The host's id of the fence this node entered, answered when the fence completes.
-    entered: Option<u32>,
+    /// The host's id of the launched job's fence this node entered, answered when the fence
+    /// completes (the fold is the node's, `super::pmix_fence`: it outlives the server).
+    pub(super) entered: Option<u32>,
+    /// The completion of that fence gathered so far, from the parts that came before it.
+    pub(super) fence_out: Vec<u8>,
     /// Name-service requests at the root, by the host's id: the key a lookup asked for.
     lookups: HashMap<u32, String>,
     /// Jobs spawned here whose ranks wait for their environments, by job index.
-    spawning: HashMap<u32, Spawning>,
+    pub(super) spawning: HashMap<u32, Spawning>,
     /// Local clients (global ids) that connected to the server: only they can have
     /// committed data for a direct modex request.
     connected: HashSet<u32>,
@@ -55,16 +56,10 @@ pub(super) struct Pmix {
     /// the host answers the `Sync` of this id (a finalize comes ahead of it on the link).
     syncs: HashMap<u32, (Local, ExitOutcome)>,
     next_sync: u32,
-}
-
-/// A spawned job between its registration with the server and its start.
-pub(super) struct Spawning {
-    /// The host's id of the spawn request, answered once the ranks are started.
-    id: u32,
-    nspace: String,
-    job: Job,
-    index: u32,
-    ranks: JobRanks,
+    /// When the host last said anything. It answers a `Sync` every heartbeat: one silent
+    /// for the job's silence timeout is wedged (stopped, or stuck before it is ready), and
+    /// is given up as if it had died.
+    heard: Instant,
 }
 
 impl Pmix {
@@ -144,54 +139,17 @@ impl Node {
             groups: HashMap::new(),
             envs: HashMap::new(),
             holding,
-            fence: FenceFold::default(),
             entered: None,
+            fence_out: Vec::new(),
             lookups: HashMap::new(),
             spawning: HashMap::new(),
             connected: HashSet::new(),
             finalized: HashSet::new(),
             syncs: HashMap::new(),
             next_sync: 0,
+            heard: Instant::now(),
         });
         holding
-    }
-
-    /// Registers a job a local rank spawned through PMIx with this node's server; its ranks
-    /// start once their environments are in. Hands the job back if there is no server.
-    pub(super) fn pmix_spawn(
-        &mut self,
-        id: u32,
-        sj: &SpawnJob,
-        job: Job,
-        ranks: JobRanks,
-    ) -> Option<(Job, JobRanks)> {
-        let host_name = self.plan.host.clone();
-        let Some(pmix) = self.pmix.as_mut() else { return Some((job, ranks)) };
-        let nspace = sj.kvsname.clone();
-        pmix.nspaces.insert(nspace.clone(), (sj.job, sj.first, ranks.len() as u32));
-        pmix.host.send(Command::Setup {
-            nspace: nspace.clone(),
-            jobid: nspace.clone(),
-            node: Some(0),
-            hosts: vec![host_name],
-            rank_node: vec![0; ranks.len()],
-            rank_app: ranks.iter().map(|&(_, _, segment)| segment).collect(),
-            psets: Vec::new(),
-            spawned: true,
-        });
-        pmix.host.send(Command::Clients {
-            nspace: nspace.clone(),
-            uid: nix::unistd::getuid().as_raw(),
-            gid: nix::unistd::getgid().as_raw(),
-            ranks: ranks.iter().map(|&(rank, _, _)| rank).collect(),
-        });
-        let spawning = Spawning { id, nspace, job, index: sj.job, ranks };
-        if spawning.ranks.is_empty() {
-            self.pmix_spawned(spawning);
-        } else {
-            pmix.spawning.insert(sj.job, spawning);
-        }
-        None
     }
 
     /// Stops this node's server (its ranks are done, or being killed): on purpose, not news.
@@ -203,6 +161,7 @@ impl Node {
         }
         self.pmix = None;
         self.dmodex_server_gone();
+        self.pmix_fence_without_server();
     }
 
     /// A rank of this node was reaped. One that exited 0 after connecting to the PMIx
@@ -237,32 +196,6 @@ impl Node {
         self.dmodex_rank_ended(gid);
     }
 
-    /// Registers a job a rank of another node spawned through PMIx (every rank on that node)
-    /// with this node's server, whose ranks may be its parents too (a spawn collective over
-    /// ranks of several nodes): they connect to it, and get its ranks' data by direct modex.
-    pub(super) fn pmix_spawned_elsewhere(&mut self, sj: &SpawnJob) {
-        let Some(pmix) = self.pmix.as_mut() else { return };
-        let Some(spawner) = self.job.pmix.as_ref().and_then(|p| p.hosts.get(sj.node as usize))
-        else {
-            return;
-        };
-        let rank_app: Vec<u32> = (sj.request.cmds.iter().enumerate())
-            .flat_map(|(app, cmd)| std::iter::repeat_n(app as u32, cmd.nprocs as usize))
-            .collect();
-        let nspace = sj.kvsname.clone();
-        pmix.nspaces.insert(nspace.clone(), (sj.job, sj.first, rank_app.len() as u32));
-        pmix.host.send(Command::Setup {
-            nspace: nspace.clone(),
-            jobid: nspace,
-            node: None,
-            hosts: vec![spawner.clone()],
-            rank_node: vec![0; rank_app.len()],
-            rank_app,
-            psets: Vec::new(),
-            spawned: true,
-        });
-    }
-
     /// The server is gone: ranks held for their environments start without them.
     fn lose_pmix(&mut self, why: String) {
         let Some(pmix) = self.pmix.take() else { return };
@@ -288,17 +221,8 @@ impl Node {
         } else {
             self.notice(format!("PMIx is not served on this node: {why}"));
         }
+        self.pmix_fence_without_server();
         required
-    }
-
-    /// Every rank of a spawned job has its environment: they start, and the spawner hears.
-    fn pmix_spawned(&mut self, spawning: Spawning) {
-        let Spawning { id, nspace, job, index, ranks } = spawning;
-        self.start_spawned_ranks(&job, index, &ranks);
-        tracing::debug!(job = index, %nspace, "PMIx spawned job started");
-        if let Some(pmix) = self.pmix.as_ref() {
-            pmix.host.send(Command::SpawnDone { id, status: wire::SUCCESS, nspace });
-        }
     }
 
     /// The PMIx environment of a local rank of job `index` (empty without PMIx), started
@@ -329,6 +253,38 @@ impl Node {
         vars
     }
 
+    /// When this node's PMIx server will have been silent too long, if it is watched (not
+    /// while the job is stopped).
+    pub(super) fn pmix_silent_at(&self) -> Option<Instant> {
+        let silence = self.job.liveness.silence();
+        self.pmix.as_ref().filter(|_| !self.stopped).map(|p| p.heard + silence)
+    }
+
+    /// Asks the server for a sign of life: it answers `Synced` from its main thread.
+    pub(super) fn ping_pmix(&mut self) {
+        if let Some(pmix) = self.pmix.as_mut() {
+            let id = pmix.next_sync;
+            pmix.next_sync = pmix.next_sync.wrapping_add(1);
+            pmix.host.send(Command::Sync { id });
+        }
+    }
+
+    /// The job goes on after a stop: the server's silence while stopped means nothing.
+    pub(super) fn pmix_resumed(&mut self) {
+        if let Some(pmix) = self.pmix.as_mut() {
+            pmix.heard = Instant::now();
+        }
+    }
+
+    /// The server said nothing for the silence timeout: wedged. It is killed, and lost as
+    /// one that died is: its held ranks start without it, or the job fails if it needs it.
+    pub(super) fn pmix_silent(&mut self) {
+        let Some(pmix) = self.pmix.as_ref() else { return };
+        pmix.host.kill();
+        let secs = self.job.liveness.silence().as_secs_f64();
+        self.lose_pmix(format!("the PMIx server of this node did not answer for {secs} s"));
+    }
+
     pub(super) fn pmix_news(&mut self, news: HostNews) {
         let event = match news {
             HostNews::Event(event) => event,
@@ -341,12 +297,20 @@ impl Node {
             }
         };
         let Some(pmix) = self.pmix.as_mut() else { return };
+        pmix.heard = Instant::now();
         match event {
             pmix::Event::Ready { version } => tracing::debug!(%version, "PMIx server ready"),
-            pmix::Event::SetupDone { nspace, status } => match status {
-                wire::SUCCESS => tracing::debug!(%nspace, "PMIx namespace registered"),
-                _ => self.notice(format!("cannot register {nspace} with PMIx (status {status})")),
-            },
+            pmix::Event::SetupDone { nspace, status } => {
+                let spawning = pmix.spawning.values_mut().find(|s| s.nspace == nspace);
+                match (status, spawning) {
+                    (wire::SUCCESS, _) => tracing::debug!(%nspace, "PMIx namespace registered"),
+                    // Its spawner hears, once every rank's environment is in.
+                    (_, Some(spawning)) => spawning.registration.namespace(status),
+                    _ => {
+                        self.notice(format!("cannot register {nspace} with PMIx (status {status})"))
+                    }
+                }
+            }
             pmix::Event::Failed { why } => self.lose_pmix(why),
             pmix::Event::Env { nspace, rank, status, vars } => {
                 if status != wire::SUCCESS {
@@ -362,9 +326,18 @@ impl Node {
                         pmix.holding = false;
                         self.start_launched_ranks();
                     }
-                } else if pmix.spawning.get(&index).is_some_and(|s| s.ranks.len() == have) {
-                    let spawning = pmix.spawning.remove(&index).expect("just seen");
-                    self.pmix_spawned(spawning);
+                } else if let Some(spawning) = pmix.spawning.get_mut(&index) {
+                    match spawning.registration.env(status) {
+                        Registered::Waiting => {}
+                        Registered::Ready => {
+                            let spawning = pmix.spawning.remove(&index).expect("just seen");
+                            self.pmix_spawned(spawning);
+                        }
+                        Registered::Failed(status) => {
+                            let spawning = pmix.spawning.remove(&index).expect("just seen");
+                            self.pmix_spawn_failed(spawning, status);
+                        }
+                    }
                 }
             }
             pmix::Event::Fence { id, collect: _, procs, data } => {
@@ -373,11 +346,7 @@ impl Node {
                 if !whole {
                     return self.pmix_group_fence(id, &procs, data);
                 }
-                if let Some(old) = pmix.entered.replace(id) {
-                    tracing::warn!(old, id, "a PMIx fence entered twice");
-                }
-                pmix.fence.arrive([data]);
-                self.pmix_fence_step();
+                self.pmix_fence_entered(id, data);
             }
             pmix::Event::Dmodex { id, proc } => self.dmodex_request(id, proc),
             pmix::Event::DmodexData { id, status, data } => self.dmodex_data(id, status, data),
@@ -430,7 +399,8 @@ impl Node {
                 }
             },
             pmix::Event::Spawn { id, proc, apps } => {
-                let cmds: Vec<SpawnCmd> = apps.into_iter().map(spawn_cmd).collect();
+                let cmds: Vec<SpawnCmd> =
+                    apps.into_iter().map(super::pmix_spawn::spawn_cmd).collect();
                 match pmix.gid(&proc) {
                     Some(rank) if cmds.iter().any(|c| c.nprocs > 0) => {
                         let request = SpawnRequest { cmds, preput: Vec::new() };
@@ -464,88 +434,6 @@ impl Node {
         }
     }
 
-    /// Every local process of a fence over `procs` (not the whole launched job) entered it:
-    /// the root folds it with the other nodes that host its processes.
-    fn pmix_group_fence(&mut self, id: u32, procs: &[Proc], data: Vec<u8>) {
-        let Some(pmix) = self.pmix.as_mut() else { return };
-        let mut members = Vec::new();
-        for proc in procs {
-            let Some(&(_, first, size)) = pmix.nspaces.get(&proc.nspace) else {
-                let text = format!("a fence with {}, a job this node does not know", proc.nspace);
-                self.notice(text);
-                let (status, data) = (wire::ERR_NOT_SUPPORTED, Vec::new());
-                return self.pmix.as_ref().expect("here").host.send(Command::ModexDone {
-                    id,
-                    status,
-                    data,
-                });
-            };
-            match proc.rank {
-                wire::RANK_WILDCARD => members.extend(first..first + size),
-                rank => members.push(first + rank),
-            }
-        }
-        members.sort_unstable();
-        members.dedup();
-        if let Some(old) = pmix.groups.insert(members.clone(), id) {
-            tracing::warn!(old, id, "a PMIx fence over the same processes entered twice");
-        }
-        let node = self.plan.index;
-        let _ = self.up.control.send(Up::PmixGroupFenceIn { node, members, data });
-    }
-
-    /// A fence over `members` is complete, with every participating node's data.
-    pub(super) fn pmix_group_fence_out(&mut self, node: u32, members: Vec<u32>, data: Vec<u8>) {
-        if node != self.plan.index {
-            let down = Down::PmixGroupFenceOut { node, members, data };
-            self.children.send_toward_node(node, down);
-            return;
-        }
-        let Some(pmix) = self.pmix.as_mut() else { return };
-        match pmix.groups.remove(&members) {
-            Some(id) => pmix.host.send(Command::ModexDone { id, status: wire::SUCCESS, data }),
-            None => tracing::warn!(?members, "completion of a PMIx fence this node is not in"),
-        }
-    }
-
-    /// A child subtree entered PMIx fence `epoch` with its nodes' data.
-    pub(super) fn pmix_child_fence(&mut self, epoch: u64, data: Vec<u8>) {
-        let Some(pmix) = self.pmix.as_mut() else {
-            // No server here: the subtree's data goes on alone.
-            let _ = self.up.control.send(Up::PmixFenceIn { epoch, data });
-            return;
-        };
-        if epoch != pmix.fence.epoch() {
-            tracing::warn!(
-                epoch,
-                expected = pmix.fence.epoch(),
-                "PMIx fence entry for another epoch"
-            );
-        }
-        pmix.fence.arrive([data]);
-        self.pmix_fence_step();
-    }
-
-    fn pmix_fence_step(&mut self) {
-        let parties = 1 + self.children.fence_parties();
-        let Some(pmix) = self.pmix.as_mut() else { return };
-        if let Some((epoch, blobs)) = pmix.fence.complete(parties) {
-            let _ = self.up.control.send(Up::PmixFenceIn { epoch, data: blobs.concat() });
-        }
-    }
-
-    /// PMIx fence `epoch` is complete tree-wide.
-    pub(super) fn pmix_fence_out(&mut self, epoch: u64, data: Vec<u8>) {
-        self.children.broadcast(&Down::PmixFenceOut { epoch, data: data.clone() });
-        let Some(pmix) = self.pmix.as_mut() else { return };
-        if !pmix.fence.finish(epoch) {
-            tracing::warn!(epoch, "PMIx fence completion for another epoch");
-        }
-        if let Some(id) = pmix.entered.take() {
-            pmix.host.send(Command::ModexDone { id, status: wire::SUCCESS, data });
-        }
-    }
-
     /// The root's answer to a PMIx name-service request of a local rank.
     pub(super) fn pmix_name_answer(&mut self, id: u32, answer: NameAnswer) {
         let Some(pmix) = self.pmix.as_mut() else { return };
@@ -574,7 +462,7 @@ impl Node {
         pmix.host.send(command);
     }
 
-    fn notice(&self, text: String) {
+    pub(super) fn notice(&self, text: String) {
         tracing::warn!("{text}");
         let _ = self.up.control.send(Up::Notice { host: self.plan.host.clone(), text });
     }
@@ -585,16 +473,4 @@ impl Node {
     pub(super) fn holding_ranks(&self) -> bool {
         self.pmix.as_ref().is_some_and(|p| p.holding || !p.spawning.is_empty())
     }
-}
-
-/// What rlaunch's spawn makes of a PMIx application: its argv after the program's name, its
-/// working directory, its environment.
-fn spawn_cmd(app: App) -> SpawnCmd {
-    let App { cmd, argv, env, maxprocs, info } = app;
-    let info = info
-        .into_iter()
-        .filter_map(|(key, value)| (key == "pmix.wdir").then(|| ("wdir".to_string(), value)))
-        .collect();
-    let args = argv.into_iter().skip(1).collect();
-    SpawnCmd { exe: cmd, args, nprocs: maxprocs, info, env }
 }

@@ -75,8 +75,8 @@ impl Host {
         let (commands, rx) = mpsc::unbounded_channel();
         // Made first, so that its drop removes the directories whatever fails next.
         let mut host = Host { commands, pid: 0, dir, shm };
-        let (pid, link) = spawn_host(&host.dir, host_name)?;
-        host.pid = pid;
+        let (child, link) = spawn_host(&host.dir, host_name, std::process::Stdio::inherit())?;
+        host.pid = child.id() as i32;
         link.set_nonblocking(true)?;
         let link = tokio::net::UnixStream::from_std(link)?;
         let (read, write) = link.into_split();
@@ -92,6 +92,14 @@ impl Host {
     /// The host's process id (it is this proxy's child: the reaper sees it end).
     pub fn pid(&self) -> i32 {
         self.pid
+    }
+
+    /// Kills the host: one that stopped answering will not exit when its link closes.
+    pub fn kill(&self) {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(self.pid),
+            nix::sys::signal::Signal::SIGKILL,
+        );
     }
 
     /// Where this node's ranks keep their shared-memory segments.
@@ -151,23 +159,42 @@ fn sanitize(jobid: &str) -> String {
     jobid.chars().map(|c| if c.is_ascii_alphanumeric() || c == '-' { c } else { '_' }).collect()
 }
 
-/// Starts the embedded host with its link on fd 3; returns its pid and our end of the link.
+/// Starts the embedded host with its link on fd 3; returns it and our end of the link.
 #[cfg(rlaunch_pmix)]
-fn spawn_host(dir: &Path, name: &str) -> io::Result<(i32, std::os::unix::net::UnixStream)> {
+fn spawn_host(
+    dir: &Path,
+    name: &str,
+    stderr: std::process::Stdio,
+) -> io::Result<(std::process::Child, std::os::unix::net::UnixStream)> {
     use std::io::Write;
-    use std::os::fd::AsRawFd;
+    use std::os::fd::{AsRawFd, FromRawFd};
     use std::os::unix::process::CommandExt;
 
     use nix::sys::memfd::{memfd_create, MemFdCreateFlag};
     use nix::sys::socket::{socketpair, AddressFamily, SockFlag, SockType};
     let exe = memfd_create(c"rlaunch-pmix-host", MemFdCreateFlag::MFD_CLOEXEC)?;
     std::fs::File::from(exe.try_clone()?).write_all(HOST_EXE)?;
+    // The link goes on fd 3 before the exec: the executable must be elsewhere, or the exec
+    // would find the socket in its place (a process with fds 0-2 only gets fd 3 here).
+    let exe = match exe.as_raw_fd() {
+        fd if fd <= 3 => {
+            // SAFETY: F_DUPFD_CLOEXEC returns a new descriptor that nothing else owns.
+            let above = unsafe { nix::libc::fcntl(fd, nix::libc::F_DUPFD_CLOEXEC, 4) };
+            if above < 0 {
+                return Err(io::Error::last_os_error());
+            }
+            // SAFETY: just made, owned here alone.
+            unsafe { std::os::fd::OwnedFd::from_raw_fd(above) }
+        }
+        _ => exe,
+    };
     let (ours, theirs) =
         socketpair(AddressFamily::Unix, SockType::Stream, None, SockFlag::SOCK_CLOEXEC)?;
     let theirs_fd = theirs.as_raw_fd();
     let parent = std::process::id() as i32;
     let mut command = std::process::Command::new(format!("/proc/self/fd/{}", exe.as_raw_fd()));
-    command.arg0("rlaunch-pmix-host").arg(dir).arg(name).stdin(std::process::Stdio::null());
+    command.arg0("rlaunch-pmix-host").arg(dir).arg(name);
+    command.stdin(std::process::Stdio::null()).stderr(stderr);
     // libpmix reads the node's topology with hwloc at start: with hwloc's I/O, PCI, OpenCL
     // and GL discovery that is three quarters of its 19 ms here, and the ranks need none of
     // it from the server (measured: 4.5-6 ms without). A user's own setting wins.
@@ -195,11 +222,15 @@ fn spawn_host(dir: &Path, name: &str) -> io::Result<(i32, std::os::unix::net::Un
     }
     let child = command.spawn()?;
     drop(theirs);
-    Ok((child.id() as i32, std::os::unix::net::UnixStream::from(ours)))
+    Ok((child, std::os::unix::net::UnixStream::from(ours)))
 }
 
 #[cfg(not(rlaunch_pmix))]
-fn spawn_host(_dir: &Path, _name: &str) -> io::Result<(i32, std::os::unix::net::UnixStream)> {
+fn spawn_host(
+    _dir: &Path,
+    _name: &str,
+    _stderr: std::process::Stdio,
+) -> io::Result<(std::process::Child, std::os::unix::net::UnixStream)> {
     Err(io::Error::new(
         io::ErrorKind::Unsupported,
         "this rlaunch-proxy was built without PMIx (OpenPMIx's development files were missing)",
@@ -244,4 +275,136 @@ async fn read_events(mut link: tokio::net::unix::OwnedReadHalf, news: impl Fn(Ho
         }
     };
     news(HostNews::Gone(why));
+}
+
+#[cfg(all(test, rlaunch_pmix))]
+mod tests {
+    use std::io::{Read, Write};
+    use std::os::unix::process::ExitStatusExt;
+    use std::sync::atomic::{AtomicU32, Ordering};
+
+    use super::*;
+
+    /// A message to the host, built field by field as `wire` encodes them.
+    struct Message(Vec<u8>);
+
+    impl Message {
+        fn new(tag: u8) -> Message {
+            Message(vec![tag])
+        }
+        fn u32(mut self, v: u32) -> Message {
+            self.0.extend_from_slice(&v.to_le_bytes());
+            self
+        }
+        fn str(self, s: &str) -> Message {
+            let mut m = self.u32(s.len() as u32);
+            m.0.extend_from_slice(s.as_bytes());
+            m
+        }
+        /// SETUP of a job of one rank on node "n1" (this node), up to its process sets.
+        fn setup() -> Message {
+            let m = Message::new(1).u32(0).str("rlaunch-test").str("rlaunch-test");
+            m.u32(1).u32(0).u32(1).str("n1").u32(0).u32(0)
+        }
+        fn framed(self) -> Vec<u8> {
+            [(self.0.len() as u32).to_le_bytes().to_vec(), self.0].concat()
+        }
+    }
+
+    /// A host started for a test, once it is ready.
+    struct TestHost {
+        child: std::process::Child,
+        link: std::os::unix::net::UnixStream,
+        dir: PathBuf,
+    }
+
+    impl TestHost {
+        fn start() -> TestHost {
+            static NEXT: AtomicU32 = AtomicU32::new(0);
+            let n = NEXT.fetch_add(1, Ordering::Relaxed);
+            let name = format!("rlaunch-pmix-test.{}.{n}", std::process::id());
+            let dir = std::env::temp_dir().join(name);
+            private_dir(&dir).unwrap();
+            let (child, link) =
+                spawn_host(&dir, "n1", std::process::Stdio::piped()).expect("the host starts");
+            let mut host = TestHost { child, link, dir };
+            let ready = host.event();
+            assert!(matches!(ready, Event::Ready { .. }), "{ready:?}");
+            host
+        }
+
+        fn send(&mut self, message: Message) {
+            self.link.write_all(&message.framed()).unwrap();
+        }
+
+        fn event(&mut self) -> Event {
+            let mut len = [0; 4];
+            self.link.read_exact(&mut len).unwrap();
+            let mut body = vec![0; u32::from_le_bytes(len) as usize];
+            self.link.read_exact(&mut body).unwrap();
+            Event::decode(&body).unwrap()
+        }
+    }
+
+    impl Drop for TestHost {
+        fn drop(&mut self) {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+
+    /// Starts a host, waits for it to be ready, sends it `message`, and returns its exit
+    /// code (`None` if a signal ended it) and what it wrote on stderr.
+    fn host_reads(message: Message) -> (Option<i32>, String) {
+        let mut host = TestHost::start();
+        host.send(message);
+        let mut stderr = String::new();
+        host.child.stderr.take().unwrap().read_to_string(&mut stderr).unwrap();
+        let status = host.child.wait().unwrap();
+        (status.signal().map_or(status.code(), |_| None), stderr)
+    }
+
+    #[test]
+    fn a_spawned_job_the_server_cannot_register_is_refused_with_its_status() {
+        // A namespace longer than libpmix keeps: refused whole, not registered cut short.
+        let mut host = TestHost::start();
+        let long = "j".repeat(300);
+        let setup = Message::new(1).u32(1).str(&long).str(&long);
+        host.send(setup.u32(1).u32(0).u32(1).str("n1").u32(0).u32(0).u32(0));
+        let refused = Event::SetupDone { nspace: long.clone(), status: wire::ERR_BAD_PARAM };
+        assert_eq!(host.event(), refused);
+        // Its ranks get no environment, with the status that says why.
+        host.send(Message::new(2).str(&long).u32(0).u32(0).u32(1).u32(0));
+        let env = host.event();
+        let refused = |status: i32, vars: &[Vec<u8>]| status < 0 && vars.is_empty();
+        assert!(
+            matches!(&env, Event::Env { rank: 0, status, vars, .. } if refused(*status, vars)),
+            "{env:?}"
+        );
+    }
+
+    fn broken(what: &str) -> (Option<i32>, String) {
+        (Some(4), format!("rlaunch-pmix-host: malformed message from the proxy ({what})\n"))
+    }
+
+    #[test]
+    fn counts_from_the_proxy_are_checked_against_the_message_before_anything_is_allocated() {
+        const HUGE: u32 = 1 << 30;
+        // SETUP: 4 G node names, none there.
+        let nodes = Message::new(1).u32(0).str("j").str("j").u32(1).u32(0).u32(u32::MAX);
+        assert_eq!(host_reads(nodes), broken("node count"));
+        // SETUP: 1 G ranks of one node, not one of them there.
+        let ranks = Message::new(1).u32(0).str("j").str("j").u32(HUGE).u32(0).u32(1).str("n1");
+        assert_eq!(host_reads(ranks), broken("rank count"));
+        // A job registered with libpmix, then 1 G process sets, or one of 1 G members.
+        assert_eq!(host_reads(Message::setup().u32(HUGE)), broken("process set count"));
+        let members = Message::setup().u32(1).str("io").u32(HUGE).u32(0);
+        assert_eq!(host_reads(members), broken("process set size"));
+        // CLIENTS and LOOKUP_DONE likewise.
+        let clients = Message::new(2).str("j").u32(0).u32(0).u32(HUGE);
+        assert_eq!(host_reads(clients), broken("client count"));
+        let found = Message::new(5).u32(0).u32(0).u32(HUGE).str("key");
+        assert_eq!(host_reads(found), broken("lookup count"));
+    }
 }

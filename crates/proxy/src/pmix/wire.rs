@@ -192,8 +192,12 @@ pub enum WireError {
 /// [`Command::Setup`]'s node for a job with no rank on this node.
 const NOT_HERE: u32 = u32::MAX;
 
-/// Longest message either side accepts.
-pub const MAX_MESSAGE: usize = 1 << 30;
+/// The most data one message carries (a fence's, every node's, for the server to hand its
+/// clients whole).
+pub const MAX_DATA: usize = 1 << 30;
+
+/// Longest message either side accepts: `MAX_DATA` and room for the fields around it.
+pub const MAX_MESSAGE: usize = MAX_DATA + (64 << 10);
 
 /// How a published value travels: a string, or a `pmix_value_t` packed by `PMIx_Data_pack`.
 const VALUE_TEXT: u32 = 0;

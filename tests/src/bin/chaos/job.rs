@@ -217,10 +217,12 @@ pub fn poll<T>(deadline: Instant, mut probe: impl FnMut() -> Option<T>) -> Optio
 
 /// A process for the report: pid, command name, state.
 pub fn describe(pid: i32) -> String {
-    match procfs::stat(pid) {
-        Some(stat) => format!("{pid} ({}, {})", stat.comm, stat.state),
-        None => format!("{pid} (gone)"),
-    }
+    let Some(stat) = procfs::stat(pid) else {
+        return format!("{pid} (gone)");
+    };
+    let args = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+    let args: String = String::from_utf8_lossy(&args).replace('\0', " ").chars().take(80).collect();
+    format!("{pid} ({}, {}, parent {}: {})", stat.comm, stat.state, stat.ppid, args.trim_end())
 }
 
 /// Network namespaces' inode numbers: a process is on node I when its `ns/net` is node I's.

@@ -22,7 +22,8 @@
 //!   was not cut off with its node arrived.
 //!
 //! Trials are drawn from the seed (printed first): `--seed S --trial K` replays trial K.
-//! Needs root for the ssh topology. Exits 1 if any column of failures is not zero.
+//! With `-v`, passing trials are listed and a failing one shows all of rlaunch's stderr
+//! (`RLAUNCH_LOG=debug` reaches rlaunch). Needs root for the ssh topology. Exits 1 if any column of failures is not zero.
 //! Build first: `cargo build --workspace --all-targets`.
 
 mod execute;
@@ -165,7 +166,7 @@ fn main() {
         *by_topology.entry(trial.topology.name()).or_default() += 1;
         failures.entry(trial.fault).or_default().add(&verdict);
         if verdict.failed() {
-            report_failure(&trial, &verdict, o.seed);
+            report_failure(&trial, &verdict, o.seed, o.verbose);
         } else if o.verbose {
             println!(
                 "ok   {trial} ({:.1} s{})",
@@ -189,7 +190,7 @@ fn main() {
     }
 }
 
-fn report_failure(trial: &Trial, verdict: &Verdict, seed: u64) {
+fn report_failure(trial: &Trial, verdict: &Verdict, seed: u64, verbose: bool) {
     println!("FAIL {trial} (replay: chaos --seed {seed} --trial {})", trial.index);
     let checks = [
         ("hang", &verdict.hang),
@@ -203,7 +204,8 @@ fn report_failure(trial: &Trial, verdict: &Verdict, seed: u64) {
             println!("     {name}: {what}");
         }
     }
-    for line in verdict.stderr.lines().take(8) {
+    let lines = if verbose { usize::MAX } else { 8 };
+    for line in verdict.stderr.lines().take(lines) {
         println!("     | {}", line.chars().take(200).collect::<String>());
     }
 }

@@ -1,0 +1,140 @@
+//! The launched job's PMIx fence at the root: every node's data comes up in parts named
+//! after the node, put back together here, and each top proxy's subtree enters once all its
+//! nodes' data is sent; once every live one is in, every node's data, each whole, goes down
+//! the tree in parts of at most [`PMIX_FENCE_PART`] bytes. A node's PMIx server takes a
+//! fence's data in one message: a fence that gathers more than [`MAX_DATA`] fails the job.
+//!
+//! ```text
+//!   PmixFencePart(node) ──part──► each node's data (over MAX_DATA: TooLarge)
+//!   PmixFenceIn ──arrive──► every live top proxy in ──complete──► PmixFencePart × n, Out
+//! ```
+//!
+//! Pure: no I/O.
+
+use std::collections::BTreeMap;
+
+use pmi_wire::control::PMIX_FENCE_PART;
+use rlaunch_proxy::fence::{cut, FenceFold};
+use rlaunch_proxy::pmix::wire::MAX_DATA;
+
+/// A fence gathered more data than a PMIx server takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct TooLarge {
+    /// Its epoch (the job's first PMIx fence is 0).
+    pub epoch: u64,
+    /// What it had gathered when it passed the limit.
+    pub bytes: u64,
+}
+
+pub(crate) struct PmixFence {
+    /// The top proxies in.
+    fold: FenceFold<()>,
+    /// Each node's data so far, by node.
+    data: BTreeMap<u32, Vec<u8>>,
+    /// Bytes gathered in the current epoch.
+    bytes: usize,
+    /// The most a fence may gather.
+    limit: usize,
+    /// The current epoch passed the limit: what comes for it is dropped, and it never
+    /// completes (the job is ending).
+    too_large: bool,
+}
+
+impl Default for PmixFence {
+    fn default() -> PmixFence {
+        PmixFence::with_limit(MAX_DATA)
+    }
+}
+
+impl PmixFence {
+    fn with_limit(limit: usize) -> PmixFence {
+        let (fold, data) = (FenceFold::default(), BTreeMap::new());
+        PmixFence { fold, data, bytes: 0, limit, too_large: false }
+    }
+
+    fn check_epoch(&self, epoch: u64) {
+        let expected = self.fold.epoch();
+        if epoch != expected {
+            tracing::warn!(epoch, expected, "PMIx fence data for another epoch");
+        }
+    }
+
+    /// Part of node `node`'s data for fence `epoch`. Says once if the fence has gathered
+    /// too much.
+    pub(crate) fn part(&mut self, epoch: u64, node: u32, data: &[u8]) -> Result<(), TooLarge> {
+        self.check_epoch(epoch);
+        if self.too_large {
+            return Ok(());
+        }
+        self.bytes = self.bytes.saturating_add(data.len());
+        if self.bytes > self.limit {
+            self.too_large = true;
+            self.data.clear();
+            return Err(TooLarge { epoch: self.fold.epoch(), bytes: self.bytes as u64 });
+        }
+        self.data.entry(node).or_default().extend_from_slice(data);
+        Ok(())
+    }
+
+    /// A top proxy's subtree entered fence `epoch`.
+    pub(crate) fn arrive(&mut self, epoch: u64) {
+        self.check_epoch(epoch);
+        self.fold.arrive([]);
+    }
+
+    /// Once `parties` top proxies are in: the epoch and every node's data in parts, the last
+    /// for the `PmixFenceOut`. The next epoch starts.
+    pub(crate) fn complete(&mut self, parties: usize) -> Option<(u64, Vec<Vec<u8>>)> {
+        if self.too_large {
+            return None;
+        }
+        let (epoch, _) = self.fold.complete(parties)?;
+        self.fold.finish(epoch);
+        self.bytes = 0;
+        Some((epoch, cut(std::mem::take(&mut self.data).into_values(), PMIX_FENCE_PART)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_nodes_parts_are_put_together_whatever_comes_between_them() {
+        let mut fence = PmixFence::with_limit(100);
+        // Two nodes' parts interleave on their way up: each node's data stays whole.
+        for (node, data) in [(2, &b"c1"[..]), (1, b"a1"), (2, b"c2"), (1, b"a2")] {
+            assert_eq!(fence.part(0, node, data), Ok(()));
+        }
+        fence.arrive(0);
+        assert_eq!(fence.complete(2), None);
+        fence.arrive(0);
+        assert_eq!(fence.complete(2), Some((0, vec![b"a1a2c1c2".to_vec()])));
+        // The next epoch starts with nothing.
+        fence.arrive(1);
+        assert_eq!(fence.complete(1), Some((1, vec![Vec::new()])));
+    }
+
+    #[test]
+    fn every_nodes_data_goes_down_in_parts() {
+        let mut fence = PmixFence::default();
+        let big = vec![7u8; PMIX_FENCE_PART + 5];
+        assert_eq!(fence.part(0, 0, &big), Ok(()));
+        assert_eq!(fence.part(0, 1, b"n2"), Ok(()));
+        fence.arrive(0);
+        let (epoch, parts) = fence.complete(1).expect("in");
+        assert_eq!(epoch, 0);
+        assert_eq!(parts.iter().map(Vec::len).collect::<Vec<_>>(), [PMIX_FENCE_PART, 7]);
+        assert_eq!(parts.concat(), [&big[..], b"n2"].concat());
+    }
+
+    #[test]
+    fn a_fence_that_gathers_more_than_a_server_takes_is_too_large_once() {
+        let mut fence = PmixFence::with_limit(10);
+        assert_eq!(fence.part(0, 0, &[0; 6]), Ok(()));
+        assert_eq!(fence.part(0, 1, &[0; 6]), Err(TooLarge { epoch: 0, bytes: 12 }));
+        assert_eq!(fence.part(0, 2, &[0; 6]), Ok(()));
+        fence.arrive(0);
+        assert_eq!(fence.complete(1), None, "it never completes");
+    }
+}

@@ -1,0 +1,145 @@
+//! PMIx fences through the tree. The launched job's fence folds up like a PMI fence: this
+//! node's server and each live child subtree are its parties. Each node's data goes up on
+//! its own, in parts of at most [`PMIX_FENCE_PART`] bytes named after the node, passed on by
+//! interior proxies as they come: no frame is too large however much the ranks put, no proxy
+//! holds a subtree's data, and the root puts each node's parts back together. Every node's
+//! data comes down the same way, for the server to hand back whole. A node whose server is
+//! gone (or never started, when the job can do without PMIx) is still a party, in at once
+//! with nothing, so that the rest of the job's fences complete. A fence over other processes
+//! goes to the root, which folds it with the other nodes involved.
+//!
+//! ```text
+//!   host ──Fence(id, data)──► PmixFencePart(this node) × n ──────────────► parent
+//!   child ──PmixFencePart(any node)─────────────────────────────────────► parent
+//!   host entered, child ──PmixFenceIn──► FenceFold ──every party in: PmixFenceIn──► parent
+//!   parent ──PmixFencePart × n, PmixFenceOut──► children, and ──ModexDone(id, all)──► host
+//! ```
+
+use pmi_wire::control::{Down, Up, PMIX_FENCE_PART};
+
+use super::Node;
+use crate::fence::{cut, FenceFold};
+use crate::pmix::wire::{self, Proc};
+use crate::pmix::Command;
+
+/// This node's share of the launched job's PMIx fences.
+#[derive(Default)]
+pub(super) struct NodeFence {
+    /// The parties in: this node's own, and each child subtree's.
+    fold: FenceFold<()>,
+    /// This node's own party is in for the current epoch: its server entered, or it has none.
+    own_in: bool,
+}
+
+impl Node {
+    /// Every local client entered the launched job's fence: this node's data goes up, and
+    /// the host's `id` is answered when the fence completes.
+    pub(super) fn pmix_fence_entered(&mut self, id: u32, data: Vec<u8>) {
+        let Some(pmix) = self.pmix.as_mut() else { return };
+        if let Some(old) = pmix.entered.replace(id) {
+            tracing::warn!(old, id, "a PMIx fence entered twice");
+        }
+        let (epoch, node) = (self.pmix_fence.fold.epoch(), self.plan.index);
+        for data in cut([data], PMIX_FENCE_PART).into_iter().filter(|d| !d.is_empty()) {
+            let _ = self.up.control.send(Up::PmixFencePart { epoch, node, data });
+        }
+        self.pmix_fence.own_in = true;
+        self.pmix_fence_arrive();
+    }
+
+    /// A child subtree entered PMIx fence `epoch` (its nodes' data went ahead).
+    pub(super) fn pmix_child_fence(&mut self, epoch: u64) {
+        let expected = self.pmix_fence.fold.epoch();
+        if epoch != expected {
+            tracing::warn!(epoch, expected, "PMIx fence entry for another epoch");
+        }
+        self.pmix_fence_arrive();
+    }
+
+    /// This node has no PMIx server (any more): its party of each fence is in at once, with
+    /// no data. Nothing to do for a job that serves no PMIx.
+    pub(super) fn pmix_fence_without_server(&mut self) {
+        if self.job.pmix.is_none() || self.pmix.is_some() || self.pmix_fence.own_in {
+            return;
+        }
+        self.pmix_fence.own_in = true;
+        self.pmix_fence_arrive();
+    }
+
+    fn pmix_fence_arrive(&mut self) {
+        self.pmix_fence.fold.arrive([]);
+        let parties = 1 + self.children.fence_parties();
+        if let Some((epoch, _)) = self.pmix_fence.fold.complete(parties) {
+            let _ = self.up.control.send(Up::PmixFenceIn { epoch });
+        }
+    }
+
+    /// Part of the data of PMIx fence `epoch`, on its way down before its completion.
+    pub(super) fn pmix_fence_part(&mut self, epoch: u64, data: Vec<u8>) {
+        if let Some(pmix) = self.pmix.as_mut().filter(|p| p.entered.is_some()) {
+            pmix.fence_out.extend_from_slice(&data);
+        }
+        self.children.broadcast(&Down::PmixFencePart { epoch, data });
+    }
+
+    /// PMIx fence `epoch` is complete tree-wide; `data` is the end of its data.
+    pub(super) fn pmix_fence_out(&mut self, epoch: u64, data: Vec<u8>) {
+        if let Some(pmix) = self.pmix.as_mut() {
+            let mut all = std::mem::take(&mut pmix.fence_out);
+            all.extend_from_slice(&data);
+            if let Some(id) = pmix.entered.take() {
+                pmix.host.send(Command::ModexDone { id, status: wire::SUCCESS, data: all });
+            }
+        }
+        self.children.broadcast(&Down::PmixFenceOut { epoch, data });
+        if !self.pmix_fence.fold.finish(epoch) {
+            tracing::warn!(epoch, "PMIx fence completion for another epoch");
+        }
+        self.pmix_fence.own_in = false;
+        self.pmix_fence_without_server();
+    }
+
+    /// Every local process of a fence over `procs` (not the whole launched job) entered it:
+    /// the root folds it with the other nodes that host its processes.
+    pub(super) fn pmix_group_fence(&mut self, id: u32, procs: &[Proc], data: Vec<u8>) {
+        let Some(pmix) = self.pmix.as_mut() else { return };
+        let mut members = Vec::new();
+        for proc in procs {
+            let Some(&(_, first, size)) = pmix.nspaces.get(&proc.nspace) else {
+                let text = format!("a fence with {}, a job this node does not know", proc.nspace);
+                self.notice(text);
+                let (status, data) = (wire::ERR_NOT_SUPPORTED, Vec::new());
+                return self.pmix.as_ref().expect("here").host.send(Command::ModexDone {
+                    id,
+                    status,
+                    data,
+                });
+            };
+            match proc.rank {
+                wire::RANK_WILDCARD => members.extend(first..first + size),
+                rank => members.push(first + rank),
+            }
+        }
+        members.sort_unstable();
+        members.dedup();
+        if let Some(old) = pmix.groups.insert(members.clone(), id) {
+            tracing::warn!(old, id, "a PMIx fence over the same processes entered twice");
+        }
+        let node = self.plan.index;
+        let _ = self.up.control.send(Up::PmixGroupFenceIn { node, members, data });
+    }
+
+    /// A fence over `members` is complete, with every participating node's data.
+    pub(super) fn pmix_group_fence_out(&mut self, node: u32, members: Vec<u32>, data: Vec<u8>) {
+        if node != self.plan.index {
+            let down = Down::PmixGroupFenceOut { node, members, data };
+            self.children.send_toward_node(node, down);
+            return;
+        }
+        let Some(pmix) = self.pmix.as_mut() else { return };
+        match pmix.groups.remove(&members) {
+            Some(id) => pmix.host.send(Command::ModexDone { id, status: wire::SUCCESS, data }),
+            None => tracing::warn!(?members, "completion of a PMIx fence this node is not in"),
+        }
+    }
+}
