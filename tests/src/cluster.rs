@@ -10,7 +10,13 @@ use std::process::Command;
 use crate::{Run, TempDir};
 
 pub struct Cluster {
-    dir: TempDir,
+    dir: Dir,
+}
+
+/// The cluster's directory: ours to take down, or someone else's cluster we only use.
+enum Dir {
+    Owned(TempDir),
+    Borrowed(PathBuf),
 }
 
 fn script() -> PathBuf {
@@ -32,7 +38,7 @@ impl Cluster {
             .arg(nodes.to_string())
             .output()
             .unwrap_or_else(|e| panic!("cannot run {}: {e}", script().display()));
-        let cluster = Cluster { dir };
+        let cluster = Cluster { dir: Dir::Owned(dir) };
         assert!(
             out.status.success(),
             "cluster up failed: {}",
@@ -41,12 +47,22 @@ impl Cluster {
         cluster
     }
 
+    /// A cluster that someone else brought up (and takes down) in `dir`.
+    pub fn attach(dir: &Path) -> Cluster {
+        assert!(
+            dir.join("ssh_config").is_file(),
+            "{} holds no cluster (no ssh_config)",
+            dir.display()
+        );
+        Cluster { dir: Dir::Borrowed(dir.to_path_buf()) }
+    }
+
     /// The script's per-node verbs: `link-down`, `link-up`, `stop-sshd`, `start-sshd`.
     pub fn ctl(&self, verb: &str, node: usize) {
         let out = Command::new("bash")
             .arg(script())
             .arg(verb)
-            .arg(self.dir.path())
+            .arg(self.dir())
             .arg(node.to_string())
             .output()
             .unwrap_or_else(|e| panic!("cannot run {}: {e}", script().display()));
@@ -59,18 +75,21 @@ impl Cluster {
 
     /// The cluster's directory (see tests/cluster/README.md).
     pub fn dir(&self) -> &Path {
-        self.dir.path()
+        match &self.dir {
+            Dir::Owned(dir) => dir.path(),
+            Dir::Borrowed(dir) => dir,
+        }
     }
 
     /// The ssh command line that reaches the nodes from here.
     pub fn ssh(&self) -> String {
-        format!("ssh -F {}", self.dir.path().join("ssh_config").display())
+        format!("ssh -F {}", self.dir().join("ssh_config").display())
     }
 
     /// The pids of the nodes' sshd listeners: every process of a remote session descends
     /// from one of them.
     pub fn sshd_pids(&self) -> Vec<i32> {
-        let pids = std::fs::read_to_string(self.dir.path().join("pids")).unwrap_or_default();
+        let pids = std::fs::read_to_string(self.dir().join("pids")).unwrap_or_default();
         pids.split_whitespace().filter_map(|p| p.parse().ok()).collect()
     }
 
@@ -82,6 +101,8 @@ impl Cluster {
 
 impl Drop for Cluster {
     fn drop(&mut self) {
-        let _ = Command::new("bash").arg(script()).arg("down").arg(self.dir.path()).status();
+        if let Dir::Owned(dir) = &self.dir {
+            let _ = Command::new("bash").arg(script()).arg("down").arg(dir.path()).status();
+        }
     }
 }

@@ -5,6 +5,7 @@
 
 use std::time::Duration;
 
+use rlaunch_tests::cluster::Cluster;
 use rlaunch_tests::Run;
 
 /// Trials in the bounded run: about a minute and a half on two cores.
@@ -16,7 +17,10 @@ fn forty_random_faults_leave_no_orphan_no_hang_and_the_right_culprit() {
         nix::unistd::geteuid().is_root(),
         "the chaos run needs root for its ssh hosts in network namespaces"
     );
-    let out = Run::program(rlaunch_tests::chaos(), &["--trials", TRIALS])
+    // The cluster is the test's: taken down even if the runner is killed on a timeout.
+    let cluster = Cluster::up(7);
+    let dir = cluster.dir().to_str().expect("a UTF-8 temporary directory").to_owned();
+    let out = Run::program(rlaunch_tests::chaos(), &["--trials", TRIALS, "--cluster", &dir])
         .timeout(Duration::from_secs(600))
         .run();
     println!("{}", out.stdout_str());

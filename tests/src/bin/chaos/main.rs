@@ -1,7 +1,7 @@
 //! `chaos`: randomized fault injection against real rlaunch jobs, counted in one table.
 //!
 //! ```text
-//! chaos [--trials N] [--seed S] [--topologies local,tree,ssh] [--trial K] [-v]
+//! chaos [--trials N] [--seed S] [--topologies local,tree,ssh] [--trial K] [--cluster DIR] [-v]
 //! ```
 //!
 //! Each trial starts a job of `chaosrank` ranks on one topology (this machine; seven fake
@@ -21,6 +21,10 @@
 //! * **lost output**: every line intact and in order, and every line written by a rank that
 //!   was not cut off with its node arrived.
 //!
+//! The ssh topology brings up its own cluster of 7 nodes (tests/cluster/cluster.sh), or uses
+//! the one in `--cluster DIR` (brought up by the caller, who takes it down: a runner killed
+//! by a harness's timeout leaves nothing then).
+//!
 //! Trials are drawn from the seed (printed first): `--seed S --trial K` replays trial K.
 //! With `-v`, passing trials are listed and a failing one shows all of rlaunch's stderr
 //! (`RLAUNCH_LOG=debug` reaches rlaunch). Needs root for the ssh topology. Exits 1 if any column of failures is not zero.
@@ -37,6 +41,8 @@ use execute::{Context, Verdict};
 use trial::{Fault, Phase, Topology, Trial, TREE_NODES};
 
 struct Options {
+    /// A cluster brought up by the caller, for the ssh topology.
+    cluster: Option<std::path::PathBuf>,
     trials: u32,
     seed: u64,
     topologies: Vec<Topology>,
@@ -47,13 +53,14 @@ struct Options {
 fn usage(what: &str) -> ! {
     eprintln!(
         "chaos: {what}\nusage: chaos [--trials N] [--seed S] [--topologies local,tree,ssh] \
-         [--trial K] [-v]"
+         [--trial K] [--cluster DIR] [-v]"
     );
     std::process::exit(2);
 }
 
 fn options() -> Options {
     let mut o = Options {
+        cluster: None,
         trials: 1000,
         seed: SystemTime::now().duration_since(UNIX_EPOCH).map_or(1, |d| d.as_nanos() as u64),
         topologies: Topology::ALL.to_vec(),
@@ -81,6 +88,7 @@ fn options() -> Options {
                     })
                     .collect();
             }
+            "--cluster" => o.cluster = Some(value("--cluster").into()),
             "-v" => o.verbose = true,
             other => usage(&format!("unknown argument {other:?}")),
         }
@@ -127,8 +135,12 @@ fn main() {
         }
         path
     };
+    let (rlaunch, chaosrank) = (built("rlaunch"), built("chaosrank"));
     let (netns, cluster) = if o.topologies.contains(&Topology::Ssh) {
-        let cluster = rlaunch_tests::cluster::Cluster::up(TREE_NODES);
+        let cluster = match &o.cluster {
+            Some(dir) => rlaunch_tests::cluster::Cluster::attach(dir),
+            None => rlaunch_tests::cluster::Cluster::up(TREE_NODES),
+        };
         let netns = (1..=TREE_NODES)
             .map(|i| job::netns_inode(&format!("rl-n{i}")).expect("the cluster's namespaces exist"))
             .collect();
@@ -137,8 +149,8 @@ fn main() {
         (Vec::new(), None)
     };
     let context = Context {
-        rlaunch: built("rlaunch"),
-        chaosrank: built("chaosrank"),
+        rlaunch,
+        chaosrank,
         hostname: rlaunch_tests::hosts::hostname(),
         work: work.path().to_path_buf(),
         cluster,
