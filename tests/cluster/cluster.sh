@@ -406,17 +406,27 @@ cmd_link() {
     DIR=$(abs_dir "$1")
     check_index "$2"
     ip link set "$VETH_PREFIX$2" "$state"
-    if [ "$state" = down ]; then
-        # Forget the node's MAC everywhere, so that connecting to it fails the same way each time
-        # (ARP fails: "No route to host" after ~3 s) rather than depending on cached entries.
-        local ip j n
-        ip=$(node_ip "$2")
-        n=$(cluster_size)
-        ip neigh flush to "$ip" dev "$BRIDGE" 2>/dev/null || true
-        for ((j = 1; j <= n; j++)); do
-            [ "$j" = "$2" ] || ip -n "$NS_PREFIX$j" neigh flush to "$ip" 2>/dev/null || true
-        done
-    fi
+    # Forget the node's MAC everywhere, and everything the node learnt: going down, so that
+    # connecting to it fails the same way each time (ARP fails: "No route to host" after ~3 s)
+    # rather than depending on cached entries; coming up, so that no entry left FAILED while
+    # it was down answers "No route to host" at once.
+    local ip j n tries
+    ip=$(node_ip "$2")
+    n=$(cluster_size)
+    ip neigh flush to "$ip" dev "$BRIDGE" 2>/dev/null || true
+    for ((j = 1; j <= n; j++)); do
+        [ "$j" = "$2" ] || ip -n "$NS_PREFIX$j" neigh flush to "$ip" 2>/dev/null || true
+    done
+    [ "$state" = up ] || return 0
+    ip -n "$NS_PREFIX$2" neigh flush all 2>/dev/null || true
+    # Back when its sshd accepts a connection from the head again.
+    for ((tries = 0; tries < 50; tries++)); do
+        if timeout 1 bash -c "exec 3<>/dev/tcp/$ip/22" 2>/dev/null; then
+            return 0
+        fi
+        sleep 0.1
+    done
+    die "node $2 ($ip) does not accept connections after its link came up"
 }
 
 main() {
