@@ -13,7 +13,9 @@
 //! ```
 //!
 //! The patience is longer than a healthy proxy's own teardown (the kill grace, then the child
-//! proxies' grace, then an orphan's last wait), so the guard never cuts that short.
+//! proxies' grace, then an orphan's last wait and the last flush), so the guard never cuts
+//! that short. It ignores the signals a batch system or a hangup sends the proxy's group.
+//! While it lives, the proxy always has a child, so its sweeps read `/proc` each time.
 //!
 //! The guard is forked from a process with threads: it calls only async-signal-safe
 //! functions and allocates nothing.
@@ -26,6 +28,11 @@ use nix::libc;
 
 /// The guard's pid, spared by the proxy's sweeps of its descendants (0: none).
 static GUARD: AtomicI32 = AtomicI32::new(0);
+
+/// The guard was reaped (it died with a signal of its own): its pid may be reused.
+pub fn reaped(pid: i32) {
+    let _ = GUARD.compare_exchange(pid, 0, Ordering::Relaxed, Ordering::Relaxed);
+}
 
 /// The guard's pid, if one runs.
 pub fn pid() -> Option<i32> {
@@ -59,7 +66,12 @@ unsafe fn watch(proxy: i32, input: RawFd, output: RawFd, patience: libc::timespe
     if libc::getppid() != proxy {
         libc::_exit(0);
     }
-    for sig in [libc::SIGTERM, libc::SIGHUP, libc::SIGINT, libc::SIGCHLD, libc::SIGPIPE] {
+    // Signals to the proxy's process group (a hangup, a batch system's TERM) are the
+    // proxy's to act on: the guard stays to see that it does.
+    for sig in [libc::SIGTERM, libc::SIGHUP, libc::SIGINT] {
+        libc::signal(sig, libc::SIG_IGN);
+    }
+    for sig in [libc::SIGCHLD, libc::SIGPIPE] {
         libc::signal(sig, libc::SIG_DFL);
     }
     let all: libc::sigset_t = std::mem::zeroed();
@@ -69,7 +81,14 @@ unsafe fn watch(proxy: i32, input: RawFd, output: RawFd, patience: libc::timespe
     libc::dup2(input, 0);
     libc::dup2(output, 1);
     if libc::syscall(libc::SYS_close_range, 2u32, u32::MAX, 0u32) != 0 {
-        for fd in 2..4096 {
+        // Kernels before 5.9: every descriptor the limit allows.
+        let mut limit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+        let top = if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) == 0 {
+            limit.rlim_cur.min(1 << 20) as i32
+        } else {
+            1 << 16
+        };
+        for fd in 2..top {
             libc::close(fd);
         }
     }

@@ -12,6 +12,15 @@ use pmi_wire::ids::ExitOutcome;
 /// Reaps every child that has ended, known or adopted. One owner per process calls this (on
 /// SIGCHLD), so no exit is ever stolen from another waiter.
 pub fn reap_ended() -> Vec<(i32, ExitOutcome)> {
+    let out = reap_waiting();
+    // The guard's pid is free for reuse once it is reaped.
+    for &(pid, _) in &out {
+        crate::guard::reaped(pid);
+    }
+    out
+}
+
+fn reap_waiting() -> Vec<(i32, ExitOutcome)> {
     let mut out = Vec::new();
     loop {
         match waitpid(Pid::from_raw(-1), Some(WaitPidFlag::WNOHANG)) {

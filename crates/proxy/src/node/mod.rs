@@ -186,7 +186,9 @@ pub async fn serve(
     if let (Some((input, output)), Bootstrap::Remote { .. }) = (guard, &launch.job.bootstrap) {
         // Longer than this proxy's own teardown once its channel is gone.
         let grace = Duration::from_millis(launch.job.kill_grace_ms);
-        let patience = grace + crate::kill::CHILD_PROXY_GRACE * 2 + Duration::from_secs(2);
+        // The escalation (grace, the child proxies' grace, an orphan's last wait), the
+        // last flush of the pump, and a margin.
+        let patience = grace + crate::kill::CHILD_PROXY_GRACE * 2 + Duration::from_secs(7);
         crate::guard::start(input, output, patience);
     }
     let (events_tx, events_rx) = mpsc::unbounded_channel();
@@ -295,7 +297,8 @@ impl Node {
         pmix_ping.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         while !self.finished() {
             let deadline = self.kill.deadline();
-            let watch = !self.orphaned && !self.stopped;
+            // Watched until the parent is found unreachable (not only told to go).
+            let watch = !*self.up.abandon.borrow() && !self.stopped;
             let silent_at = self.last_heard + silence;
             let pmix_silent_at = self.pmix_silent_at();
             tokio::select! {
@@ -312,9 +315,9 @@ impl Node {
                     }
                     self.reap()
                 }
-                _ = sigterm.recv() => self.lose_upstream("the proxy received SIGTERM"),
-                _ = sighup.recv() => self.lose_upstream("the proxy received SIGHUP"),
-                _ = sigint.recv() => self.lose_upstream("the proxy received SIGINT"),
+                _ = sigterm.recv() => self.lose_upstream("the proxy received SIGTERM", false),
+                _ = sighup.recv() => self.lose_upstream("the proxy received SIGHUP", false),
+                _ = sigint.recv() => self.lose_upstream("the proxy received SIGINT", false),
                 _ = tokio::time::sleep_until(deadline.unwrap_or_else(Instant::now)), if deadline.is_some() => {
                     let steps = self.kill.on_deadline(Instant::now(), self.orphaned);
                     self.apply(steps);
@@ -333,7 +336,7 @@ impl Node {
                 }
                 _ = tokio::time::sleep_until(silent_at), if watch => {
                     let secs = silence.as_secs_f64();
-                    self.lose_upstream(&format!("it heard nothing from its parent for {secs} s"));
+                    self.lose_upstream(&format!("it heard nothing from its parent for {secs} s"), true);
                 }
             }
         }
@@ -425,7 +428,7 @@ impl Node {
                 self.last_heard = Instant::now();
                 self.handle_down(down);
             }
-            Event::UpstreamClosed(why) => self.lose_upstream(&why),
+            Event::UpstreamClosed(why) => self.lose_upstream(&why, true),
             Event::Pmix(news) => self.pmix_news(news),
             Event::OutputClosed { local } => self.ranks.stream_closed(local),
             Event::Child { child, event } => match self.children.on_link(child, event) {
@@ -578,15 +581,20 @@ impl Node {
         }
     }
 
-    fn lose_upstream(&mut self, why: &str) {
+    /// The parent is gone, or this proxy was told to go (a signal): the node goes down.
+    /// `unreachable`: the parent cannot read any more (its link closed or went silent), so
+    /// what is still sent up is dropped rather than left to block the teardown behind a
+    /// socket that will never drain. A signalled proxy keeps sending: its parent wants the
+    /// ranks' ends (a scheduler signals every task of a job at once).
+    fn lose_upstream(&mut self, why: &str, unreachable: bool) {
+        if unreachable {
+            let _ = self.up.abandon.send(true);
+        }
         if self.orphaned {
             return;
         }
         tracing::debug!("lost upstream: {why}");
         self.orphaned = true;
-        // A silent parent's socket may never drain: output and reports would block behind it,
-        // and with them the teardown of this node and of the child proxies.
-        let _ = self.up.abandon.send(true);
         self.terminate(Duration::from_millis(self.job.kill_grace_ms));
     }
 
