@@ -125,6 +125,12 @@ impl Feed {
         Feed { chunks, dropped }
     }
 
+    /// Whether the writer is behind: its queue is full, so the reader of rlaunch's output
+    /// (not the proxy tree) is what holds the output up.
+    pub(crate) fn writer_behind(&self) -> bool {
+        self.chunks.capacity() == 0
+    }
+
     /// Queues `chunk` for the writer, waiting for room (that is the backpressure); once the
     /// output is dropped, throws it away instead, and stops waiting. False once the writer
     /// is gone.

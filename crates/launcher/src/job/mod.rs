@@ -60,6 +60,8 @@ const PROXY_GRACE: Duration = Duration::from_secs(5);
 /// before what is left is dropped: less than [`PROXY_GRACE`], so that a slow reader does not
 /// get the proxies killed.
 const OUTPUT_GRACE: Duration = Duration::from_secs(4);
+/// After [`OUTPUT_GRACE`], how often to look again whether the writer is behind.
+const OUTPUT_RECHECK: Duration = Duration::from_millis(250);
 
 /// Everything the root needs to run a job.
 pub struct Plan {
@@ -135,6 +137,9 @@ struct Root {
     proxy_deadline: Option<Instant>,
     /// When the teardown's grace is over: output not written by then is dropped.
     output_deadline: Option<Instant>,
+    /// At the output deadline, drop only if the writer is behind (a failed job's teardown),
+    /// not at once (a signal to rlaunch ended the job).
+    drop_only_if_behind: bool,
     /// Tells the link readers and the writer thread that the output is dropped.
     drop_output: watch::Sender<bool>,
     timeout_at: Option<Instant>,
@@ -194,6 +199,7 @@ pub async fn run(mut plan: Plan) -> i32 {
         forwarded: Forwarded::default(),
         proxy_deadline: None,
         output_deadline: None,
+        drop_only_if_behind: false,
         drop_output,
         stdin: StdinFlow {
             open: plan.job.stdin != StdinTarget::None,
@@ -270,11 +276,24 @@ pub async fn run(mut plan: Plan) -> i32 {
                 root.fail(Cause::TimedOut(after));
             }
             _ = sleep_until(output_deadline), if output_deadline.is_some() => {
-                // A slow reader must not hold the end up: the proxies drop what they hold now
-                // too, and end.
-                root.output_deadline = None;
-                tracing::debug!("the grace is over: dropping the output not written yet");
-                root.drop_output.send_replace(true);
+                if root.drop_only_if_behind && !output_tx.writer_behind() {
+                    // The reader keeps up: what is still coming is on its way through the
+                    // tree, and is written (until the proxies' own deadline).
+                    root.output_deadline = Some(Instant::now() + OUTPUT_RECHECK);
+                } else {
+                    // A slow reader must not hold the end up: what the links still bring is
+                    // read and thrown away, so the proxies finish.
+                    root.output_deadline = None;
+                    tracing::debug!("dropping the output not written yet");
+                    if root.drop_only_if_behind {
+                        let secs = OUTPUT_GRACE.as_secs();
+                        eprintln!(
+                            "rlaunch: note: output the reader had not taken {secs} s after the \
+                             kill grace was dropped"
+                        );
+                    }
+                    root.drop_output.send_replace(true);
+                }
             }
             _ = sleep_until(proxy_deadline), if proxy_deadline.is_some() => {
                 root.proxy_deadline = None;
@@ -568,6 +587,7 @@ impl Root {
         let dropping = Instant::now() + grace + output_wait;
         if self.output_deadline.is_none_or(|d| d > dropping) && !*self.drop_output.borrow() {
             self.output_deadline = Some(dropping);
+            self.drop_only_if_behind = !output_wait.is_zero();
         }
         let deadline = Instant::now() + grace + PROXY_GRACE;
         if !self.terminating || self.proxy_deadline.is_some_and(|d| d > deadline) {

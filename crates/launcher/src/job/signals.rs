@@ -52,6 +52,9 @@ impl ForwardedSignals {
 /// shell's trap). Only ends the signal explains are held: killed by it, or (INT, TERM, HUP,
 /// QUIT) a non-zero exit, as a handler's; a segfault is a segfault. Pure: the caller brings
 /// the clock.
+/// How late, past the grace, the news of a death by the forwarded signal is still its.
+const LATE_NEWS: Duration = Duration::from_secs(30);
+
 #[derive(Debug, Default)]
 pub(crate) struct Forwarded {
     /// The last such signal and when it was forwarded.
@@ -77,11 +80,16 @@ impl Forwarded {
     /// A rank ended badly (`outcome`) at `now`: true if the end is held (the last forwarded
     /// signal, less than `grace` ago, explains it), false if it is the job's failure as usual.
     pub(crate) fn hold(&mut self, now: Instant, grace: Duration, outcome: ExitOutcome) -> bool {
-        // A death by the very signal forwarded is its doing however late the news comes (a
-        // report behind a slow reader's output); any other end only within the grace.
-        let killed_by_it = |(sig, _): &(Signal, Instant)| matches!(outcome, ExitOutcome::Signaled(s) if s == *sig as i32);
-        let Some((sig, at)) = self.last.filter(|last| now < last.1 + grace || killed_by_it(last))
-        else {
+        let Some((sig, at)) = self.last else { return false };
+        // A death by the very signal forwarded is its doing even when the news comes late
+        // (a report behind a slow reader's output), within reason; any other end only within
+        // the grace. A late one holds from now: the other ranks still get their grace.
+        let killed_by_it = matches!(outcome, ExitOutcome::Signaled(s) if s == sig as i32);
+        let from = if now < at + grace {
+            at
+        } else if killed_by_it && now < at + grace + LATE_NEWS {
+            now
+        } else {
             return false;
         };
         let handled = !matches!(sig, Signal::SIGUSR1 | Signal::SIGUSR2);
@@ -91,7 +99,7 @@ impl Forwarded {
             ExitOutcome::SpawnFailed { .. } | ExitOutcome::NoWorkdir { .. } => false,
         };
         if explained && self.held.is_none() {
-            self.held = Some((sig, at));
+            self.held = Some((sig, from));
         }
         explained
     }
@@ -132,13 +140,17 @@ mod tests {
         assert!(!f.hold(t0 + GRACE, GRACE, exited(3)), "after the grace, a failure is one");
         let late = t0 + GRACE * 3;
         assert!(
-            f.hold(late, GRACE, ExitOutcome::Signaled(2)),
-            "killed by it: its doing, late news or not"
-        );
-        assert!(
             !f.hold(late, GRACE, ExitOutcome::Signaled(15)),
             "by another signal, late: a failure"
         );
+        assert!(
+            f.hold(late, GRACE, ExitOutcome::Signaled(2)),
+            "killed by it: its doing, late news or not"
+        );
+        assert_eq!(f.deadline(GRACE), Some(late + GRACE), "late news holds from now");
+        f.take();
+        let much_later = t0 + GRACE + LATE_NEWS;
+        assert!(!f.hold(much_later, GRACE, ExitOutcome::Signaled(2)), "within reason");
     }
 
     #[test]
