@@ -31,4 +31,14 @@ fn forty_random_faults_leave_no_orphan_no_hang_and_the_right_culprit() {
         all.split('|').nth(1).expect("failure columns").split_whitespace().collect();
     assert_eq!(failures, ["0", "0", "0", "0", "0"], "{text}");
     assert!(text.contains(&format!("{TRIALS} trials (")), "{text}");
+    // A fault that finds the job already gone proves nothing: they must stay few (a broken
+    // injector would miss them all, and pass).
+    let missed: u32 = text
+        .split(" faults missed their target")
+        .next()
+        .and_then(|head| head.rsplit(' ').next())
+        .and_then(|n| n.parse().ok())
+        .expect("the count of missed faults");
+    let trials: u32 = TRIALS.parse().unwrap();
+    assert!(missed * 3 <= trials, "{missed} of {trials} faults missed: {text}");
 }

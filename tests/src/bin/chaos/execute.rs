@@ -26,8 +26,8 @@ const LINK_DOWN_BOUND: Duration = Duration::from_secs(12);
 /// After rlaunch ends, how long the job's processes may take to go.
 const ORPHAN_GRACE: Duration = Duration::from_secs(3);
 /// How long a rlaunch stopped with SIGSTOP stays stopped: its proxies must notice its
-/// silence and take their nodes down meanwhile.
-const RLAUNCH_STOPPED: Duration = Duration::from_millis(5500);
+/// silence (1.5 s) and take their nodes down (kill grace 1 s, child proxies 3 s) meanwhile.
+const RLAUNCH_STOPPED: Duration = Duration::from_millis(6500);
 
 pub struct Context {
     pub rlaunch: PathBuf,
@@ -364,7 +364,10 @@ impl Context {
             Fault::StopRlaunch if status.code() == Some(124) => (Some(124), Some(timed_out)),
             Fault::StopRlaunch => (Some(255), Some("rlaunch: lost proxy on ".into())),
         };
-        let may_succeed = !verdict.landed || trial.phase.ends_by_itself();
+        // A job that ends by itself may beat the fault, unless the fault is a rank's own at its
+        // start.
+        let self_inflicted = trial.phase == Phase::Launch && trial.fault.rank_word().is_some();
+        let may_succeed = !verdict.landed || (trial.phase.ends_by_itself() && !self_inflicted);
         let first_said =
             verdict.stderr.lines().find(|l| l.starts_with("rlaunch: ")).map(str::to_owned);
         match (trial.fault, status.code(), status.signal()) {
