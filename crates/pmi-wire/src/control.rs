@@ -24,7 +24,7 @@ use crate::ids::{ExitOutcome, Stream};
 /// First bytes on every control channel, in both directions.
 pub const MAGIC: [u8; 8] = *b"\x7fRLAUNCH";
 /// Bumped whenever a frame changes meaning.
-pub const PROTOCOL_VERSION: u32 = 8;
+pub const PROTOCOL_VERSION: u32 = 9;
 /// Length of the raw hello: magic + u32 BE version.
 pub const HELLO_LEN: usize = MAGIC.len() + 4;
 /// Largest frame either side accepts; checked before any allocation.
@@ -242,6 +242,9 @@ pub enum Down {
     /// dials rlaunch first): dial this address, its parent's, instead. Sent in place of the
     /// launch, on the encrypted link.
     Redirect { to: String },
+    /// The job is ending and its output will not be written (a slow reader, or rlaunch was
+    /// interrupted): relay no more of it; close the ranks' pipes with what they hold.
+    DropOutput,
 }
 
 /// Child to parent. Proxies relay their children's frames unchanged.

@@ -13,6 +13,12 @@
 //!
 //! The bounded data channel is the backpressure: when the launcher's reader is slow, the hub
 //! waits for room, the pipes fill, and the ranks block in write.
+//!
+//! When rlaunch gives the job's output up (`Down::DropOutput`: it was interrupted, or its
+//! reader fell behind at the end of a failed job) the node calls [`Outputs::drop_all`]: the
+//! hub closes every pipe, whatever it still holds (up to a pipe's 1 MiB a rank), and relays
+//! nothing more, so that the node ends now rather than after pushing it all up to be thrown
+//! away.
 
 use std::collections::HashMap;
 use std::io;
@@ -22,7 +28,7 @@ use nix::libc;
 use pmi_wire::control::Up;
 use pmi_wire::ids::Stream;
 use tokio::io::unix::AsyncFd;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 
 use crate::fdio;
 use crate::mailbox;
@@ -35,6 +41,8 @@ const READY_BATCH: usize = 64;
 /// The node's handle on the hub.
 pub struct Outputs {
     adds: mailbox::Sender<Add>,
+    /// Set once: drop every pipe, relay nothing more.
+    dropped: watch::Sender<bool>,
 }
 
 struct Add {
@@ -69,28 +77,38 @@ impl Outputs {
         // SAFETY: the OwnedFd stays open, and is the same fd, for as long as the AsyncFd owns it.
         let set = unsafe { AsyncFd::register(set) }.map_err(|e| e.into_parts().1)?;
         let (adds, added) = mailbox::channel();
-        tokio::spawn(run(set, added, data, closed));
-        Ok(Outputs { adds })
+        let (dropped, drop_rx) = watch::channel(false);
+        tokio::spawn(run(set, added, drop_rx, data, closed));
+        Ok(Outputs { adds, dropped })
     }
 
     /// Sends `first` upstream, then the rank's output, until both pipes end.
     pub fn add(&self, rank: u32, local: usize, first: Up, stdout: OwnedFd, stderr: OwnedFd) {
         let _ = self.adds.send(Add { rank, local, first, stdout, stderr });
     }
+
+    /// Closes every pipe now, with what it holds, and relays nothing more: each stream is
+    /// reported closed, and so is every stream added from here on.
+    pub fn drop_all(&self) {
+        self.dropped.send_replace(true);
+    }
 }
 
 async fn run(
     set: AsyncFd<OwnedFd>,
     mut added: mailbox::Receiver<Add>,
+    dropped: watch::Receiver<bool>,
     data: mpsc::Sender<Up>,
     closed: impl FnMut(usize),
 ) {
     let set_fd = set.as_raw_fd();
-    let mut hub = Hub { set_fd, pipes: HashMap::new(), next_key: 0, data, upstream: true, closed };
+    let mut hub =
+        Hub { set_fd, pipes: HashMap::new(), next_key: 0, data, dropped, upstream: true, closed };
     let mut adding = true;
     while adding || !hub.pipes.is_empty() {
         tokio::select! {
             biased;
+            _ = wait_dropped(&mut hub.dropped), if hub.upstream => hub.abandon(),
             add = added.recv(), if adding => match add {
                 Some(add) => hub.add(add).await,
                 None => adding = false,
@@ -117,7 +135,9 @@ struct Hub<F> {
     pipes: HashMap<u64, Pipe>,
     next_key: u64,
     data: mpsc::Sender<Up>,
-    /// False once the data channel is closed: nothing more can be relayed.
+    /// Becomes true when the node drops the output ([`Outputs::drop_all`]).
+    dropped: watch::Receiver<bool>,
+    /// False once the data channel is closed or the output dropped: nothing more is relayed.
     upstream: bool,
     closed: F,
 }
@@ -177,9 +197,18 @@ impl<F: FnMut(usize)> Hub<F> {
         true
     }
 
-    /// Sends `up` upstream, waiting for room; once upstream is gone, gives up every pipe.
+    /// Sends `up` upstream, waiting for room; once upstream is gone or the output dropped
+    /// (while it waits, too), gives up every pipe.
     async fn send(&mut self, up: Up) {
-        if self.upstream && self.data.send(up).await.is_err() {
+        if !self.upstream {
+            return;
+        }
+        let sent = tokio::select! {
+            biased;
+            _ = wait_dropped(&mut self.dropped) => false,
+            sent = self.data.send(up) => sent.is_ok(),
+        };
+        if !sent {
             self.abandon();
         }
     }
@@ -201,13 +230,20 @@ impl<F: FnMut(usize)> Hub<F> {
         (self.closed)(local);
     }
 
-    /// Upstream is gone: every pipe is closed and reported now (the node waits for each
-    /// stream's end), and so is every stream added from here on.
+    /// Upstream is gone, or the output dropped: every pipe is closed and reported now (the
+    /// node waits for each stream's end), and so is every stream added from here on.
     fn abandon(&mut self) {
         self.upstream = false;
         for (_, pipe) in self.pipes.drain() {
             (self.closed)(pipe.local);
         }
+    }
+}
+
+/// Returns once the output is dropped (never, if the node is gone without dropping it).
+async fn wait_dropped(dropped: &mut watch::Receiver<bool>) {
+    if dropped.wait_for(|&dropped| dropped).await.is_err() {
+        std::future::pending::<()>().await;
     }
 }
 

@@ -293,6 +293,7 @@ pub async fn run(mut plan: Plan) -> i32 {
                         );
                     }
                     root.drop_output.send_replace(true);
+                    root.children.broadcast(&Down::DropOutput);
                 }
             }
             _ = sleep_until(proxy_deadline), if proxy_deadline.is_some() => {

@@ -479,6 +479,10 @@ impl Node {
                 }
             }
             Down::Terminate { grace_ms } => self.terminate(Duration::from_millis(grace_ms)),
+            Down::DropOutput => {
+                self.children.broadcast(&Down::DropOutput);
+                self.outputs.drop_all();
+            }
             Down::FenceOut { epoch, pairs } => {
                 self.children.broadcast(&Down::FenceOut { epoch, pairs: pairs.clone() });
                 if let Some(kvs) = self.kvs(0) {
