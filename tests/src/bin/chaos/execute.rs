@@ -23,6 +23,8 @@ const END_BOUND: Duration = Duration::from_secs(10);
 /// A link down is noticed by silence, and the ssh client on the dead link is killed only
 /// after the child proxies' grace.
 const LINK_DOWN_BOUND: Duration = Duration::from_secs(12);
+/// How long a parent waits for a child proxy's hello (`rlaunch_proxy::link::HELLO_WAIT`).
+const HELLO_WAIT: Duration = Duration::from_secs(30);
 /// After rlaunch ends, how long the job's processes may take to go.
 const ORPHAN_GRACE: Duration = Duration::from_secs(3);
 /// How long a rlaunch stopped with SIGSTOP stays stopped: its proxies must notice its
@@ -279,6 +281,9 @@ impl Context {
         let deadline = match trial.fault {
             _ if !verdict.landed => job.started + t.timeout() + KILL_GRACE + END_BOUND,
             Fault::StopRank => job.started + t.timeout() + KILL_GRACE + END_BOUND,
+            // Cut before its proxy said hello, a node is given up only after the hello wait
+            // (an ssh session on a dead link hangs; 30 s allow for slow logins).
+            Fault::LinkDown if in_launch => fault_at + HELLO_WAIT + END_BOUND,
             Fault::LinkDown => fault_at + LINK_DOWN_BOUND,
             _ => fault_at + END_BOUND,
         };
