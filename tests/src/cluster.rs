@@ -19,9 +19,41 @@ enum Dir {
     Borrowed(PathBuf),
 }
 
-fn script() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("cluster/cluster.sh")
+/// A script of `tests/cluster/` (`cluster.sh`, `slurm.sh`, `sge.sh`), run as
+/// `bash SCRIPT VERB DIR ARGS...`.
+pub(crate) struct Script(pub(crate) &'static str);
+
+impl Script {
+    fn path(&self) -> PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("cluster").join(self.0)
+    }
+
+    /// Runs `verb` on the cluster in `dir` to its end; panics if bash cannot start.
+    pub(crate) fn run(&self, verb: &str, dir: &Path, args: &[String]) -> std::process::Output {
+        Command::new("bash")
+            .arg(self.path())
+            .arg(verb)
+            .arg(dir)
+            .args(args)
+            .output()
+            .unwrap_or_else(|e| panic!("error: cannot run {}: {e}", self.path().display()))
+    }
+
+    /// Takes the cluster in `dir` down; for drops, so a failure is a warning, not a panic.
+    pub(crate) fn down(&self, dir: &Path, what: &str) {
+        match Command::new("bash").arg(self.path()).arg("down").arg(dir).output() {
+            Ok(out) if out.status.success() => {}
+            Ok(out) => eprintln!(
+                "warning: {what} cluster down failed ({}): {}",
+                out.status,
+                String::from_utf8_lossy(&out.stderr)
+            ),
+            Err(e) => eprintln!("warning: cannot run {}: {e}", self.path().display()),
+        }
+    }
 }
+
+const SCRIPT: Script = Script("cluster.sh");
 
 impl Cluster {
     /// Nodes `n1..n<nodes>`; panics with the script's words if they do not come up.
@@ -31,13 +63,7 @@ impl Cluster {
             "the multi-host tests need root to make network namespaces"
         );
         let dir = crate::tempdir();
-        let out = Command::new("bash")
-            .arg(script())
-            .arg("up")
-            .arg(dir.path())
-            .arg(nodes.to_string())
-            .output()
-            .unwrap_or_else(|e| panic!("cannot run {}: {e}", script().display()));
+        let out = SCRIPT.run("up", dir.path(), &[nodes.to_string()]);
         let cluster = Cluster { dir: Dir::Owned(dir) };
         assert!(
             out.status.success(),
@@ -59,13 +85,7 @@ impl Cluster {
 
     /// The script's per-node verbs: `link-down`, `link-up`, `stop-sshd`, `start-sshd`.
     pub fn ctl(&self, verb: &str, node: usize) {
-        let out = Command::new("bash")
-            .arg(script())
-            .arg(verb)
-            .arg(self.dir())
-            .arg(node.to_string())
-            .output()
-            .unwrap_or_else(|e| panic!("cannot run {}: {e}", script().display()));
+        let out = SCRIPT.run(verb, self.dir(), &[node.to_string()]);
         assert!(
             out.status.success(),
             "cluster {verb} {node}: {}",
@@ -102,7 +122,7 @@ impl Cluster {
 impl Drop for Cluster {
     fn drop(&mut self) {
         if let Dir::Owned(dir) = &self.dir {
-            let _ = Command::new("bash").arg(script()).arg("down").arg(dir.path()).status();
+            SCRIPT.down(dir.path(), "ssh");
         }
     }
 }

@@ -28,12 +28,11 @@ use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+use crate::cluster::Script;
 use crate::{procfs, Run, TempDir};
 
 /// `tests/cluster/sge.sh`.
-fn script() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("cluster/sge.sh")
-}
+const SCRIPT: Script = Script("sge.sh");
 
 /// A process on one of the cluster's nodes that is not the node's execd: part of a job.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -72,13 +71,7 @@ impl SgeCluster {
             "one SgeCluster per test process: run every Grid Engine scenario in one #[test]"
         );
         let dir = crate::tempdir();
-        let out = Command::new("bash")
-            .arg(script())
-            .arg("up")
-            .arg(dir.path())
-            .arg(nodes.to_string())
-            .output()
-            .unwrap_or_else(|e| panic!("error: cannot run {}: {e}", script().display()));
+        let out = SCRIPT.run("up", dir.path(), &[nodes.to_string()]);
         // From here on a drop takes down whatever `up` left, even after a failure.
         let mut cluster = SgeCluster { dir, nodes, env: Vec::new(), down: false };
         assert!(
@@ -227,16 +220,7 @@ impl SgeCluster {
         }
         // Another cluster may come up once this one is gone, whatever `down` reports.
         let _up = ResetOnDrop;
-        let out = Command::new("bash").arg(script()).arg("down").arg(self.dir.path()).output();
-        match out {
-            Ok(out) if out.status.success() => {}
-            Ok(out) => eprintln!(
-                "warning: Grid Engine cluster down failed ({}): {}",
-                out.status,
-                String::from_utf8_lossy(&out.stderr)
-            ),
-            Err(e) => eprintln!("warning: cannot run {}: {e}", script().display()),
-        }
+        SCRIPT.down(self.dir.path(), "Grid Engine");
     }
 }
 

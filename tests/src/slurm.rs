@@ -18,12 +18,11 @@ use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+use crate::cluster::Script;
 use crate::{procfs, Run, TempDir};
 
 /// `tests/cluster/slurm.sh`.
-fn script() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("cluster/slurm.sh")
-}
+const SCRIPT: Script = Script("slurm.sh");
 
 /// A running cluster of fake nodes `n1..nN`; dropping it (or [`SlurmCluster::down`]) stops
 /// every daemon and removes its namespaces, bridge and `/etc/netns` files.
@@ -54,13 +53,7 @@ impl SlurmCluster {
             "one SlurmCluster per test process: run every Slurm scenario in one #[test]"
         );
         let dir = crate::tempdir();
-        let out = Command::new("bash")
-            .arg(script())
-            .arg("up")
-            .arg(dir.path())
-            .arg(nodes.to_string())
-            .output()
-            .unwrap_or_else(|e| panic!("error: cannot run {}: {e}", script().display()));
+        let out = SCRIPT.run("up", dir.path(), &[nodes.to_string()]);
         // From here on a drop takes down whatever `up` left, even after a failure.
         let mut cluster = SlurmCluster { dir, nodes, env: Vec::new(), down: false };
         assert!(
@@ -175,16 +168,7 @@ impl SlurmCluster {
         }
         // Another cluster may come up once this one is gone, whatever `down` reports.
         let _up = ResetOnDrop;
-        let out = Command::new("bash").arg(script()).arg("down").arg(self.dir.path()).output();
-        match out {
-            Ok(out) if out.status.success() => {}
-            Ok(out) => eprintln!(
-                "warning: Slurm cluster down failed ({}): {}",
-                out.status,
-                String::from_utf8_lossy(&out.stderr)
-            ),
-            Err(e) => eprintln!("warning: cannot run {}: {e}", script().display()),
-        }
+        SCRIPT.down(self.dir.path(), "Slurm");
     }
 }
 
