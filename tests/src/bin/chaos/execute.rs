@@ -337,6 +337,7 @@ impl Context {
     ) {
         use std::os::unix::process::ExitStatusExt;
         let t = trial.topology;
+        let in_launch = trial.phase == Phase::Launch;
         let rank_host = &hosts[t.node_of(trial.rank)];
         let node_host = &hosts[trial.node];
         let rank_said = |what: &str| {
@@ -355,6 +356,9 @@ impl Context {
             Fault::RankPmiClose => {
                 (Some(255), Some(rank_said("closed its PMI connection before calling finalize")))
             }
+            Fault::LinkDown if in_launch && status.code() == Some(124) => {
+                (Some(124), Some(timed_out))
+            }
             Fault::KillLeafProxy | Fault::KillInteriorProxy | Fault::KillSsh | Fault::LinkDown => {
                 (Some(255), Some(lost))
             }
@@ -365,7 +369,9 @@ impl Context {
                 )),
             ),
             Fault::KillRlaunch => (None, None),
-            // Stopped past the job's timeout, rlaunch may see that first when it resumes.
+            // Stopped past the job's timeout, rlaunch may see that first when it resumes; a
+            // link cut before the node's hello is given up after the hello wait, which the
+            // job's timeout may end first.
             Fault::StopRlaunch if status.code() == Some(124) => (Some(124), Some(timed_out)),
             Fault::StopRlaunch => (Some(255), Some("rlaunch: lost proxy on ".into())),
         };
