@@ -83,15 +83,12 @@ impl Forwarded {
         let Some((sig, at)) = self.last else { return false };
         // A death by the very signal forwarded is its doing even when the news comes late
         // (a report behind a slow reader's output), within reason; any other end only within
-        // the grace. A late one holds from now: the other ranks still get their grace.
+        // the grace. The grace runs from the signal either way: every rank got it then.
         let killed_by_it = matches!(outcome, ExitOutcome::Signaled(s) if s == sig as i32);
-        let from = if now < at + grace {
-            at
-        } else if killed_by_it && now < at + grace + LATE_NEWS {
-            now
-        } else {
+        let in_time = now < at + grace || (killed_by_it && now < at + grace + LATE_NEWS);
+        if !in_time {
             return false;
-        };
+        }
         let handled = !matches!(sig, Signal::SIGUSR1 | Signal::SIGUSR2);
         let explained = match outcome {
             ExitOutcome::Signaled(s) => s == sig as i32,
@@ -99,7 +96,7 @@ impl Forwarded {
             ExitOutcome::SpawnFailed { .. } | ExitOutcome::NoWorkdir { .. } => false,
         };
         if explained && self.held.is_none() {
-            self.held = Some((sig, from));
+            self.held = Some((sig, at));
         }
         explained
     }
@@ -147,7 +144,7 @@ mod tests {
             f.hold(late, GRACE, ExitOutcome::Signaled(2)),
             "killed by it: its doing, late news or not"
         );
-        assert_eq!(f.deadline(GRACE), Some(late + GRACE), "late news holds from now");
+        assert_eq!(f.deadline(GRACE), Some(t0 + GRACE), "the grace ran from the signal");
         f.take();
         let much_later = t0 + GRACE + LATE_NEWS;
         assert!(!f.hold(much_later, GRACE, ExitOutcome::Signaled(2)), "within reason");
