@@ -68,7 +68,10 @@ fn a_proxy_of_another_protocol_version_is_named_clearly() {
     let rlaunch = dir.path().join("rlaunch");
     std::fs::copy(rlaunch_tests::rlaunch(), &rlaunch).unwrap();
     let fake = dir.path().join("rlaunch-proxy");
-    std::fs::write(&fake, "#!/bin/sh\nprintf '\\177RLAUNCH\\000\\000\\000\\011'\nsleep 1\n")
+    // A version this rlaunch does not speak: one past its own, as 4 bytes big-endian.
+    let theirs = pmi_wire::control::PROTOCOL_VERSION + 1;
+    let version: String = theirs.to_be_bytes().iter().map(|b| format!("\\{b:03o}")).collect();
+    std::fs::write(&fake, format!("#!/bin/sh\nprintf '\\177RLAUNCH{version}'\nsleep 1\n"))
         .unwrap();
     std::fs::set_permissions(&fake, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
     // rlaunch forks the proxies of its own machine; proxies exec theirs: n2's is the fake.
@@ -79,7 +82,7 @@ fn a_proxy_of_another_protocol_version_is_named_clearly() {
     assert!(err.contains("lost proxy on n2"), "{err}");
     let ours = pmi_wire::control::PROTOCOL_VERSION;
     assert!(
-        err.contains(&format!("protocol version 9, this rlaunch speaks version {ours}")),
+        err.contains(&format!("protocol version {theirs}, this rlaunch speaks version {ours}")),
         "{err}"
     );
 }
