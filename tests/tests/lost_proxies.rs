@@ -71,8 +71,7 @@ fn a_proxy_of_another_protocol_version_is_named_clearly() {
     // A version this rlaunch does not speak: one past its own, as 4 bytes big-endian.
     let theirs = pmi_wire::control::PROTOCOL_VERSION + 1;
     let version: String = theirs.to_be_bytes().iter().map(|b| format!("\\{b:03o}")).collect();
-    std::fs::write(&fake, format!("#!/bin/sh\nprintf '\\177RLAUNCH{version}'\nsleep 1\n"))
-        .unwrap();
+    std::fs::write(&fake, format!("#!/bin/sh\nprintf '\\177RLAUNCH{version}'\nsleep 1\n")).unwrap();
     std::fs::set_permissions(&fake, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
     // rlaunch forks the proxies of its own machine; proxies exec theirs: n2's is the fake.
     let args = ["--launcher", "fork", "--hosts", "n1,n2", "--tree-width", "1", "-n", "2", "true"];
