@@ -138,16 +138,9 @@ impl Feed {
         let mut dropped = self.dropped.clone();
         tokio::select! {
             biased;
-            _ = dropped_now(&mut dropped) => true,
+            _ = rlaunch_proxy::raised(&mut dropped) => true,
             sent = self.chunks.send(chunk) => sent.is_ok(),
         }
-    }
-}
-
-/// Returns once the output is dropped (never, if the root is gone without dropping it).
-async fn dropped_now(dropped: &mut Dropped) {
-    if dropped.wait_for(|&dropped| dropped).await.is_err() {
-        std::future::pending::<()>().await;
     }
 }
 

@@ -191,6 +191,14 @@ pub fn take_stdio_channel() -> io::Result<(OwnedFd, OwnedFd)> {
     Ok((input, output))
 }
 
+/// Returns once `flag` is raised (true); never, if its sender is dropped without raising it.
+/// The one-way switches of a teardown (the output dropped, the parent abandoned) are read so.
+pub async fn raised(flag: &mut tokio::sync::watch::Receiver<bool>) {
+    if flag.wait_for(|&up| up).await.is_err() {
+        std::future::pending::<()>().await;
+    }
+}
+
 /// Points fds 0 and 1 at /dev/null: a proxy reads and writes only its control channel.
 pub fn null_stdin_stdout() -> io::Result<()> {
     let null = std::fs::OpenOptions::new().read(true).write(true).open("/dev/null")?;

@@ -301,7 +301,7 @@ pub async fn pump_until_abandoned<M: Frame>(
     tokio::select! {
         _ = pump(out, hello, &mut control, &mut data) => {}
         // A dropped sender abandons nothing: the pump goes on to flush the last frames.
-        Ok(_) = abandon.wait_for(|&abandoned| abandoned) => {}
+        _ = crate::raised(&mut abandon) => {}
     }
     loop {
         tokio::select! {

@@ -108,7 +108,7 @@ async fn run(
     while adding || !hub.pipes.is_empty() {
         tokio::select! {
             biased;
-            _ = wait_dropped(&mut hub.dropped), if hub.upstream => hub.abandon(),
+            _ = crate::raised(&mut hub.dropped), if hub.upstream => hub.abandon(),
             add = added.recv(), if adding => match add {
                 Some(add) => hub.add(add).await,
                 None => adding = false,
@@ -205,7 +205,7 @@ impl<F: FnMut(usize)> Hub<F> {
         }
         let sent = tokio::select! {
             biased;
-            _ = wait_dropped(&mut self.dropped) => false,
+            _ = crate::raised(&mut self.dropped) => false,
             sent = self.data.send(up) => sent.is_ok(),
         };
         if !sent {
@@ -237,13 +237,6 @@ impl<F: FnMut(usize)> Hub<F> {
         for (_, pipe) in self.pipes.drain() {
             (self.closed)(pipe.local);
         }
-    }
-}
-
-/// Returns once the output is dropped (never, if the node is gone without dropping it).
-async fn wait_dropped(dropped: &mut watch::Receiver<bool>) {
-    if dropped.wait_for(|&dropped| dropped).await.is_err() {
-        std::future::pending::<()>().await;
     }
 }
 
