@@ -437,11 +437,6 @@ impl Node {
                     let step = self.kvs(0).map(|kvs| kvs.child_entered(pairs, parties));
                     self.fence_step(step);
                 }
-                // A part of a node's PMIx fence data goes on as it is, in order with the
-                // entries: the root puts each node's back together.
-                Some(ChildNews::Up(part @ Up::PmixFencePart { .. })) => {
-                    let _ = self.up.control.send(part);
-                }
                 Some(ChildNews::Up(Up::PmixFenceIn { epoch })) => self.pmix_child_fence(epoch),
                 // relay_child sends every other frame straight up.
                 Some(ChildNews::Up(_)) | None => {}
@@ -633,9 +628,10 @@ impl Node {
 /// Where a child's frames go up: its ranks' output (and each rank's start, which its output
 /// files are named after) through the bounded data channel, so that backpressure reaches the
 /// child; everything else through the control channel, ahead of queued output, as this
-/// node's own reports go. A rank's end must not wait behind megabytes of output at every
-/// hop (found by the chaos runner: under heavy output over ssh, a rank's end reached rlaunch
-/// after the job's timeout).
+/// node's own reports go. A rank's end must not wait behind megabytes of output at every hop
+/// (found by the chaos runner: under heavy output over ssh, a rank's end reached rlaunch
+/// after the job's timeout). A PMIx fence part goes up here before the child's entry that
+/// follows it, which passes through the dispatcher: the order the root needs.
 #[derive(Clone)]
 struct Relay {
     data: mpsc::Sender<Up>,
@@ -656,13 +652,7 @@ async fn relay_child(child: usize, event: LinkEvent, relay: Relay) -> bool {
             true
         }
         LinkEvent::Up(up)
-            if !matches!(
-                up,
-                Up::NodeDone { .. }
-                    | Up::FenceIn { .. }
-                    | Up::PmixFenceIn { .. }
-                    | Up::PmixFencePart { .. }
-            ) =>
+            if !matches!(up, Up::NodeDone { .. } | Up::FenceIn { .. } | Up::PmixFenceIn { .. }) =>
         {
             let _ = relay.control.send(up);
             true
