@@ -6,6 +6,8 @@
 //! none missing. With `rlaunch -l`, a line may start with `[<rank>] `.
 
 use std::collections::BTreeMap;
+use std::io::Read;
+use std::time::{Duration, Instant};
 
 /// Bytes in one flood line, newline included.
 pub const FLOOD_LINE_LEN: usize = 64;
@@ -136,6 +138,43 @@ impl FloodScanner {
         *expected += 1;
         Ok(())
     }
+}
+
+/// Reads `pipe` to its end, checking each line as it comes ([`FloodScanner`]), at no more
+/// than `rate` bytes a second if one is given (a slow reader); after a fault it reads on
+/// unchecked, so that the writer is never blocked. Returns the bytes read and the verdict.
+pub fn scan_flood_stream(
+    mut pipe: impl Read,
+    rate: Option<u64>,
+) -> (u64, Result<FloodReport, String>) {
+    let start = Instant::now();
+    let mut scanner = FloodScanner::default();
+    // Small reads keep a slow reader's pace even.
+    let mut buf = vec![0; if rate.is_some() { 16 << 10 } else { 256 << 10 }];
+    let mut total = 0u64;
+    let mut fault = None;
+    loop {
+        if let Some(rate) = rate {
+            let due = Duration::from_secs_f64(total as f64 / rate as f64);
+            if let Some(wait) = due.checked_sub(start.elapsed()) {
+                std::thread::sleep(wait);
+            }
+        }
+        let n = match pipe.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => {
+                fault.get_or_insert_with(|| format!("cannot read the output: {e}"));
+                break;
+            }
+        };
+        total += n as u64;
+        if fault.is_none() {
+            fault = scanner.feed(&buf[..n]).err();
+        }
+    }
+    (total, fault.map_or_else(|| scanner.finish(), Err))
 }
 
 /// [`scan_flood`], and every rank in `0..ranks` (and no other) sent all the lines of
@@ -301,6 +340,23 @@ mod tests {
         torn.extend_from_slice(&out[68..]);
         let mut scanner = FloodScanner::default();
         assert_eq!(scanner.feed(&torn).map_err(|e| e.contains("line 1 ")), Err(true));
+    }
+
+    #[test]
+    fn a_stream_is_read_to_its_end_and_checked_as_it_comes() {
+        let out = interleaved(3, 100, false);
+        let (read, report) = scan_flood_stream(std::io::Cursor::new(&out), None);
+        assert_eq!((read, report), (out.len() as u64, scan_flood(&out)));
+        let mut damaged = out.clone();
+        damaged[640] ^= 1;
+        let (read, report) = scan_flood_stream(std::io::Cursor::new(&damaged), None);
+        assert_eq!(read, damaged.len() as u64, "read on after the fault");
+        assert_eq!(report, scan_flood(&damaged));
+        // At 64 KiB/s the second read of 16 KiB waits until the first has had its 0.25 s.
+        let started = Instant::now();
+        let (read, report) = scan_flood_stream(std::io::Cursor::new(&out), Some(64 << 10));
+        assert_eq!((read, report.map(|r| r.total_lines())), (out.len() as u64, Ok(300)));
+        assert!(started.elapsed() >= Duration::from_millis(250), "{:?}", started.elapsed());
     }
 
     #[test]

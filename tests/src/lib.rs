@@ -68,10 +68,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 pub use flood::{
-    check_flood, flood_line, flood_lines, scan_flood, FloodReport, FloodScanner, FLOOD_LINE_LEN,
+    check_flood, flood_line, flood_lines, scan_flood, scan_flood_stream, FloodReport, FloodScanner,
+    FLOOD_LINE_LEN,
 };
 pub use procs::{
-    tagged_processes, wait_until_no_tagged, wait_until_tagged, Tag, TaggedProcess, TAG_VAR,
+    tagged_processes, wait_until_empty, wait_until_no_tagged, wait_until_tagged, Tag,
+    TaggedProcess, TAG_VAR,
 };
 pub use programs::{
     chaos, fake_scheduler_launchers, fakessh, pmiprog, pmiprog_str, proxy, proxy_str, rankprog,

@@ -156,16 +156,26 @@ pub fn tagged_processes(tag: &str) -> Vec<TaggedProcess> {
 ///
 /// Polling the process table is the one way to watch processes that are not our children.
 pub fn wait_until_no_tagged(tag: &str, timeout: Duration) -> Result<(), Vec<TaggedProcess>> {
+    wait_until_empty(timeout, || running_tagged(tag))
+}
+
+/// Scans with `scan` until it finds nothing several times in a row (see the module doc);
+/// on timeout, returns what the last scan found. For any set of processes: tagged ones, or
+/// those of a job on other hosts.
+pub fn wait_until_empty<T>(
+    timeout: Duration,
+    mut scan: impl FnMut() -> Vec<T>,
+) -> Result<(), Vec<T>> {
     let deadline = Instant::now() + timeout;
     let mut quiet = 0;
     loop {
-        let running = running_tagged(tag);
-        quiet = if running.is_empty() { quiet + 1 } else { 0 };
+        let found = scan();
+        quiet = if found.is_empty() { quiet + 1 } else { 0 };
         if quiet == QUIET_SCANS {
             return Ok(());
         }
-        if !running.is_empty() && Instant::now() >= deadline {
-            return Err(running);
+        if !found.is_empty() && Instant::now() >= deadline {
+            return Err(found);
         }
         std::thread::sleep(SCAN_PAUSE);
     }

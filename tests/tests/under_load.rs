@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use nix::sys::signal::{killpg, Signal};
 use nix::unistd::Pid;
-use rlaunch_tests::{hosts, procfs, rankprog_str, FloodScanner, Tag, TAG_VAR};
+use rlaunch_tests::{hosts, procfs, rankprog_str, scan_flood_stream, Tag, TAG_VAR};
 
 /// rlaunch's default `--kill-grace`.
 const KILL_GRACE: Duration = Duration::from_secs(1);
@@ -22,38 +22,6 @@ const MARGIN: Duration = Duration::from_secs(1);
 /// batch being written. Both are about half of these bounds (18 and 7.5 MiB measured).
 const RLAUNCH_MAX_KIB: u64 = 40 << 10;
 const PROXY_MAX_KIB: u64 = 16 << 10;
-
-/// Reads `pipe` at no more than `rate` bytes a second, checking each line as it comes.
-fn slow_reader(
-    mut pipe: impl Read + Send + 'static,
-    rate: u64,
-) -> std::thread::JoinHandle<(u64, Result<rlaunch_tests::FloodReport, String>)> {
-    std::thread::spawn(move || {
-        let start = Instant::now();
-        let mut scanner = FloodScanner::default();
-        let mut buf = vec![0; 16 << 10];
-        let mut total = 0u64;
-        let mut bad = None;
-        loop {
-            let due = Duration::from_secs_f64(total as f64 / rate as f64);
-            if let Some(wait) = due.checked_sub(start.elapsed()) {
-                std::thread::sleep(wait);
-            }
-            let n = match pipe.read(&mut buf) {
-                Ok(0) => break,
-                Ok(n) => n,
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-                Err(e) => panic!("cannot read rlaunch's stdout: {e}"),
-            };
-            total += n as u64;
-            // Read on after a bad line, so that rlaunch is never blocked by the test.
-            if bad.is_none() {
-                bad = scanner.feed(&buf[..n]).err();
-            }
-        }
-        (total, bad.map_or_else(|| scanner.finish(), Err))
-    })
-}
 
 #[test]
 fn ctrl_c_under_a_slow_reader_ends_everything_within_the_grace_with_every_line_whole() {
@@ -90,7 +58,8 @@ fn flood_then_ctrl_c(ranks: u32, nodes: usize, rate: u64, flood: Duration) {
         .spawn()
         .expect("cannot start rlaunch");
     let pid = child.id() as i32;
-    let reader = slow_reader(child.stdout.take().unwrap(), rate);
+    let pipe = child.stdout.take().unwrap();
+    let reader = std::thread::spawn(move || scan_flood_stream(pipe, Some(rate)));
     let mut stderr = child.stderr.take().unwrap();
     let stderr = std::thread::spawn(move || {
         let mut text = String::new();

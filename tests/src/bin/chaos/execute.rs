@@ -133,18 +133,10 @@ impl Context {
 
     /// Waits until the job has no process left; returns those still there at `deadline`.
     fn wait_gone(&self, job: &Job, deadline: Instant) -> Vec<i32> {
-        let mut quiet = 0;
-        loop {
-            let left = self.job_processes(job);
-            quiet = if left.is_empty() { quiet + 1 } else { 0 };
-            if quiet == 3 {
-                return Vec::new();
-            }
-            if !left.is_empty() && Instant::now() >= deadline {
-                return left;
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
+        let timeout = deadline.saturating_duration_since(Instant::now());
+        rlaunch_tests::wait_until_empty(timeout, || self.job_processes(job))
+            .err()
+            .unwrap_or_default()
     }
 
     pub fn run(&self, trial: &Trial) -> Verdict {

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
-use rlaunch_tests::{flood_line, procfs, FloodReport, FloodScanner, Tag, TAG_VAR};
+use rlaunch_tests::{flood_line, procfs, scan_flood_stream, FloodReport, Tag, TAG_VAR};
 
 /// The rank number of the lines fed to stdin (`chaosrank` passes them through rank 0).
 pub const STDIN_RANK: u32 = 999_999;
@@ -45,24 +45,8 @@ impl Job {
         let mut child = command
             .spawn()
             .unwrap_or_else(|e| panic!("chaos: cannot start {}: {e}", rlaunch.display()));
-        let mut out = child.stdout.take().expect("piped");
-        let stdout = std::thread::spawn(move || {
-            let mut scanner = FloodScanner::default();
-            let mut fault = None;
-            let mut buf = vec![0; 256 * 1024];
-            loop {
-                match out.read(&mut buf) {
-                    Ok(0) | Err(_) => break,
-                    // After the first fault, read on (rlaunch must not block) unchecked.
-                    Ok(n) if fault.is_none() => fault = scanner.feed(&buf[..n]).err(),
-                    Ok(_) => {}
-                }
-            }
-            match fault {
-                Some(fault) => Err(fault),
-                None => scanner.finish(),
-            }
-        });
+        let out = child.stdout.take().expect("piped");
+        let stdout = std::thread::spawn(move || scan_flood_stream(out, None).1);
         let mut err = child.stderr.take().expect("piped");
         let stderr = std::thread::spawn(move || {
             let mut kept = Vec::new();
