@@ -3,27 +3,16 @@
  * `rlaunch.test` = "from R" (remote scope), commits, then gets rank (R+1)%size's value and
  * prints `rank R got from P`, or `rank R cannot get P: STATUS` and exits 3. A fence that
  * collects nothing keeps every rank (and its data) there until all have got theirs. */
-#include <pmix.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
+
+#include "pmix_client.h"
 
 int main(void)
 {
-    pmix_proc_t me;
-    pmix_status_t rc = PMIx_Init(&me, NULL, 0);
-    if (rc != PMIX_SUCCESS) {
-        fprintf(stderr, "dmodex: PMIx_Init: %s\n", PMIx_Error_string(rc));
-        return 1;
-    }
+    pmix_proc_t me = client_init("dmodex");
     pmix_proc_t job;
-    PMIX_LOAD_PROCID(&job, me.nspace, PMIX_RANK_WILDCARD);
-    pmix_value_t *size = NULL;
-    rc = PMIx_Get(&job, PMIX_JOB_SIZE, NULL, 0, &size);
-    if (rc != PMIX_SUCCESS) {
-        fprintf(stderr, "dmodex: job size: %s\n", PMIx_Error_string(rc));
-        return 1;
-    }
+    uint32_t size = client_job_size("dmodex", &me, &job);
     char mine[64];
     snprintf(mine, sizeof mine, "from %u", me.rank);
     pmix_value_t value;
@@ -33,9 +22,9 @@ int main(void)
         return 1;
     }
     pmix_proc_t peer;
-    PMIX_LOAD_PROCID(&peer, me.nspace, (me.rank + 1) % size->data.uint32);
+    PMIX_LOAD_PROCID(&peer, me.nspace, (me.rank + 1) % size);
     pmix_value_t *got = NULL;
-    rc = PMIx_Get(&peer, "rlaunch.test", NULL, 0, &got);
+    pmix_status_t rc = PMIx_Get(&peer, "rlaunch.test", NULL, 0, &got);
     if (rc != PMIX_SUCCESS || got->type != PMIX_STRING) {
         printf("rank %u cannot get %u: %s\n", me.rank, peer.rank, PMIx_Error_string(rc));
         fflush(stdout);
@@ -43,14 +32,7 @@ int main(void)
     }
     printf("rank %u got %s\n", me.rank, got->data.string);
     fflush(stdout);
-    pmix_info_t nocollect;
-    bool no = false;
-    PMIx_Info_load(&nocollect, PMIX_COLLECT_DATA, &no, PMIX_BOOL);
-    rc = PMIx_Fence(&job, 1, &nocollect, 1);
-    if (rc != PMIX_SUCCESS) {
-        fprintf(stderr, "dmodex: PMIx_Fence: %s\n", PMIx_Error_string(rc));
-        return 1;
-    }
+    client_fence("dmodex", &job, false);
     PMIx_Finalize(NULL, 0);
     return 0;
 }

@@ -6,10 +6,11 @@
  * brought (PMIX_IMMEDIATE: no direct modex makes up for a fence that brought too little). It
  * checks every byte and prints `rank R has N blobs`, or `rank R lacks P's blob: STATUS` /
  * `rank R has a wrong blob from P` and exits 3. */
-#include <pmix.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "pmix_client.h"
 
 static unsigned char byte_of(uint32_t rank, size_t i)
 {
@@ -26,20 +27,9 @@ int main(int argc, char **argv)
     char absent[256];
     snprintf(absent, sizeof absent, ",%s,", argv[2]);
     int wait = argc > 3 && strcmp(argv[3], "wait") == 0;
-    pmix_proc_t me;
-    pmix_status_t rc = PMIx_Init(&me, NULL, 0);
-    if (rc != PMIX_SUCCESS) {
-        fprintf(stderr, "fence: PMIx_Init: %s\n", PMIx_Error_string(rc));
-        return 1;
-    }
+    pmix_proc_t me = client_init("fence");
     pmix_proc_t job;
-    PMIX_LOAD_PROCID(&job, me.nspace, PMIX_RANK_WILDCARD);
-    pmix_value_t *size = NULL;
-    rc = PMIx_Get(&job, PMIX_JOB_SIZE, NULL, 0, &size);
-    if (rc != PMIX_SUCCESS) {
-        fprintf(stderr, "fence: job size: %s\n", PMIx_Error_string(rc));
-        return 1;
-    }
+    uint32_t size = client_job_size("fence", &me, &job);
     unsigned char *mine = malloc(bytes ? bytes : 1);
     if (!mine)
         return 1;
@@ -61,18 +51,12 @@ int main(int argc, char **argv)
         fprintf(stderr, "fence: no line on stdin\n");
         return 1;
     }
-    pmix_info_t collect;
+    client_fence("fence", &job, true);
     bool yes = true;
-    PMIx_Info_load(&collect, PMIX_COLLECT_DATA, &yes, PMIX_BOOL);
-    rc = PMIx_Fence(&job, 1, &collect, 1);
-    if (rc != PMIX_SUCCESS) {
-        fprintf(stderr, "fence: PMIx_Fence: %s\n", PMIx_Error_string(rc));
-        return 1;
-    }
     pmix_info_t immediate;
     PMIx_Info_load(&immediate, PMIX_IMMEDIATE, &yes, PMIX_BOOL);
     uint32_t blobs = 0;
-    for (uint32_t p = 0; p < size->data.uint32; p++) {
+    for (uint32_t p = 0; p < size; p++) {
         char item[16];
         snprintf(item, sizeof item, ",%u,", p);
         if (p == me.rank || strstr(absent, item))
@@ -80,7 +64,7 @@ int main(int argc, char **argv)
         pmix_proc_t peer;
         PMIX_LOAD_PROCID(&peer, me.nspace, p);
         pmix_value_t *got = NULL;
-        rc = PMIx_Get(&peer, "rlaunch.blob", &immediate, 1, &got);
+        pmix_status_t rc = PMIx_Get(&peer, "rlaunch.blob", &immediate, 1, &got);
         if (rc != PMIX_SUCCESS || got->type != PMIX_BYTE_OBJECT) {
             printf("rank %u lacks %u's blob: %s\n", me.rank, p, PMIx_Error_string(rc));
             fflush(stdout);

@@ -3,10 +3,11 @@
  * leaves`, finalizes and exits 0. Rank 0 reads a line from stdin, publishes `rlaunch.once`
  * for one read (PMIX_PERSIST_FIRST_READ), looks it up with PMIX_WAIT for at most 10 s, and
  * prints `rank 0 found V`, or `rank 0 cannot find it: STATUS` and exits 3. */
-#include <pmix.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "pmix_client.h"
 
 static const char *KEY = "rlaunch.once";
 
@@ -17,12 +18,8 @@ static void never_heard(pmix_status_t status, pmix_pdata_t data[], size_t ndata,
 
 int main(void)
 {
-    pmix_proc_t me;
-    pmix_status_t rc = PMIx_Init(&me, NULL, 0);
-    if (rc != PMIX_SUCCESS) {
-        fprintf(stderr, "names: PMIx_Init: %s\n", PMIx_Error_string(rc));
-        return 1;
-    }
+    pmix_proc_t me = client_init("names");
+    pmix_status_t rc;
     bool yes = true;
     if (me.rank == 1) {
         char *keys[] = {(char *)KEY, NULL};

@@ -1,10 +1,11 @@
 /* psets: a PMIx client that asks its server for the process sets, and prints
  * `psets N`, then `pset NAME: R R ...` for each, in the order the server names them.
  * Only rank 0 asks; every rank initialises and finalizes. */
-#include <pmix.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "pmix_client.h"
 
 static int query(pmix_query_t *q, pmix_info_t **results, size_t *n)
 {
@@ -18,12 +19,9 @@ static int query(pmix_query_t *q, pmix_info_t **results, size_t *n)
 
 int main(void)
 {
-    pmix_proc_t me;
-    pmix_status_t rc = PMIx_Init(&me, NULL, 0);
-    if (rc != PMIX_SUCCESS) {
-        fprintf(stderr, "psets: PMIx_Init: %s\n", PMIx_Error_string(rc));
-        return 1;
-    }
+    pmix_proc_t me = client_init("psets");
+    /* Where PMIX_ARGV_APPEND puts its status, which only a lack of memory makes an error. */
+    pmix_status_t rc __attribute__((unused));
     int failed = 0;
     if (me.rank == 0) {
         pmix_query_t q;
