@@ -110,7 +110,7 @@ impl Context {
         args.extend([self.chaosrank.display().to_string(), dir.display().to_string()]);
         args.push(trial.phase.name().into());
         if let Some(word) = trial.fault.rank_word() {
-            let when = if trial.phase == Phase::Launch { "start" } else { "usr1" };
+            let when = if trial.strikes_at_start() { "start" } else { "usr1" };
             args.extend([trial.rank.to_string(), word.into(), when.into()]);
         }
         args
@@ -239,7 +239,7 @@ impl Context {
                 job.status().is_none()
             }
         };
-        if !(in_launch && trial.fault.rank_word().is_some()) {
+        if !trial.strikes_at_start() {
             fault_at = Instant::now();
         }
 
@@ -271,8 +271,10 @@ impl Context {
         }
 
         let deadline = match trial.fault {
-            _ if !verdict.landed => job.started + t.timeout() + KILL_GRACE + END_BOUND,
-            Fault::StopRank => job.started + t.timeout() + KILL_GRACE + END_BOUND,
+            // A missed fault or a stopped rank: the job ends by itself, or at its timeout.
+            _ if !verdict.landed || trial.fault == Fault::StopRank => {
+                job.started + t.timeout() + KILL_GRACE + END_BOUND
+            }
             // Cut before its proxy said hello, a node is given up only after the hello wait
             // (an ssh session on a dead link hangs; 30 s allow for slow logins).
             Fault::LinkDown if in_launch => fault_at + HELLO_WAIT + END_BOUND,
@@ -369,8 +371,8 @@ impl Context {
         };
         // A job that ends by itself may beat the fault, unless the fault is a rank's own at its
         // start.
-        let self_inflicted = trial.phase == Phase::Launch && trial.fault.rank_word().is_some();
-        let may_succeed = !verdict.landed || (trial.phase.ends_by_itself() && !self_inflicted);
+        let may_succeed =
+            !verdict.landed || (trial.phase.ends_by_itself() && !trial.strikes_at_start());
         let first_said =
             verdict.stderr.lines().find(|l| l.starts_with("rlaunch: ")).map(str::to_owned);
         match (trial.fault, status.code(), status.signal()) {

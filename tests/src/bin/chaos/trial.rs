@@ -252,6 +252,12 @@ pub struct Trial {
 }
 
 impl Trial {
+    /// The target rank strikes itself as it starts (a rank's own fault during the launch),
+    /// not on SIGUSR1: the job cannot end well then.
+    pub fn strikes_at_start(&self) -> bool {
+        self.phase == Phase::Launch && self.fault.rank_word().is_some()
+    }
+
     /// Trial `index` of the run seeded with `seed`, over `topologies`.
     pub fn draw(seed: u64, index: u32, topologies: &[Topology]) -> Trial {
         let mut rng = Rng::new(seed ^ u64::from(index).wrapping_mul(0x9e37_79b9_7f4a_7c15));
