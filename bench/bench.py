@@ -32,7 +32,17 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 
-from procs import Command, Stdin, Watch, footprint, kill_all_descendants, log, reap_orphans, run
+from procs import (
+    Command,
+    Stdin,
+    Watch,
+    footprint,
+    kill_all_descendants,
+    log,
+    reap_orphans,
+    release_dir,
+    run,
+)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BENCH = os.path.join(ROOT, "bench")
@@ -40,14 +50,7 @@ BUILD = os.path.join(BENCH, "build")
 RESULTS = os.path.join(BENCH, "results")
 
 
-def host_triple():
-    out = subprocess.run(["rustc", "-vV"], capture_output=True, text=True).stdout
-    return next((line.split(":", 1)[1].strip() for line in out.splitlines() if line.startswith("host:")), "")
-
-
-# .cargo/config.toml names the target (so the binaries link statically), and cargo then puts
-# them under target/<triple>/.
-RELEASE = os.path.join(ROOT, "target", host_triple(), "release")
+RELEASE = release_dir(ROOT)
 RLAUNCH = os.path.join(RELEASE, "rlaunch")
 RLAUNCH_PROXY = os.path.join(RELEASE, "rlaunch-proxy")
 HYDRA = "mpiexec.hydra"

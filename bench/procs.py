@@ -21,6 +21,14 @@ F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)
 def log(msg):
     print(msg, file=sys.stderr, flush=True)
 
+
+def release_dir(root):
+    """Where cargo puts the release binaries: target/<host triple>/release (.cargo/config.toml
+    names the target, so that the binaries link statically)."""
+    out = subprocess.run(["rustc", "-vV"], capture_output=True, text=True, check=True).stdout
+    triple = next(l.split(":", 1)[1].strip() for l in out.splitlines() if l.startswith("host:"))
+    return os.path.join(root, "target", triple, "release")
+
 # ---------------------------------------------------------------------------------------------
 # Processes: the never-closing stdin, descendants, leftovers.
 
@@ -260,16 +268,25 @@ def run(cmd, scratch):
 # Memory: VmHWM of the launcher and its proxies while every rank is alive, then to their end.
 
 
-def vm_hwm_kib(pid):
-    """The process's peak RSS in KiB, or None once it is gone or a zombie."""
+def vm_kib(pid):
+    """(VmRSS, VmHWM) of the process in KiB, or None once it is gone or a zombie."""
+    found = {}
     try:
         with open(f"/proc/{pid}/status") as f:
             for line in f:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1])
+                if line.startswith(("VmRSS:", "VmHWM:")):
+                    found[line[:5]] = int(line.split()[1])
     except OSError:
-        pass
-    return None
+        return None
+    if len(found) < 2:
+        return None
+    return found["VmRSS"], found["VmHWM"]
+
+
+def vm_hwm_kib(pid):
+    """The process's peak RSS in KiB, or None once it is gone or a zombie."""
+    sizes = vm_kib(pid)
+    return sizes and sizes[1]
 
 
 @dataclass

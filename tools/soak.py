@@ -28,17 +28,12 @@ import procs  # noqa: E402
 PR_SET_CHILD_SUBREAPER = 36
 
 
-def host_triple():
-    out = subprocess.run(["rustc", "-vV"], capture_output=True, text=True, check=True).stdout
-    return next(l.split(": ")[1] for l in out.splitlines() if l.startswith("host: "))
-
-
 def build():
     subprocess.run(["cargo", "build", "--release", "--workspace"], cwd=ROOT, check=True)
     hello = os.path.join(ROOT, "target", "soak-hello")
     src = os.path.join(ROOT, "tests", "c", "hello.c")
     subprocess.run(["mpicc.mpich", "-O2", "-o", hello, src], check=True)
-    return os.path.join(ROOT, "target", host_triple(), "release", "rlaunch"), hello
+    return os.path.join(procs.release_dir(ROOT), "rlaunch"), hello
 
 
 def children():

@@ -51,15 +51,10 @@ LEFTOVER_WAIT = 3.0
 PADS = [bytes(ord("a") + (k + i) % 26 for i in range(LINE - HEAD - 1)) for k in range(26)]
 
 
-def host_triple():
-    out = subprocess.run(["rustc", "-vV"], capture_output=True, text=True, check=True).stdout
-    return next(l.split(": ")[1] for l in out.splitlines() if l.startswith("host: "))
-
-
 def build(skip):
     if not skip:
         subprocess.run(["cargo", "build", "--release", "--workspace"], cwd=ROOT, check=True)
-    bin_dir = os.path.join(ROOT, "target", host_triple(), "release")
+    bin_dir = procs.release_dir(ROOT)
     return os.path.join(bin_dir, "rlaunch"), os.path.join(bin_dir, "rankprog")
 
 
@@ -158,21 +153,6 @@ class LineCollector(threading.Thread):
 # Memory.
 
 
-def status_kib(pid):
-    """(VmRSS, VmHWM) in KiB, or None once the process is gone or a zombie."""
-    found = {}
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            for line in f:
-                if line.startswith(("VmRSS:", "VmHWM:")):
-                    found[line[:5]] = int(line.split()[1])
-    except OSError:
-        return None
-    if len(found) < 2:
-        return None
-    return found["VmRSS"], found["VmHWM"]
-
-
 @dataclass
 class Memory:
     """What the sampler saw, in KiB: peaks per process, and the proxies' sum over time."""
@@ -203,12 +183,12 @@ class Sampler(threading.Thread):
         # A rank is named after its proxy between its clone and its exec (it shares the
         # proxy's memory then): a proxy is a process with that name in two samples running.
         proxies, self.named = named & self.named, named
-        own = status_kib(self.pid)
+        own = procs.vm_kib(self.pid)
         if own:
             m.rlaunch_rss, m.rlaunch_hwm = max(m.rlaunch_rss, own[0]), max(m.rlaunch_hwm, own[1])
         total = 0
         for pid in proxies:
-            values = status_kib(pid)
+            values = procs.vm_kib(pid)
             if values:
                 total += values[0]
                 m.proxy_rss[pid] = max(m.proxy_rss.get(pid, 0), values[0])
