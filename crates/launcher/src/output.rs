@@ -12,12 +12,14 @@
 //! partial line, its prefix (expanded once, when the rank starts) and where its lines go.
 //! Only complete lines are written (or a partial line past [`MAX_PARTIAL`], or at end of
 //! file), so lines of different ranks never interleave mid-line, on the terminal or in a file
-//! several ranks share. The input is a bounded channel: when a reader of rlaunch's stdout is
-//! slow, the thread blocks in write, the channel fills, the link readers wait, and
-//! backpressure reaches the ranks. Nothing is dropped and memory stays bounded, until the job
-//! is torn down and its grace is over: then the root drops the output (a [`Dropped`] flag),
-//! the link readers throw away what comes, and this thread writes nothing more than the
-//! write it is in; lines held back, partial or queued, go unwritten, so none is cut.
+//! several ranks share. Each chunk of output carries the room it takes in its link's window
+//! (a `Debt`, see `rlaunch_proxy::credit`), given back once the chunk is taken into a batch:
+//! when a reader of rlaunch's stdout is slow, the thread blocks in write, the windows close,
+//! and backpressure reaches the ranks, while the link readers go on reading everything else
+//! at once. Nothing is dropped and memory stays bounded by the windows, until the job is torn
+//! down and its grace is over: then the root drops the output (a [`Dropped`] flag), the link
+//! readers throw away what comes, and this thread writes nothing more than the write it is
+//! in; lines held back, partial or queued, go unwritten, so none is cut.
 //!
 //! Start with [`Writer::take`]; [`OutputSpec`] says what the options mean.
 
@@ -29,8 +31,11 @@ mod stamp;
 use std::collections::HashMap;
 use std::fmt::Write;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 
 use pmi_wire::ids::Stream;
+use rlaunch_proxy::credit::Debt;
 use tokio::sync::{mpsc, watch};
 
 pub(crate) use pattern::Pattern;
@@ -44,8 +49,8 @@ use stamp::Clock;
 
 /// A partial line longer than this is written without waiting for its newline.
 const MAX_PARTIAL: usize = 64 << 10;
-/// Chunks queued for the writer thread.
-pub(crate) const QUEUE: usize = 64;
+/// With this much output queued for the writer thread, the writer is what holds it up.
+const BEHIND: usize = 1 << 20;
 
 /// How the ranks' output is written. Every prefix goes before every line, on the terminal
 /// and in files alike, in this order: timestamp, tag, prepend pattern.
@@ -102,6 +107,8 @@ pub(crate) enum Chunk {
         rank: u32,
         stream: Stream,
         data: Vec<u8>,
+        /// The room the chunk takes in its link's window, given back as it is taken.
+        debt: Debt,
     },
     End {
         rank: u32,
@@ -112,35 +119,46 @@ pub(crate) enum Chunk {
 /// Whether the output is dropped: set once by the root, when the teardown's grace is over.
 pub(crate) type Dropped = watch::Receiver<bool>;
 
-/// The link readers' way to the writer thread: its bounded queue, and the flag that says the
-/// output is dropped.
+/// The link readers' way to the writer thread: its queue (bounded by the links' windows),
+/// and the flag that says the output is dropped.
 #[derive(Clone)]
 pub(crate) struct Feed {
-    chunks: mpsc::Sender<Chunk>,
+    chunks: mpsc::UnboundedSender<Chunk>,
+    /// Bytes of output queued and not yet taken by the writer.
+    queued: Arc<AtomicUsize>,
     dropped: Dropped,
 }
 
+/// The writer thread's end of the [`Feed`].
+pub(crate) struct Queue {
+    chunks: mpsc::UnboundedReceiver<Chunk>,
+    queued: Arc<AtomicUsize>,
+}
+
+/// The feed and the queue it fills.
+pub(crate) fn feed(dropped: Dropped) -> (Feed, Queue) {
+    let (tx, rx) = mpsc::unbounded_channel();
+    let queued = Arc::new(AtomicUsize::new(0));
+    (Feed { chunks: tx, queued: queued.clone(), dropped }, Queue { chunks: rx, queued })
+}
+
 impl Feed {
-    pub(crate) fn new(chunks: mpsc::Sender<Chunk>, dropped: Dropped) -> Feed {
-        Feed { chunks, dropped }
-    }
-
-    /// Whether the writer is behind: its queue is full, so the reader of rlaunch's output
-    /// (not the proxy tree) is what holds the output up.
+    /// Whether the writer is behind: output piles up in its queue, so the reader of
+    /// rlaunch's output (not the proxy tree) is what holds the output up.
     pub(crate) fn writer_behind(&self) -> bool {
-        self.chunks.capacity() == 0
+        self.queued.load(Ordering::Relaxed) >= BEHIND
     }
 
-    /// Queues `chunk` for the writer, waiting for room (that is the backpressure); once the
-    /// output is dropped, throws it away instead, and stops waiting. False once the writer
-    /// is gone.
-    pub(crate) async fn send(&self, chunk: Chunk) -> bool {
-        let mut dropped = self.dropped.clone();
-        tokio::select! {
-            biased;
-            _ = rlaunch_proxy::raised(&mut dropped) => true,
-            sent = self.chunks.send(chunk) => sent.is_ok(),
+    /// Queues `chunk` for the writer; once the output is dropped, throws it away instead.
+    /// False once the writer is gone.
+    pub(crate) fn send(&self, chunk: Chunk) -> bool {
+        if *self.dropped.borrow() {
+            return true;
         }
+        if let Chunk::Data { data, .. } = &chunk {
+            self.queued.fetch_add(data.len(), Ordering::Relaxed);
+        }
+        self.chunks.send(chunk).is_ok()
     }
 }
 
@@ -151,6 +169,26 @@ pub(crate) enum OutputEvent {
     StdoutClosed,
     /// An output file cannot be created or written: the job should end.
     FileFailed(FileFailure),
+}
+
+impl Queue {
+    fn next(&mut self) -> Option<Chunk> {
+        let chunk = self.chunks.blocking_recv();
+        self.taken(&chunk);
+        chunk
+    }
+
+    fn try_next(&mut self) -> Option<Chunk> {
+        let chunk = self.chunks.try_recv().ok();
+        self.taken(&chunk);
+        chunk
+    }
+
+    fn taken(&self, chunk: &Option<Chunk>) {
+        if let Some(Chunk::Data { data, .. }) = chunk {
+            self.queued.fetch_sub(data.len(), Ordering::Relaxed);
+        }
+    }
 }
 
 /// Where a lane's lines go.
@@ -195,17 +233,17 @@ impl Writer {
     }
 
     /// Runs until every sender is gone.
-    pub(crate) fn run(mut self, mut rx: mpsc::Receiver<Chunk>) {
-        while let Some(chunk) = rx.blocking_recv() {
+    pub(crate) fn run(mut self, mut queue: Queue) {
+        while let Some(chunk) = queue.next() {
             if *self.dropped.borrow() {
-                // Emptied, so that no sender waits for room.
+                // Emptied, so that the links' windows open and the proxies finish.
                 continue;
             }
             self.take(chunk);
             while self.sinks.buffered() < BATCH {
-                match rx.try_recv() {
-                    Ok(chunk) => self.take(chunk),
-                    Err(_) => break,
+                match queue.try_next() {
+                    Some(chunk) => self.take(chunk),
+                    None => break,
                 }
             }
             if *self.dropped.borrow() {
@@ -237,7 +275,7 @@ impl Writer {
 
     fn take(&mut self, chunk: Chunk) {
         match chunk {
-            Chunk::Data { rank, stream, data } => {
+            Chunk::Data { rank, stream, data, debt: _debt } => {
                 let key = (rank, stream);
                 if !self.lanes.contains_key(&key) {
                     tracing::debug!(rank, "output before the rank's start");

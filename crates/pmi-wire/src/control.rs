@@ -24,7 +24,7 @@ use crate::ids::{ExitOutcome, Stream};
 /// First bytes on every control channel, in both directions.
 pub const MAGIC: [u8; 8] = *b"\x7fRLAUNCH";
 /// Bumped whenever a frame changes meaning.
-pub const PROTOCOL_VERSION: u32 = 9;
+pub const PROTOCOL_VERSION: u32 = 10;
 /// Length of the raw hello: magic + u32 BE version.
 pub const HELLO_LEN: usize = MAGIC.len() + 4;
 /// Largest frame either side accepts; checked before any allocation.
@@ -245,6 +245,10 @@ pub enum Down {
     /// The job is ending and its output will not be written (a slow reader, or rlaunch was
     /// interrupted): relay no more of it; close the ranks' pipes with what they hold.
     DropOutput,
+    /// The parent took on this many bytes of the child's output: it may send that much more.
+    /// The first, right after the launch, opens the child's window (see the proxy's
+    /// `credit` module).
+    Credit { bytes: u64 },
 }
 
 /// Child to parent. Proxies relay their children's frames unchanged.

@@ -15,6 +15,7 @@
 use std::collections::{HashMap, HashSet};
 use std::io;
 use std::ops::Range;
+use std::sync::Arc;
 
 use nix::sys::signal::Signal;
 use pmi_wire::control::{Down, Job, Launch, NodePlan, Up};
@@ -22,6 +23,7 @@ use pmi_wire::ids::ExitOutcome;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
+use crate::credit::{self, ChildCredit};
 use crate::link::{self, Greeting, LinkEvent, ProxyProcess};
 use crate::procs;
 
@@ -41,6 +43,8 @@ pub enum ChildNews {
 struct Child {
     state: ChildState,
     down: mpsc::UnboundedSender<Down>,
+    /// What the child's output taken on gives back to it.
+    credit: Arc<ChildCredit>,
     /// A child that will dial in: its Down frames (its launch first) until it does.
     dialing: Option<mpsc::UnboundedReceiver<Down>>,
     /// Ranks of its subtree that read the launcher's stdin.
@@ -64,10 +68,13 @@ impl Children {
     /// Starts a proxy for each of `plans`: `process(i, plan)` starts its process (by fork,
     /// exec or the remote launcher), or returns `None` for a child that will dial in (see
     /// [`Children::attach`]); `deliver(i)` is what child `i`'s link hands its events to (see
-    /// [`link::run_link`]). Returns the children and those that could not start.
+    /// [`link::run_link`]). The children share `budget` bytes of output on the way, each in
+    /// proportion to the ranks behind it ([`credit::window`]). Returns the children and those
+    /// that could not start.
     pub fn start<P, D, F, Fut>(
         job: &Job,
         plans: &[NodePlan],
+        budget: u64,
         mut process: P,
         mut deliver: D,
     ) -> (Children, Vec<Lost>)
@@ -79,6 +86,8 @@ impl Children {
     {
         let mut children = Children::default();
         let mut lost = Vec::new();
+        let behind = |plan: &NodePlan| plan.walk().iter().map(|n| n.ranks.len()).sum::<usize>();
+        let total: usize = plans.iter().map(behind).sum();
         for (index, plan) in plans.iter().enumerate() {
             let (down, down_rx) = mpsc::unbounded_channel();
             let mut dialing = None;
@@ -89,6 +98,8 @@ impl Children {
                 let launch = Launch { job: job.clone(), node: plan.clone() };
                 let _ = down.send(Down::Launch(Box::new(launch)));
             }
+            let credit =
+                ChildCredit::open(down.clone(), credit::window(budget, behind(plan), total));
             let state = match started {
                 Ok(None) => {
                     dialing = Some(down_rx);
@@ -97,7 +108,7 @@ impl Children {
                 Ok(Some(process)) => {
                     let state = ChildState::new(plan.host.clone(), process.pid, &process.what);
                     children.by_pid.insert(process.pid, index);
-                    children.run_link(&down, down_rx, process, job, deliver(index));
+                    children.run_link(&down, down_rx, &credit, process, job, deliver(index));
                     state
                 }
                 Err(e) => {
@@ -114,7 +125,7 @@ impl Children {
                     stdin_ranks += usize::from(job.stdin.includes(r.rank));
                 }
             }
-            children.list.push(Child { state, down, dialing, stdin_ranks });
+            children.list.push(Child { state, down, credit, dialing, stdin_ranks });
         }
         (children, lost)
     }
@@ -139,9 +150,9 @@ impl Children {
             return Err(format!("no proxy on {host} is expected"));
         };
         let down_rx = self.list[index].dialing.take().expect("found waiting");
-        let down = self.list[index].down.clone();
+        let (down, credit) = (self.list[index].down.clone(), self.list[index].credit.clone());
         process.greeted = Some(greeting);
-        self.run_link(&down, down_rx, process, job, deliver(index));
+        self.run_link(&down, down_rx, &credit, process, job, deliver(index));
         Ok(index)
     }
 
@@ -150,6 +161,7 @@ impl Children {
         &mut self,
         down: &mpsc::UnboundedSender<Down>,
         down_rx: mpsc::UnboundedReceiver<Down>,
+        credit: &Arc<ChildCredit>,
         process: ProxyProcess,
         job: &Job,
         deliver: F,
@@ -159,7 +171,8 @@ impl Children {
     {
         link::heartbeat(down, job.liveness.heartbeat(), || Down::Ping);
         let silence = job.liveness.silence();
-        self.links.push(tokio::spawn(link::run_link(process, down_rx, silence, deliver)));
+        let link = link::run_link(process, down_rx, credit.clone(), silence, deliver);
+        self.links.push(tokio::spawn(link));
     }
 
     /// Children still waiting to dial in.
@@ -192,6 +205,8 @@ impl Children {
                 None
             }
             LinkEvent::Up(up) => Some(ChildNews::Up(up)),
+            // The owner's delivery takes output before its link events get here.
+            LinkEvent::Output { .. } => None,
             LinkEvent::Stderr(text) => {
                 state.add_stderr(&text);
                 None

@@ -25,6 +25,7 @@
 
 mod binding;
 pub mod children;
+pub mod credit;
 pub mod dialin;
 pub mod fdio;
 pub mod fence;

@@ -17,15 +17,18 @@ use std::io;
 use std::os::fd::{OwnedFd, RawFd};
 use std::os::unix::process::CommandExt;
 use std::process::{Command, Stdio};
+use std::sync::Arc;
 
 use nix::sys::socket::{socketpair, AddressFamily, SockFlag, SockType};
 use pmi_wire::control::{
     self, Bootstrap, Down, Frame, Job, Launch, NodePlan, Up, PROTOCOL_VERSION,
 };
+use pmi_wire::ids::Stream;
 use pmi_wire::io::{FrameReader, ReadError};
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::sync::mpsc;
 
+use crate::credit::{ChildCredit, Debt, Outbox, Queued};
 use crate::fdio::FdStream;
 
 /// The reading half of a control channel: a pipe or socketpair, or an encrypted TCP link.
@@ -230,14 +233,15 @@ pub async fn read_greeting<R: AsyncRead + Unpin>(
     }
 }
 
-/// Writes frames to `out` until every sender is gone. Control messages go first; bulk data
-/// (bounded, so its senders feel backpressure) fills the rest of each write. Messages that are
-/// ready together are written with one syscall.
+/// Writes frames to `out` until every sender is gone. Control messages go first; the data
+/// path (`data`: output, as its window allows, and the frames ordered with it) fills the rest
+/// of each write. Messages that are ready together are written with one syscall. A queued
+/// frame's debt is repaid once it is in the batch (see [`crate::credit`]).
 pub async fn pump<M: Frame>(
     mut out: impl AsyncWrite + Unpin,
     hello: bool,
     control: &mut mpsc::UnboundedReceiver<M>,
-    data: &mut Option<mpsc::Receiver<M>>,
+    mut data: Option<&mut Outbox>,
 ) -> io::Result<()> {
     const BATCH: usize = 256 << 10;
     let mut buf = Vec::with_capacity(64 << 10);
@@ -252,17 +256,18 @@ pub async fn pump<M: Frame>(
             }
             enum Got<M> {
                 Control(Option<M>),
-                Data(Option<M>),
+                Data(Option<Queued>),
             }
             let got = tokio::select! {
                 biased;
                 m = control.recv(), if control_open => Got::Control(m),
-                m = recv_data(data) => Got::Data(m),
+                q = next_data(&mut data) => Got::Data(q),
             };
             match got {
-                Got::Control(Some(m)) | Got::Data(Some(m)) => m.encode(&mut buf),
+                Got::Control(Some(m)) => m.encode(&mut buf),
+                Got::Data(Some(q)) => q.up.encode(&mut buf),
                 Got::Control(None) => control_open = false,
-                Got::Data(None) => *data = None,
+                Got::Data(None) => data = None,
             }
             if buf.is_empty() {
                 continue;
@@ -271,8 +276,8 @@ pub async fn pump<M: Frame>(
         while buf.len() < BATCH {
             if let Ok(m) = control.try_recv() {
                 m.encode(&mut buf);
-            } else if let Some(m) = data.as_mut().and_then(|d| d.try_recv().ok()) {
-                m.encode(&mut buf);
+            } else if let Some(q) = data.as_mut().and_then(|d| d.try_next()) {
+                q.up.encode(&mut buf);
             } else {
                 break;
             }
@@ -288,37 +293,26 @@ pub async fn pump<M: Frame>(
 }
 
 /// [`pump`] until `abandon` turns true; from then on, and once the pump ends, what is still
-/// sent is dropped: with no one to deliver to, senders must never block on a full channel
-/// (a proxy that lost its parent, whose socket will never drain).
+/// sent is dropped: with no one to deliver to, senders must never block (a proxy that lost
+/// its parent, whose socket will never drain).
 pub async fn pump_until_abandoned<M: Frame>(
     out: impl AsyncWrite + Unpin,
     hello: bool,
     mut control: mpsc::UnboundedReceiver<M>,
-    data: mpsc::Receiver<M>,
+    mut data: Outbox,
     mut abandon: tokio::sync::watch::Receiver<bool>,
 ) {
-    let mut data = Some(data);
     tokio::select! {
-        _ = pump(out, hello, &mut control, &mut data) => {}
+        _ = pump(out, hello, &mut control, Some(&mut data)) => {}
         // A dropped sender abandons nothing: the pump goes on to flush the last frames.
         _ = crate::raised(&mut abandon) => {}
     }
-    loop {
-        tokio::select! {
-            m = control.recv() => if m.is_none() { break },
-            m = recv_data(&mut data) => if m.is_none() { data = None },
-        }
-    }
-    while let Some(rx) = data.as_mut() {
-        if rx.recv().await.is_none() {
-            data = None;
-        }
-    }
+    tokio::join!(async { while control.recv().await.is_some() {} }, data.discard_all());
 }
 
-async fn recv_data<M>(data: &mut Option<mpsc::Receiver<M>>) -> Option<M> {
+async fn next_data(data: &mut Option<&mut Outbox>) -> Option<Queued> {
     match data {
-        Some(rx) => rx.recv().await,
+        Some(outbox) => outbox.next().await,
         None => std::future::pending().await,
     }
 }
@@ -351,6 +345,14 @@ pub enum LinkEvent {
     /// The handshake succeeded.
     Greeted(Greeting),
     Up(Up),
+    /// A rank's output (`Up::Output`), with the room in the child's window it takes until it
+    /// is taken on.
+    Output {
+        rank: u32,
+        stream: Stream,
+        data: Vec<u8>,
+        debt: Debt,
+    },
     /// Bytes the remote launcher printed on stderr.
     Stderr(Vec<u8>),
     /// The link is gone: `Some` error, or `None` at a clean end of file.
@@ -364,6 +366,7 @@ pub enum LinkEvent {
 pub async fn run_link<F, Fut>(
     process: ProxyProcess,
     mut down: mpsc::UnboundedReceiver<Down>,
+    credit: Arc<ChildCredit>,
     silence: std::time::Duration,
     mut deliver: F,
 ) where
@@ -373,7 +376,7 @@ pub async fn run_link<F, Fut>(
     let ProxyProcess { from_child: mut reader, to_child, mut stderr, launched, greeted, .. } =
         process;
     tokio::spawn(async move {
-        if let Err(e) = pump(to_child, !launched, &mut down, &mut None).await {
+        if let Err(e) = pump(to_child, !launched, &mut down, None).await {
             tracing::debug!("writing to a child proxy failed: {e}");
         }
     });
@@ -392,7 +395,7 @@ pub async fn run_link<F, Fut>(
             r = async {
                 if said_hello {
                     match tokio::time::timeout(silence, reader.next::<Up>()).await {
-                        Ok(r) => r.map(|o| o.map(LinkEvent::Up)).map_err(LinkError::from),
+                        Ok(r) => r.map(|o| o.map(|up| owe(up, &credit))).map_err(LinkError::from),
                         Err(_) => Err(LinkError::Silent(silence)),
                     }
                 } else {
@@ -437,6 +440,17 @@ pub async fn run_link<F, Fut>(
     };
     let _ = tokio::time::timeout(std::time::Duration::from_secs(1), drain).await;
     deliver(LinkEvent::Closed(error)).await;
+}
+
+/// A frame from a child as an event: its output owes the child's window.
+fn owe(up: Up, credit: &Arc<ChildCredit>) -> LinkEvent {
+    match up {
+        Up::Output { rank, stream, data } => {
+            let debt = Debt::new(credit.clone(), data.len());
+            LinkEvent::Output { rank, stream, data, debt }
+        }
+        up => LinkEvent::Up(up),
+    }
 }
 
 async fn read_stderr(stderr: &mut Option<FdStream>) -> Option<Vec<u8>> {

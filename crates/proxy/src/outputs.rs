@@ -11,8 +11,9 @@
 //! `epoll_wait` on that set names exactly the pipes that are ready, a fair share each
 //! (level-triggered entries go to the back of the ready list once reported).
 //!
-//! The bounded data channel is the backpressure: when the launcher's reader is slow, the hub
-//! waits for room, the pipes fill, and the ranks block in write.
+//! The node's output budget is the backpressure ([`credit::Local`]): when the launcher's
+//! reader is slow, the window upstream closes, the budget runs out, the hub waits for room,
+//! the pipes fill, and the ranks block in write.
 //!
 //! When rlaunch gives the job's output up (`Down::DropOutput`: it was interrupted, or its
 //! reader fell behind at the end of a failed job) the node calls [`Outputs::drop_all`]: the
@@ -23,6 +24,7 @@
 use std::collections::HashMap;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::sync::Arc;
 
 use nix::libc;
 use pmi_wire::control::Up;
@@ -30,6 +32,7 @@ use pmi_wire::ids::Stream;
 use tokio::io::unix::AsyncFd;
 use tokio::sync::{mpsc, watch};
 
+use crate::credit::{self, Queued};
 use crate::fdio;
 use crate::mailbox;
 
@@ -64,7 +67,7 @@ impl Outputs {
     /// Starts the hub; `closed(local)` is called as each of a rank's streams ends (twice per
     /// rank), after its end went upstream.
     pub fn start(
-        data: mpsc::Sender<Up>,
+        data: mpsc::UnboundedSender<Queued>,
         closed: impl FnMut(usize) + Send + 'static,
     ) -> io::Result<Outputs> {
         // SAFETY: epoll_create1 with a valid flag; the fd is owned from here on.
@@ -98,12 +101,12 @@ async fn run(
     set: AsyncFd<OwnedFd>,
     mut added: mailbox::Receiver<Add>,
     dropped: watch::Receiver<bool>,
-    data: mpsc::Sender<Up>,
+    data: mpsc::UnboundedSender<Queued>,
     closed: impl FnMut(usize),
 ) {
     let set_fd = set.as_raw_fd();
-    let mut hub =
-        Hub { set_fd, pipes: HashMap::new(), next_key: 0, data, dropped, upstream: true, closed };
+    let (pipes, room) = (HashMap::new(), credit::Local::new());
+    let mut hub = Hub { set_fd, pipes, next_key: 0, data, room, dropped, upstream: true, closed };
     let mut adding = true;
     while adding || !hub.pipes.is_empty() {
         tokio::select! {
@@ -134,7 +137,9 @@ struct Hub<F> {
     set_fd: RawFd,
     pipes: HashMap<u64, Pipe>,
     next_key: u64,
-    data: mpsc::Sender<Up>,
+    data: mpsc::UnboundedSender<Queued>,
+    /// The node's output budget: what is read waits for room in it before it goes.
+    room: Arc<credit::Local>,
     /// Becomes true when the node drops the output ([`Outputs::drop_all`]).
     dropped: watch::Receiver<bool>,
     /// False once the data channel is closed or the output dropped: nothing more is relayed.
@@ -197,18 +202,22 @@ impl<F: FnMut(usize)> Hub<F> {
         true
     }
 
-    /// Sends `up` upstream, waiting for room; once upstream is gone or the output dropped
-    /// (while it waits, too), gives up every pipe.
+    /// Sends `up` upstream, output once there is room for it; once upstream is gone or the
+    /// output dropped (while it waits, too), gives up every pipe.
     async fn send(&mut self, up: Up) {
         if !self.upstream {
             return;
         }
-        let sent = tokio::select! {
-            biased;
-            _ = crate::raised(&mut self.dropped) => false,
-            sent = self.data.send(up) => sent.is_ok(),
+        let debt = match &up {
+            Up::Output { data, .. } => tokio::select! {
+                biased;
+                _ = crate::raised(&mut self.dropped) => None,
+                debt = self.room.borrow(data.len()) => Some(debt),
+            },
+            _ => None,
         };
-        if !sent {
+        let dropped = debt.is_none() && matches!(up, Up::Output { .. });
+        if dropped || self.data.send(Queued { up, debt }).is_err() {
             self.abandon();
         }
     }

@@ -4,7 +4,7 @@
 //!
 //! ```text
 //!  link readers ──Up (control)──►┐                       ┌──► link pumps ──► proxies
-//!  link readers ──Output──► output thread (bounded)      │
+//!  link readers ──Output──► output thread (by credit)    │
 //!  stdin thread ──chunks (credit window)──► Root ──Down──┘
 //!  signals, SIGCHLD, timeout ─────────────► Root
 //! ```
@@ -32,6 +32,7 @@ use pmi_wire::control::{
     DmodexAnswer, DmodexData, Down, Job, NameOp, NodePlan, SpawnJob, SpawnRequest, StdinTarget, Up,
 };
 use rlaunch_proxy::children::{ChildNews, Children, Lost};
+use rlaunch_proxy::credit;
 use rlaunch_proxy::dialin::Dialed;
 use rlaunch_proxy::fence::FenceFold;
 use rlaunch_proxy::link::{self, ForkedProxy, LinkEvent, ProxyProcess};
@@ -140,6 +141,8 @@ struct Root {
     /// At the output deadline, drop only if the writer is behind (a failed job's teardown),
     /// not at once (a signal to rlaunch ended the job).
     drop_only_if_behind: bool,
+    /// Say so when the output is dropped (it was not the user's wish).
+    note_drop: bool,
     /// Tells the link readers and the writer thread that the output is dropped.
     drop_output: watch::Sender<bool>,
     timeout_at: Option<Instant>,
@@ -170,9 +173,9 @@ struct Root {
 pub async fn run(mut plan: Plan) -> i32 {
     procs::become_subreaper();
     let (events_tx, mut events) = mpsc::unbounded_channel();
-    let (chunks, output_rx) = mpsc::channel(output::QUEUE);
+
     let (drop_output, dropped) = watch::channel(false);
-    let output_tx = Feed::new(chunks, dropped.clone());
+    let (output_tx, output_rx) = output::feed(dropped.clone());
     let (output_events_tx, mut output_events) = mpsc::unbounded_channel();
     let (spawned_jobs, spawned_rx) = std::sync::mpsc::channel();
     let roster = Roster::new(
@@ -200,6 +203,7 @@ pub async fn run(mut plan: Plan) -> i32 {
         proxy_deadline: None,
         output_deadline: None,
         drop_only_if_behind: false,
+        note_drop: false,
         drop_output,
         stdin: StdinFlow {
             open: plan.job.stdin != StdinTarget::None,
@@ -285,7 +289,7 @@ pub async fn run(mut plan: Plan) -> i32 {
                     // read and thrown away, so the proxies finish.
                     root.output_deadline = None;
                     tracing::debug!("dropping the output not written yet");
-                    if root.drop_only_if_behind {
+                    if root.note_drop {
                         let secs = OUTPUT_GRACE.as_secs();
                         eprintln!(
                             "rlaunch: note: output the reader had not taken {secs} s after the \
@@ -350,6 +354,7 @@ impl Root {
         let (children, lost) = Children::start(
             &plan.job,
             &plan.roots,
+            credit::ROOT_BUDGET,
             |index, node| match plan.forked.get_mut(index).and_then(Option::take) {
                 _ if dialing => Ok(None),
                 Some(forked) => forked.and_then(ProxyProcess::forked).map(Some),
@@ -421,6 +426,13 @@ impl Root {
                 if let Some(cause) = cause::rank_end(rank, pid, outcome, unfinalized) {
                     if !self.forwarded.hold(Instant::now(), self.kill_grace(), outcome) {
                         self.fail(cause);
+                    }
+                }
+                // Every rank ended of the signal before its grace was over: the job ends now,
+                // not when the grace is.
+                if self.roll.all_ended() {
+                    if let Some(sig) = self.forwarded.take() {
+                        self.fail(Cause::Forwarded(sig));
                     }
                 }
             }
@@ -558,15 +570,18 @@ impl Root {
     fn fail(&mut self, cause: Cause) {
         tracing::debug!(?cause, "job failing");
         let first = self.causes.is_empty();
-        // A forwarded signal ends the job when the grace after it is over: the ranks have had
-        // their grace, and what is still running is killed now.
-        // Output that waits to be written is dropped after the grace when a signal to
-        // rlaunch ends the job (the user wants it over), and only well after it otherwise, so
-        // that a reader that keeps up gets every line the ranks wrote before their end.
+        // A forwarded signal ends the job when the grace after it is over, or when every
+        // rank has ended before that: the ranks have had their grace, and what is still
+        // running is killed now.
+        // Output that waits to be written is dropped at once when a signal to rlaunch ends
+        // the job (the user wants it over), and only well after the grace otherwise, so that
+        // a reader that keeps up gets every line the ranks wrote before their end. Either
+        // way, once every rank has ended, a reader that keeps up gets it all.
         let (grace, output_wait) = match cause {
             Cause::Forwarded(_) => (Duration::ZERO, Duration::ZERO),
             _ => (self.kill_grace(), OUTPUT_GRACE),
         };
+        let only_if_behind = !output_wait.is_zero() || self.roll.all_ended();
         self.causes.push(cause);
         if first {
             // Lookups waiting for a name will not see it now.
@@ -575,7 +590,7 @@ impl Root {
             // Proxies waiting to be sent to their parent will not be needed: closing their
             // connections ends them now, and srun with them.
             self.redirects.clear();
-            self.terminate(grace, output_wait);
+            self.terminate(grace, output_wait, only_if_behind);
         }
     }
 
@@ -583,12 +598,13 @@ impl Root {
     /// after the grace (what the links still bring is read and thrown away, so the proxies
     /// finish however slow the reader), and kills the proxies that are still there a while
     /// after the grace.
-    fn terminate(&mut self, grace: Duration, output_wait: Duration) {
+    fn terminate(&mut self, grace: Duration, output_wait: Duration, only_if_behind: bool) {
         self.children.terminate(grace);
         let dropping = Instant::now() + grace + output_wait;
         if self.output_deadline.is_none_or(|d| d > dropping) && !*self.drop_output.borrow() {
             self.output_deadline = Some(dropping);
-            self.drop_only_if_behind = !output_wait.is_zero();
+            self.drop_only_if_behind = only_if_behind;
+            self.note_drop = !output_wait.is_zero();
         }
         let deadline = Instant::now() + grace + PROXY_GRACE;
         if !self.terminating || self.proxy_deadline.is_some_and(|d| d > deadline) {
@@ -610,7 +626,7 @@ impl Root {
                 if self.last_interrupt.is_some_and(|t| now - t < DOUBLE_INTERRUPT) {
                     eprintln!("rlaunch: interrupted again; killing the job");
                     self.causes.push(Cause::Interrupted);
-                    self.terminate(Duration::ZERO, Duration::ZERO);
+                    self.terminate(Duration::ZERO, Duration::ZERO, false);
                     return;
                 }
                 self.last_interrupt = Some(now);
@@ -718,8 +734,8 @@ impl Root {
     }
 }
 
-/// Output goes to the writer thread (waiting when it is full: that is the backpressure,
-/// until the output is dropped), everything else to the root. With `report_bindings`, the
+/// Output goes to the writer thread (its link's window bounds it: that is the backpressure),
+/// everything else to the root. With `report_bindings`, the
 /// root gets each RankStarted too: it knows every rank's name and host, spawned ones included.
 async fn route(
     child: usize,
@@ -729,19 +745,17 @@ async fn route(
     report_bindings: bool,
 ) -> bool {
     match event {
-        LinkEvent::Up(Up::Output { rank, stream, data }) => {
-            output.send(Chunk::Data { rank, stream, data }).await
+        LinkEvent::Output { rank, stream, data, debt } => {
+            output.send(Chunk::Data { rank, stream, data, debt })
         }
         LinkEvent::Up(Up::RankStarted { rank, pid, cpus }) => {
             if report_bindings {
                 let up = Up::RankStarted { rank, pid, cpus: cpus.clone() };
                 let _ = events.send(Event { child, event: LinkEvent::Up(up) });
             }
-            output.send(Chunk::Started { rank, pid, cpus }).await
+            output.send(Chunk::Started { rank, pid, cpus })
         }
-        LinkEvent::Up(Up::OutputEnd { rank, stream }) => {
-            output.send(Chunk::End { rank, stream }).await
-        }
+        LinkEvent::Up(Up::OutputEnd { rank, stream }) => output.send(Chunk::End { rank, stream }),
         event => events.send(Event { child, event }).is_ok(),
     }
 }

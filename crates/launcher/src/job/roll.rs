@@ -26,6 +26,8 @@ pub(crate) struct Roll {
     node_hosts: Vec<String>,
     /// Working directory of each segment of the launched job.
     wdirs: Vec<Vec<u8>>,
+    /// How many processes have ended.
+    ends: usize,
 }
 
 impl Roll {
@@ -54,6 +56,7 @@ impl Roll {
             jobs: 1,
             node_hosts,
             wdirs: job.segments.iter().map(|s| s.wdir.clone()).collect(),
+            ends: 0,
         }
     }
 
@@ -96,15 +99,21 @@ impl Roll {
         (job, first)
     }
 
-    /// Records how process `gid` ended; false if there is no such process.
     /// Process `gid` has ended (its end is recorded).
     pub(crate) fn ended(&self, gid: u32) -> bool {
         self.procs.get(gid as usize).is_some_and(|p| p.outcome.is_some())
     }
 
+    /// Every process of the run has ended, spawned ones included.
+    pub(crate) fn all_ended(&self) -> bool {
+        self.ends == self.procs.len()
+    }
+
+    /// Records how process `gid` ended; false if there is no such process.
     pub(crate) fn record(&mut self, gid: u32, pid: u32, outcome: ExitOutcome) -> bool {
         match self.procs.get_mut(gid as usize) {
             Some(p) => {
+                self.ends += usize::from(p.outcome.is_none());
                 p.outcome = Some((pid, outcome));
                 true
             }

@@ -36,6 +36,7 @@ use tokio::time::Instant;
 
 use crate::binding::Binder;
 use crate::children::{ChildNews, Children, Lost};
+use crate::credit::{self, Outbox, Queued, Window};
 use crate::dialin::{self, Dialed};
 use crate::kill::{Escalation, KillStep};
 use crate::kvs::{FenceScope, Kvs, Local};
@@ -47,9 +48,6 @@ use crate::procs;
 use crate::rank::StdinChunk;
 use crate::ranks::RankTable;
 use crate::secure::Secret;
-
-/// Frames of rank output buffered towards the parent before ranks feel backpressure.
-const DATA_QUEUE: usize = 32;
 
 /// What the dispatcher hears about, besides PMI calls and signals.
 pub(crate) enum Event {
@@ -101,9 +99,12 @@ struct JobState {
 /// child proxies' frames share (so backpressure reaches them).
 struct Upstream {
     control: mpsc::UnboundedSender<Up>,
-    data: mpsc::Sender<Up>,
+    data: mpsc::UnboundedSender<Queued>,
     /// Set when the parent is lost: the pump stops writing to it and drops what comes.
     abandon: tokio::sync::watch::Sender<bool>,
+    /// Set when rlaunch drops the job's output: the pump throws away the output queued for
+    /// it (this node's ranks' and its child proxies') instead of writing it.
+    shed_output: tokio::sync::watch::Sender<bool>,
 }
 
 pub(crate) struct Node {
@@ -162,11 +163,14 @@ pub async fn serve(
 ) -> Served {
     procs::become_subreaper();
     let (control_tx, control_rx) = mpsc::unbounded_channel();
-    let (data_tx, data_rx) = mpsc::channel(DATA_QUEUE);
+    let (data_tx, data_rx) = mpsc::unbounded_channel();
+    let window = Arc::new(Window::default());
     let _ = control_tx.send(Up::Greeting { host: host.clone(), pid: std::process::id() });
     let (abandon, abandoned) = tokio::sync::watch::channel(false);
+    let (shed_output, shed) = tokio::sync::watch::channel(false);
+    let outbox = Outbox::new(data_rx, window.clone(), shed);
     let pump =
-        tokio::spawn(link::pump_until_abandoned(up_out, true, control_rx, data_rx, abandoned));
+        tokio::spawn(link::pump_until_abandoned(up_out, true, control_rx, outbox, abandoned));
 
     // Down the tree come control messages and stdin, not output: small reads will do.
     let mut reader = FrameReader::with_chunk(up_in, 16 << 10);
@@ -192,7 +196,7 @@ pub async fn serve(
         crate::guard::start(input, output, patience);
     }
     let (events_tx, events_rx) = mpsc::unbounded_channel();
-    tokio::spawn(read_upstream(reader, events_tx.clone()));
+    tokio::spawn(read_upstream(reader, window, events_tx.clone()));
 
     let closed = events_tx.clone();
     let outputs = Outputs::start(data_tx.clone(), move |local| {
@@ -225,7 +229,7 @@ pub async fn serve(
         plan: launch.node,
         ranks: RankTable::default(),
         children: Children::default(),
-        up: Upstream { control: control_tx, data: data_tx, abandon },
+        up: Upstream { control: control_tx, data: data_tx, abandon, shed_output },
         outputs,
         events: events_tx,
         kill: Escalation::default(),
@@ -264,16 +268,27 @@ async fn receive_launch(reader: &mut FrameReader<LinkRead>) -> Result<Received, 
     }
 }
 
-/// Hands every frame from the parent to the dispatcher, then how the connection ended.
-async fn read_upstream(mut reader: FrameReader<LinkRead>, events: mpsc::UnboundedSender<Event>) {
+/// Hands every frame from the parent to the dispatcher, then how the connection ended;
+/// credit goes straight to the window (the dispatcher may be busy). Reads on after the
+/// dispatcher is gone: the pump still needs credit to send the last output up.
+async fn read_upstream(
+    mut reader: FrameReader<LinkRead>,
+    window: Arc<Window>,
+    events: mpsc::UnboundedSender<Event>,
+) {
     loop {
         let event = match reader.next::<Down>().await {
+            Ok(Some(Down::Credit { bytes })) => {
+                window.grant(bytes);
+                continue;
+            }
             Ok(Some(down)) => Event::Down(down),
             Ok(None) => Event::UpstreamClosed("its parent closed the connection".into()),
             Err(e) => Event::UpstreamClosed(e.to_string()),
         };
         let last = matches!(event, Event::UpstreamClosed(_));
-        if events.send(event).is_err() || last {
+        let _ = events.send(event);
+        if last {
             return;
         }
     }
@@ -343,7 +358,7 @@ impl Node {
         // Nothing of this node outlives it, whatever was left waiting.
         procs::kill_descendants(&HashSet::new());
         if !self.orphaned {
-            let _ = self.up.data.send(Up::NodeDone { node: self.plan.index }).await;
+            let _ = self.up.data.send(Queued::plain(Up::NodeDone { node: self.plan.index }));
         }
         0
     }
@@ -374,6 +389,7 @@ impl Node {
         let (children, lost) = Children::start(
             job,
             &plans,
+            credit::CHILDREN_BUDGET,
             |_, plan| match dialing {
                 true => Ok(None),
                 false => link::spawn_proxy(&job.bootstrap, &plan.host, plan.fork, exe).map(Some),
@@ -450,7 +466,8 @@ impl Node {
             Down::Launch(_) | Down::Redirect { .. } => {
                 tracing::warn!("ignoring a second launch")
             }
-            Down::Ping => {}
+            // Credit goes to the window as it is read (see read_upstream).
+            Down::Ping | Down::Credit { .. } => {}
             Down::Stdin { seq, data } => {
                 self.children.send_stdin(seq, &data);
                 self.stdin_to_ranks(StdinChunk::Data { seq, data: Arc::from(data) });
@@ -477,6 +494,7 @@ impl Node {
             Down::DropOutput => {
                 self.children.broadcast(&Down::DropOutput);
                 self.outputs.drop_all();
+                let _ = self.up.shed_output.send(true);
             }
             Down::FenceOut { epoch, pairs } => {
                 self.children.broadcast(&Down::FenceOut { epoch, pairs: pairs.clone() });
@@ -626,15 +644,16 @@ impl Node {
 }
 
 /// Where a child's frames go up: its ranks' output (and each rank's start, which its output
-/// files are named after) through the bounded data channel, so that backpressure reaches the
-/// child; everything else through the control channel, ahead of queued output, as this
+/// files are named after) on the data path, holding the child's credit until it goes, so that
+/// backpressure reaches the child; everything else through the control channel, ahead of
+/// queued output, as this
 /// node's own reports go. A rank's end must not wait behind megabytes of output at every hop
 /// (found by the chaos runner: under heavy output over ssh, a rank's end reached rlaunch
 /// after the job's timeout). A PMIx fence part goes up here before the child's entry that
 /// follows it, which passes through the dispatcher: the order the root needs.
 #[derive(Clone)]
 struct Relay {
-    data: mpsc::Sender<Up>,
+    data: mpsc::UnboundedSender<Queued>,
     control: mpsc::UnboundedSender<Up>,
     events: mpsc::UnboundedSender<Event>,
 }
@@ -647,8 +666,13 @@ async fn relay_child(child: usize, event: LinkEvent, relay: Relay) -> bool {
         LinkEvent::Up(Up::Ping) => true,
         // With the parent gone, frames have nowhere to go; the link still runs, so that its
         // end reaches the dispatcher.
-        LinkEvent::Up(up @ (Up::Output { .. } | Up::OutputEnd { .. } | Up::RankStarted { .. })) => {
-            let _ = relay.data.send(up).await;
+        LinkEvent::Output { rank, stream, data, debt } => {
+            let _ =
+                relay.data.send(Queued { up: Up::Output { rank, stream, data }, debt: Some(debt) });
+            true
+        }
+        LinkEvent::Up(up @ (Up::OutputEnd { .. } | Up::RankStarted { .. })) => {
+            let _ = relay.data.send(Queued::plain(up));
             true
         }
         LinkEvent::Up(up)
