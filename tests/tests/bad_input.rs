@@ -276,6 +276,11 @@ fn wrong_value(key: Key) -> Option<(&'static str, &'static str, i32)> {
         Key::OutputFilename => {
             usage("d:bogus", "--output-filename d:bogus: unknown option bogus (known: nocopy, nojobid)")
         }
+        Key::Report => Some((
+            "/nonexistent/r.json",
+            "cannot write the report /nonexistent/r.json: No such file or directory",
+            255,
+        )),
         Key::BindTo => usage(
             "corez",
             "{o} corez: expected none, hwthread, core, socket or numa, optionally :N",

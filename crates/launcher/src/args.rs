@@ -60,6 +60,7 @@ pub enum Key {
     TagOutput,
     TimestampOutput,
     PrintAllExitCodes,
+    Report,
     BindTo,
     ReportBindings,
     Verbose,
@@ -235,6 +236,9 @@ pub const OPTIONS: &[Opt] = &[
          without the job level)"),
     opt(&["--print-all-exit-codes", "-print-all-exitcodes", "--print-all-exitcodes"], Flag,
         Key::PrintAllExitCodes, Global, Output, false, "print every rank's exit status at the end"),
+    opt(&["--report"], Value("FILE"), Key::Report, Global, Output, false,
+        "write FILE, a JSON report of the job and of every rank's run: host, pid, times, exit, \
+         CPU time, peak memory, bytes of output (docs/report.md)"),
     opt(&["--bind-to", "-bind-to", "-binding"], Value("UNIT[:N]"), Key::BindTo, Global, Binding,
         true, "pin each rank to N (default 1) of: none (default), hwthread, core, socket, numa"),
     opt(&["--report-bindings", "-report-bindings"], Flag, Key::ReportBindings, Global, Binding,

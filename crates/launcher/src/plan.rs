@@ -24,7 +24,7 @@ use pmi_wire::control::{Bootstrap, Job, PmixJob, Segment, StdinTarget};
 use crate::allocation::{self, Allocation, Scheduler};
 use crate::error::{SetupError, UsageError};
 use crate::hosts::{self, Host, HostsError};
-use crate::job;
+use crate::job::{self, report::ReportFile};
 use crate::options::{HostSource, LauncherKind, MapBy, Options, PmiKinds, Rmk};
 
 /// Linux runs at most this many processes (`PID_MAX_LIMIT`, the ceiling of
@@ -109,6 +109,11 @@ pub fn build(o: &Options, env: &[(OsString, OsString)]) -> Result<job::Plan, Pla
         Serve::No => None,
         Serve::Yes { required } => Some(PmixJob { required, ..pmix }),
     };
+    // Created now, so that a path that cannot be written stops the launch, not the end.
+    let report = o.report.clone().map(|path| {
+        ReportFile::create(path.clone()).map_err(|error| SetupError::Report { path, error })
+    });
+    let report = report.transpose()?;
     let job = Job {
         jobid: job_id(),
         size,
@@ -136,6 +141,8 @@ pub fn build(o: &Options, env: &[(OsString, OsString)]) -> Result<job::Plan, Pla
         forked: Vec::new(),
         dial,
         notices,
+        report,
+        command: o.command.clone(),
     })
 }
 

@@ -20,11 +20,12 @@
 use serde::{de::DeserializeOwned, Deserialize, Serialize};
 
 use crate::ids::{ExitOutcome, Stream};
+use crate::record::{Micros, NodeRecord, RankUsage};
 
 /// First bytes on every control channel, in both directions.
 pub const MAGIC: [u8; 8] = *b"\x7fRLAUNCH";
 /// Bumped whenever a frame changes meaning.
-pub const PROTOCOL_VERSION: u32 = 10;
+pub const PROTOCOL_VERSION: u32 = 11;
 /// Length of the raw hello: magic + u32 BE version.
 pub const HELLO_LEN: usize = MAGIC.len() + 4;
 /// Largest frame either side accepts; checked before any allocation.
@@ -249,6 +250,10 @@ pub enum Down {
     /// The first, right after the launch, opens the child's window (see the proxy's
     /// `credit` module).
     Credit { bytes: u64 },
+    /// What time is it on your clock? Sent once after the hello, at `sent` on the parent's
+    /// clock; answered at once with [`Up::ClockEcho`], so that the parent can tell how far
+    /// the child's clock is from its own (`record::clock_offset`).
+    ClockProbe { sent: Micros },
 }
 
 /// Child to parent. Proxies relay their children's frames unchanged.
@@ -268,14 +273,18 @@ pub enum Up {
     /// A rank ended: its one verdict, sent once it is reaped and its PMI connection (if it
     /// had one) has closed. `unfinalized`: the connection closed before PMI finalize, which
     /// fails the rank even if it exited with 0 (PMI.md §5). `pid` is 0 for a rank that never
-    /// started.
-    RankExited { rank: u32, pid: u32, outcome: ExitOutcome, unfinalized: bool },
+    /// started. `usage`: its times and resource use, for `--report`.
+    RankExited { rank: u32, pid: u32, outcome: ExitOutcome, unfinalized: bool, usage: RankUsage },
     /// A stdin chunk has been written to one rank.
     StdinAck { seq: u64 },
     /// A proxy below lost one of its children.
     ProxyLost { host: String, reason: String },
-    /// Every rank of this node has ended and its output has been sent.
-    NodeDone { node: u32 },
+    /// Every rank of this node has ended and its output has been sent. `record`: what the
+    /// node saw (its launch, its ranks' output and PMI), its children's nested in it.
+    NodeDone { node: u32, record: Box<NodeRecord> },
+    /// The answer to [`Down::ClockProbe`]: the probe's `sent`, and this proxy's clock when it
+    /// read the probe.
+    ClockEcho { sent: Micros, at: Micros },
     /// Every rank of this subtree has entered fence `epoch`; the pairs they put since the
     /// last fence come along.
     FenceIn { epoch: u64, pairs: Vec<(String, String)> },
@@ -707,7 +716,20 @@ mod tests {
             pid: 99,
             outcome: ExitOutcome::Signaled(11),
             unfinalized: true,
+            usage: RankUsage { started: 1, ended: 2, user_us: 3, system_us: 4, maxrss_kib: 5 },
         });
+        let leaf = NodeRecord { node: 2, host: "n2".into(), offset_us: -40, ..Default::default() };
+        let record = NodeRecord {
+            node: 1,
+            host: "n1".into(),
+            pid: 42,
+            phases: vec![(crate::record::Phase::Launched, 9)],
+            children: vec![leaf],
+            ..Default::default()
+        };
+        roundtrip(Up::NodeDone { node: 1, record: Box::new(record) });
+        roundtrip(Down::ClockProbe { sent: 1 << 50 });
+        roundtrip(Up::ClockEcho { sent: 1 << 50, at: (1 << 50) + 3 });
         roundtrip(Down::Stdin { seq: 3, data: vec![0, 255, 10] });
         roundtrip(Down::Terminate { grace_ms: 1000 });
         roundtrip(Up::PmixFencePart { epoch: 1 << 40, node: 7, data: vec![1, 2, 3] });

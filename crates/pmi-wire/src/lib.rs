@@ -15,6 +15,7 @@
 //!   to one [`request::Request`], which a server answers with a [`reply::Reply`].
 //! * [`reply`]: that answer, worded in PMI-1 or PMI-2.
 //! * [`client`]: a small blocking PMI-1/PMI-2 client for Rust rank programs (std only).
+//! * [`record`]: the figures of a rank's and a node's run that travel with their ends.
 //! * [`io`] (feature `tokio`): reading and writing frames on an async byte stream.
 //!
 //! Every decoder here checks before it parses: a strict prefix of a message is "incomplete",
@@ -27,5 +28,6 @@ pub mod ids;
 pub mod io;
 pub mod pmi1;
 pub mod pmi2;
+pub mod record;
 pub mod reply;
 pub mod request;

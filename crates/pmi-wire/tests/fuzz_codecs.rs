@@ -114,7 +114,13 @@ fn corpus() -> Vec<Vec<u8>> {
     let up = [
         Up::Greeting { host: "n1".into(), pid: 7 },
         Up::Output { rank: 3, stream: Stream::Stdout, data: b"hello\n".to_vec() },
-        Up::RankExited { rank: 1, pid: 99, outcome: ExitOutcome::Signaled(9), unfinalized: false },
+        Up::RankExited {
+            rank: 1,
+            pid: 99,
+            outcome: ExitOutcome::Signaled(9),
+            unfinalized: false,
+            usage: Default::default(),
+        },
         Up::ProxyLost { host: "n2".into(), reason: "ssh died".into() },
         Up::FenceIn { epoch: 1, pairs: vec![("k".into(), "v".into())] },
     ];

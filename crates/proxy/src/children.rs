@@ -20,6 +20,7 @@ use std::sync::Arc;
 use nix::sys::signal::Signal;
 use pmi_wire::control::{Down, Job, Launch, NodePlan, Up};
 use pmi_wire::ids::ExitOutcome;
+use pmi_wire::record::{self, Micros, NodeRecord, Phase};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
@@ -49,6 +50,18 @@ struct Child {
     dialing: Option<mpsc::UnboundedReceiver<Down>>,
     /// Ranks of its subtree that read the launcher's stdin.
     stdin_ranks: usize,
+    /// When it was started and said hello, and its clock's offset, on our clock.
+    clock: ChildClock,
+    /// What its subtree saw, once it is done.
+    record: Option<NodeRecord>,
+}
+
+#[derive(Default)]
+struct ChildClock {
+    started: Micros,
+    hello: Option<Micros>,
+    /// Its clock minus ours, and the round trip that measured it.
+    offset: Option<(i64, u64)>,
 }
 
 /// Every child proxy of one parent.
@@ -125,7 +138,9 @@ impl Children {
                     stdin_ranks += usize::from(job.stdin.includes(r.rank));
                 }
             }
-            children.list.push(Child { state, down, credit, dialing, stdin_ranks });
+            let clock = ChildClock { started: record::now_us(), ..Default::default() };
+            let child = Child { state, down, credit, dialing, stdin_ranks, clock, record: None };
+            children.list.push(child);
         }
         (children, lost)
     }
@@ -175,6 +190,11 @@ impl Children {
         self.links.push(tokio::spawn(link));
     }
 
+    /// The records of the children that finished, taken (each once).
+    pub fn take_records(&mut self) -> Vec<NodeRecord> {
+        self.list.iter_mut().filter_map(|c| c.record.take()).collect()
+    }
+
     /// Children still waiting to dial in.
     pub fn dialing(&self) -> usize {
         self.list.iter().filter(|c| c.dialing.is_some()).count()
@@ -194,14 +214,22 @@ impl Children {
 
     /// Takes what child `child`'s link reports: returns what is the owner's to handle.
     pub fn on_link(&mut self, child: usize, event: LinkEvent) -> Option<ChildNews> {
-        let state = &mut self.list[child].state;
+        let Child { state, clock, down, record: kept, .. } = &mut self.list[child];
         match event {
             LinkEvent::Greeted(g) => {
                 tracing::debug!(host = %g.host, pid = g.pid, "proxy up");
+                let now = record::now_us();
+                clock.hello = Some(now);
+                let _ = down.send(Down::ClockProbe { sent: now });
                 None
             }
-            LinkEvent::Up(Up::NodeDone { .. }) => {
+            LinkEvent::Up(Up::ClockEcho { sent, at }) => {
+                clock.offset = Some(record::clock_offset(sent, at, record::now_us()));
+                None
+            }
+            LinkEvent::Up(Up::NodeDone { record, .. }) => {
                 state.done = true;
+                *kept = Some(clock.stamp(*record));
                 None
             }
             LinkEvent::Up(up) => Some(ChildNews::Up(up)),
@@ -338,6 +366,21 @@ struct ChildState {
     link_error: Option<String>,
     /// The last bytes the remote launcher (ssh) printed on stderr.
     stderr_tail: Vec<u8>,
+}
+
+impl ChildClock {
+    /// The child's record with what only we saw: its offset, when we started it and when it
+    /// said hello (on its clock, as the rest of its record).
+    fn stamp(&self, mut record: NodeRecord) -> NodeRecord {
+        let (offset, round_trip) = self.offset.unwrap_or((0, 0));
+        record.offset_us = offset;
+        record.round_trip_us = round_trip;
+        let theirs = |at: Micros| at.saturating_add_signed(offset);
+        let mut ours = vec![(Phase::Bootstrap, theirs(self.started))];
+        ours.extend(self.hello.map(|at| (Phase::Hello, theirs(at))));
+        record.phases.splice(0..0, ours);
+        record
+    }
 }
 
 impl ChildState {

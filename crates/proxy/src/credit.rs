@@ -275,7 +275,7 @@ mod tests {
         let mut outbox = Outbox::new(rx, window.clone(), shed);
         tx.send(Queued::plain(Up::Started { node: 1 })).unwrap();
         tx.send(output(100)).unwrap();
-        tx.send(Queued::plain(Up::NodeDone { node: 1 })).unwrap();
+        tx.send(Queued::plain(Up::NodeDone { node: 1, record: Box::default() })).unwrap();
         assert!(matches!(outbox.try_next().map(|q| q.up), Some(Up::Started { .. })));
         assert!(outbox.try_next().is_none(), "output went without credit");
         window.grant(10);
@@ -296,7 +296,7 @@ mod tests {
         let mut outbox = Outbox::new(rx, Arc::new(Window::default()), shed);
         tx.send(output(5)).unwrap();
         tx.send(output(5)).unwrap();
-        tx.send(Queued::plain(Up::NodeDone { node: 2 })).unwrap();
+        tx.send(Queued::plain(Up::NodeDone { node: 2, record: Box::default() })).unwrap();
         drop(tx);
         assert!(outbox.try_next().is_none());
         shed_tx.send_replace(true);

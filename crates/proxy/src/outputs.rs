@@ -29,6 +29,7 @@ use std::sync::Arc;
 use nix::libc;
 use pmi_wire::control::Up;
 use pmi_wire::ids::Stream;
+use pmi_wire::record::{self, Micros};
 use tokio::io::unix::AsyncFd;
 use tokio::sync::{mpsc, watch};
 
@@ -61,14 +62,33 @@ struct Pipe {
     rank: u32,
     local: usize,
     stream: Stream,
+    /// Read so far.
+    bytes: u64,
+    /// When the first bytes were read.
+    first: Option<Micros>,
+}
+
+/// A rank's stream ended: what was read of it.
+#[derive(Debug, Clone, Copy)]
+pub struct StreamEnd {
+    pub local: usize,
+    pub stream: Stream,
+    pub bytes: u64,
+    pub first: Option<Micros>,
+}
+
+impl Pipe {
+    fn end(&self) -> StreamEnd {
+        StreamEnd { local: self.local, stream: self.stream, bytes: self.bytes, first: self.first }
+    }
 }
 
 impl Outputs {
-    /// Starts the hub; `closed(local)` is called as each of a rank's streams ends (twice per
-    /// rank), after its end went upstream.
+    /// Starts the hub; `closed` is called as each of a rank's streams ends (twice per rank),
+    /// after its end went upstream.
     pub fn start(
         data: mpsc::UnboundedSender<Queued>,
-        closed: impl FnMut(usize) + Send + 'static,
+        closed: impl FnMut(StreamEnd) + Send + 'static,
     ) -> io::Result<Outputs> {
         // SAFETY: epoll_create1 with a valid flag; the fd is owned from here on.
         let raw = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
@@ -102,7 +122,7 @@ async fn run(
     mut added: mailbox::Receiver<Add>,
     dropped: watch::Receiver<bool>,
     data: mpsc::UnboundedSender<Queued>,
-    closed: impl FnMut(usize),
+    closed: impl FnMut(StreamEnd),
 ) {
     let set_fd = set.as_raw_fd();
     let (pipes, room) = (HashMap::new(), credit::Local::new());
@@ -147,13 +167,13 @@ struct Hub<F> {
     closed: F,
 }
 
-impl<F: FnMut(usize)> Hub<F> {
+impl<F: FnMut(StreamEnd)> Hub<F> {
     async fn add(&mut self, add: Add) {
         self.send(add.first).await;
         for (stream, fd) in [(Stream::Stdout, add.stdout), (Stream::Stderr, add.stderr)] {
-            let pipe = Pipe { fd, rank: add.rank, local: add.local, stream };
+            let pipe = Pipe { fd, rank: add.rank, local: add.local, stream, bytes: 0, first: None };
             if !self.upstream {
-                (self.closed)(pipe.local);
+                (self.closed)(pipe.end());
                 continue;
             }
             let key = self.next_key;
@@ -181,11 +201,13 @@ impl<F: FnMut(usize)> Hub<F> {
         }
         for event in &ready[..n as usize] {
             let key = event.u64;
-            let Some(pipe) = self.pipes.get(&key) else {
+            let Some(pipe) = self.pipes.get_mut(&key) else {
                 continue;
             };
             match fdio::read_now(pipe.fd.as_raw_fd(), OUTPUT_CHUNK) {
                 Ok(chunk) if !chunk.is_empty() => {
+                    pipe.bytes += chunk.len() as u64;
+                    pipe.first.get_or_insert_with(record::now_us);
                     let (rank, stream) = (pipe.rank, pipe.stream);
                     self.send(Up::Output { rank, stream, data: chunk }).await;
                 }
@@ -233,10 +255,11 @@ impl<F: FnMut(usize)> Hub<F> {
                 std::ptr::null_mut(),
             )
         };
-        let Pipe { fd, rank, local, stream } = pipe;
+        let end = pipe.end();
+        let Pipe { fd, rank, stream, .. } = pipe;
         drop(fd);
         self.send(Up::OutputEnd { rank, stream }).await;
-        (self.closed)(local);
+        (self.closed)(end);
     }
 
     /// Upstream is gone, or the output dropped: every pipe is closed and reported now (the
@@ -244,7 +267,7 @@ impl<F: FnMut(usize)> Hub<F> {
     fn abandon(&mut self) {
         self.upstream = false;
         for (_, pipe) in self.pipes.drain() {
-            (self.closed)(pipe.local);
+            (self.closed)(pipe.end());
         }
     }
 }

@@ -5,39 +5,68 @@ use std::collections::{HashMap, HashSet};
 
 use nix::errno::Errno;
 use nix::sys::signal::{kill, killpg, Signal};
-use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
 use nix::unistd::Pid;
 use pmi_wire::ids::ExitOutcome;
 
+/// A child that ended, and what it used (its descendants it waited for included).
+#[derive(Debug, Clone, Copy)]
+pub struct Ended {
+    pub pid: i32,
+    pub outcome: ExitOutcome,
+    pub user_us: u64,
+    pub system_us: u64,
+    pub maxrss_kib: u64,
+}
+
 /// Reaps every child that has ended, known or adopted. One owner per process calls this (on
 /// SIGCHLD), so no exit is ever stolen from another waiter.
-pub fn reap_ended() -> Vec<(i32, ExitOutcome)> {
+pub fn reap_ended() -> Vec<Ended> {
     let out = reap_waiting();
     // The guard's pid is free for reuse once it is reaped.
-    for &(pid, _) in &out {
-        crate::guard::reaped(pid);
+    for ended in &out {
+        crate::guard::reaped(ended.pid);
     }
     out
 }
 
-fn reap_waiting() -> Vec<(i32, ExitOutcome)> {
+fn reap_waiting() -> Vec<Ended> {
+    use nix::libc;
     let mut out = Vec::new();
     loop {
-        match waitpid(Pid::from_raw(-1), Some(WaitPidFlag::WNOHANG)) {
-            Ok(WaitStatus::Exited(pid, code)) => {
-                out.push((pid.as_raw(), ExitOutcome::Exited(code)))
-            }
-            Ok(WaitStatus::Signaled(pid, sig, _)) => {
-                out.push((pid.as_raw(), ExitOutcome::Signaled(sig as i32)))
-            }
-            Ok(WaitStatus::StillAlive) | Err(Errno::ECHILD) => return out,
-            Ok(_) => continue,
-            Err(Errno::EINTR) => continue,
-            Err(e) => {
-                tracing::warn!("waitpid failed: {e}");
-                return out;
+        let mut status = 0;
+        // SAFETY: an all-zero rusage is a valid value for wait4 to overwrite.
+        let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+        // SAFETY: wait4 writes one int and one rusage, both ours.
+        let pid = unsafe { libc::wait4(-1, &mut status, libc::WNOHANG, &mut usage) };
+        if pid == 0 {
+            return out;
+        }
+        if pid < 0 {
+            match Errno::last() {
+                Errno::EINTR => continue,
+                Errno::ECHILD => return out,
+                e => {
+                    tracing::warn!("wait4 failed: {e}");
+                    return out;
+                }
             }
         }
+        let outcome = if libc::WIFEXITED(status) {
+            ExitOutcome::Exited(libc::WEXITSTATUS(status))
+        } else if libc::WIFSIGNALED(status) {
+            ExitOutcome::Signaled(libc::WTERMSIG(status))
+        } else {
+            // Stopped or continued: not an end.
+            continue;
+        };
+        let micros = |t: libc::timeval| t.tv_sec as u64 * 1_000_000 + t.tv_usec as u64;
+        out.push(Ended {
+            pid,
+            outcome,
+            user_us: micros(usage.ru_utime),
+            system_us: micros(usage.ru_stime),
+            maxrss_kib: usage.ru_maxrss as u64,
+        });
     }
 }
 

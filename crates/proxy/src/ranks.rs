@@ -28,6 +28,7 @@ use std::collections::HashMap;
 
 use pmi_wire::control::Up;
 use pmi_wire::ids::ExitOutcome;
+use pmi_wire::record::{RankRecord, RankUsage};
 use tokio::sync::mpsc;
 
 use crate::kvs::Local;
@@ -74,6 +75,11 @@ pub struct Rank {
     /// It connected to its node's PMIx server and ended without PMIx_Finalize: failed even
     /// if it exited 0, as with PMI (its peers would wait for it in their next fence).
     pub pmix_unfinalized: bool,
+    /// Its times and resource use, filled in by the dispatcher as it starts and is reaped;
+    /// they go up with its verdict.
+    pub usage: RankUsage,
+    /// What else the node saw of it (output, PMI), for the node's record.
+    pub seen: RankRecord,
 }
 
 #[derive(Default)]
@@ -97,6 +103,8 @@ impl RankTable {
             answers: None,
             stdin: None,
             pmix_unfinalized: false,
+            usage: RankUsage::default(),
+            seen: RankRecord { rank: gid, ..Default::default() },
         });
         local
     }
@@ -113,8 +121,11 @@ impl RankTable {
             answers: None,
             stdin: None,
             pmix_unfinalized: false,
+            usage: RankUsage::default(),
+            seen: RankRecord { rank: gid, ..Default::default() },
         });
-        Up::RankExited { rank: gid, pid: 0, outcome, unfinalized: false }
+        let usage = RankUsage::default();
+        Up::RankExited { rank: gid, pid: 0, outcome, unfinalized: false, usage }
     }
 
     pub fn get(&self, local: Local) -> &Rank {
@@ -201,7 +212,8 @@ impl RankTable {
             PmiState::Closed { clean } => !clean,
         } || rank.pmix_unfinalized;
         rank.state = RankState::Judged;
-        Some(Up::RankExited { rank: rank.gid, pid: rank.pid as u32, outcome, unfinalized })
+        let (rank, pid, usage) = (rank.gid, rank.pid as u32, rank.usage);
+        Some(Up::RankExited { rank, pid, outcome, unfinalized, usage })
     }
 
     /// One of the rank's output streams ended.
@@ -228,7 +240,7 @@ mod tests {
     const OK: ExitOutcome = ExitOutcome::Exited(0);
 
     fn exited(rank: u32, pid: u32, outcome: ExitOutcome, unfinalized: bool) -> Option<Up> {
-        Some(Up::RankExited { rank, pid, outcome, unfinalized })
+        Some(Up::RankExited { rank, pid, outcome, unfinalized, usage: RankUsage::default() })
     }
 
     #[test]

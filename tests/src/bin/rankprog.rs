@@ -31,6 +31,8 @@
 //! | `args`            | this process's whole argv (argv\[0\] included) joined by `\|`        |
 //! | `stdin-is-devnull`| `stdin-devnull yes` or `stdin-devnull no`                             |
 //! | `fds`             | the open descriptors, `fds 0,1,2`                                    |
+//! | `alloc MIB`       | allocate MIB MiB and write every page of it; kept until the rank ends |
+//! | `spin SECS`       | burn SECS seconds of CPU time in user space (fractions allowed)      |
 //!
 //! Stdout and stderr are flushed after every command, so what one command printed is out
 //! before the next one starts. SIGPIPE has its default disposition, as in a C program.
@@ -111,6 +113,8 @@ enum Command {
     Args,
     StdinIsDevnull,
     Fds,
+    Alloc(usize),
+    Spin(Duration),
 }
 
 struct Step {
@@ -125,6 +129,8 @@ struct Rank {
     /// `wait-signal` commands still to come; the watched signals stay blocked while it is
     /// not zero.
     waits_left: usize,
+    /// What `alloc` took, held until the end.
+    held: Vec<Vec<u8>>,
 }
 
 fn main() {
@@ -152,6 +158,7 @@ fn main() {
     let mut state = Rank {
         rank,
         waits_left: commands.iter().filter(|c| matches!(c, Command::WaitSignal)).count(),
+        held: Vec::new(),
     };
     let setup = restore_sigpipe().and_then(|()| {
         if state.waits_left > 0 {
@@ -210,6 +217,8 @@ fn parse(words: &[OsString]) -> Result<Vec<Step>, String> {
             "args" => Command::Args,
             "stdin-is-devnull" => Command::StdinIsDevnull,
             "fds" => Command::Fds,
+            "alloc" => Command::Alloc(number(word, &arg("MiB")?)?),
+            "spin" => Command::Spin(seconds(word, &arg("seconds")?)?),
             _ => return Err(format!("unknown command {word:?}")),
         };
         steps.push(Step { ranks: ranks.take(), command });
@@ -288,6 +297,20 @@ fn run(command: Command, state: &mut Rank) -> Result<(), String> {
         Command::Ready => out(format!("ready {rank} {}\n", getpid())),
         Command::Sleep(time) => {
             std::thread::sleep(time);
+            Ok(())
+        }
+        Command::Alloc(mib) => {
+            // Written, not just reserved: every page counts in the peak resident set.
+            state.held.push(vec![1u8; mib << 20]);
+            Ok(())
+        }
+        Command::Spin(cpu) => {
+            let mut x = 0u64;
+            while cpu_time() < cpu {
+                for i in 0..100_000u64 {
+                    x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(i));
+                }
+            }
             Ok(())
         }
         Command::WaitSignal => wait_signal(state),
@@ -527,4 +550,12 @@ fn fnv1a64(bytes: &[u8]) -> u64 {
     bytes.iter().fold(0xcbf2_9ce4_8422_2325, |hash, &b| {
         (hash ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
     })
+}
+
+/// The CPU time this process has used so far.
+fn cpu_time() -> Duration {
+    let mut t = nix::libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: clock_gettime writes one timespec, ours.
+    unsafe { nix::libc::clock_gettime(nix::libc::CLOCK_PROCESS_CPUTIME_ID, &mut t) };
+    Duration::new(t.tv_sec as u64, t.tv_nsec as u32)
 }

@@ -18,6 +18,7 @@ mod cause;
 mod dial;
 mod names;
 mod pmix_fence;
+pub mod report;
 mod roll;
 mod signals;
 
@@ -46,6 +47,8 @@ use cause::Cause;
 pub(crate) use dial::reaching;
 pub use dial::DialPlan;
 use names::{Asker, Names};
+use pmi_wire::record::{self, Micros};
+use report::ReportFile;
 use roll::Roll;
 use signals::{Forwarded, ForwardedSignals};
 
@@ -86,6 +89,10 @@ pub struct Plan {
     pub dial: Option<DialPlan>,
     /// One line each, for the user, about how the job was laid out.
     pub notices: Vec<String>,
+    /// `--report FILE`, opened.
+    pub report: Option<ReportFile>,
+    /// rlaunch's command line, for the report.
+    pub command: Vec<String>,
 }
 
 /// Forks the proxies of `roots` that run on this machine, now, with no exec (see
@@ -127,6 +134,8 @@ struct StdinFlow {
 
 struct Root {
     plan: Plan,
+    /// When the job started, on rlaunch's clock.
+    started_us: Micros,
     children: Children,
     roll: Roll,
     causes: Vec<Cause>,
@@ -193,6 +202,7 @@ pub async fn run(mut plan: Plan) -> i32 {
     let mut forwarded = ForwardedSignals::new();
 
     let mut root = Root {
+        started_us: record::now_us(),
         timeout_at: plan.timeout.map(|t| Instant::now() + t),
         roll: Roll::new(&plan.job, &plan.roots, plan.node_hosts.clone()),
         children: Children::default(),
@@ -416,8 +426,8 @@ impl Root {
 
     fn handle_up(&mut self, up: Up) {
         match up {
-            Up::RankExited { rank, pid, outcome, unfinalized } => {
-                if !self.roll.record(rank, pid, outcome) {
+            Up::RankExited { rank, pid, outcome, unfinalized, usage } => {
+                if !self.roll.record(rank, pid, outcome, usage, self.terminating) {
                     tracing::warn!(rank, "exit report for an unknown rank");
                     return;
                 }
@@ -503,6 +513,7 @@ impl Root {
             | Up::Output { .. }
             | Up::OutputEnd { .. }
             | Up::NodeDone { .. }
+            | Up::ClockEcho { .. }
             | Up::Ping => {}
         }
     }
@@ -663,7 +674,7 @@ impl Root {
     }
 
     fn reap(&mut self) {
-        for (pid, outcome) in procs::reap_ended() {
+        for procs::Ended { pid, outcome, .. } in procs::reap_ended() {
             if let Some(launcher) = self.launcher.as_mut().filter(|l| l.pid == pid) {
                 launcher.ended = Some(outcome);
                 tracing::debug!(launcher = %launcher.name, %outcome, "launcher ended");
@@ -716,21 +727,45 @@ impl Root {
         self.children.broadcast(&Down::Spawn(Box::new(spawn)));
     }
 
-    /// Prints why the job failed and returns the exit status.
-    fn report(&self) -> i32 {
+    /// Prints why the job failed (the first cause, then the table of the ranks that failed
+    /// if more than one did), writes `--report`, and returns the exit status.
+    fn report(&mut self) -> i32 {
         let listed = self.plan.print_all_exit_codes;
         if listed {
             for line in self.roll.all_outcomes() {
                 eprintln!("rlaunch: {line}");
             }
         }
-        let Some(cause) = self.causes.first() else {
-            return 0;
+        let (code, line) = match self.causes.first() {
+            Some(cause) => (cause.exit_code(), cause.message(&self.roll, listed)),
+            None => (0, None),
         };
-        if let Some(line) = cause.message(&self.roll, listed) {
+        if let Some(line) = &line {
             eprintln!("rlaunch: {line}");
         }
-        cause.exit_code()
+        // Ranks that a signal to rlaunch ended did not fail: it was the user's wish.
+        let wished = matches!(self.causes.first(), Some(Cause::Forwarded(_) | Cause::Interrupted));
+        if !self.causes.is_empty() && !listed && !wished {
+            for row in report::failure_table(&self.roll) {
+                eprintln!("rlaunch: {row}");
+            }
+        }
+        if let Some(mut file) = self.plan.report.take() {
+            let facts = report::JobFacts {
+                command: &self.plan.command,
+                jobid: &self.plan.job.jobid,
+                started: self.started_us,
+                ended: record::now_us(),
+                exit_code: code,
+                cause: line,
+            };
+            let records = self.children.take_records();
+            if let Err(e) = report::write(&mut file, &facts, &self.roll, &records) {
+                let path = file.path.display();
+                eprintln!("rlaunch: cannot write the report {path}: {}", crate::hosts::plain(&e));
+            }
+        }
+        code
     }
 }
 

@@ -4,6 +4,7 @@
 
 use pmi_wire::control::{NodePlan, SpawnRequest};
 use pmi_wire::ids::ExitOutcome;
+use pmi_wire::record::RankUsage;
 
 /// One process of the run.
 struct Proc {
@@ -16,6 +17,22 @@ struct Proc {
     segment: u32,
     /// Its pid and how it ended, once reported.
     outcome: Option<(u32, ExitOutcome)>,
+    /// Its times and resource use, as its proxy reported them (on the proxy's clock).
+    usage: RankUsage,
+    /// It ended after the teardown began, by the signal that ends what still runs.
+    torn_down: bool,
+}
+
+/// One process of the run as the report shows it.
+pub(crate) struct Entry<'a> {
+    pub gid: u32,
+    pub job: u32,
+    pub rank: u32,
+    pub node: u32,
+    pub host: &'a str,
+    pub segment: u32,
+    pub outcome: Option<(u32, ExitOutcome)>,
+    pub usage: RankUsage,
 }
 
 pub(crate) struct Roll {
@@ -48,6 +65,8 @@ impl Roll {
                     exe: exe.into_owned(),
                     segment: r.segment,
                     outcome: None,
+                    usage: RankUsage::default(),
+                    torn_down: false,
                 });
             }
         }
@@ -93,6 +112,8 @@ impl Roll {
                     exe: cmd.exe.clone(),
                     segment: 0,
                     outcome: None,
+                    usage: RankUsage::default(),
+                    torn_down: false,
                 });
             }
         }
@@ -109,20 +130,78 @@ impl Roll {
         self.ends == self.procs.len()
     }
 
-    /// Records how process `gid` ended; false if there is no such process.
-    pub(crate) fn record(&mut self, gid: u32, pid: u32, outcome: ExitOutcome) -> bool {
+    /// Records how process `gid` ended, and what it used; `tearing_down`: the job's teardown
+    /// had begun. False if there is no such process.
+    pub(crate) fn record(
+        &mut self,
+        gid: u32,
+        pid: u32,
+        outcome: ExitOutcome,
+        usage: RankUsage,
+        tearing_down: bool,
+    ) -> bool {
         match self.procs.get_mut(gid as usize) {
             Some(p) => {
                 self.ends += usize::from(p.outcome.is_none());
                 p.outcome = Some((pid, outcome));
+                p.usage = usage;
+                let teardown_signal = [nix::libc::SIGTERM, nix::libc::SIGKILL]
+                    .map(ExitOutcome::Signaled)
+                    .contains(&outcome);
+                p.torn_down = tearing_down && teardown_signal;
                 true
             }
             None => false,
         }
     }
 
+    /// Every process, in global id order.
+    pub(crate) fn entries(&self) -> impl Iterator<Item = Entry<'_>> {
+        self.procs.iter().enumerate().map(|(gid, p)| Entry {
+            gid: gid as u32,
+            job: p.job,
+            rank: p.rank,
+            node: p.node,
+            host: self.node_host(p.node),
+            segment: p.segment,
+            outcome: p.outcome,
+            usage: p.usage,
+        })
+    }
+
+    /// The processes that ran and ended badly on their own (not ended by the teardown), and
+    /// how many the teardown ended. A process that could not start is left out: that is bad
+    /// input, which the culprit line names once for all.
+    pub(crate) fn failures(&self) -> (Vec<u32>, usize) {
+        let mut own = Vec::new();
+        let mut torn_down = 0;
+        for (gid, p) in self.procs.iter().enumerate() {
+            match p.outcome {
+                Some((_, outcome)) if outcome.is_success() => {}
+                Some((_, ExitOutcome::SpawnFailed { .. } | ExitOutcome::NoWorkdir { .. })) => {}
+                Some(_) if p.torn_down => torn_down += 1,
+                Some(_) => own.push(gid as u32),
+                None => {}
+            }
+        }
+        (own, torn_down)
+    }
+
     pub(crate) fn host(&self, gid: u32) -> &str {
         self.node_host(self.procs[gid as usize].node)
+    }
+
+    /// Its pid and how it ended, once reported.
+    pub(crate) fn outcome(&self, gid: u32) -> Option<(u32, ExitOutcome)> {
+        self.procs.get(gid as usize).and_then(|p| p.outcome)
+    }
+
+    /// "3" for the launched job, "1 of job 2" for others: for a column of ranks.
+    pub(crate) fn short_name(&self, gid: u32) -> String {
+        match &self.procs[gid as usize] {
+            Proc { job: 0, rank, .. } => rank.to_string(),
+            Proc { job, rank, .. } => format!("{rank} of job {job}"),
+        }
     }
 
     /// "rank 3" for the launched job, "rank 1 of spawned job 2" for others.
@@ -231,11 +310,17 @@ mod tests {
         assert_eq!(roll.add_spawned(1, &request), (1, 3));
         assert_eq!(roll.name(4), "rank 1 of spawned job 1");
         assert!(roll.contains(4) && !roll.contains(5));
-        assert!(roll.record(4, 77, ExitOutcome::Exited(3)));
-        assert!(!roll.record(9, 1, ExitOutcome::Exited(0)));
+        let used = RankUsage::default();
+        assert!(roll.record(4, 77, ExitOutcome::Exited(3), used, false));
+        assert!(!roll.record(9, 1, ExitOutcome::Exited(0), used, false));
+        assert!(roll.record(1, 78, ExitOutcome::Signaled(nix::libc::SIGTERM), used, true));
+        assert!(roll.record(2, 79, ExitOutcome::Signaled(nix::libc::SIGSEGV), used, true));
+        assert_eq!(roll.failures(), (vec![2, 4], 1), "a crash in the teardown is its own");
         let lines = roll.all_outcomes();
         assert_eq!(lines[4], "rank 1 of spawned job 1 (pid 77 on n1) exited with code 3");
         assert_eq!(lines[0], "rank 0 (on n0) did not report an exit");
+        assert!(roll.record(0, 0, ExitOutcome::SpawnFailed { errno: 2 }, used, false));
+        assert_eq!(roll.failures(), (vec![2, 4], 1), "a rank that never ran is not tabled");
     }
 
     #[test]

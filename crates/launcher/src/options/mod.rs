@@ -199,6 +199,10 @@ pub struct Options {
     pub(crate) report_bindings: bool,
     pub(crate) output: OutputSpec,
     pub(crate) print_all_exit_codes: bool,
+    /// `--report FILE`, from the current directory.
+    pub(crate) report: Option<PathBuf>,
+    /// rlaunch's own argv, for the report.
+    pub(crate) command: Vec<String>,
     pub verbose: u8,
     /// One line each, for options accepted without effect.
     pub notices: Vec<String>,
@@ -242,7 +246,13 @@ pub fn parse(
     if parts.iter().any(|p| p.command[0].is_empty()) {
         return Err(OptionError::EmptyProgram.into());
     }
-    Ok(fold(parts, env, cwd)?)
+    let mut options = fold(parts, env, cwd)?;
+    if let Request::Run(o) = &mut options {
+        o.command = std::iter::once("rlaunch".to_string())
+            .chain(args.iter().map(|a| a.to_string_lossy().into_owned()))
+            .collect();
+    }
+    Ok(options)
 }
 
 fn fold(
@@ -274,6 +284,8 @@ fn fold(
         report_bindings: false,
         output: OutputSpec::default(),
         print_all_exit_codes: false,
+        report: None,
+        command: Vec::new(),
         verbose: 0,
         notices: Vec::new(),
     };
@@ -420,6 +432,7 @@ fn fold(
                 Key::ErrfilePattern => output.errfile = Some(value),
                 Key::OutputFilename => output.dir = Some(value),
                 Key::PrintAllExitCodes => o.print_all_exit_codes = true,
+                Key::Report => o.report = Some(cwd.join(&value)),
                 Key::BindTo => o.binding = parse_bind_to(item.name, &value)?,
                 Key::ReportBindings => o.report_bindings = true,
                 Key::Verbose => o.verbose = o.verbose.saturating_add(1),

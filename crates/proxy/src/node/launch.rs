@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use pmi_wire::control::{Job, Segment, SpawnJob, Up};
 use pmi_wire::ids::ExitOutcome;
+use pmi_wire::record::{self, Phase};
 use tokio::sync::mpsc;
 
 use super::{JobState, Node};
@@ -73,6 +74,7 @@ impl Node {
         let batch = self.batch(&job, 0, &host, &ranks);
         let unbound = self.start_batch(batch, &setup);
         let _ = self.up.control.send(Up::Started { node: self.plan.index });
+        self.phases.push((Phase::RanksStarted, record::now_us()));
         tracing::debug!(node = self.plan.index, ranks = ranks.len(), "ranks started");
         if let Some(listener) = listener {
             let (pmi_job, calls) = (self.jobs[&0].pmi.clone(), self.pmi_calls.clone());
@@ -163,6 +165,7 @@ impl Node {
         };
         let pmi_state = if started.pmi.is_some() { PmiState::Open } else { PmiState::Unclaimed };
         let local = self.ranks.add_running(gid, job_index, started.pid, pmi_state);
+        self.ranks.get_mut(local).usage.started = record::now_us();
         let peer = PmiPeer { local, job: job_index, rank: at.rank, appnum: segment };
         let (answers_tx, answers_rx) = pmi::answer_channel();
         self.ranks.get_mut(local).answers = Some(answers_tx);

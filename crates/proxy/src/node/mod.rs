@@ -29,7 +29,9 @@ use std::time::Duration;
 
 use nix::sys::signal::Signal;
 use pmi_wire::control::{Bootstrap, Down, Job, Launch, NodePlan, Up};
+use pmi_wire::ids::Stream;
 use pmi_wire::io::FrameReader;
+use pmi_wire::record::{self, Micros, NodeRecord, Phase};
 use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
@@ -39,10 +41,10 @@ use crate::children::{ChildNews, Children, Lost};
 use crate::credit::{self, Outbox, Queued, Window};
 use crate::dialin::{self, Dialed};
 use crate::kill::{Escalation, KillStep};
-use crate::kvs::{FenceScope, Kvs, Local};
+use crate::kvs::{FenceScope, Kvs};
 use crate::link::{self, LinkEvent};
 use crate::link::{LinkRead, LinkWrite};
-use crate::outputs::Outputs;
+use crate::outputs::{Outputs, StreamEnd};
 use crate::pmi::{PmiAnswer, PmiCall, PmiJob, PmiPeer};
 use crate::procs;
 use crate::rank::StdinChunk;
@@ -54,9 +56,7 @@ pub(crate) enum Event {
     Down(Down),
     UpstreamClosed(String),
     /// One of a rank's output streams ended, and its end went upstream.
-    OutputClosed {
-        local: Local,
-    },
+    OutputClosed(StreamEnd),
     Child {
         child: usize,
         event: LinkEvent,
@@ -109,6 +109,8 @@ struct Upstream {
 
 pub(crate) struct Node {
     job: Arc<Job>,
+    /// When this node reached each phase of its launch, for its record.
+    phases: Vec<(Phase, Micros)>,
     /// This node: its index, host and ranks (its children are in `children`).
     plan: NodePlan,
     ranks: RankTable,
@@ -178,6 +180,7 @@ pub async fn serve(
         Some(launch) => Ok(Received::Launch(Box::new(launch))),
         None => receive_launch(&mut reader).await,
     };
+    let launched_at = record::now_us();
     let launch = match launch {
         Ok(Received::Launch(launch)) => *launch,
         Ok(Received::Redirect(to)) => return Served::Redirect(to),
@@ -196,11 +199,12 @@ pub async fn serve(
         crate::guard::start(input, output, patience);
     }
     let (events_tx, events_rx) = mpsc::unbounded_channel();
-    tokio::spawn(read_upstream(reader, window, events_tx.clone()));
+    // Weak: the pump ends when the dispatcher's control sender goes, not when the reader's.
+    tokio::spawn(read_upstream(reader, window, control_tx.downgrade(), events_tx.clone()));
 
     let closed = events_tx.clone();
-    let outputs = Outputs::start(data_tx.clone(), move |local| {
-        let _ = closed.send(Event::OutputClosed { local });
+    let outputs = Outputs::start(data_tx.clone(), move |end| {
+        let _ = closed.send(Event::OutputClosed(end));
     });
     let outputs = match outputs {
         Ok(outputs) => outputs,
@@ -220,6 +224,7 @@ pub async fn serve(
         kvs: Kvs::new(FenceScope::Tree, launch.node.ranks.len(), []),
     };
     let mut node = Node {
+        phases: vec![(Phase::Launched, launched_at)],
         jobs: HashMap::from([(0, launched)]),
         pmi_calls: pmi_tx,
         binder: Binder::new(launch.node.host.clone()),
@@ -269,17 +274,25 @@ async fn receive_launch(reader: &mut FrameReader<LinkRead>) -> Result<Received, 
 }
 
 /// Hands every frame from the parent to the dispatcher, then how the connection ended;
-/// credit goes straight to the window (the dispatcher may be busy). Reads on after the
-/// dispatcher is gone: the pump still needs credit to send the last output up.
+/// credit goes straight to the window and a clock probe is answered at once (the dispatcher
+/// may be busy, and the probe's answer must be prompt to be worth anything). Reads on after
+/// the dispatcher is gone: the pump still needs credit to send the last output up.
 async fn read_upstream(
     mut reader: FrameReader<LinkRead>,
     window: Arc<Window>,
+    control: mpsc::WeakUnboundedSender<Up>,
     events: mpsc::UnboundedSender<Event>,
 ) {
     loop {
         let event = match reader.next::<Down>().await {
             Ok(Some(Down::Credit { bytes })) => {
                 window.grant(bytes);
+                continue;
+            }
+            Ok(Some(Down::ClockProbe { sent })) => {
+                if let Some(control) = control.upgrade() {
+                    let _ = control.send(Up::ClockEcho { sent, at: record::now_us() });
+                }
                 continue;
             }
             Ok(Some(down)) => Event::Down(down),
@@ -358,9 +371,26 @@ impl Node {
         // Nothing of this node outlives it, whatever was left waiting.
         procs::kill_descendants(&HashSet::new());
         if !self.orphaned {
-            let _ = self.up.data.send(Queued::plain(Up::NodeDone { node: self.plan.index }));
+            let record = Box::new(self.record());
+            let done = Up::NodeDone { node: self.plan.index, record };
+            let _ = self.up.data.send(Queued::plain(done));
         }
         0
+    }
+
+    /// What this node saw, its children's records in it.
+    fn record(&mut self) -> NodeRecord {
+        let mut phases = std::mem::take(&mut self.phases);
+        phases.push((Phase::Done, record::now_us()));
+        NodeRecord {
+            node: self.plan.index,
+            host: self.plan.host.clone(),
+            pid: std::process::id(),
+            phases,
+            ranks: self.ranks.iter().map(|r| r.seen.clone()).collect(),
+            children: self.children.take_records(),
+            ..Default::default()
+        }
     }
 
     fn relay(&self) -> Relay {
@@ -446,7 +476,15 @@ impl Node {
             }
             Event::UpstreamClosed(why) => self.lose_upstream(&why, true),
             Event::Pmix(news) => self.pmix_news(news),
-            Event::OutputClosed { local } => self.ranks.stream_closed(local),
+            Event::OutputClosed(end) => {
+                let seen = &mut self.ranks.get_mut(end.local).seen;
+                match end.stream {
+                    Stream::Stdout => seen.stdout_bytes = end.bytes,
+                    Stream::Stderr => seen.stderr_bytes = end.bytes,
+                }
+                seen.first_output = seen.first_output.into_iter().chain(end.first).min();
+                self.ranks.stream_closed(end.local);
+            }
             Event::Child { child, event } => match self.children.on_link(child, event) {
                 Some(ChildNews::Up(Up::FenceIn { pairs, .. })) => {
                     let parties = self.children.fence_parties();
@@ -466,8 +504,8 @@ impl Node {
             Down::Launch(_) | Down::Redirect { .. } => {
                 tracing::warn!("ignoring a second launch")
             }
-            // Credit goes to the window as it is read (see read_upstream).
-            Down::Ping | Down::Credit { .. } => {}
+            // Credit and clock probes are answered as they are read (see read_upstream).
+            Down::Ping | Down::Credit { .. } | Down::ClockProbe { .. } => {}
             Down::Stdin { seq, data } => {
                 self.children.send_stdin(seq, &data);
                 self.stdin_to_ranks(StdinChunk::Data { seq, data: Arc::from(data) });
@@ -616,8 +654,14 @@ impl Node {
     }
 
     fn reap(&mut self) {
-        for (pid, outcome) in procs::reap_ended() {
+        for ended in procs::reap_ended() {
+            let (pid, outcome) = (ended.pid, ended.outcome);
             if let Some(local) = self.ranks.by_pid(pid) {
+                let usage = &mut self.ranks.get_mut(local).usage;
+                usage.ended = record::now_us();
+                usage.user_us = ended.user_us;
+                usage.system_us = ended.system_us;
+                usage.maxrss_kib = ended.maxrss_kib;
                 self.rank_reaped(local, outcome);
             } else if let Some(lost) = self.children.reaped(pid, outcome) {
                 self.report_lost(lost);

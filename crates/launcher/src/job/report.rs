@@ -1,0 +1,237 @@
+//! What rlaunch says about a job once it is over: `--report FILE` (JSON, schema in
+//! docs/report.md) and, when ranks failed, the short table at the end of stderr.
+//!
+//! Every time in the report is on rlaunch's clock, in microseconds since the Unix epoch: a
+//! node's times are moved by its clock's offset (the sum of the offsets measured by each
+//! parent down its path, see `pmi_wire::record`).
+
+use std::collections::{BTreeMap, HashMap};
+use std::fs::File;
+use std::io::{self, Write};
+use std::path::PathBuf;
+
+use pmi_wire::ids::ExitOutcome;
+use pmi_wire::record::{Micros, NodeRecord, RankRecord};
+use serde::Serialize;
+
+use super::roll::Roll;
+
+/// The version of the report's schema, bumped when a field changes meaning or goes.
+const SCHEMA: u32 = 1;
+/// Rows of the failure table before "and N more".
+const TABLE_ROWS: usize = 10;
+
+/// `--report FILE`, opened (created, emptied) before the job starts, so that a path that
+/// cannot be written fails the launch rather than the end.
+pub struct ReportFile {
+    pub path: PathBuf,
+    pub file: File,
+}
+
+impl ReportFile {
+    pub fn create(path: PathBuf) -> io::Result<ReportFile> {
+        let file = File::create(&path)?;
+        Ok(ReportFile { path, file })
+    }
+}
+
+/// What the job was and how it went, besides the ranks.
+pub(crate) struct JobFacts<'a> {
+    pub command: &'a [String],
+    pub jobid: &'a str,
+    pub started: Micros,
+    pub ended: Micros,
+    pub exit_code: i32,
+    /// The first culprit line, as printed.
+    pub cause: Option<String>,
+}
+
+#[derive(Serialize)]
+struct Report<'a> {
+    schema: u32,
+    rlaunch: &'static str,
+    job: Job<'a>,
+    ranks: Vec<Rank<'a>>,
+    nodes: Vec<Node<'a>>,
+}
+
+#[derive(Serialize)]
+struct Job<'a> {
+    command: &'a [String],
+    jobid: &'a str,
+    start_us: Micros,
+    end_us: Micros,
+    wall_s: f64,
+    exit_code: i32,
+    cause: Option<String>,
+}
+
+#[derive(Serialize)]
+struct Rank<'a> {
+    /// Its id in the run: the rank for the launched job, then spawned jobs' processes.
+    id: u32,
+    /// 0 for the launched job, then one per MPI_Comm_spawn.
+    job: u32,
+    rank: u32,
+    segment: u32,
+    host: &'a str,
+    node: u32,
+    pid: Option<u32>,
+    start_us: Option<Micros>,
+    end_us: Option<Micros>,
+    wall_s: Option<f64>,
+    exit_code: Option<i32>,
+    signal: Option<i32>,
+    /// Why it never ran (`SpawnFailed`, `NoWorkdir`), as the culprit line words it.
+    failed_to_start: Option<String>,
+    user_s: f64,
+    system_s: f64,
+    maxrss_kib: u64,
+    stdout_bytes: Option<u64>,
+    stderr_bytes: Option<u64>,
+}
+
+#[derive(Serialize)]
+struct Node<'a> {
+    node: u32,
+    host: &'a str,
+    proxy_pid: u32,
+    /// Its clock minus rlaunch's, and the round trips that measured it, summed down its path.
+    clock_offset_us: i64,
+    round_trip_us: u64,
+    /// Phase name to the time it was reached.
+    phases: BTreeMap<&'static str, Micros>,
+}
+
+/// Writes the report of a job that is over.
+pub(crate) fn write(
+    out: &mut ReportFile,
+    facts: &JobFacts,
+    roll: &Roll,
+    records: &[NodeRecord],
+) -> io::Result<()> {
+    let report = build(facts, roll, records);
+    let mut w = io::BufWriter::new(&mut out.file);
+    serde_json::to_writer_pretty(&mut w, &report)?;
+    w.write_all(b"\n")?;
+    w.flush()
+}
+
+fn build<'a>(facts: &'a JobFacts, roll: &'a Roll, records: &'a [NodeRecord]) -> Report<'a> {
+    // Every node's record, and the offset of its clock from rlaunch's.
+    let mut nodes = Vec::new();
+    let mut seen: HashMap<u32, (&RankRecord, i64)> = HashMap::new();
+    for top in records {
+        for (record, below) in top.walk() {
+            let (offset, round_trip) = (top.offset_us + below, path_round_trip(top, record));
+            for rank in &record.ranks {
+                seen.insert(rank.rank, (rank, offset));
+            }
+            let ours = |at: Micros| at.saturating_add_signed(-offset);
+            nodes.push(Node {
+                node: record.node,
+                host: &record.host,
+                proxy_pid: record.pid,
+                clock_offset_us: offset,
+                round_trip_us: round_trip,
+                phases: record.phases.iter().map(|&(p, at)| (p.name(), ours(at))).collect(),
+            });
+        }
+    }
+    nodes.sort_by_key(|n| n.node);
+    let ranks = roll
+        .entries()
+        .map(|e| {
+            let (rank_seen, offset) = match seen.get(&e.gid) {
+                Some(&(r, offset)) => (Some(r), offset),
+                None => (None, 0),
+            };
+            let ours = |at: Micros| (at != 0).then(|| at.saturating_add_signed(-offset));
+            let (start, end) = (ours(e.usage.started), ours(e.usage.ended));
+            let (mut exit_code, mut signal, mut failed_to_start) = (None, None, None);
+            match e.outcome {
+                Some((_, ExitOutcome::Exited(code))) => exit_code = Some(code),
+                Some((_, ExitOutcome::Signaled(sig))) => signal = Some(sig),
+                Some((pid, outcome)) => failed_to_start = Some(roll.describe(e.gid, pid, outcome)),
+                None => {}
+            }
+            Rank {
+                id: e.gid,
+                job: e.job,
+                rank: e.rank,
+                segment: e.segment,
+                host: e.host,
+                node: e.node,
+                pid: e.outcome.map(|(pid, _)| pid).filter(|&pid| pid != 0),
+                start_us: start,
+                end_us: end,
+                wall_s: start.zip(end).map(|(s, e)| e.saturating_sub(s) as f64 / 1e6),
+                exit_code,
+                signal,
+                failed_to_start,
+                user_s: e.usage.user_us as f64 / 1e6,
+                system_s: e.usage.system_us as f64 / 1e6,
+                maxrss_kib: e.usage.maxrss_kib,
+                stdout_bytes: rank_seen.map(|r| r.stdout_bytes),
+                stderr_bytes: rank_seen.map(|r| r.stderr_bytes),
+            }
+        })
+        .collect();
+    Report {
+        schema: SCHEMA,
+        rlaunch: env!("CARGO_PKG_VERSION"),
+        job: Job {
+            command: facts.command,
+            jobid: facts.jobid,
+            start_us: facts.started,
+            end_us: facts.ended,
+            wall_s: facts.ended.saturating_sub(facts.started) as f64 / 1e6,
+            exit_code: facts.exit_code,
+            cause: facts.cause.clone(),
+        },
+        ranks,
+        nodes,
+    }
+}
+
+/// The round trips summed from `top` down to `record`: how far off its offset may be, twice.
+fn path_round_trip(top: &NodeRecord, record: &NodeRecord) -> u64 {
+    fn down(at: &NodeRecord, node: u32) -> Option<u64> {
+        if at.node == node {
+            return Some(at.round_trip_us);
+        }
+        at.children.iter().find_map(|c| down(c, node)).map(|below| below + at.round_trip_us)
+    }
+    down(top, record.node).unwrap_or(0)
+}
+
+/// The table of the ranks that ended badly on their own, for the end of stderr: nothing
+/// unless there are two or more (one is the culprit line already). At most [`TABLE_ROWS`]
+/// rows, in rank order, then how many more, and how many ranks the teardown ended.
+pub(crate) fn failure_table(roll: &Roll) -> Vec<String> {
+    let (failed, torn_down) = roll.failures();
+    if failed.len() < 2 {
+        return Vec::new();
+    }
+    let mut rows = vec![["rank".to_string(), "host".into(), "pid".into(), "how it ended".into()]];
+    for &gid in failed.iter().take(TABLE_ROWS) {
+        let Some((pid, outcome)) = roll.outcome(gid) else { continue };
+        let pid = if pid == 0 { "-".to_string() } else { pid.to_string() };
+        rows.push([roll.short_name(gid), roll.host(gid).to_string(), pid, outcome.to_string()]);
+    }
+    let width = |col: usize| rows.iter().map(|r| r[col].chars().count()).max().unwrap_or(0);
+    let widths = [width(0), width(1), width(2)];
+    let mut lines = vec![format!("{} ranks failed:", failed.len())];
+    for [rank, host, pid, how] in &rows {
+        let [w0, w1, w2] = widths;
+        lines.push(format!("  {rank:<w0$}  {host:<w1$}  {pid:>w2$}  {how}"));
+    }
+    if failed.len() > TABLE_ROWS {
+        lines.push(format!("  and {} more", failed.len() - TABLE_ROWS));
+    }
+    if torn_down > 0 {
+        let ranks = if torn_down == 1 { "rank was" } else { "ranks were" };
+        lines.push(format!("  ({torn_down} more {ranks} ended by the teardown)"));
+    }
+    lines
+}
