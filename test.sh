@@ -36,6 +36,8 @@ need /usr/bin/ssh openssh-client
 need /usr/bin/ssh-keygen openssh-client
 need /usr/bin/strace strace
 need /usr/bin/flock util-linux
+# A real browser draws the page of `rlaunch timeline` in tests/tests/timeline.rs.
+need /usr/bin/chromium chromium
 need /usr/bin/unshare util-linux
 # The Slurm cluster of tests/cluster/slurm.sh (Debian installs the daemons as *-wlm and links
 # the plain names through update-alternatives).

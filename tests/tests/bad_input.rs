@@ -281,6 +281,11 @@ fn wrong_value(key: Key) -> Option<(&'static str, &'static str, i32)> {
             "cannot write the report /nonexistent/r.json: No such file or directory",
             255,
         )),
+        Key::Timeline => Some((
+            "/nonexistent/t.json",
+            "cannot write the timeline /nonexistent/t.json: No such file or directory",
+            255,
+        )),
         Key::BindTo => usage(
             "corez",
             "{o} corez: expected none, hwthread, core, socket or numa, optionally :N",

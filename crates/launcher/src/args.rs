@@ -61,6 +61,7 @@ pub enum Key {
     TimestampOutput,
     PrintAllExitCodes,
     Report,
+    Timeline,
     BindTo,
     ReportBindings,
     Verbose,
@@ -239,6 +240,10 @@ pub const OPTIONS: &[Opt] = &[
     opt(&["--report"], Value("FILE"), Key::Report, Global, Output, false,
         "write FILE, a JSON report of the job and of every rank's run: host, pid, times, exit, \
          CPU time, peak memory, bytes of output (docs/report.md)"),
+    opt(&["--timeline"], Value("FILE"), Key::Timeline, Global, Output, false,
+        "write FILE, the job's launch as a Chrome trace (Perfetto, chrome://tracing): a track \
+         per node, spans for bootstrap, launch, PMI init, fences, ranks; `rlaunch timeline \
+         FILE -o PAGE.html` draws it"),
     opt(&["--bind-to", "-bind-to", "-binding"], Value("UNIT[:N]"), Key::BindTo, Global, Binding,
         true, "pin each rank to N (default 1) of: none (default), hwthread, core, socket, numa"),
     opt(&["--report-bindings", "-report-bindings"], Flag, Key::ReportBindings, Global, Binding,

@@ -54,9 +54,9 @@ pub enum SetupError {
     /// No address of this machine is known to reach `node`.
     #[error("cannot find the address that reaches {node} to listen on for its proxy ({}); give --bind-address", plain(.cause))]
     NoRoute { node: String, cause: io::Error },
-    /// `--report FILE` cannot be created.
-    #[error("cannot write the report {}: {}", cut(&.path.to_string_lossy()), plain(.error))]
-    Report { path: PathBuf, error: io::Error },
+    /// `--report FILE` or `--timeline FILE` cannot be created.
+    #[error("cannot write the {what} {}: {}", cut(&.path.to_string_lossy()), plain(.error))]
+    EndFile { what: &'static str, path: PathBuf, error: io::Error },
 }
 
 /// At most this many characters of a culprit are quoted back to the user.

@@ -32,3 +32,4 @@ pub mod plan;
 pub mod process;
 mod stdin;
 mod textfile;
+pub mod timeline_page;

@@ -7,12 +7,20 @@ use std::fmt::Display;
 use rlaunch::error::SetupError;
 use rlaunch::options::{self, Request};
 use rlaunch::plan::{self, PlanError};
-use rlaunch::{exit, help, job, process};
+use rlaunch::{exit, help, job, process, timeline_page};
 
 fn main() {
     rlaunch_proxy::tune_malloc();
     rlaunch_proxy::procs::cloexec_inherited_fds();
     let args: Vec<OsString> = std::env::args_os().skip(1).collect();
+    // `rlaunch timeline TRACE.json -o PAGE.html`: draws a --timeline trace. Only as the very
+    // first word: `rlaunch -n 1 timeline` runs a program of that name.
+    if args.first().is_some_and(|a| a == "timeline") {
+        match timeline_page::run(&args[1..]) {
+            Ok(page) => return println!("{}", page.display()),
+            Err(e) => fail(&e, e.exit_code()),
+        }
+    }
     let env: Vec<(OsString, OsString)> = std::env::vars_os().collect();
     let cwd =
         std::env::current_dir().unwrap_or_else(|e| fail(SetupError::CurrentDir(e), exit::FAILURE));

@@ -24,7 +24,7 @@ use pmi_wire::control::{Bootstrap, Job, PmixJob, Segment, StdinTarget};
 use crate::allocation::{self, Allocation, Scheduler};
 use crate::error::{SetupError, UsageError};
 use crate::hosts::{self, Host, HostsError};
-use crate::job::{self, report::ReportFile};
+use crate::job::{self, report::OutFile};
 use crate::options::{HostSource, LauncherKind, MapBy, Options, PmiKinds, Rmk};
 
 /// Linux runs at most this many processes (`PID_MAX_LIMIT`, the ceiling of
@@ -44,6 +44,7 @@ pub enum PlanError {
 
 /// Lays out the job `o` describes. `env` is rlaunch's environment, which the ranks start from.
 pub fn build(o: &Options, env: &[(OsString, OsString)]) -> Result<job::Plan, PlanError> {
+    let started_us = pmi_wire::record::now_us();
     let own_host = own_host();
     let getenv = |name: &str| {
         env.iter().find(|(k, _)| k == name).map(|(_, v)| v.to_string_lossy().into_owned())
@@ -110,10 +111,15 @@ pub fn build(o: &Options, env: &[(OsString, OsString)]) -> Result<job::Plan, Pla
         Serve::Yes { required } => Some(PmixJob { required, ..pmix }),
     };
     // Created now, so that a path that cannot be written stops the launch, not the end.
-    let report = o.report.clone().map(|path| {
-        ReportFile::create(path.clone()).map_err(|error| SetupError::Report { path, error })
-    });
-    let report = report.transpose()?;
+    let out_file = |what, path: &Option<std::path::PathBuf>| {
+        let create = |path: &std::path::PathBuf| {
+            let error = |error| SetupError::EndFile { what, path: path.clone(), error };
+            OutFile::create(path.clone()).map_err(error)
+        };
+        path.as_ref().map(create).transpose()
+    };
+    let report = out_file("report", &o.report)?;
+    let timeline = out_file("timeline", &o.timeline)?;
     let job = Job {
         jobid: job_id(),
         size,
@@ -142,7 +148,9 @@ pub fn build(o: &Options, env: &[(OsString, OsString)]) -> Result<job::Plan, Pla
         dial,
         notices,
         report,
+        timeline,
         command: o.command.clone(),
+        started_us,
     })
 }
 

@@ -1,5 +1,5 @@
 //! What the tree reports about each rank and node besides how it ended: the figures of
-//! `rlaunch --report`. They travel in the exit reports that
+//! `rlaunch --report` and the spans of `--timeline`. They travel in the exit reports that
 //! exist anyway: a rank's in [`crate::control::Up::RankExited`], a node's in
 //! [`crate::control::Up::NodeDone`], its children's nodes nested in it.
 //!
@@ -71,6 +71,39 @@ pub struct RankRecord {
     pub stderr_bytes: u64,
     /// When its first output was read.
     pub first_output: Option<Micros>,
+    /// When it initialised PMI: its PMI-1/PMI-2 init, or its PMIx client connected.
+    pub pmi_init: Option<Micros>,
+}
+
+/// A fence of the launched job on one node: from when the node entered it (its first local
+/// rank, PMI-1/2; its PMIx server, PMIx) to when it completed there. `epoch` counts the
+/// job's fences from 0.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FenceSpan {
+    pub epoch: u64,
+    pub entered: Micros,
+    pub completed: Micros,
+}
+
+/// A node's fences as they open and close.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct FenceTimes {
+    open: Option<Micros>,
+    pub done: Vec<FenceSpan>,
+}
+
+impl FenceTimes {
+    /// The node is in the next fence (again: only the first entry counts).
+    pub fn enter(&mut self, now: Micros) {
+        self.open.get_or_insert(now);
+    }
+
+    /// The open fence completed.
+    pub fn complete(&mut self, now: Micros) {
+        let entered = self.open.take().unwrap_or(now);
+        let epoch = self.done.len() as u64;
+        self.done.push(FenceSpan { epoch, entered, completed: now });
+    }
 }
 
 /// What one node's proxy saw, on its own clock.
@@ -86,6 +119,7 @@ pub struct NodeRecord {
     pub round_trip_us: u64,
     pub phases: Vec<(Phase, Micros)>,
     pub ranks: Vec<RankRecord>,
+    pub fences: Vec<FenceSpan>,
     /// The records of the child proxies that finished.
     pub children: Vec<NodeRecord>,
 }
@@ -127,6 +161,21 @@ mod tests {
     fn the_offset_is_taken_at_the_middle_of_the_round_trip() {
         assert_eq!(clock_offset(1_000, 1_550, 1_100), (500, 100));
         assert_eq!(clock_offset(1_000, 900, 1_100), (-150, 100));
+    }
+
+    #[test]
+    fn a_fence_spans_from_its_first_entry_to_its_completion() {
+        let mut times = FenceTimes::default();
+        times.enter(10);
+        times.enter(12);
+        times.complete(20);
+        times.enter(30);
+        times.complete(31);
+        let want = [
+            FenceSpan { epoch: 0, entered: 10, completed: 20 },
+            FenceSpan { epoch: 1, entered: 30, completed: 31 },
+        ];
+        assert_eq!(times.done, want);
     }
 
     #[test]

@@ -21,6 +21,7 @@ mod pmix_fence;
 pub mod report;
 mod roll;
 mod signals;
+mod timeline;
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::ffi::OsString;
@@ -48,7 +49,7 @@ pub(crate) use dial::reaching;
 pub use dial::DialPlan;
 use names::{Asker, Names};
 use pmi_wire::record::{self, Micros};
-use report::ReportFile;
+use report::OutFile;
 use roll::Roll;
 use signals::{Forwarded, ForwardedSignals};
 
@@ -90,9 +91,13 @@ pub struct Plan {
     /// One line each, for the user, about how the job was laid out.
     pub notices: Vec<String>,
     /// `--report FILE`, opened.
-    pub report: Option<ReportFile>,
+    pub report: Option<OutFile>,
+    /// `--timeline FILE`, opened.
+    pub timeline: Option<OutFile>,
     /// rlaunch's command line, for the report.
     pub command: Vec<String>,
+    /// When rlaunch began to build the job, on its clock: the job's start in the report.
+    pub started_us: Micros,
 }
 
 /// Forks the proxies of `roots` that run on this machine, now, with no exec (see
@@ -202,7 +207,7 @@ pub async fn run(mut plan: Plan) -> i32 {
     let mut forwarded = ForwardedSignals::new();
 
     let mut root = Root {
-        started_us: record::now_us(),
+        started_us: plan.started_us,
         timeout_at: plan.timeout.map(|t| Instant::now() + t),
         roll: Roll::new(&plan.job, &plan.roots, plan.node_hosts.clone()),
         children: Children::default(),
@@ -343,6 +348,10 @@ pub async fn run(mut plan: Plan) -> i32 {
     procs::kill_descendants(&HashSet::new());
     root.report()
 }
+
+/// What writes a file at the end of the job (`--report`, `--timeline`).
+type WriteEnd =
+    fn(&mut OutFile, &report::JobFacts, &Roll, &[pmi_wire::record::NodeRecord]) -> io::Result<()>;
 
 async fn sleep_until(at: Option<Instant>) {
     match at {
@@ -750,19 +759,26 @@ impl Root {
                 eprintln!("rlaunch: {row}");
             }
         }
-        if let Some(mut file) = self.plan.report.take() {
-            let facts = report::JobFacts {
-                command: &self.plan.command,
-                jobid: &self.plan.job.jobid,
-                started: self.started_us,
-                ended: record::now_us(),
-                exit_code: code,
-                cause: line,
-            };
-            let records = self.children.take_records();
-            if let Err(e) = report::write(&mut file, &facts, &self.roll, &records) {
+        let facts = report::JobFacts {
+            command: &self.plan.command,
+            jobid: &self.plan.job.jobid,
+            started: self.started_us,
+            ended: record::now_us(),
+            exit_code: code,
+            cause: line,
+            fences: self.fence.epoch() + self.pmix_fence.completed(),
+        };
+        let records = self.children.take_records();
+        let roll = &self.roll;
+        let writes: [(_, _, WriteEnd); 2] = [
+            ("report", self.plan.report.take(), report::write),
+            ("timeline", self.plan.timeline.take(), timeline::write),
+        ];
+        for (what, file, write) in writes {
+            let Some(mut file) = file else { continue };
+            if let Err(e) = write(&mut file, &facts, roll, &records) {
                 let path = file.path.display();
-                eprintln!("rlaunch: cannot write the report {path}: {}", crate::hosts::plain(&e));
+                eprintln!("rlaunch: cannot write the {what} {path}: {}", crate::hosts::plain(&e));
             }
         }
         code

@@ -52,6 +52,11 @@ impl PmixFence {
         PmixFence { fold, data, bytes: 0, limit, too_large: false }
     }
 
+    /// The PMIx fences completed so far.
+    pub(crate) fn completed(&self) -> u64 {
+        self.fold.epoch()
+    }
+
     fn check_epoch(&self, epoch: u64) {
         let expected = self.fold.epoch();
         if epoch != expected {

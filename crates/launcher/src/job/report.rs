@@ -21,18 +21,60 @@ const SCHEMA: u32 = 1;
 /// Rows of the failure table before "and N more".
 const TABLE_ROWS: usize = 10;
 
-/// `--report FILE`, opened (created, emptied) before the job starts, so that a path that
-/// cannot be written fails the launch rather than the end.
-pub struct ReportFile {
+/// A file written when the job is over (`--report`, `--timeline`), opened (created,
+/// emptied) before the job starts, so that a path that cannot be written fails the launch
+/// rather than the end.
+pub struct OutFile {
     pub path: PathBuf,
     pub file: File,
 }
 
-impl ReportFile {
-    pub fn create(path: PathBuf) -> io::Result<ReportFile> {
+impl OutFile {
+    pub fn create(path: PathBuf) -> io::Result<OutFile> {
         let file = File::create(&path)?;
-        Ok(ReportFile { path, file })
+        Ok(OutFile { path, file })
     }
+
+    /// Writes `value` as JSON, pretty when asked.
+    pub(crate) fn write_json(&mut self, value: &impl Serialize, pretty: bool) -> io::Result<()> {
+        let mut w = io::BufWriter::new(&mut self.file);
+        if pretty {
+            serde_json::to_writer_pretty(&mut w, value)?;
+        } else {
+            serde_json::to_writer(&mut w, value)?;
+        }
+        w.write_all(b"\n")?;
+        w.flush()
+    }
+}
+
+/// A node's record with where its clock stands: its offset from rlaunch's clock and the
+/// round trips that measured it (see [`path_round_trip`]).
+pub(crate) struct Placed<'a> {
+    pub record: &'a NodeRecord,
+    pub offset: i64,
+    pub round_trip: u64,
+}
+
+impl Placed<'_> {
+    /// A time of this node's, on rlaunch's clock.
+    pub(crate) fn ours(&self, at: Micros) -> Micros {
+        at.saturating_add_signed(-self.offset)
+    }
+}
+
+/// Every node's record, each with its clock's offset from rlaunch's (the offsets measured by
+/// each parent down its path, summed), in node order.
+pub(crate) fn placed(records: &[NodeRecord]) -> Vec<Placed<'_>> {
+    let mut nodes = Vec::new();
+    for top in records {
+        for (record, below) in top.walk() {
+            let (offset, round_trip) = (top.offset_us + below, path_round_trip(top, record));
+            nodes.push(Placed { record, offset, round_trip });
+        }
+    }
+    nodes.sort_by_key(|p| p.record.node);
+    nodes
 }
 
 /// What the job was and how it went, besides the ranks.
@@ -44,6 +86,8 @@ pub(crate) struct JobFacts<'a> {
     pub exit_code: i32,
     /// The first culprit line, as printed.
     pub cause: Option<String>,
+    /// The launched job's fences that completed (PMI-1/2 and PMIx).
+    pub fences: u64,
 }
 
 #[derive(Serialize)]
@@ -64,6 +108,7 @@ struct Job<'a> {
     wall_s: f64,
     exit_code: i32,
     cause: Option<String>,
+    fences: u64,
 }
 
 #[derive(Serialize)]
@@ -89,6 +134,9 @@ struct Rank<'a> {
     maxrss_kib: u64,
     stdout_bytes: Option<u64>,
     stderr_bytes: Option<u64>,
+    /// When it initialised PMI, and when its first output was read.
+    pmi_init_us: Option<Micros>,
+    first_output_us: Option<Micros>,
 }
 
 #[derive(Serialize)]
@@ -105,40 +153,38 @@ struct Node<'a> {
 
 /// Writes the report of a job that is over.
 pub(crate) fn write(
-    out: &mut ReportFile,
+    out: &mut OutFile,
     facts: &JobFacts,
     roll: &Roll,
     records: &[NodeRecord],
 ) -> io::Result<()> {
-    let report = build(facts, roll, records);
-    let mut w = io::BufWriter::new(&mut out.file);
-    serde_json::to_writer_pretty(&mut w, &report)?;
-    w.write_all(b"\n")?;
-    w.flush()
+    out.write_json(&build(facts, roll, &placed(records)), true)
 }
 
-fn build<'a>(facts: &'a JobFacts, roll: &'a Roll, records: &'a [NodeRecord]) -> Report<'a> {
-    // Every node's record, and the offset of its clock from rlaunch's.
-    let mut nodes = Vec::new();
-    let mut seen: HashMap<u32, (&RankRecord, i64)> = HashMap::new();
-    for top in records {
-        for (record, below) in top.walk() {
-            let (offset, round_trip) = (top.offset_us + below, path_round_trip(top, record));
-            for rank in &record.ranks {
-                seen.insert(rank.rank, (rank, offset));
-            }
-            let ours = |at: Micros| at.saturating_add_signed(-offset);
-            nodes.push(Node {
-                node: record.node,
-                host: &record.host,
-                proxy_pid: record.pid,
-                clock_offset_us: offset,
-                round_trip_us: round_trip,
-                phases: record.phases.iter().map(|&(p, at)| (p.name(), ours(at))).collect(),
-            });
+/// What each node saw of each rank, with the node's clock offset, by rank id.
+pub(crate) fn seen_ranks<'a>(nodes: &[Placed<'a>]) -> HashMap<u32, (&'a RankRecord, i64)> {
+    let mut seen = HashMap::new();
+    for node in nodes {
+        for rank in &node.record.ranks {
+            seen.insert(rank.rank, (rank, node.offset));
         }
     }
-    nodes.sort_by_key(|n| n.node);
+    seen
+}
+
+fn build<'a>(facts: &'a JobFacts, roll: &'a Roll, placed: &[Placed<'a>]) -> Report<'a> {
+    let seen = seen_ranks(placed);
+    let nodes = placed
+        .iter()
+        .map(|p| Node {
+            node: p.record.node,
+            host: &p.record.host,
+            proxy_pid: p.record.pid,
+            clock_offset_us: p.offset,
+            round_trip_us: p.round_trip,
+            phases: p.record.phases.iter().map(|&(ph, at)| (ph.name(), p.ours(at))).collect(),
+        })
+        .collect();
     let ranks = roll
         .entries()
         .map(|e| {
@@ -174,6 +220,8 @@ fn build<'a>(facts: &'a JobFacts, roll: &'a Roll, records: &'a [NodeRecord]) -> 
                 maxrss_kib: e.usage.maxrss_kib,
                 stdout_bytes: rank_seen.map(|r| r.stdout_bytes),
                 stderr_bytes: rank_seen.map(|r| r.stderr_bytes),
+                pmi_init_us: rank_seen.and_then(|r| r.pmi_init).and_then(ours),
+                first_output_us: rank_seen.and_then(|r| r.first_output).and_then(ours),
             }
         })
         .collect();
@@ -188,6 +236,7 @@ fn build<'a>(facts: &'a JobFacts, roll: &'a Roll, records: &'a [NodeRecord]) -> 
             wall_s: facts.ended.saturating_sub(facts.started) as f64 / 1e6,
             exit_code: facts.exit_code,
             cause: facts.cause.clone(),
+            fences: facts.fences,
         },
         ranks,
         nodes,

@@ -199,8 +199,9 @@ pub struct Options {
     pub(crate) report_bindings: bool,
     pub(crate) output: OutputSpec,
     pub(crate) print_all_exit_codes: bool,
-    /// `--report FILE`, from the current directory.
+    /// `--report FILE` and `--timeline FILE`, from the current directory.
     pub(crate) report: Option<PathBuf>,
+    pub(crate) timeline: Option<PathBuf>,
     /// rlaunch's own argv, for the report.
     pub(crate) command: Vec<String>,
     pub verbose: u8,
@@ -285,6 +286,7 @@ fn fold(
         output: OutputSpec::default(),
         print_all_exit_codes: false,
         report: None,
+        timeline: None,
         command: Vec::new(),
         verbose: 0,
         notices: Vec::new(),
@@ -433,6 +435,7 @@ fn fold(
                 Key::OutputFilename => output.dir = Some(value),
                 Key::PrintAllExitCodes => o.print_all_exit_codes = true,
                 Key::Report => o.report = Some(cwd.join(&value)),
+                Key::Timeline => o.timeline = Some(cwd.join(&value)),
                 Key::BindTo => o.binding = parse_bind_to(item.name, &value)?,
                 Key::ReportBindings => o.report_bindings = true,
                 Key::Verbose => o.verbose = o.verbose.saturating_add(1),

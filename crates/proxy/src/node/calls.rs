@@ -3,6 +3,7 @@
 //! abort, spawn, protocol faults). The end of a connection is part of the rank's verdict.
 
 use pmi_wire::control::Up;
+use pmi_wire::record;
 
 use super::Node;
 use crate::kvs::{FenceStep, Kvs, Local, Reply};
@@ -41,7 +42,14 @@ impl Node {
                 }
             }
             PmiCall::Fence { tag } => {
+                let launched = peer.job == 0;
+                if launched {
+                    self.fences.enter(record::now_us());
+                }
                 let step = self.kvs(peer.job).map(|kvs| kvs.enter(local, tag, child_parties));
+                if launched && matches!(step, Some(FenceStep::Done(_))) {
+                    self.fences.complete(record::now_us());
+                }
                 self.fence_step(step);
             }
             PmiCall::PutNodeAttr { key, value } => {
@@ -66,6 +74,9 @@ impl Node {
                 let _ = self.up.control.send(Up::Spawn { rank: gid, tag, request });
             }
             PmiCall::Finalized => {}
+            PmiCall::Initialized => {
+                self.ranks.get_mut(local).seen.pmi_init.get_or_insert_with(record::now_us);
+            }
             PmiCall::Fault(what) => {
                 let _ = self.up.control.send(Up::PmiFault { rank: gid, pid, what });
             }

@@ -31,7 +31,7 @@ use nix::sys::signal::Signal;
 use pmi_wire::control::{Bootstrap, Down, Job, Launch, NodePlan, Up};
 use pmi_wire::ids::Stream;
 use pmi_wire::io::FrameReader;
-use pmi_wire::record::{self, Micros, NodeRecord, Phase};
+use pmi_wire::record::{self, FenceTimes, Micros, NodeRecord, Phase};
 use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
@@ -111,6 +111,8 @@ pub(crate) struct Node {
     job: Arc<Job>,
     /// When this node reached each phase of its launch, for its record.
     phases: Vec<(Phase, Micros)>,
+    /// The launched job's fences here, for its record.
+    fences: FenceTimes,
     /// This node: its index, host and ranks (its children are in `children`).
     plan: NodePlan,
     ranks: RankTable,
@@ -225,6 +227,7 @@ pub async fn serve(
     };
     let mut node = Node {
         phases: vec![(Phase::Launched, launched_at)],
+        fences: FenceTimes::default(),
         jobs: HashMap::from([(0, launched)]),
         pmi_calls: pmi_tx,
         binder: Binder::new(launch.node.host.clone()),
@@ -388,6 +391,7 @@ impl Node {
             pid: std::process::id(),
             phases,
             ranks: self.ranks.iter().map(|r| r.seen.clone()).collect(),
+            fences: std::mem::take(&mut self.fences.done),
             children: self.children.take_records(),
             ..Default::default()
         }
@@ -539,6 +543,7 @@ impl Node {
                 if let Some(kvs) = self.kvs(0) {
                     let released = kvs.complete(epoch, pairs);
                     self.send_replies(released);
+                    self.fences.complete(record::now_us());
                 }
             }
             Down::PmixFencePart { epoch, data } => self.pmix_fence_part(epoch, data),

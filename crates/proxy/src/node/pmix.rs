@@ -417,6 +417,11 @@ impl Node {
                 tracing::debug!(nspace = proc.nspace, rank = proc.rank, "PMIx client connected");
                 if let Some(gid) = pmix.gid(&proc) {
                     pmix.connected.insert(gid);
+                    let local = self.ranks.iter().position(|r| r.gid == gid);
+                    if let Some(local) = local {
+                        let seen = &mut self.ranks.get_mut(local).seen;
+                        seen.pmi_init.get_or_insert_with(pmi_wire::record::now_us);
+                    }
                 }
             }
             pmix::Event::Finalized { proc } => {

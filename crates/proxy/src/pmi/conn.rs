@@ -63,7 +63,6 @@ impl PmiConn {
         }
     }
 
-    #[cfg(test)]
     pub(crate) fn mode(&self) -> Mode {
         self.mode
     }

@@ -28,7 +28,7 @@ mod conn;
 mod fault;
 mod route;
 
-use conn::PmiConn;
+use conn::{Mode, PmiConn};
 use fault::Fault;
 use route::route;
 
@@ -89,6 +89,8 @@ pub enum PmiCall {
         tag: Option<String>,
     },
     Finalized,
+    /// The rank's PMI-1/PMI-2 init is done (answered on the connection itself).
+    Initialized,
     /// A `--pmi-port` connection claimed this rank (a socketpair is open from the start).
     Opened,
     /// The rank broke the protocol; it gets no answer, the job ends.
@@ -157,6 +159,7 @@ async fn serve(
         tell(PmiCall::Closed { clean: true });
     };
     let mut finalized = false;
+    let mut initialized = false;
     // Key and value bytes this rank has put: every node keeps every pair, so a rank that
     // puts without end would take all the memory of the job's nodes.
     let mut put_bytes = 0usize;
@@ -185,6 +188,10 @@ async fn serve(
             if let Some(reply) = reply {
                 conn.reply(reply, protocol, tag.as_deref());
             }
+        }
+        if !initialized && conn.mode() != Mode::Fresh {
+            initialized = true;
+            tell(PmiCall::Initialized);
         }
         if conn.flush().await.is_err() {
             break;
