@@ -218,6 +218,8 @@ pub(crate) struct Writer {
     clock: Option<Clock>,
     events: mpsc::UnboundedSender<OutputEvent>,
     dropped: Dropped,
+    /// The launch's progress line, cleared before the first output is written.
+    progress: Option<indicatif::ProgressBar>,
 }
 
 impl Writer {
@@ -229,7 +231,12 @@ impl Writer {
     ) -> Writer {
         let clock = spec.timestamp.then(Clock::default);
         let (lanes, sinks) = (HashMap::new(), Sinks::new());
-        Writer { spec, roster, lanes, sinks, clock, events, dropped }
+        Writer { spec, roster, lanes, sinks, clock, events, dropped, progress: None }
+    }
+
+    /// Clears `progress` before the first output: the terminal's next line is the job's.
+    pub(crate) fn clear_first(&mut self, progress: Option<indicatif::ProgressBar>) {
+        self.progress = progress;
     }
 
     /// Runs until every sender is gone.
@@ -276,6 +283,9 @@ impl Writer {
     fn take(&mut self, chunk: Chunk) {
         match chunk {
             Chunk::Data { rank, stream, data, debt: _debt } => {
+                if let Some(bar) = self.progress.take() {
+                    bar.finish_and_clear();
+                }
                 let key = (rank, stream);
                 if !self.lanes.contains_key(&key) {
                     tracing::debug!(rank, "output before the rank's start");

@@ -133,6 +133,7 @@ pub fn build(o: &Options, env: &[(OsString, OsString)]) -> Result<job::Plan, Pla
         binding: o.binding,
         liveness: o.liveness,
         pmix,
+        progress: job::progress::wanted(node_hosts.len(), getenv),
     };
     Ok(job::Plan {
         job,

@@ -25,7 +25,7 @@ use crate::record::{Micros, NodeRecord, RankUsage};
 /// First bytes on every control channel, in both directions.
 pub const MAGIC: [u8; 8] = *b"\x7fRLAUNCH";
 /// Bumped whenever a frame changes meaning.
-pub const PROTOCOL_VERSION: u32 = 12;
+pub const PROTOCOL_VERSION: u32 = 13;
 /// Length of the raw hello: magic + u32 BE version.
 pub const HELLO_LEN: usize = MAGIC.len() + 4;
 /// Largest frame either side accepts; checked before any allocation.
@@ -282,6 +282,9 @@ pub enum Up {
     /// Every rank of this node has ended and its output has been sent. `record`: what the
     /// node saw (its launch, its ranks' output and PMI), its children's nested in it.
     NodeDone { node: u32, record: Box<NodeRecord> },
+    /// For rlaunch's progress line (`Job::progress`): node `node`'s proxy is up (sent once it
+    /// has its launch, with 0), and `pmi_inited` of its ranks have initialised PMI so far.
+    Progress { node: u32, pmi_inited: u32 },
     /// The answer to [`Down::ClockProbe`]: the probe's `sent`, and this proxy's clock when it
     /// read the probe.
     ClockEcho { sent: Micros, at: Micros },
@@ -583,6 +586,9 @@ pub struct Job {
     pub liveness: Liveness,
     /// Serve PMIx too: what each node's PMIx server must know of the whole job.
     pub pmix: Option<PmixJob>,
+    /// rlaunch shows a progress line: each proxy says when it is up and as its ranks
+    /// initialise PMI ([`Up::Progress`]).
+    pub progress: bool,
 }
 
 /// The job as PMIx describes it to its clients: where every rank is, which application it

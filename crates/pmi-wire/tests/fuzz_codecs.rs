@@ -149,6 +149,7 @@ fn corpus() -> Vec<Vec<u8>> {
             binding: None,
             liveness: Liveness::default(),
             pmix: None,
+            progress: false,
         },
         node: NodePlan {
             index: 0,

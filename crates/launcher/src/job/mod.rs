@@ -18,6 +18,7 @@ mod cause;
 mod dial;
 mod names;
 mod pmix_fence;
+pub mod progress;
 pub mod report;
 mod roll;
 mod signals;
@@ -139,6 +140,8 @@ struct StdinFlow {
 
 struct Root {
     plan: Plan,
+    /// The live progress line, on a terminal.
+    progress: Option<progress::Progress>,
     /// When the job started, on rlaunch's clock.
     started_us: Micros,
     children: Children,
@@ -198,8 +201,10 @@ pub async fn run(mut plan: Plan) -> i32 {
         plan.rank_node.clone(),
         spawned_rx,
     );
-    let writer =
+    let progress = plan.job.progress.then(|| progress::Progress::start(&plan.roots));
+    let mut writer =
         output::Writer::new(std::mem::take(&mut plan.output), roster, output_events_tx, dropped);
+    writer.clear_first(progress.as_ref().map(|p| p.handle()));
     let writer = std::thread::spawn(move || writer.run(output_rx));
 
     let mut sigchld = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::child())
@@ -207,6 +212,7 @@ pub async fn run(mut plan: Plan) -> i32 {
     let mut forwarded = ForwardedSignals::new();
 
     let mut root = Root {
+        progress,
         started_us: plan.started_us,
         timeout_at: plan.timeout.map(|t| Instant::now() + t),
         roll: Roll::new(&plan.job, &plan.roots, plan.node_hosts.clone()),
@@ -260,6 +266,7 @@ pub async fn run(mut plan: Plan) -> i32 {
         let output_deadline = root.output_deadline;
         let dial_deadline = root.dial_deadline;
         let held_deadline = root.forwarded.deadline(root.kill_grace());
+        let progress_deadline = root.progress.as_ref().and_then(|p| p.deadline());
         let lookup_deadline = root.names.deadline();
         tokio::select! {
             ev = events.recv() => match ev {
@@ -283,6 +290,11 @@ pub async fn run(mut plan: Plan) -> i32 {
                 // The grace is over and ranks are still running: the signal ends the job.
                 if let Some(sig) = root.forwarded.take() {
                     root.fail(Cause::Forwarded(sig));
+                }
+            }
+            _ = sleep_until(progress_deadline), if progress_deadline.is_some() => {
+                if let Some(progress) = root.progress.as_mut() {
+                    progress.draw();
                 }
             }
             _ = sleep_until(lookup_deadline), if lookup_deadline.is_some() => {
@@ -465,7 +477,17 @@ impl Root {
             }
             Up::ProxyLost { host, reason } => self.fail(Cause::LostProxy { host, reason }),
             Up::Notice { host, text } => eprintln!("rlaunch: note: on {host}: {text}"),
-            Up::Started { node } => tracing::debug!(node, "node started its ranks"),
+            Up::Started { node } => {
+                tracing::debug!(node, "node started its ranks");
+                if let Some(progress) = self.progress.as_mut() {
+                    progress.node_started(node);
+                }
+            }
+            Up::Progress { node, pmi_inited } => {
+                if let Some(progress) = self.progress.as_mut() {
+                    progress.node_progress(node, pmi_inited);
+                }
+            }
             Up::Listening { node, address } => self.listening(node, address),
             Up::FenceIn { epoch, pairs } => {
                 if epoch != self.fence.epoch() {
@@ -589,6 +611,10 @@ impl Root {
     /// Records why the job must end; the first cause starts the teardown.
     fn fail(&mut self, cause: Cause) {
         tracing::debug!(?cause, "job failing");
+        // Whatever is said next is not about the launch.
+        if let Some(progress) = self.progress.as_mut() {
+            progress.clear();
+        }
         let first = self.causes.is_empty();
         // A forwarded signal ends the job when the grace after it is over, or when every
         // rank has ended before that: the ranks have had their grace, and what is still
@@ -739,6 +765,9 @@ impl Root {
     /// Prints why the job failed (the first cause, then the table of the ranks that failed
     /// if more than one did), writes `--report`, and returns the exit status.
     fn report(&mut self) -> i32 {
+        if let Some(progress) = self.progress.as_mut() {
+            progress.clear();
+        }
         let listed = self.plan.print_all_exit_codes;
         if listed {
             for line in self.roll.all_outcomes() {

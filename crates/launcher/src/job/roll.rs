@@ -286,6 +286,7 @@ mod tests {
             binding: None,
             liveness: Liveness::default(),
             pmix: None,
+            progress: false,
         }
     }
 

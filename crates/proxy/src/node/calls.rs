@@ -74,9 +74,7 @@ impl Node {
                 let _ = self.up.control.send(Up::Spawn { rank: gid, tag, request });
             }
             PmiCall::Finalized => {}
-            PmiCall::Initialized => {
-                self.ranks.get_mut(local).seen.pmi_init.get_or_insert_with(record::now_us);
-            }
+            PmiCall::Initialized => self.pmi_initialised(local),
             PmiCall::Fault(what) => {
                 let _ = self.up.control.send(Up::PmiFault { rank: gid, pid, what });
             }

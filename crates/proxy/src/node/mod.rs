@@ -41,7 +41,7 @@ use crate::children::{ChildNews, Children, Lost};
 use crate::credit::{self, Outbox, Queued, Window};
 use crate::dialin::{self, Dialed};
 use crate::kill::{Escalation, KillStep};
-use crate::kvs::{FenceScope, Kvs};
+use crate::kvs::{FenceScope, Kvs, Local};
 use crate::link::{self, LinkEvent};
 use crate::link::{LinkRead, LinkWrite};
 use crate::outputs::{Outputs, StreamEnd};
@@ -113,6 +113,8 @@ pub(crate) struct Node {
     phases: Vec<(Phase, Micros)>,
     /// The launched job's fences here, for its record.
     fences: FenceTimes,
+    /// Ranks that have initialised PMI, for rlaunch's progress line.
+    pmi_inited: u32,
     /// This node: its index, host and ranks (its children are in `children`).
     plan: NodePlan,
     ranks: RankTable,
@@ -192,6 +194,9 @@ pub async fn serve(
         }
     };
     link::heartbeat(&control_tx, launch.job.liveness.heartbeat(), || Up::Ping);
+    if launch.job.progress {
+        let _ = control_tx.send(Up::Progress { node: launch.node.index, pmi_inited: 0 });
+    }
     if let (Some((input, output)), Bootstrap::Remote { .. }) = (guard, &launch.job.bootstrap) {
         // Longer than this proxy's own teardown once its channel is gone.
         let grace = Duration::from_millis(launch.job.kill_grace_ms);
@@ -228,6 +233,7 @@ pub async fn serve(
     let mut node = Node {
         phases: vec![(Phase::Launched, launched_at)],
         fences: FenceTimes::default(),
+        pmi_inited: 0,
         jobs: HashMap::from([(0, launched)]),
         pmi_calls: pmi_tx,
         binder: Binder::new(launch.node.host.clone()),
@@ -379,6 +385,21 @@ impl Node {
             let _ = self.up.data.send(Queued::plain(done));
         }
         0
+    }
+
+    /// A rank initialised PMI (PMI-1/2 init, or its PMIx client connected): noted for the
+    /// record, and told to rlaunch's progress line if it shows one.
+    fn pmi_initialised(&mut self, local: Local) {
+        let seen = &mut self.ranks.get_mut(local).seen;
+        if seen.pmi_init.is_some() {
+            return;
+        }
+        seen.pmi_init = Some(record::now_us());
+        self.pmi_inited += 1;
+        if self.job.progress {
+            let (node, pmi_inited) = (self.plan.index, self.pmi_inited);
+            let _ = self.up.control.send(Up::Progress { node, pmi_inited });
+        }
     }
 
     /// What this node saw, its children's records in it.

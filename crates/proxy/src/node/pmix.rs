@@ -415,13 +415,12 @@ impl Node {
             }
             pmix::Event::Connected { proc } => {
                 tracing::debug!(nspace = proc.nspace, rank = proc.rank, "PMIx client connected");
-                if let Some(gid) = pmix.gid(&proc) {
+                let gid = pmix.gid(&proc);
+                if let Some(gid) = gid {
                     pmix.connected.insert(gid);
-                    let local = self.ranks.iter().position(|r| r.gid == gid);
-                    if let Some(local) = local {
-                        let seen = &mut self.ranks.get_mut(local).seen;
-                        seen.pmi_init.get_or_insert_with(pmi_wire::record::now_us);
-                    }
+                }
+                if let Some(local) = gid.and_then(|g| self.ranks.iter().position(|r| r.gid == g)) {
+                    self.pmi_initialised(local);
                 }
             }
             pmix::Event::Finalized { proc } => {
