@@ -67,8 +67,11 @@ fn hello_runs_on_four_nodes_with_two_ranks_each(cluster: &Cluster, program: CPro
     let hello = program.path();
     let hostfile = cluster.dir().join("hostfile");
     std::fs::write(&hostfile, "n1:2\nn2:2\nn3:2\nn4:2\n").unwrap();
+    let trace_path = cluster.dir().join("trace.json");
+    let trace_arg = trace_path.to_str().unwrap();
     let out = cluster
-        .run(&["-f", hostfile.to_str().unwrap(), "-n", "8", hello.to_str().unwrap(), "8"])
+        .run(&["-f", hostfile.to_str().unwrap(), "--timeline", trace_arg, "-n", "8"])
+        .args([hello.to_str().unwrap(), "8"])
         .env("HWLOC_COMPONENTS", "-pci,-linuxio")
         .timeout(WAIT)
         .run();
@@ -81,6 +84,23 @@ fn hello_runs_on_four_nodes_with_two_ranks_each(cluster: &Cluster, program: CPro
             .unwrap_or_else(|| panic!("no line from rank {rank}: {out}"));
         assert!(line.contains(" size 8 ") && line.contains(" sum 28 "), "{line}");
         assert!(line.ends_with(&format!("name n{}", rank / 2 + 1)), "{line}");
+    }
+    // The launch's trace came up the tree over ssh: every node's fences (PMI-1 barriers or
+    // PMIx fences), and each rank's PMI init, on the node it ran on.
+    let trace: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&trace_path).unwrap()).unwrap();
+    let fences = trace["otherData"]["fences"].as_u64().unwrap();
+    assert!(fences >= 1, "{}", trace["otherData"]);
+    let events = trace["traceEvents"].as_array().unwrap();
+    let count = |pid: u64, what: &dyn Fn(&serde_json::Value) -> bool| {
+        events.iter().filter(|e| e["pid"] == pid && what(e)).count() as u64
+    };
+    for node in 0..4u64 {
+        let pid = node + 1;
+        assert_eq!(count(pid, &|e| e["cat"] == "fence"), fences, "{program:?} node {node}");
+        assert_eq!(count(pid, &|e| e["name"] == "PMI init"), 2, "{program:?} node {node}");
+        let name = |e: &serde_json::Value| e["name"] == "process_name";
+        assert_eq!(count(pid, &name), 1);
     }
 }
 

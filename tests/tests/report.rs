@@ -202,3 +202,34 @@ fn a_report_that_cannot_be_written_stops_the_launch() {
         vec!["rlaunch: cannot write the report /nonexistent/r.json: No such file or directory"]
     );
 }
+
+#[test]
+fn the_report_comes_up_a_tree_over_ssh_with_every_node_and_rank() {
+    // Over the ssh bootstrap (a fake ssh: the same machine), width 2: n1 and n2 under
+    // rlaunch, n3 to n6 under them, n7 under n3. Every record travels up the tree.
+    let dir = rlaunch_tests::tempdir();
+    let path = dir.join("report.json");
+    let hosts = "n1,n2,n3,n4,n5,n6,n7";
+    let ssh = rlaunch_tests::fakessh();
+    let out = Run::new(&["--launcher", "ssh", "--launcher-exec", &ssh, "--hosts", hosts])
+        .args(["--tree-width", "2", "-n", "7", "--report", path.to_str().unwrap()])
+        .args([&rankprog_str(), "ready"])
+        .run();
+    out.assert_code(0);
+    let pids = ready_pids(&out.stdout_str());
+    let report = read_report(&path);
+    let nodes = report["nodes"].as_array().unwrap();
+    let hosts: Vec<&str> = nodes.iter().map(|n| n["host"].as_str().unwrap()).collect();
+    assert_eq!(hosts, ["n1", "n2", "n3", "n4", "n5", "n6", "n7"]);
+    for n in nodes {
+        assert_eq!(n["phases"].as_object().unwrap().len(), 5, "{n}");
+        // One machine's clock, measured through one or two hops of ssh pipes.
+        assert!(n["clock_offset_us"].as_i64().unwrap().abs() < 50_000, "{n}");
+    }
+    for (i, r) in report["ranks"].as_array().unwrap().iter().enumerate() {
+        assert_eq!(u(&r["pid"]), pids[&(i as u64)], "{r}");
+        assert_eq!(r["exit_code"], 0, "{r}");
+        let ready = format!("ready {i} {}\n", pids[&(i as u64)]).len() as u64;
+        assert_eq!(u(&r["stdout_bytes"]), ready, "{r}");
+    }
+}

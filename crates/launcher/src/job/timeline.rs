@@ -36,6 +36,41 @@ struct Event {
     args: Value,
 }
 
+/// A track's or row's name and place (`ph` `M`).
+#[derive(Serialize)]
+struct Meta {
+    name: &'static str,
+    ph: &'static str,
+    pid: u32,
+    tid: u32,
+    args: MetaArgs,
+}
+
+#[derive(Serialize)]
+struct MetaArgs {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    name: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    sort_index: Option<u32>,
+}
+
+#[derive(Serialize)]
+#[serde(untagged)]
+enum Item {
+    Meta(Meta),
+    Event(Event),
+}
+
+#[derive(Serialize)]
+struct Trace {
+    #[serde(rename = "displayTimeUnit")]
+    display_time_unit: &'static str,
+    #[serde(rename = "otherData")]
+    other_data: Value,
+    #[serde(rename = "traceEvents")]
+    trace_events: Vec<Item>,
+}
+
 /// Writes the timeline of a job that is over.
 pub(crate) fn write(
     out: &mut OutFile,
@@ -43,10 +78,10 @@ pub(crate) fn write(
     roll: &Roll,
     records: &[NodeRecord],
 ) -> io::Result<()> {
-    out.write_json(&build(facts, roll, records), false)
+    out.write_json(&build(facts, roll, records))
 }
 
-fn build(facts: &JobFacts, roll: &Roll, records: &[NodeRecord]) -> Value {
+fn build(facts: &JobFacts, roll: &Roll, records: &[NodeRecord]) -> Trace {
     let start = facts.started;
     let rel = |at: Micros| at.saturating_sub(start) as f64;
     let mut events = Vec::new();
@@ -56,11 +91,10 @@ fn build(facts: &JobFacts, roll: &Roll, records: &[NodeRecord]) -> Value {
             Some(_) => ("thread_name", "thread_sort_index"),
         };
         let tid = tid.unwrap_or(0);
-        for (n, args) in
-            [(what, json!({ "name": name })), (sort_what, json!({ "sort_index": sort }))]
-        {
-            events.push(json!({ "name": n, "ph": "M", "pid": pid, "tid": tid, "args": args }));
-        }
+        let args = MetaArgs { name: Some(name), sort_index: None };
+        events.push(Item::Meta(Meta { name: what, ph: "M", pid, tid, args }));
+        let args = MetaArgs { name: None, sort_index: Some(sort) };
+        events.push(Item::Meta(Meta { name: sort_what, ph: "M", pid, tid, args }));
     };
     meta(0, None, "rlaunch".into(), 0);
     let placed = placed(records);
@@ -142,19 +176,17 @@ fn build(facts: &JobFacts, roll: &Roll, records: &[NodeRecord]) -> Value {
             }
         }
     }
-    events.extend(
-        spans.into_iter().chain(instants).map(|e| serde_json::to_value(e).expect("plain data")),
-    );
-    json!({
-        "displayTimeUnit": "ms",
-        "otherData": {
+    events.extend(spans.into_iter().chain(instants).map(Item::Event));
+    Trace {
+        display_time_unit: "ms",
+        other_data: json!({
             "rlaunch": env!("CARGO_PKG_VERSION"),
             "jobid": facts.jobid,
             "command": facts.command,
             "start_us": facts.started,
             "exit_code": facts.exit_code,
             "fences": facts.fences,
-        },
-        "traceEvents": events,
-    })
+        }),
+        trace_events: events,
+    }
 }
