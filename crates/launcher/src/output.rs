@@ -301,10 +301,13 @@ impl Writer {
                     }
                     return;
                 };
-                let head = std::mem::take(&mut lane.partial);
-                emit(&mut self.sinks, stamp, stream, lane, &head, &data[..=nl]);
-                if nl + 1 < data.len() {
-                    lane.partial = data[nl + 1..].to_vec();
+                let tail = data[nl + 1..].to_vec();
+                let head = std::mem::replace(&mut lane.partial, tail);
+                let plain = head.is_empty() && stamp.is_empty() && lane.prefix.is_empty();
+                match lane.route {
+                    // Whole lines with nothing to add: written from the chunk itself.
+                    Route::Terminal if plain => self.sinks.put_owned(stream, data, 0..nl + 1),
+                    _ => emit(&mut self.sinks, stamp, stream, lane, &head, &data[..=nl]),
                 }
             }
             Chunk::Started { rank, pid, .. } => {

@@ -109,7 +109,15 @@ pub trait Frame: Sized {
     fn encode(&self, out: &mut Vec<u8>);
     /// Decodes the body of one frame (the bytes after the length prefix).
     fn decode_body(body: &[u8]) -> Result<Self, FrameError>;
+    /// Bytes between the tag of a bulk-data frame and its data.
+    const DATA_HEAD: usize;
+    /// A bulk-data frame from the `DATA_HEAD` bytes after its tag and its data, which a
+    /// reader may have read straight into its own buffer (see `io::FrameReader`).
+    fn from_data(head: &[u8], data: Vec<u8>) -> Result<Self, FrameError>;
 }
+
+/// The tag of a bulk-data frame: `Up::Output`, `Down::Stdin`.
+pub const DATA_TAG: u8 = TAG_DATA;
 
 /// Decodes one frame from the start of `buf`: `Ok(None)` for every strict prefix of a frame,
 /// otherwise the message and the number of bytes it took.
@@ -476,6 +484,13 @@ pub enum NameAnswer {
 }
 
 impl Frame for Down {
+    const DATA_HEAD: usize = 8;
+
+    fn from_data(head: &[u8], data: Vec<u8>) -> Result<Self, FrameError> {
+        let seq = u64::from_be_bytes(take::<8>(head, "stdin header")?);
+        Ok(Down::Stdin { seq, data })
+    }
+
     fn encode(&self, out: &mut Vec<u8>) {
         match self {
             Down::Stdin { seq, data } => {
@@ -495,8 +510,8 @@ impl Frame for Down {
         match split_tag(body)? {
             (TAG_MSG, rest) => decode_msg(rest),
             (TAG_DATA, rest) => {
-                let seq = u64::from_be_bytes(take::<8>(rest, "stdin header")?);
-                Ok(Down::Stdin { seq, data: rest[8..].to_vec() })
+                let head = take::<8>(rest, "stdin header")?;
+                Down::from_data(&head, rest[8..].to_vec())
             }
             (TAG_PMIX_FENCE, rest) => match decode_pmix_fence_down(rest)? {
                 (false, epoch, data) => Ok(Down::PmixFencePart { epoch, data }),
@@ -507,16 +522,32 @@ impl Frame for Down {
     }
 }
 
+/// Appends the head of an [`Up::Output`] frame of `data_len` bytes of data: the frame is
+/// this head and then the data, which a writer may send from where it lies (`writev`).
+pub fn encode_output_head(rank: u32, stream: Stream, data_len: usize, out: &mut Vec<u8>) {
+    let len = (1 + 4 + 1 + data_len) as u32;
+    out.extend_from_slice(&len.to_be_bytes());
+    out.push(TAG_DATA);
+    out.extend_from_slice(&rank.to_be_bytes());
+    out.push(stream as u8);
+}
+
 impl Frame for Up {
+    const DATA_HEAD: usize = 5;
+
+    fn from_data(head: &[u8], data: Vec<u8>) -> Result<Self, FrameError> {
+        let head = take::<5>(head, "output header")?;
+        let rank = u32::from_be_bytes(head[..4].try_into().expect("4 bytes"));
+        let stream = Stream::from_u8(head[4])
+            .ok_or_else(|| FrameError::Malformed(format!("bad stream {}", head[4])))?;
+        Ok(Up::Output { rank, stream, data })
+    }
+
     fn encode(&self, out: &mut Vec<u8>) {
         match self {
             Up::Output { rank, stream, data } => {
-                let start = out.len();
-                out.extend_from_slice(&[0, 0, 0, 0, TAG_DATA]);
-                out.extend_from_slice(&rank.to_be_bytes());
-                out.push(*stream as u8);
+                encode_output_head(*rank, *stream, data.len(), out);
                 out.extend_from_slice(data);
-                patch_len(out, start);
             }
             Up::PmixFencePart { epoch, node, data } => {
                 let start = out.len();
@@ -541,10 +572,7 @@ impl Frame for Up {
             }
             (TAG_DATA, rest) => {
                 let head = take::<5>(rest, "output header")?;
-                let rank = u32::from_be_bytes(head[..4].try_into().expect("4 bytes"));
-                let stream = Stream::from_u8(head[4])
-                    .ok_or_else(|| FrameError::Malformed(format!("bad stream {}", head[4])))?;
-                Ok(Up::Output { rank, stream, data: rest[5..].to_vec() })
+                Up::from_data(&head, rest[5..].to_vec())
             }
             (tag, _) => Err(FrameError::UnknownTag(tag)),
         }

@@ -32,6 +32,9 @@ pub struct FrameReader<R> {
 
 /// For links that carry output: big reads, few wakeups.
 const READ_CHUNK: usize = 256 << 10;
+/// A bulk-data frame at least this long, not all in the buffer yet, is read straight into its
+/// own buffer.
+const DIRECT: usize = 32 << 10;
 
 impl<R: AsyncRead + Unpin> FrameReader<R> {
     pub fn new(inner: R) -> Self {
@@ -55,6 +58,26 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
     }
 
     /// Waits for the peer's hello; returns it with whatever the peer printed before it.
+    /// A bulk-data frame of `len` bytes (after its length) whose first `head` bytes are in
+    /// the buffer: the rest of its data is read straight into the frame's own buffer, not
+    /// through ours (one copy of every byte of output less).
+    async fn read_data<M: Frame>(&mut self, len: usize, head: usize) -> Result<M, ReadError> {
+        let avail = &self.buf[self.pos..];
+        let data_len = 4 + len - head;
+        let mut data = Vec::with_capacity(data_len);
+        data.extend_from_slice(&avail[head..]);
+        let fixed = avail[5..head].to_vec();
+        self.pos = self.buf.len();
+        while data.len() < data_len {
+            let room = data_len - data.len();
+            let n = self.inner.read_buf(&mut bytes::BufMut::limit(&mut data, room)).await?;
+            if n == 0 {
+                return Err(ReadError::Truncated);
+            }
+        }
+        Ok(M::from_data(&fixed, data)?)
+    }
+
     pub async fn read_hello(&mut self) -> Result<(HelloFound, Vec<u8>), ReadError> {
         loop {
             if let Some(found) = control::scan_hello(&self.buf[self.pos..])? {
@@ -78,7 +101,14 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
                 self.pos += used;
                 return Ok(Some(msg));
             }
-            let want = control::frame_len(avail)?.map_or(0, |len| 4 + len - avail.len());
+            let len = control::frame_len(avail)?;
+            let head = 5 + M::DATA_HEAD;
+            if let Some(len) = len.filter(|&len| len >= DIRECT && avail.len() >= head) {
+                if avail[4] == control::DATA_TAG {
+                    return self.read_data(len, head).await.map(Some);
+                }
+            }
+            let want = len.map_or(0, |len| 4 + len - avail.len());
             if !self.fill(want).await? {
                 return if self.pos == self.buf.len() {
                     Ok(None)
@@ -87,5 +117,53 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
                 };
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::control::Up;
+    use crate::ids::Stream;
+    use tokio::io::AsyncWriteExt;
+
+    #[tokio::test]
+    async fn large_output_is_read_whole_however_it_arrives_and_frames_after_it_too() {
+        let (mut tx, rx) = tokio::io::duplex(8 << 10);
+        let big: Vec<u8> = (0..200_000u32).map(|i| (i % 251) as u8).collect();
+        let frames = [
+            Up::Output { rank: 3, stream: Stream::Stderr, data: big.clone() },
+            Up::Started { node: 7 },
+            Up::Output { rank: 1, stream: Stream::Stdout, data: b"short\n".to_vec() },
+            Up::Output { rank: 2, stream: Stream::Stdout, data: big[..40_000].to_vec() },
+        ];
+        let mut bytes = Vec::new();
+        for f in &frames {
+            f.encode(&mut bytes);
+        }
+        let writer = tokio::spawn(async move {
+            // Pieces of odd sizes: heads and data split anywhere.
+            for piece in bytes.chunks(7_777) {
+                tx.write_all(piece).await.unwrap();
+            }
+        });
+        let mut reader = FrameReader::with_chunk(rx, 4096);
+        for want in frames {
+            assert_eq!(reader.next::<Up>().await.unwrap(), Some(want));
+        }
+        writer.await.unwrap();
+        assert!(reader.next::<Up>().await.unwrap().is_none());
+    }
+
+    #[tokio::test]
+    async fn a_large_frame_cut_short_is_truncated() {
+        let (mut tx, rx) = tokio::io::duplex(1 << 20);
+        let mut bytes = Vec::new();
+        Up::Output { rank: 0, stream: Stream::Stdout, data: vec![b'x'; 100_000] }
+            .encode(&mut bytes);
+        tx.write_all(&bytes[..60_000]).await.unwrap();
+        drop(tx);
+        let mut reader = FrameReader::new(rx);
+        assert!(matches!(reader.next::<Up>().await, Err(ReadError::Truncated)));
     }
 }

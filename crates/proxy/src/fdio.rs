@@ -110,6 +110,38 @@ impl AsyncWrite for FdStream {
         }
     }
 
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        slices: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        // At most IOV_MAX at a time; the caller goes on with the rest.
+        let slices = &slices[..slices.len().min(1024)];
+        loop {
+            let mut guard = ready!(self.fd.poll_write_ready(cx))?;
+            let res = guard.try_io(|fd| {
+                // SAFETY: IoSlice is ABI-compatible with iovec, and every slice is readable for
+                // the length it says.
+                let n = unsafe {
+                    libc::writev(fd.as_raw_fd(), slices.as_ptr().cast(), slices.len() as i32)
+                };
+                if n < 0 {
+                    Err(io::Error::last_os_error())
+                } else {
+                    Ok(n as usize)
+                }
+            });
+            match res {
+                Ok(r) => return Poll::Ready(r),
+                Err(_would_block) => continue,
+            }
+        }
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        true
+    }
+
     fn poll_flush(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         Poll::Ready(Ok(()))
     }

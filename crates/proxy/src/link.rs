@@ -235,22 +235,23 @@ pub async fn read_greeting<R: AsyncRead + Unpin>(
 
 /// Writes frames to `out` until every sender is gone. Control messages go first; the data
 /// path (`data`: output, as its window allows, and the frames ordered with it) fills the rest
-/// of each write. Messages that are ready together are written with one syscall. A queued
-/// frame's debt is repaid once it is in the batch (see [`crate::credit`]).
+/// of each write. Messages that are ready together are written with one syscall; on a link
+/// that takes vectored writes, large output goes from where it lies, not copied into the
+/// batch ([`Batch`]). A queued frame's debt is repaid once it is written (see
+/// [`crate::credit`]).
 pub async fn pump<M: Frame>(
     mut out: impl AsyncWrite + Unpin,
     hello: bool,
     control: &mut mpsc::UnboundedReceiver<M>,
     mut data: Option<&mut Outbox>,
 ) -> io::Result<()> {
-    const BATCH: usize = 256 << 10;
-    let mut buf = Vec::with_capacity(64 << 10);
+    let mut batch = Batch::new(out.is_write_vectored());
     if hello {
-        buf.extend_from_slice(&control::hello());
+        batch.bytes(&control::hello());
     }
     let mut control_open = true;
     loop {
-        if buf.is_empty() {
+        if batch.is_empty() {
             if !control_open && data.is_none() {
                 return Ok(());
             }
@@ -264,30 +265,145 @@ pub async fn pump<M: Frame>(
                 q = next_data(&mut data) => Got::Data(q),
             };
             match got {
-                Got::Control(Some(m)) => m.encode(&mut buf),
-                Got::Data(Some(q)) => q.up.encode(&mut buf),
+                Got::Control(Some(m)) => batch.frame(&m),
+                Got::Data(Some(q)) => batch.queued(q),
                 Got::Control(None) => control_open = false,
                 Got::Data(None) => data = None,
             }
-            if buf.is_empty() {
+            if batch.is_empty() {
                 continue;
             }
         }
-        while buf.len() < BATCH {
+        while batch.len < Batch::MAX {
             if let Ok(m) = control.try_recv() {
-                m.encode(&mut buf);
+                batch.frame(&m);
             } else if let Some(q) = data.as_mut().and_then(|d| d.try_next()) {
-                q.up.encode(&mut buf);
+                batch.queued(q);
             } else {
                 break;
             }
         }
-        out.write_all(&buf).await?;
+        batch.write_to(&mut out).await?;
         // An encrypted link holds the last record until flushed; a pipe has nothing to flush.
         out.flush().await?;
-        buf.clear();
-        if buf.capacity() > BATCH * 2 {
-            buf.shrink_to(64 << 10);
+        batch.clear();
+    }
+}
+
+/// Frames to write in one go: encoded bytes, and output whose data is written where it lies.
+struct Batch {
+    vectored: bool,
+    /// Encoded frames, and the heads of the output frames held.
+    buf: Vec<u8>,
+    pieces: Vec<Piece>,
+    /// Output frames whose data is written in place; dropped (repaid) once written.
+    held: Vec<Queued>,
+    /// Bytes in the batch.
+    len: usize,
+}
+
+#[derive(Clone, Copy)]
+enum Piece {
+    Buf(usize, usize),
+    Held(usize),
+}
+
+impl Batch {
+    /// Bytes per batch, about.
+    const MAX: usize = 256 << 10;
+    /// Output smaller than this is copied: a slice of its own costs more.
+    const IN_PLACE: usize = 4 << 10;
+
+    fn new(vectored: bool) -> Batch {
+        let buf = Vec::with_capacity(64 << 10);
+        Batch { vectored, buf, pieces: Vec::new(), held: Vec::new(), len: 0 }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    fn bytes(&mut self, bytes: &[u8]) {
+        let start = self.buf.len();
+        self.buf.extend_from_slice(bytes);
+        self.encoded(start);
+    }
+
+    fn frame<M: Frame>(&mut self, m: &M) {
+        let start = self.buf.len();
+        m.encode(&mut self.buf);
+        self.encoded(start);
+    }
+
+    /// `buf[start..]` was just encoded.
+    fn encoded(&mut self, start: usize) {
+        let end = self.buf.len();
+        self.len += end - start;
+        match self.pieces.last_mut() {
+            Some(Piece::Buf(_, last)) if *last == start => *last = end,
+            _ => self.pieces.push(Piece::Buf(start, end)),
+        }
+    }
+
+    fn queued(&mut self, q: Queued) {
+        match &q.up {
+            Up::Output { rank, stream, data } if self.vectored && data.len() >= Self::IN_PLACE => {
+                let start = self.buf.len();
+                control::encode_output_head(*rank, *stream, data.len(), &mut self.buf);
+                self.encoded(start);
+                self.len += data.len();
+                self.pieces.push(Piece::Held(self.held.len()));
+                self.held.push(q);
+            }
+            // Written from the batch's own bytes: its debt is repaid here.
+            up => self.frame(up),
+        }
+    }
+
+    fn part(&self, piece: Piece) -> &[u8] {
+        match piece {
+            Piece::Buf(start, end) => &self.buf[start..end],
+            Piece::Held(i) => match &self.held[i].up {
+                Up::Output { data, .. } => data,
+                _ => unreachable!("only output is held"),
+            },
+        }
+    }
+
+    async fn write_to(&self, out: &mut (impl AsyncWrite + Unpin)) -> io::Result<()> {
+        if self.held.is_empty() {
+            return out.write_all(&self.buf).await;
+        }
+        // Where the next byte to write is: a piece, and how far into it.
+        let (mut at, mut offset) = (0, 0);
+        while at < self.pieces.len() {
+            let window = &self.pieces[at..self.pieces.len().min(at + 512)];
+            let mut slices: Vec<io::IoSlice> =
+                window.iter().map(|&p| io::IoSlice::new(self.part(p))).collect();
+            slices[0] = io::IoSlice::new(&self.part(window[0])[offset..]);
+            let mut n = out.write_vectored(&slices).await?;
+            if n == 0 {
+                return Err(io::ErrorKind::WriteZero.into());
+            }
+            while n > 0 {
+                let left = self.part(self.pieces[at]).len() - offset;
+                if n >= left {
+                    (at, offset, n) = (at + 1, 0, n - left);
+                } else {
+                    (offset, n) = (offset + n, 0);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn clear(&mut self) {
+        self.buf.clear();
+        self.pieces.clear();
+        self.held.clear();
+        self.len = 0;
+        if self.buf.capacity() > Self::MAX * 2 {
+            self.buf.shrink_to(64 << 10);
         }
     }
 }

@@ -42,9 +42,20 @@ impl SinkId {
 struct Terminal {
     /// Never closed: fds 1 and 2 belong to the process.
     file: ManuallyDrop<File>,
+    /// Bytes appended (prefixed lines, short pieces).
     buf: Vec<u8>,
+    /// What to write, in order: stretches of `buf`, and chunks of output taken as they came
+    /// (whole lines with nothing to add: written from where they lie, not copied).
+    parts: Vec<Part>,
+    /// Bytes in `parts`.
+    len: usize,
     /// Set after a write fails: output is discarded from then on.
     broken: bool,
+}
+
+enum Part {
+    Buf(Range<usize>),
+    Owned(Vec<u8>, Range<usize>),
 }
 
 impl Terminal {
@@ -57,21 +68,71 @@ impl Terminal {
         if file.metadata().is_ok_and(|m| m.file_type().is_fifo()) {
             rlaunch_proxy::fdio::enlarge_pipe(&*file, rlaunch_proxy::fdio::PIPE_CAPACITY);
         }
-        Terminal { file, buf: Vec::with_capacity(BATCH), broken: false }
+        Terminal { file, buf: Vec::with_capacity(BATCH), parts: Vec::new(), len: 0, broken: false }
+    }
+
+    fn append(&mut self, stamp: &[u8], prefix: &[u8], head: &[u8], body: &[u8]) {
+        let start = self.buf.len();
+        append(&mut self.buf, stamp, prefix, head, body);
+        let end = self.buf.len();
+        self.len += end - start;
+        match self.parts.last_mut() {
+            Some(Part::Buf(last)) if last.end == start => last.end = end,
+            _ => self.parts.push(Part::Buf(start..end)),
+        }
+    }
+
+    fn own(&mut self, data: Vec<u8>, range: Range<usize>) {
+        self.len += range.len();
+        self.parts.push(Part::Owned(data, range));
+    }
+
+    fn part<'a>(&'a self, part: &'a Part) -> &'a [u8] {
+        match part {
+            Part::Buf(range) => &self.buf[range.clone()],
+            Part::Owned(data, range) => &data[range.clone()],
+        }
     }
 
     /// Writes out what is buffered; returns the error of a newly broken sink.
     fn flush(&mut self) -> Option<io::Error> {
-        let res = if self.buf.is_empty() || self.broken {
-            Ok(())
-        } else {
-            (&*self.file).write_all(&self.buf)
-        };
+        let res = if self.len == 0 || self.broken { Ok(()) } else { self.write_parts() };
         self.buf.clear();
+        self.parts.clear();
+        self.len = 0;
         if self.buf.capacity() > BATCH * 4 {
             self.buf.shrink_to(BATCH);
         }
         res.err().inspect(|_| self.broken = true)
+    }
+
+    /// Every part, in order, with as few writes as the file takes (`writev`).
+    fn write_parts(&self) -> io::Result<()> {
+        if let [Part::Buf(range)] = &self.parts[..] {
+            return (&*self.file).write_all(&self.buf[range.clone()]);
+        }
+        let (mut at, mut offset) = (0, 0);
+        while at < self.parts.len() {
+            let window = &self.parts[at..self.parts.len().min(at + 512)];
+            let mut slices: Vec<io::IoSlice> =
+                window.iter().map(|p| io::IoSlice::new(self.part(p))).collect();
+            slices[0] = io::IoSlice::new(&self.part(&window[0])[offset..]);
+            let mut n = match (&*self.file).write_vectored(&slices) {
+                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+                Ok(n) => n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e),
+            };
+            while n > 0 {
+                let left = self.part(&self.parts[at]).len() - offset;
+                if n >= left {
+                    (at, offset, n) = (at + 1, 0, n - left);
+                } else {
+                    (offset, n) = (offset + n, 0);
+                }
+            }
+        }
+        Ok(())
     }
 }
 
@@ -149,7 +210,19 @@ impl Sinks {
 
     /// Bytes waiting for the next flush.
     pub(crate) fn buffered(&self) -> usize {
-        self.stdout.buf.len() + self.stderr.buf.len() + self.file_bytes.len()
+        self.stdout.len + self.stderr.len + self.file_bytes.len()
+    }
+
+    /// Takes `data[range]` (whole lines, nothing to put before them) for rlaunch's stdout or
+    /// stderr as it is: written from `data` itself at the next flush.
+    pub(crate) fn put_owned(&mut self, stream: Stream, data: Vec<u8>, range: Range<usize>) {
+        let terminal = match stream {
+            Stream::Stdout => &mut self.stdout,
+            Stream::Stderr => &mut self.stderr,
+        };
+        if !terminal.broken {
+            terminal.own(data, range);
+        }
     }
 
     /// The file at `path`, created (truncated) the first time it is named, after its
@@ -213,14 +286,17 @@ impl Sinks {
             }
         };
         if !terminal.broken {
-            append(&mut terminal.buf, stamp, prefix, head, body);
+            terminal.append(stamp, prefix, head, body);
         }
     }
 
     /// Forgets every buffer (whole lines, not written).
     pub(crate) fn discard(&mut self) {
-        self.stdout.buf.clear();
-        self.stderr.buf.clear();
+        for terminal in [&mut self.stdout, &mut self.stderr] {
+            terminal.buf.clear();
+            terminal.parts.clear();
+            terminal.len = 0;
+        }
         self.file_bytes.clear();
         self.stretches.clear();
     }
