@@ -25,7 +25,7 @@ use crate::record::{Micros, NodeRecord, RankUsage};
 /// First bytes on every control channel, in both directions.
 pub const MAGIC: [u8; 8] = *b"\x7fRLAUNCH";
 /// Bumped whenever a frame changes meaning.
-pub const PROTOCOL_VERSION: u32 = 13;
+pub const PROTOCOL_VERSION: u32 = 14;
 /// Length of the raw hello: magic + u32 BE version.
 pub const HELLO_LEN: usize = MAGIC.len() + 4;
 /// Largest frame either side accepts; checked before any allocation.
@@ -300,8 +300,10 @@ pub enum Up {
     /// last fence come along.
     FenceIn { epoch: u64, pairs: Vec<(String, String)> },
     /// Every node of this subtree has entered PMIx fence `epoch`, and sent its server's data
-    /// ahead in [`Up::PmixFencePart`]s.
-    PmixFenceIn { epoch: u64 },
+    /// ahead in [`Up::PmixFencePart`]s. `served`: some node entered with its PMIx server (a
+    /// fence its ranks asked for), not only for lack of one (a node whose ranks all ended
+    /// enters each next epoch at once, so that the others' fences complete).
+    PmixFenceIn { epoch: u64, served: bool },
     /// Part of node `node`'s server's data for PMIx fence `epoch` (opaque to rlaunch): a
     /// node's data goes up in order, in parts of at most [`PMIX_FENCE_PART`] bytes, ahead of
     /// its subtree's [`Up::PmixFenceIn`]. Interior proxies pass parts on as they come; the
@@ -767,7 +769,7 @@ mod tests {
         roundtrip(Down::Stdin { seq: 3, data: vec![0, 255, 10] });
         roundtrip(Down::Terminate { grace_ms: 1000 });
         roundtrip(Up::PmixFencePart { epoch: 1 << 40, node: 7, data: vec![1, 2, 3] });
-        roundtrip(Up::PmixFenceIn { epoch: 2 });
+        roundtrip(Up::PmixFenceIn { epoch: 2, served: true });
         roundtrip(Down::PmixFencePart { epoch: 3, data: vec![0; 1000] });
         roundtrip(Down::PmixFenceOut { epoch: 4, data: b"x".to_vec() });
     }

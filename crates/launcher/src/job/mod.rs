@@ -506,8 +506,8 @@ impl Root {
                     self.fail(Cause::PmixFenceTooLarge(too_large));
                 }
             }
-            Up::PmixFenceIn { epoch } => {
-                self.pmix_fence.arrive(epoch);
+            Up::PmixFenceIn { epoch, served } => {
+                self.pmix_fence.arrive(epoch, served);
                 self.pmix_fence_step();
             }
             Up::Name { rank, tag, op } => {

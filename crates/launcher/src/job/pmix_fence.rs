@@ -38,6 +38,11 @@ pub(crate) struct PmixFence {
     /// The current epoch passed the limit: what comes for it is dropped, and it never
     /// completes (the job is ending).
     too_large: bool,
+    /// Some subtree entered the current epoch with a PMIx server.
+    served: bool,
+    /// The completed epochs that some rank asked for (not those every node entered only for
+    /// lack of a server, at the end).
+    served_epochs: u64,
 }
 
 impl Default for PmixFence {
@@ -49,12 +54,12 @@ impl Default for PmixFence {
 impl PmixFence {
     fn with_limit(limit: usize) -> PmixFence {
         let (fold, data) = (FenceFold::default(), BTreeMap::new());
-        PmixFence { fold, data, bytes: 0, limit, too_large: false }
+        PmixFence { fold, data, bytes: 0, limit, too_large: false, served: false, served_epochs: 0 }
     }
 
-    /// The PMIx fences completed so far.
+    /// The PMIx fences the ranks asked for that completed so far.
     pub(crate) fn completed(&self) -> u64 {
-        self.fold.epoch()
+        self.served_epochs
     }
 
     fn check_epoch(&self, epoch: u64) {
@@ -81,9 +86,10 @@ impl PmixFence {
         Ok(())
     }
 
-    /// A top proxy's subtree entered fence `epoch`.
-    pub(crate) fn arrive(&mut self, epoch: u64) {
+    /// A top proxy's subtree entered fence `epoch`; `served`: with a PMIx server somewhere.
+    pub(crate) fn arrive(&mut self, epoch: u64, served: bool) {
         self.check_epoch(epoch);
+        self.served |= served;
         self.fold.arrive([]);
     }
 
@@ -96,6 +102,7 @@ impl PmixFence {
         let (epoch, _) = self.fold.complete(parties)?;
         self.fold.finish(epoch);
         self.bytes = 0;
+        self.served_epochs += u64::from(std::mem::take(&mut self.served));
         Some((epoch, cut(std::mem::take(&mut self.data).into_values(), PMIX_FENCE_PART)))
     }
 }
@@ -111,13 +118,15 @@ mod tests {
         for (node, data) in [(2, &b"c1"[..]), (1, b"a1"), (2, b"c2"), (1, b"a2")] {
             assert_eq!(fence.part(0, node, data), Ok(()));
         }
-        fence.arrive(0);
+        fence.arrive(0, true);
         assert_eq!(fence.complete(2), None);
-        fence.arrive(0);
+        fence.arrive(0, false);
         assert_eq!(fence.complete(2), Some((0, vec![b"a1a2c1c2".to_vec()])));
-        // The next epoch starts with nothing.
-        fence.arrive(1);
+        // The next epoch starts with nothing; entered only for lack of servers, it completes
+        // but is no fence the ranks asked for.
+        fence.arrive(1, false);
         assert_eq!(fence.complete(1), Some((1, vec![Vec::new()])));
+        assert_eq!(fence.completed(), 1);
     }
 
     #[test]
@@ -126,7 +135,7 @@ mod tests {
         let big = vec![7u8; PMIX_FENCE_PART + 5];
         assert_eq!(fence.part(0, 0, &big), Ok(()));
         assert_eq!(fence.part(0, 1, b"n2"), Ok(()));
-        fence.arrive(0);
+        fence.arrive(0, true);
         let (epoch, parts) = fence.complete(1).expect("in");
         assert_eq!(epoch, 0);
         assert_eq!(parts.iter().map(Vec::len).collect::<Vec<_>>(), [PMIX_FENCE_PART, 7]);
@@ -139,7 +148,7 @@ mod tests {
         assert_eq!(fence.part(0, 0, &[0; 6]), Ok(()));
         assert_eq!(fence.part(0, 1, &[0; 6]), Err(TooLarge { epoch: 0, bytes: 12 }));
         assert_eq!(fence.part(0, 2, &[0; 6]), Ok(()));
-        fence.arrive(0);
+        fence.arrive(0, true);
         assert_eq!(fence.complete(1), None, "it never completes");
     }
 }

@@ -516,7 +516,9 @@ impl Node {
                     let step = self.kvs(0).map(|kvs| kvs.child_entered(pairs, parties));
                     self.fence_step(step);
                 }
-                Some(ChildNews::Up(Up::PmixFenceIn { epoch })) => self.pmix_child_fence(epoch),
+                Some(ChildNews::Up(Up::PmixFenceIn { epoch, served })) => {
+                    self.pmix_child_fence(epoch, served)
+                }
                 // relay_child sends every other frame straight up.
                 Some(ChildNews::Up(_)) | None => {}
                 Some(ChildNews::Lost(lost)) => self.report_lost(lost),

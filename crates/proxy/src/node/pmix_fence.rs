@@ -29,6 +29,8 @@ pub(super) struct NodeFence {
     fold: FenceFold<()>,
     /// This node's own party is in for the current epoch: its server entered, or it has none.
     own_in: bool,
+    /// Some party of the current epoch entered with a PMIx server (see `Up::PmixFenceIn`).
+    served: bool,
 }
 
 impl Node {
@@ -45,11 +47,13 @@ impl Node {
             let _ = self.up.control.send(Up::PmixFencePart { epoch, node, data });
         }
         self.pmix_fence.own_in = true;
+        self.pmix_fence.served = true;
         self.pmix_fence_arrive();
     }
 
     /// A child subtree entered PMIx fence `epoch` (its nodes' data went ahead).
-    pub(super) fn pmix_child_fence(&mut self, epoch: u64) {
+    pub(super) fn pmix_child_fence(&mut self, epoch: u64, served: bool) {
+        self.pmix_fence.served |= served;
         let expected = self.pmix_fence.fold.epoch();
         if epoch != expected {
             tracing::warn!(epoch, expected, "PMIx fence entry for another epoch");
@@ -71,7 +75,8 @@ impl Node {
         self.pmix_fence.fold.arrive([]);
         let parties = 1 + self.children.fence_parties();
         if let Some((epoch, _)) = self.pmix_fence.fold.complete(parties) {
-            let _ = self.up.control.send(Up::PmixFenceIn { epoch });
+            let served = self.pmix_fence.served;
+            let _ = self.up.control.send(Up::PmixFenceIn { epoch, served });
         }
     }
 
@@ -93,11 +98,14 @@ impl Node {
             }
         }
         self.children.broadcast(&Down::PmixFenceOut { epoch, data });
-        self.fences.complete(pmi_wire::record::now_us());
+        if self.pmix_fence.served {
+            self.fences.complete(pmi_wire::record::now_us());
+        }
         if !self.pmix_fence.fold.finish(epoch) {
             tracing::warn!(epoch, "PMIx fence completion for another epoch");
         }
         self.pmix_fence.own_in = false;
+        self.pmix_fence.served = false;
         self.pmix_fence_without_server();
     }
 
