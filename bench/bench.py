@@ -24,6 +24,7 @@ import ctypes
 import datetime
 import os
 import platform
+import shlex
 import shutil
 import statistics
 import subprocess
@@ -56,6 +57,7 @@ RLAUNCH_PROXY = os.path.join(RELEASE, "rlaunch-proxy")
 HYDRA = "mpiexec.hydra"
 FLOOR = os.path.join(BUILD, "floor")
 LINES = os.path.join(BUILD, "lines")
+RELAY = os.path.join(BUILD, "relay")
 MPI_HELLO = os.path.join(BUILD, "mpi_hello")
 OMPI_HELLO = os.path.join(BUILD, "ompi_hello")
 ALLGATHER = os.path.join(BUILD, "allgather")
@@ -377,11 +379,20 @@ def stdio_cases(quick):
                     Command("hydra", [[HYDRA, "-n", str(ranks)] + writer], ["wc", "-c"], total, 300),
                     Command("floor", direct, ["wc", "-c"], total, 300, pipe_size=MIB),
                     Command("direct 64K", direct, ["wc", "-c"], total, 300),
+                    # The launcher's path without the launcher: the writers' pipe, two hops
+                    # that read and write (proxy, launcher), then wc.
+                    Command("3 hops", [["sh", "-c", three_hops(direct)]], ["wc", "-c"], total, 300, pipe_size=MIB),
                 ],
                 targets,
             )
         )
     return cases
+
+
+def three_hops(writers):
+    """A shell line: `writers` (run together) piped through two relays."""
+    quoted = [" ".join(shlex.quote(w) for w in argv) for argv in writers]
+    return "{ " + " & ".join(quoted) + " & wait; } | " + f"{shlex.quote(RELAY)} | {shlex.quote(RELAY)}"
 
 
 def stdio_checks(quick, scratch):
@@ -525,6 +536,7 @@ def build():
     steps = [
         (["cc", "-O2", "-Wall", "-o", FLOOR, os.path.join(BENCH, "floor.c")]),
         (["cc", "-O2", "-Wall", "-o", LINES, os.path.join(BENCH, "lines.c")]),
+        (["cc", "-O2", "-Wall", "-o", RELAY, os.path.join(BENCH, "relay.c")]),
         (["mpicc.mpich", "-O2", "-Wall", "-o", MPI_HELLO, os.path.join(BENCH, "mpi_hello.c")]),
         (["mpicc.mpich", "-O2", "-Wall", "-o", ALLGATHER, os.path.join(BENCH, "allgather.c")]),
         (["mpicc.openmpi", "-O2", "-Wall", "-o", OMPI_HELLO, os.path.join(BENCH, "mpi_hello.c")]),
@@ -533,7 +545,7 @@ def build():
         log("building: " + " ".join(os.path.relpath(a, ROOT) if a.startswith(ROOT) else a for a in argv))
         if subprocess.run(argv).returncode != 0:
             fail(f"{argv[0]} failed for {argv[-1]}")
-    for path in (RLAUNCH, RLAUNCH_PROXY, FLOOR, LINES, MPI_HELLO, ALLGATHER, OMPI_HELLO):
+    for path in (RLAUNCH, RLAUNCH_PROXY, FLOOR, LINES, RELAY, MPI_HELLO, ALLGATHER, OMPI_HELLO):
         if not os.access(path, os.X_OK):
             fail(f"build did not produce {path}")
 
