@@ -28,6 +28,16 @@ pub struct FrameReader<R> {
     pos: usize,
     /// How much room a read asks for.
     chunk: usize,
+    /// A bulk-data frame being read straight into its own buffer. Kept here, not in the
+    /// future, so that [`FrameReader::next`] stays cancel-safe (a `select!` may drop it).
+    partial: Option<Partial>,
+}
+
+struct Partial {
+    /// The bytes between the frame's tag and its data.
+    fixed: Vec<u8>,
+    data: Vec<u8>,
+    data_len: usize,
 }
 
 /// For links that carry output: big reads, few wakeups.
@@ -44,7 +54,7 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
     /// A reader that asks for `chunk` bytes at a time, for streams that carry little (the
     /// control traffic down the tree); a frame larger than that still arrives whole.
     pub fn with_chunk(inner: R, chunk: usize) -> Self {
-        FrameReader { inner, buf: Vec::new(), pos: 0, chunk }
+        FrameReader { inner, buf: Vec::new(), pos: 0, chunk, partial: None }
     }
 
     /// Reads more bytes; false at end of file.
@@ -58,23 +68,20 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
     }
 
     /// Waits for the peer's hello; returns it with whatever the peer printed before it.
-    /// A bulk-data frame of `len` bytes (after its length) whose first `head` bytes are in
-    /// the buffer: the rest of its data is read straight into the frame's own buffer, not
-    /// through ours (one copy of every byte of output less).
-    async fn read_data<M: Frame>(&mut self, len: usize, head: usize) -> Result<M, ReadError> {
-        let avail = &self.buf[self.pos..];
-        let data_len = 4 + len - head;
-        let mut data = Vec::with_capacity(data_len);
-        data.extend_from_slice(&avail[head..]);
-        let fixed = avail[5..head].to_vec();
-        self.pos = self.buf.len();
-        while data.len() < data_len {
-            let room = data_len - data.len();
-            let n = self.inner.read_buf(&mut bytes::BufMut::limit(&mut data, room)).await?;
+    /// The rest of the bulk-data frame begun in `partial`, read straight into the frame's own
+    /// buffer instead of through ours (one copy of every byte of output less). Each read is
+    /// cancel-safe, and what it brought is kept in `partial`.
+    async fn read_data<M: Frame>(&mut self) -> Result<M, ReadError> {
+        let partial = self.partial.as_mut().expect("called with a frame begun");
+        while partial.data.len() < partial.data_len {
+            let room = partial.data_len - partial.data.len();
+            let n = self.inner.read_buf(&mut bytes::BufMut::limit(&mut partial.data, room)).await?;
             if n == 0 {
+                self.partial = None;
                 return Err(ReadError::Truncated);
             }
         }
+        let Partial { fixed, data, .. } = self.partial.take().expect("begun");
         Ok(M::from_data(&fixed, data)?)
     }
 
@@ -93,9 +100,13 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
         }
     }
 
-    /// The next frame; `Ok(None)` at a clean end of stream (between frames).
+    /// The next frame; `Ok(None)` at a clean end of stream (between frames). Cancel-safe:
+    /// dropped before it returns, it loses nothing, and the next call goes on where it stopped.
     pub async fn next<M: Frame>(&mut self) -> Result<Option<M>, ReadError> {
         loop {
+            if self.partial.is_some() {
+                return self.read_data().await.map(Some);
+            }
             let avail = &self.buf[self.pos..];
             if let Some((msg, used)) = control::decode::<M>(avail)? {
                 self.pos += used;
@@ -105,7 +116,13 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
             let head = 5 + M::DATA_HEAD;
             if let Some(len) = len.filter(|&len| len >= DIRECT && avail.len() >= head) {
                 if avail[4] == control::DATA_TAG {
-                    return self.read_data(len, head).await.map(Some);
+                    let data_len = 4 + len - head;
+                    let mut data = Vec::with_capacity(data_len);
+                    data.extend_from_slice(&avail[head..]);
+                    let fixed = avail[5..head].to_vec();
+                    self.pos = self.buf.len();
+                    self.partial = Some(Partial { fixed, data, data_len });
+                    continue;
                 }
             }
             let want = len.map_or(0, |len| 4 + len - avail.len());
@@ -153,6 +170,26 @@ mod tests {
         }
         writer.await.unwrap();
         assert!(reader.next::<Up>().await.unwrap().is_none());
+    }
+
+    #[tokio::test]
+    async fn a_large_frame_survives_its_read_being_dropped_halfway() {
+        let (mut tx, rx) = tokio::io::duplex(1 << 20);
+        let data: Vec<u8> = (0..100_000u32).map(|i| (i % 253) as u8).collect();
+        let frame = Up::Output { rank: 4, stream: Stream::Stdout, data };
+        let mut bytes = Vec::new();
+        frame.encode(&mut bytes);
+        Up::Started { node: 1 }.encode(&mut bytes);
+        let mut reader = FrameReader::new(rx);
+        // Half of the frame, then a read that is given up (as a select! drops it when its
+        // other branch wins: found by the chaos runner, a chunk of output lost when ssh
+        // printed on stderr mid-frame), then the rest.
+        tx.write_all(&bytes[..50_000]).await.unwrap();
+        let wait = std::time::Duration::from_millis(50);
+        assert!(tokio::time::timeout(wait, reader.next::<Up>()).await.is_err());
+        tx.write_all(&bytes[50_000..]).await.unwrap();
+        assert_eq!(reader.next::<Up>().await.unwrap(), Some(frame));
+        assert_eq!(reader.next::<Up>().await.unwrap(), Some(Up::Started { node: 1 }));
     }
 
     #[tokio::test]
