@@ -198,6 +198,8 @@ fn main() {
     );
     if total.sum() > 0 {
         println!("chaos: {} trials failed a check (seed {})", total.sum(), o.seed);
+        // exit() runs no destructor: the work directory goes first.
+        drop(work);
         std::process::exit(1);
     }
 }
