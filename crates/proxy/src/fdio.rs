@@ -87,27 +87,36 @@ impl AsyncRead for FdStream {
     }
 }
 
-impl AsyncWrite for FdStream {
-    fn poll_write(
-        self: Pin<&mut Self>,
+impl FdStream {
+    /// Runs `write` (a write(2) or writev(2) on the fd, returning its result) once the fd is
+    /// writable, again after each spurious readiness.
+    fn poll_write_with(
+        &self,
         cx: &mut Context<'_>,
-        data: &[u8],
+        mut write: impl FnMut(i32) -> isize,
     ) -> Poll<io::Result<usize>> {
         loop {
             let mut guard = ready!(self.fd.poll_write_ready(cx))?;
-            let res = guard.try_io(|fd| {
-                let n = unsafe { libc::write(fd.as_raw_fd(), data.as_ptr().cast(), data.len()) };
-                if n < 0 {
-                    Err(io::Error::last_os_error())
-                } else {
-                    Ok(n as usize)
-                }
+            let res = guard.try_io(|fd| match write(fd.as_raw_fd()) {
+                n if n < 0 => Err(io::Error::last_os_error()),
+                n => Ok(n as usize),
             });
             match res {
                 Ok(r) => return Poll::Ready(r),
                 Err(_would_block) => continue,
             }
         }
+    }
+}
+
+impl AsyncWrite for FdStream {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        data: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        // SAFETY: `data` is readable for its length.
+        self.poll_write_with(cx, |fd| unsafe { libc::write(fd, data.as_ptr().cast(), data.len()) })
     }
 
     fn poll_write_vectored(
@@ -117,25 +126,11 @@ impl AsyncWrite for FdStream {
     ) -> Poll<io::Result<usize>> {
         // At most IOV_MAX at a time; the caller goes on with the rest.
         let slices = &slices[..slices.len().min(1024)];
-        loop {
-            let mut guard = ready!(self.fd.poll_write_ready(cx))?;
-            let res = guard.try_io(|fd| {
-                // SAFETY: IoSlice is ABI-compatible with iovec, and every slice is readable for
-                // the length it says.
-                let n = unsafe {
-                    libc::writev(fd.as_raw_fd(), slices.as_ptr().cast(), slices.len() as i32)
-                };
-                if n < 0 {
-                    Err(io::Error::last_os_error())
-                } else {
-                    Ok(n as usize)
-                }
-            });
-            match res {
-                Ok(r) => return Poll::Ready(r),
-                Err(_would_block) => continue,
-            }
-        }
+        // SAFETY: IoSlice is ABI-compatible with iovec, and every slice is readable for the
+        // length it says.
+        self.poll_write_with(cx, |fd| unsafe {
+            libc::writev(fd, slices.as_ptr().cast(), slices.len() as i32)
+        })
     }
 
     fn is_write_vectored(&self) -> bool {
@@ -180,4 +175,67 @@ pub fn read_now(fd: i32, max: usize) -> io::Result<Vec<u8>> {
     }
     unsafe { buf.set_len(n as usize) };
     Ok(buf)
+}
+
+/// Where a gathered write of `parts` stands, for writers that send many buffers with one
+/// `writev` and go on after a short write: the slices still to write, from the first part
+/// not yet all written.
+pub struct Gather<'a> {
+    parts: Vec<&'a [u8]>,
+    /// The first part not yet all written, and how much of it was.
+    at: usize,
+    offset: usize,
+}
+
+impl<'a> Gather<'a> {
+    pub fn new(parts: Vec<&'a [u8]>) -> Gather<'a> {
+        Gather { parts, at: 0, offset: 0 }
+    }
+
+    pub fn is_done(&self) -> bool {
+        self.at == self.parts.len()
+    }
+
+    /// The next slices to write (at most 512, the rest after them).
+    pub fn slices(&self) -> Vec<io::IoSlice<'a>> {
+        let window = &self.parts[self.at..self.parts.len().min(self.at + 512)];
+        let mut slices: Vec<io::IoSlice<'a>> = window.iter().map(|p| io::IoSlice::new(p)).collect();
+        if let Some(first) = slices.first_mut() {
+            *first = io::IoSlice::new(&window[0][self.offset..]);
+        }
+        slices
+    }
+
+    /// `n` more bytes were written.
+    pub fn advance(&mut self, mut n: usize) {
+        while n > 0 {
+            let left = self.parts[self.at].len() - self.offset;
+            if n >= left {
+                (self.at, self.offset, n) = (self.at + 1, 0, n - left);
+            } else {
+                (self.offset, n) = (self.offset + n, 0);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_gather_goes_on_after_short_writes_where_they_stopped() {
+        let parts: Vec<&[u8]> = vec![b"abc", b"defg", b"h"];
+        let mut gather = Gather::new(parts);
+        let mut out = Vec::new();
+        // Writes of 2 bytes at most: parts are cut and resumed.
+        while !gather.is_done() {
+            let slices = gather.slices();
+            let all: Vec<u8> = slices.iter().flat_map(|s| s.iter().copied()).collect();
+            let n = all.len().min(2);
+            out.extend_from_slice(&all[..n]);
+            gather.advance(n);
+        }
+        assert_eq!(out, b"abcdefgh");
+    }
 }

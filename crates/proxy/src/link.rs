@@ -29,7 +29,7 @@ use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::sync::mpsc;
 
 use crate::credit::{ChildCredit, Debt, Outbox, Queued};
-use crate::fdio::FdStream;
+use crate::fdio::{FdStream, Gather};
 
 /// The reading half of a control channel: a pipe or socketpair, or an encrypted TCP link.
 pub type LinkRead = Box<dyn AsyncRead + Send + Unpin>;
@@ -374,25 +374,13 @@ impl Batch {
         if self.held.is_empty() {
             return out.write_all(&self.buf).await;
         }
-        // Where the next byte to write is: a piece, and how far into it.
-        let (mut at, mut offset) = (0, 0);
-        while at < self.pieces.len() {
-            let window = &self.pieces[at..self.pieces.len().min(at + 512)];
-            let mut slices: Vec<io::IoSlice> =
-                window.iter().map(|&p| io::IoSlice::new(self.part(p))).collect();
-            slices[0] = io::IoSlice::new(&self.part(window[0])[offset..]);
-            let mut n = out.write_vectored(&slices).await?;
+        let mut gather = Gather::new(self.pieces.iter().map(|&p| self.part(p)).collect());
+        while !gather.is_done() {
+            let n = out.write_vectored(&gather.slices()).await?;
             if n == 0 {
                 return Err(io::ErrorKind::WriteZero.into());
             }
-            while n > 0 {
-                let left = self.part(self.pieces[at]).len() - offset;
-                if n >= left {
-                    (at, offset, n) = (at + 1, 0, n - left);
-                } else {
-                    (offset, n) = (offset + n, 0);
-                }
-            }
+            gather.advance(n);
         }
         Ok(())
     }

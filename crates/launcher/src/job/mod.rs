@@ -142,8 +142,6 @@ struct Root {
     plan: Plan,
     /// The live progress line, on a terminal.
     progress: Option<progress::Progress>,
-    /// When the job started, on rlaunch's clock.
-    started_us: Micros,
     children: Children,
     roll: Roll,
     causes: Vec<Cause>,
@@ -213,7 +211,6 @@ pub async fn run(mut plan: Plan) -> i32 {
 
     let mut root = Root {
         progress,
-        started_us: plan.started_us,
         timeout_at: plan.timeout.map(|t| Instant::now() + t),
         roll: Roll::new(&plan.job, &plan.roots, plan.node_hosts.clone()),
         children: Children::default(),
@@ -791,7 +788,7 @@ impl Root {
         let facts = report::JobFacts {
             command: &self.plan.command,
             jobid: &self.plan.job.jobid,
-            started: self.started_us,
+            started: self.plan.started_us,
             ended: record::now_us(),
             exit_code: code,
             cause: line,

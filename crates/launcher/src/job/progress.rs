@@ -39,7 +39,6 @@ pub fn wanted(nodes: usize, getenv: impl Fn(&str) -> Option<String>) -> bool {
 
 pub(crate) struct Progress {
     bar: ProgressBar,
-    nodes: usize,
     ranks: usize,
     /// Ranks planned on each node.
     planned: HashMap<u32, usize>,
@@ -49,7 +48,6 @@ pub(crate) struct Progress {
     started_ranks: usize,
     /// When the last rank started.
     all_started: Option<Instant>,
-    done: bool,
 }
 
 impl Progress {
@@ -67,14 +65,12 @@ impl Progress {
         bar.enable_steady_tick(Duration::from_millis(100));
         let mut progress = Progress {
             bar,
-            nodes: planned.len(),
             ranks,
             planned,
             pmi: HashMap::new(),
             started_nodes: 0,
             started_ranks: 0,
             all_started: None,
-            done: false,
         };
         progress.draw();
         progress
@@ -95,7 +91,7 @@ impl Progress {
     pub(crate) fn node_started(&mut self, node: u32) {
         self.started_nodes += 1;
         self.started_ranks += self.planned.get(&node).copied().unwrap_or(0);
-        if self.started_nodes == self.nodes {
+        if self.started_nodes == self.planned.len() {
             self.all_started = Some(Instant::now());
         }
         self.draw();
@@ -103,14 +99,13 @@ impl Progress {
 
     /// When to look again whether the launch is complete (a job that does not use PMI).
     pub(crate) fn deadline(&self) -> Option<Instant> {
-        let waiting = !self.done && self.inited() == 0;
+        let waiting = !self.bar.is_finished() && self.inited() == 0;
         self.all_started.filter(|_| waiting).map(|at| at + PMI_WAIT)
     }
 
     /// The line goes, for good.
     pub(crate) fn clear(&mut self) {
-        if !self.done {
-            self.done = true;
+        if !self.bar.is_finished() {
             self.bar.finish_and_clear();
         }
     }
@@ -121,8 +116,7 @@ impl Progress {
 
     /// Redraws the line, or clears it once the launch is complete.
     pub(crate) fn draw(&mut self) {
-        if self.done || self.bar.is_finished() {
-            self.done = true;
+        if self.bar.is_finished() {
             return;
         }
         let inited = self.inited();
@@ -134,7 +128,9 @@ impl Progress {
         let up = self.pmi.len().max(self.started_nodes);
         self.bar.set_message(format!(
             "{up}/{} nodes up, {}/{} ranks started, {inited} in PMI",
-            self.nodes, self.started_ranks, self.ranks
+            self.planned.len(),
+            self.started_ranks,
+            self.ranks
         ));
     }
 }

@@ -17,6 +17,7 @@ use std::os::unix::fs::FileTypeExt;
 use std::path::{Path, PathBuf};
 
 use pmi_wire::ids::Stream;
+use rlaunch_proxy::fdio::Gather;
 
 /// Output gathered before a write, when more is already queued.
 pub(crate) const BATCH: usize = 256 << 10;
@@ -111,25 +112,13 @@ impl Terminal {
         if let [Part::Buf(range)] = &self.parts[..] {
             return (&*self.file).write_all(&self.buf[range.clone()]);
         }
-        let (mut at, mut offset) = (0, 0);
-        while at < self.parts.len() {
-            let window = &self.parts[at..self.parts.len().min(at + 512)];
-            let mut slices: Vec<io::IoSlice> =
-                window.iter().map(|p| io::IoSlice::new(self.part(p))).collect();
-            slices[0] = io::IoSlice::new(&self.part(&window[0])[offset..]);
-            let mut n = match (&*self.file).write_vectored(&slices) {
+        let mut gather = Gather::new(self.parts.iter().map(|p| self.part(p)).collect());
+        while !gather.is_done() {
+            match (&*self.file).write_vectored(&gather.slices()) {
                 Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
-                Ok(n) => n,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Ok(n) => gather.advance(n),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) => return Err(e),
-            };
-            while n > 0 {
-                let left = self.part(&self.parts[at]).len() - offset;
-                if n >= left {
-                    (at, offset, n) = (at + 1, 0, n - left);
-                } else {
-                    (offset, n) = (offset + n, 0);
-                }
             }
         }
         Ok(())

@@ -113,8 +113,6 @@ pub(crate) struct Node {
     phases: Vec<(Phase, Micros)>,
     /// The launched job's fences here, for its record.
     fences: FenceTimes,
-    /// Ranks that have initialised PMI, for rlaunch's progress line.
-    pmi_inited: u32,
     /// This node: its index, host and ranks (its children are in `children`).
     plan: NodePlan,
     ranks: RankTable,
@@ -233,7 +231,6 @@ pub async fn serve(
     let mut node = Node {
         phases: vec![(Phase::Launched, launched_at)],
         fences: FenceTimes::default(),
-        pmi_inited: 0,
         jobs: HashMap::from([(0, launched)]),
         pmi_calls: pmi_tx,
         binder: Binder::new(launch.node.host.clone()),
@@ -395,9 +392,9 @@ impl Node {
             return;
         }
         seen.pmi_init = Some(record::now_us());
-        self.pmi_inited += 1;
         if self.job.progress {
-            let (node, pmi_inited) = (self.plan.index, self.pmi_inited);
+            let inited = self.ranks.iter().filter(|r| r.seen.pmi_init.is_some()).count();
+            let (node, pmi_inited) = (self.plan.index, inited as u32);
             let _ = self.up.control.send(Up::Progress { node, pmi_inited });
         }
     }
