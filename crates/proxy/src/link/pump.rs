@@ -1,0 +1,200 @@
+//! Writing frames to a link: control first, output as its window allows, many frames per
+//! write.
+
+use std::io;
+
+use tokio::io::{AsyncWrite, AsyncWriteExt};
+use tokio::sync::mpsc;
+
+use pmi_wire::control::{self, Frame, Up};
+
+use crate::credit::{Outbox, Queued};
+use crate::fdio::Gather;
+
+/// Writes frames to `out` until every sender is gone. Control messages go first; the data
+/// path (`data`: output, as its window allows, and the frames ordered with it) fills the rest
+/// of each write. Messages that are ready together are written with one syscall; on a link
+/// that takes vectored writes, large output goes from where it lies, not copied into the
+/// batch ([`Batch`]). A queued frame's debt is repaid once it is written (see
+/// [`crate::credit`]).
+pub async fn pump<M: Frame>(
+    mut out: impl AsyncWrite + Unpin,
+    hello: bool,
+    control: &mut mpsc::UnboundedReceiver<M>,
+    mut data: Option<&mut Outbox>,
+) -> io::Result<()> {
+    let mut batch = Batch::new(out.is_write_vectored());
+    if hello {
+        batch.bytes(&control::hello());
+    }
+    let mut control_open = true;
+    loop {
+        if batch.is_empty() {
+            if !control_open && data.is_none() {
+                return Ok(());
+            }
+            enum Got<M> {
+                Control(Option<M>),
+                Data(Option<Queued>),
+            }
+            let got = tokio::select! {
+                biased;
+                m = control.recv(), if control_open => Got::Control(m),
+                q = next_data(&mut data) => Got::Data(q),
+            };
+            match got {
+                Got::Control(Some(m)) => batch.frame(&m),
+                Got::Data(Some(q)) => batch.queued(q),
+                Got::Control(None) => control_open = false,
+                Got::Data(None) => data = None,
+            }
+            if batch.is_empty() {
+                continue;
+            }
+        }
+        while batch.len < Batch::MAX {
+            if let Ok(m) = control.try_recv() {
+                batch.frame(&m);
+            } else if let Some(q) = data.as_mut().and_then(|d| d.try_next()) {
+                batch.queued(q);
+            } else {
+                break;
+            }
+        }
+        batch.write_to(&mut out).await?;
+        // An encrypted link holds the last record until flushed; a pipe has nothing to flush.
+        out.flush().await?;
+        batch.clear();
+    }
+}
+
+/// Frames to write in one go: encoded bytes, and output whose data is written where it lies.
+struct Batch {
+    vectored: bool,
+    /// Encoded frames, and the heads of the output frames held.
+    buf: Vec<u8>,
+    pieces: Vec<Piece>,
+    /// Output frames whose data is written in place; dropped (repaid) once written.
+    held: Vec<Queued>,
+    /// Bytes in the batch.
+    len: usize,
+}
+
+#[derive(Clone, Copy)]
+enum Piece {
+    Buf(usize, usize),
+    Held(usize),
+}
+
+impl Batch {
+    /// Bytes per batch, about.
+    const MAX: usize = 256 << 10;
+    /// Output smaller than this is copied: a slice of its own costs more.
+    const IN_PLACE: usize = 4 << 10;
+
+    fn new(vectored: bool) -> Batch {
+        let buf = Vec::with_capacity(64 << 10);
+        Batch { vectored, buf, pieces: Vec::new(), held: Vec::new(), len: 0 }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    fn bytes(&mut self, bytes: &[u8]) {
+        let start = self.buf.len();
+        self.buf.extend_from_slice(bytes);
+        self.encoded(start);
+    }
+
+    fn frame<M: Frame>(&mut self, m: &M) {
+        let start = self.buf.len();
+        m.encode(&mut self.buf);
+        self.encoded(start);
+    }
+
+    /// `buf[start..]` was just encoded.
+    fn encoded(&mut self, start: usize) {
+        let end = self.buf.len();
+        self.len += end - start;
+        match self.pieces.last_mut() {
+            Some(Piece::Buf(_, last)) if *last == start => *last = end,
+            _ => self.pieces.push(Piece::Buf(start, end)),
+        }
+    }
+
+    fn queued(&mut self, q: Queued) {
+        match &q.up {
+            Up::Output { rank, stream, data } if self.vectored && data.len() >= Self::IN_PLACE => {
+                let start = self.buf.len();
+                control::encode_output_head(*rank, *stream, data.len(), &mut self.buf);
+                self.encoded(start);
+                self.len += data.len();
+                self.pieces.push(Piece::Held(self.held.len()));
+                self.held.push(q);
+            }
+            // Written from the batch's own bytes: its debt is repaid here.
+            up => self.frame(up),
+        }
+    }
+
+    fn part(&self, piece: Piece) -> &[u8] {
+        match piece {
+            Piece::Buf(start, end) => &self.buf[start..end],
+            Piece::Held(i) => match &self.held[i].up {
+                Up::Output { data, .. } => data,
+                _ => unreachable!("only output is held"),
+            },
+        }
+    }
+
+    async fn write_to(&self, out: &mut (impl AsyncWrite + Unpin)) -> io::Result<()> {
+        if self.held.is_empty() {
+            return out.write_all(&self.buf).await;
+        }
+        let mut gather = Gather::new(self.pieces.iter().map(|&p| self.part(p)).collect());
+        while !gather.is_done() {
+            let n = out.write_vectored(&gather.slices()).await?;
+            if n == 0 {
+                return Err(io::ErrorKind::WriteZero.into());
+            }
+            gather.advance(n);
+        }
+        Ok(())
+    }
+
+    fn clear(&mut self) {
+        self.buf.clear();
+        self.pieces.clear();
+        self.held.clear();
+        self.len = 0;
+        if self.buf.capacity() > Self::MAX * 2 {
+            self.buf.shrink_to(64 << 10);
+        }
+    }
+}
+
+/// [`pump`] until `abandon` turns true; from then on, and once the pump ends, what is still
+/// sent is dropped: with no one to deliver to, senders must never block (a proxy that lost
+/// its parent, whose socket will never drain).
+pub async fn pump_until_abandoned<M: Frame>(
+    out: impl AsyncWrite + Unpin,
+    hello: bool,
+    mut control: mpsc::UnboundedReceiver<M>,
+    mut data: Outbox,
+    mut abandon: tokio::sync::watch::Receiver<bool>,
+) {
+    tokio::select! {
+        _ = pump(out, hello, &mut control, Some(&mut data)) => {}
+        // A dropped sender abandons nothing: the pump goes on to flush the last frames.
+        _ = crate::raised(&mut abandon) => {}
+    }
+    tokio::join!(async { while control.recv().await.is_some() {} }, data.discard_all());
+}
+
+async fn next_data(data: &mut Option<&mut Outbox>) -> Option<Queued> {
+    match data {
+        Some(outbox) => outbox.next().await,
+        None => std::future::pending().await,
+    }
+}
