@@ -227,6 +227,50 @@ fn show(line: &[u8]) -> String {
     format!("\"{}\"{more}", cut.escape_ascii())
 }
 
+/// Line `seq` of rank `rank` as `rankprog ragged` writes it.
+pub fn ragged_line(rank: u32, seq: u64) -> Vec<u8> {
+    let mut line = format!("r{rank:06} {seq:012} ").into_bytes();
+    let base = u64::from(rank) + seq;
+    line.extend((0..seq * 7919 % 3001).map(|i| b'a' + ((base + i) % 26) as u8));
+    line.push(b'\n');
+    line
+}
+
+/// Checks that `output` holds only whole `rankprog ragged` lines of ranks `0..ranks`, each
+/// rank's in order from 0 and none missing up to `bytes` of them (lines of different ranks
+/// may interleave); returns the lines per rank.
+pub fn check_ragged(output: &[u8], ranks: u32, bytes: u64) -> Result<Vec<u64>, String> {
+    let mut next = vec![0u64; ranks as usize];
+    let mut written = vec![0u64; ranks as usize];
+    let mut at = 0;
+    for line in output.split_inclusive(|&b| b == b'\n') {
+        let bad = || {
+            format!(
+                "bad line at byte {at}: {:?}",
+                String::from_utf8_lossy(&line[..line.len().min(40)])
+            )
+        };
+        let rank: u32 = std::str::from_utf8(line.get(1..7).ok_or_else(bad)?)
+            .ok()
+            .and_then(|r| r.parse().ok())
+            .filter(|&r| r < ranks)
+            .ok_or_else(bad)?;
+        let seq = next[rank as usize];
+        if line != ragged_line(rank, seq) {
+            return Err(format!("rank {rank}: line {seq} is wrong or missing; {}", bad()));
+        }
+        next[rank as usize] += 1;
+        written[rank as usize] += line.len() as u64;
+        at += line.len();
+    }
+    for (rank, &w) in written.iter().enumerate() {
+        if w < bytes {
+            return Err(format!("rank {rank}: only {w} of {bytes} bytes arrived"));
+        }
+    }
+    Ok(next)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -68,8 +68,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 pub use flood::{
-    check_flood, flood_line, flood_lines, scan_flood, scan_flood_stream, FloodReport, FloodScanner,
-    FLOOD_LINE_LEN,
+    check_flood, check_ragged, flood_line, flood_lines, ragged_line, scan_flood, scan_flood_stream,
+    FloodReport, FloodScanner, FLOOD_LINE_LEN,
 };
 pub use procs::{
     tagged_processes, wait_until_empty, wait_until_no_tagged, wait_until_tagged, Tag,

@@ -4,7 +4,7 @@
 
 use std::time::{Duration, Instant};
 
-use rlaunch_tests::{check_flood, procfs, rankprog_str, Run};
+use rlaunch_tests::{check_flood, check_ragged, procfs, rankprog_str, Run};
 
 const WAIT: Duration = Duration::from_secs(30);
 
@@ -71,4 +71,68 @@ fn a_slow_reader_slows_the_ranks_down_without_growing_memory() {
     all.extend_from_slice(&rest);
     check_flood(&all, 4, bytes_per_rank).unwrap();
     assert!(peak < 48 << 10, "rlaunch grew to {peak} KiB while its reader stalled");
+}
+
+/// What the writer says it spliced (`RLAUNCH_LOG=debug`).
+fn spliced_bytes(stderr: &str) -> u64 {
+    let line = stderr.lines().find(|l| l.contains(" bytes of output spliced")).expect(stderr);
+    let words: Vec<&str> = line.split_whitespace().collect();
+    let at = words.iter().position(|&w| w == "bytes").unwrap();
+    words[at - 1].parse().unwrap()
+}
+
+#[test]
+fn a_lone_ranks_output_into_a_pipe_is_spliced_and_arrives_byte_for_byte() {
+    // Lines of 22 to 3022 bytes written in pieces of 65521 bytes: frames end mid-line, so the
+    // link reader must find where lines start and end around what it splices.
+    let bytes: u64 = 24 << 20;
+    let out = Run::new(&["-n", "1", &rankprog_str(), "ragged", &bytes.to_string()])
+        .env("RLAUNCH_LOG", "debug")
+        .run();
+    out.assert_code(0);
+    let lines = check_ragged(&out.stdout, 1, bytes).unwrap();
+    let expected: Vec<u8> =
+        (0..lines[0]).flat_map(|seq| rlaunch_tests::ragged_line(0, seq)).collect();
+    assert!(out.stdout == expected, "the bytes differ from what the rank wrote");
+    let spliced = spliced_bytes(&out.stderr_str());
+    assert!(spliced > bytes / 2, "only {spliced} of {bytes} bytes were spliced");
+}
+
+#[test]
+fn spliced_lines_of_several_ranks_stay_whole_in_a_pipe_and_in_a_file() {
+    let bytes: u64 = 8 << 20;
+    let out = Run::new(&["-n", "4", &rankprog_str(), "ragged", &bytes.to_string()])
+        .env("RLAUNCH_LOG", "debug")
+        .run();
+    out.assert_code(0);
+    check_ragged(&out.stdout, 4, bytes).unwrap();
+    assert!(spliced_bytes(&out.stderr_str()) > 0);
+
+    // Into a file (the shell's `>`): spliced too; with `>>` (O_APPEND, which splice refuses)
+    // written as usual. Both whole.
+    let dir = rlaunch_tests::tempdir();
+    for (redirect, splices) in [(">", true), (">>", false)] {
+        let file = dir.path().join(format!("out{}", redirect.len()));
+        let script = format!(
+            "RLAUNCH_LOG=debug {} -n 4 {} ragged {bytes} {redirect} {}",
+            rlaunch_tests::rlaunch().display(),
+            rankprog_str(),
+            file.display()
+        );
+        let out = Run::program("/bin/sh", &["-c", &script]).run();
+        out.assert_code(0);
+        check_ragged(&std::fs::read(&file).unwrap(), 4, bytes).unwrap();
+        assert_eq!(spliced_bytes(&out.stderr_str()) > 0, splices, "{redirect}");
+    }
+}
+
+#[test]
+fn prefixed_output_is_not_spliced() {
+    let out = Run::new(&["-l", "-n", "2", &rankprog_str(), "flood", "1048576"])
+        .env("RLAUNCH_LOG", "debug")
+        .run();
+    out.assert_code(0);
+    let report = rlaunch_tests::scan_flood(&out.stdout).unwrap();
+    assert!(report.all_prefixed() && report.total_lines() == 2 * 16384, "{report:?}");
+    assert_eq!(spliced_bytes(&out.stderr_str()), 0);
 }

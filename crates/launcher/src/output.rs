@@ -36,6 +36,7 @@ use std::sync::Arc;
 
 use pmi_wire::ids::Stream;
 use rlaunch_proxy::credit::Debt;
+use rlaunch_proxy::splice::{takes_splices, Spliced, Splicer, Stash};
 use tokio::sync::{mpsc, watch};
 
 pub(crate) use pattern::Pattern;
@@ -114,6 +115,22 @@ pub(crate) enum Chunk {
         rank: u32,
         stream: Stream,
     },
+    /// Output of a rank, part of it in the stash (see `rlaunch_proxy::splice`).
+    Spliced {
+        output: Spliced,
+        debt: Debt,
+    },
+}
+
+impl Chunk {
+    /// Bytes of output it carries.
+    fn len(&self) -> usize {
+        match self {
+            Chunk::Data { data, .. } => data.len(),
+            Chunk::Spliced { output, .. } => output.len(),
+            _ => 0,
+        }
+    }
 }
 
 /// Whether the output is dropped: set once by the root, when the teardown's grace is over.
@@ -127,6 +144,8 @@ pub(crate) struct Feed {
     /// Bytes of output queued and not yet taken by the writer.
     queued: Arc<AtomicUsize>,
     dropped: Dropped,
+    /// Where the link readers splice output, when they do.
+    splicer: Option<Splicer>,
 }
 
 /// The writer thread's end of the [`Feed`].
@@ -135,29 +154,58 @@ pub(crate) struct Queue {
     queued: Arc<AtomicUsize>,
 }
 
-/// The feed and the queue it fills.
-pub(crate) fn feed(dropped: Dropped) -> (Feed, Queue) {
+/// The feed and the queue it fills, for output written as `spec` says.
+pub(crate) fn feed(dropped: Dropped, spec: &OutputSpec) -> (Feed, Queue) {
     let (tx, rx) = mpsc::unbounded_channel();
     let queued = Arc::new(AtomicUsize::new(0));
-    (Feed { chunks: tx, queued: queued.clone(), dropped }, Queue { chunks: rx, queued })
+    let splicer = splicer(spec);
+    (Feed { chunks: tx, queued: queued.clone(), dropped, splicer }, Queue { chunks: rx, queued })
+}
+
+/// Output is spliced to rlaunch's stdout and stderr (those that take splices: not a
+/// terminal) when lines go out as they are: no prefix, tag, timestamp or output file.
+/// `RLAUNCH_SPLICE=0` turns it off.
+fn splicer(spec: &OutputSpec) -> Option<Splicer> {
+    let OutputSpec { prefix, tag, timestamp, outfile, errfile, dir } = spec;
+    let plain = prefix.is_none() && !tag && !timestamp;
+    if !plain || outfile.is_some() || errfile.is_some() || dir.is_some() {
+        return None;
+    }
+    if std::env::var_os("RLAUNCH_SPLICE").is_some_and(|v| v == "0") {
+        return None;
+    }
+    let streams = [takes_splices(1), takes_splices(2)];
+    if streams == [false, false] {
+        return None;
+    }
+    match Stash::new() {
+        Ok(stash) => Some(Splicer { stash, streams }),
+        Err(e) => {
+            tracing::debug!("no output stash: {e}");
+            None
+        }
+    }
 }
 
 impl Feed {
+    pub(crate) fn splicer(&self) -> Option<Splicer> {
+        self.splicer.clone()
+    }
+
     /// Whether the writer is behind: output piles up in its queue, so the reader of
     /// rlaunch's output (not the proxy tree) is what holds the output up.
     pub(crate) fn writer_behind(&self) -> bool {
         self.queued.load(Ordering::Relaxed) >= BEHIND
     }
 
-    /// Queues `chunk` for the writer; once the output is dropped, throws it away instead.
+    /// Queues `chunk` for the writer; once the output is dropped, throws it away instead
+    /// (except what is in the stash: the writer thread, the stash's only reader, empties it).
     /// False once the writer is gone.
     pub(crate) fn send(&self, chunk: Chunk) -> bool {
-        if *self.dropped.borrow() {
+        if *self.dropped.borrow() && !matches!(chunk, Chunk::Spliced { .. }) {
             return true;
         }
-        if let Chunk::Data { data, .. } = &chunk {
-            self.queued.fetch_add(data.len(), Ordering::Relaxed);
-        }
+        self.queued.fetch_add(chunk.len(), Ordering::Relaxed);
         self.chunks.send(chunk).is_ok()
     }
 }
@@ -185,8 +233,8 @@ impl Queue {
     }
 
     fn taken(&self, chunk: &Option<Chunk>) {
-        if let Some(Chunk::Data { data, .. }) = chunk {
-            self.queued.fetch_sub(data.len(), Ordering::Relaxed);
+        if let Some(chunk) = chunk {
+            self.queued.fetch_sub(chunk.len(), Ordering::Relaxed);
         }
     }
 }
@@ -220,6 +268,8 @@ pub(crate) struct Writer {
     dropped: Dropped,
     /// The launch's progress line, cleared before the first output is written.
     progress: Option<indicatif::ProgressBar>,
+    /// Bytes of output that went through the stash.
+    spliced: u64,
 }
 
 impl Writer {
@@ -231,7 +281,7 @@ impl Writer {
     ) -> Writer {
         let clock = spec.timestamp.then(Clock::default);
         let (lanes, sinks) = (HashMap::new(), Sinks::new());
-        Writer { spec, roster, lanes, sinks, clock, events, dropped, progress: None }
+        Writer { spec, roster, lanes, sinks, clock, events, dropped, progress: None, spliced: 0 }
     }
 
     /// Clears `progress` before the first output: the terminal's next line is the job's.
@@ -244,6 +294,9 @@ impl Writer {
         while let Some(chunk) = queue.next() {
             if *self.dropped.borrow() {
                 // Emptied, so that the links' windows open and the proxies finish.
+                if let Chunk::Spliced { output, .. } = chunk {
+                    output.stash.discard(output.stashed);
+                }
                 continue;
             }
             self.take(chunk);
@@ -259,6 +312,7 @@ impl Writer {
             }
             self.flush();
         }
+        tracing::debug!("{} bytes of output spliced", self.spliced);
         if *self.dropped.borrow() {
             return;
         }
@@ -282,34 +336,8 @@ impl Writer {
 
     fn take(&mut self, chunk: Chunk) {
         match chunk {
-            Chunk::Data { rank, stream, data, debt: _debt } => {
-                if let Some(bar) = self.progress.take() {
-                    bar.finish_and_clear();
-                }
-                let key = (rank, stream);
-                if !self.lanes.contains_key(&key) {
-                    tracing::debug!(rank, "output before the rank's start");
-                    self.open_lanes(rank, None);
-                }
-                let lane = self.lanes.get_mut(&key).expect("opened above");
-                let stamp = stamp(&mut self.clock);
-                let Some(nl) = data.iter().rposition(|&b| b == b'\n') else {
-                    lane.partial.extend_from_slice(&data);
-                    if lane.partial.len() > MAX_PARTIAL {
-                        let long = std::mem::take(&mut lane.partial);
-                        emit(&mut self.sinks, stamp, stream, lane, &[], &long);
-                    }
-                    return;
-                };
-                let tail = data[nl + 1..].to_vec();
-                let head = std::mem::replace(&mut lane.partial, tail);
-                let plain = head.is_empty() && stamp.is_empty() && lane.prefix.is_empty();
-                match lane.route {
-                    // Whole lines with nothing to add: written from the chunk itself.
-                    Route::Terminal if plain => self.sinks.put_owned(stream, data, 0..nl + 1),
-                    _ => emit(&mut self.sinks, stamp, stream, lane, &head, &data[..=nl]),
-                }
-            }
+            Chunk::Data { rank, stream, data, debt: _debt } => self.take_data(rank, stream, data),
+            Chunk::Spliced { output, debt: _debt } => self.take_spliced(output),
             Chunk::Started { rank, pid, .. } => {
                 if !self.lanes.contains_key(&(rank, Stream::Stdout)) {
                     self.open_lanes(rank, Some(pid));
@@ -324,6 +352,71 @@ impl Writer {
                 }
             }
         }
+    }
+
+    /// Output is coming for `rank`'s `stream`: the progress line goes, and the lane is
+    /// opened if the output came before the rank's start.
+    fn output_for(&mut self, rank: u32, stream: Stream) {
+        if let Some(bar) = self.progress.take() {
+            bar.finish_and_clear();
+        }
+        if !self.lanes.contains_key(&(rank, stream)) {
+            tracing::debug!(rank, "output before the rank's start");
+            self.open_lanes(rank, None);
+        }
+    }
+
+    fn take_data(&mut self, rank: u32, stream: Stream, data: Vec<u8>) {
+        if data.is_empty() {
+            return;
+        }
+        self.output_for(rank, stream);
+        let lane = self.lanes.get_mut(&(rank, stream)).expect("opened");
+        let stamp = stamp(&mut self.clock);
+        let Some(nl) = data.iter().rposition(|&b| b == b'\n') else {
+            lane.partial.extend_from_slice(&data);
+            if lane.partial.len() > MAX_PARTIAL {
+                let long = std::mem::take(&mut lane.partial);
+                emit(&mut self.sinks, stamp, stream, lane, &[], &long);
+            }
+            return;
+        };
+        let tail = data[nl + 1..].to_vec();
+        let head = std::mem::replace(&mut lane.partial, tail);
+        let plain = head.is_empty() && stamp.is_empty() && lane.prefix.is_empty();
+        match lane.route {
+            // Whole lines with nothing to add: written from the chunk itself.
+            Route::Terminal if plain => self.sinks.put_owned(stream, data, 0..nl + 1),
+            _ => emit(&mut self.sinks, stamp, stream, lane, &head, &data[..=nl]),
+        }
+    }
+
+    /// Output partly in the stash: its head ends the line the lane had open, the stashed
+    /// bytes are whole lines (unless the stash was full: then `after` ends the last), and
+    /// `after` starts the next line. Only spliced when lines go out as they are, to the
+    /// terminal.
+    fn take_spliced(&mut self, output: Spliced) {
+        let Spliced { rank, stream, head, stashed, whole, mut after, stash } = output;
+        self.take_data(rank, stream, head);
+        self.output_for(rank, stream);
+        let lane = self.lanes.get_mut(&(rank, stream)).expect("opened");
+        if !lane.partial.is_empty() {
+            // Not expected (the link reader knows where the lane's lines end); the line is
+            // cut rather than put after the bytes that follow it.
+            tracing::debug!(rank, "spliced output after a line still open");
+            let open = std::mem::take(&mut lane.partial);
+            self.sinks.put(SinkId::terminal(stream), &[], &[], &[], &open);
+        }
+        self.sinks.put_stash(stream, stash, stashed);
+        self.spliced += stashed as u64;
+        if !whole {
+            // The stash took part of a line: its end goes right after it.
+            let end = after.iter().position(|&b| b == b'\n').map_or(after.len(), |nl| nl + 1);
+            let rest = after.split_off(end);
+            self.sinks.put_owned(stream, after, 0..end);
+            after = rest;
+        }
+        self.take_data(rank, stream, after);
     }
 
     /// Sets up both lanes of a process: expands its prefix and opens its files, once.

@@ -28,6 +28,8 @@ pub struct FrameReader<R> {
     pos: usize,
     /// How much room a read asks for.
     chunk: usize,
+    /// Reads take at most `chunk` bytes (however much room the buffer has).
+    capped: bool,
     /// A bulk-data frame being read straight into its own buffer. Kept here, not in the
     /// future, so that [`FrameReader::next`] stays cancel-safe (a `select!` may drop it).
     partial: Option<Partial>,
@@ -38,6 +40,19 @@ struct Partial {
     fixed: Vec<u8>,
     data: Vec<u8>,
     data_len: usize,
+}
+
+/// What [`FrameReader::next_or_bulk`] found.
+#[derive(Debug, PartialEq)]
+pub enum Next<M> {
+    Frame(M),
+    /// A bulk-data frame whose data is mostly still in the stream: `frame` is the message
+    /// with the data read so far, and the next `rest` bytes of the stream are the rest of
+    /// its data, which the caller must take from the stream itself before asking for more.
+    Bulk {
+        frame: M,
+        rest: usize,
+    },
 }
 
 /// For links that carry output: big reads, few wakeups.
@@ -54,7 +69,19 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
     /// A reader that asks for `chunk` bytes at a time, for streams that carry little (the
     /// control traffic down the tree); a frame larger than that still arrives whole.
     pub fn with_chunk(inner: R, chunk: usize) -> Self {
-        FrameReader { inner, buf: Vec::new(), pos: 0, chunk, partial: None }
+        FrameReader { inner, buf: Vec::new(), pos: 0, chunk, capped: false, partial: None }
+    }
+
+    /// Asks for `chunk` bytes per read from now on: small, so that a reader handing bulk data
+    /// to its caller ([`FrameReader::next_or_bulk`]) copies little of it on the way.
+    pub fn set_chunk(&mut self, chunk: usize) {
+        self.chunk = chunk;
+        self.capped = true;
+    }
+
+    /// The stream, for the rest of a [`Next::Bulk`] frame.
+    pub fn get_mut(&mut self) -> &mut R {
+        &mut self.inner
     }
 
     /// Reads more bytes; false at end of file.
@@ -64,7 +91,12 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
             self.pos = 0;
         }
         self.buf.reserve(want.max(self.chunk / 4));
-        Ok(self.inner.read_buf(&mut self.buf).await? > 0)
+        let n = if self.capped {
+            self.inner.read_buf(&mut bytes::BufMut::limit(&mut self.buf, self.chunk)).await?
+        } else {
+            self.inner.read_buf(&mut self.buf).await?
+        };
+        Ok(n > 0)
     }
 
     /// Waits for the peer's hello; returns it with whatever the peer printed before it.
@@ -103,20 +135,48 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
     /// The next frame; `Ok(None)` at a clean end of stream (between frames). Cancel-safe:
     /// dropped before it returns, it loses nothing, and the next call goes on where it stopped.
     pub async fn next<M: Frame>(&mut self) -> Result<Option<M>, ReadError> {
+        match self.next_frame(None).await? {
+            Some(Next::Frame(m)) => Ok(Some(m)),
+            Some(Next::Bulk { .. }) => unreachable!("bulk frames are only handed out when asked"),
+            None => Ok(None),
+        }
+    }
+
+    /// [`FrameReader::next`], except that a bulk-data frame with at least `min` bytes of data
+    /// not read yet is handed out as [`Next::Bulk`], its data left in the stream. Nothing of
+    /// the stream past the frame's head is buffered then (the buffer is empty), so the caller
+    /// may read or splice the rest from the stream's descriptor directly.
+    pub async fn next_or_bulk<M: Frame>(
+        &mut self,
+        min: usize,
+    ) -> Result<Option<Next<M>>, ReadError> {
+        self.next_frame(Some(min)).await
+    }
+
+    async fn next_frame<M: Frame>(
+        &mut self,
+        bulk: Option<usize>,
+    ) -> Result<Option<Next<M>>, ReadError> {
         loop {
             if self.partial.is_some() {
-                return self.read_data().await.map(Some);
+                return self.read_data().await.map(|m| Some(Next::Frame(m)));
             }
             let avail = &self.buf[self.pos..];
             if let Some((msg, used)) = control::decode::<M>(avail)? {
                 self.pos += used;
-                return Ok(Some(msg));
+                return Ok(Some(Next::Frame(msg)));
             }
             let len = control::frame_len(avail)?;
             let head = 5 + M::DATA_HEAD;
             if let Some(len) = len.filter(|&len| len >= DIRECT && avail.len() >= head) {
                 if avail[4] == control::DATA_TAG {
                     let data_len = 4 + len - head;
+                    let have = avail.len() - head;
+                    if bulk.is_some_and(|min| data_len - have >= min) {
+                        let frame = M::from_data(&avail[5..head], avail[head..].to_vec())?;
+                        self.pos = self.buf.len();
+                        return Ok(Some(Next::Bulk { frame, rest: data_len - have }));
+                    }
                     let mut data = Vec::with_capacity(data_len);
                     data.extend_from_slice(&avail[head..]);
                     let fixed = avail[5..head].to_vec();
@@ -190,6 +250,37 @@ mod tests {
         tx.write_all(&bytes[50_000..]).await.unwrap();
         assert_eq!(reader.next::<Up>().await.unwrap(), Some(frame));
         assert_eq!(reader.next::<Up>().await.unwrap(), Some(Up::Started { node: 1 }));
+    }
+
+    #[tokio::test]
+    async fn bulk_data_is_left_in_the_stream_and_the_frames_after_it_are_read() {
+        let (mut tx, rx) = tokio::io::duplex(1 << 20);
+        let big: Vec<u8> = (0..100_000u32).map(|i| (i % 241) as u8).collect();
+        let mut bytes = Vec::new();
+        Up::Started { node: 2 }.encode(&mut bytes);
+        Up::Output { rank: 5, stream: Stream::Stdout, data: big.clone() }.encode(&mut bytes);
+        Up::Output { rank: 6, stream: Stream::Stderr, data: b"small\n".to_vec() }
+            .encode(&mut bytes);
+        tx.write_all(&bytes).await.unwrap();
+        drop(tx);
+        let mut reader = FrameReader::new(rx);
+        reader.set_chunk(2048);
+        let first = reader.next_or_bulk::<Up>(16 << 10).await.unwrap();
+        assert_eq!(first, Some(Next::Frame(Up::Started { node: 2 })));
+        let Some(Next::Bulk { frame: Up::Output { rank: 5, stream, data }, rest }) =
+            reader.next_or_bulk::<Up>(16 << 10).await.unwrap()
+        else {
+            panic!("not handed out as bulk");
+        };
+        assert_eq!(stream, Stream::Stdout);
+        // No more than one capped read of it was taken.
+        assert!(data.len() < 2048 && data.len() + rest == big.len(), "{} + {rest}", data.len());
+        let mut tail = vec![0; rest];
+        tokio::io::AsyncReadExt::read_exact(reader.get_mut(), &mut tail).await.unwrap();
+        assert_eq!([data, tail].concat(), big);
+        let small = Up::Output { rank: 6, stream: Stream::Stderr, data: b"small\n".to_vec() };
+        assert_eq!(reader.next_or_bulk::<Up>(16 << 10).await.unwrap(), Some(Next::Frame(small)));
+        assert_eq!(reader.next_or_bulk::<Up>(16 << 10).await.unwrap(), None);
     }
 
     #[tokio::test]

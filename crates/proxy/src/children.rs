@@ -234,7 +234,7 @@ impl Children {
             }
             LinkEvent::Up(up) => Some(ChildNews::Up(up)),
             // The owner's delivery takes output before its link events get here.
-            LinkEvent::Output { .. } => None,
+            LinkEvent::Output { .. } | LinkEvent::Spliced { .. } => None,
             LinkEvent::Stderr(text) => {
                 state.add_stderr(&text);
                 None

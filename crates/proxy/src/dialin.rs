@@ -119,6 +119,9 @@ async fn admit(stream: tokio::net::TcpStream, secret: &Secret) -> Result<Dialed,
         stderr: None,
         what: "its proxy".to_string(),
         launched: false,
+        // Encrypted: read, never spliced.
+        plain: None,
+        splice: None,
     };
     Ok(Dialed { process, greeting })
 }

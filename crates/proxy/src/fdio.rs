@@ -188,7 +188,9 @@ pub struct Gather<'a> {
 }
 
 impl<'a> Gather<'a> {
-    pub fn new(parts: Vec<&'a [u8]>) -> Gather<'a> {
+    /// Empty parts are left out: a gather is done when every byte is written.
+    pub fn new(mut parts: Vec<&'a [u8]>) -> Gather<'a> {
+        parts.retain(|p| !p.is_empty());
         Gather { parts, at: 0, offset: 0 }
     }
 
@@ -225,7 +227,7 @@ mod tests {
 
     #[test]
     fn a_gather_goes_on_after_short_writes_where_they_stopped() {
-        let parts: Vec<&[u8]> = vec![b"abc", b"defg", b"h"];
+        let parts: Vec<&[u8]> = vec![b"abc", b"", b"defg", b"h", b""];
         let mut gather = Gather::new(parts);
         let mut out = Vec::new();
         // Writes of 2 bytes at most: parts are cut and resumed.

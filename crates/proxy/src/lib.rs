@@ -43,6 +43,7 @@ pub mod rank;
 mod ranks;
 pub mod secure;
 mod spawn;
+pub mod splice;
 
 use std::ffi::OsString;
 use std::io;

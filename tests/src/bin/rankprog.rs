@@ -16,6 +16,7 @@
 //! | `noeol TEXT`      | `TEXT` on stdout, no newline                                         |
 //! | `flood BYTES`     | BYTES rounded up to whole 64-byte lines on stdout (format below)     |
 //! | `flood-for SECS`  | flood lines on stdout for SECS seconds, as fast as stdout takes them |
+//! | `ragged BYTES`    | at least BYTES of lines of 22 to 3022 bytes on stdout (format below) |
 //! | `binary`          | the bytes 0..=255 on stdout                                          |
 //! | `exit C`          | exit with code C                                                     |
 //! | `signal S`        | restore S's default disposition, unblock it and raise it (S: number or name) |
@@ -44,6 +45,11 @@
 //! verifies them. A pipe takes such a write a whole page (64 lines) at a time, so a rank
 //! killed in the middle of one leaves whole lines behind. `flood-for` looks at the clock
 //! before each write: it ends within one write of its time, which a slow reader may make long.
+//!
+//! **`ragged` lines** are `r<rank, 6 digits> <seq, 12 digits> ` (21 bytes), then
+//! `seq * 7919 % 3001` padding bytes as in a flood line, then `\n`; lines are written until
+//! BYTES are out, in writes of 65521 bytes (the last shorter) that cut lines anywhere:
+//! `rlaunch_tests::check_ragged` verifies them.
 //!
 //! **`wait-signal`** cannot miss a signal sent right after `ready`: when a rank's script holds a
 //! `wait-signal`, the six signals are blocked from startup and taken with `sigwait`; after the
@@ -98,6 +104,7 @@ enum Command {
     NoEol(OsString),
     Flood(u64),
     FloodFor(Duration),
+    Ragged(u64),
     Binary,
     Exit(i32),
     Raise(Signal),
@@ -202,6 +209,7 @@ fn parse(words: &[OsString]) -> Result<Vec<Step>, String> {
             "noeol" => Command::NoEol(arg("text")?),
             "flood" => Command::Flood(number(word, &arg("byte count")?)?),
             "flood-for" => Command::FloodFor(seconds(word, &arg("seconds")?)?),
+            "ragged" => Command::Ragged(number(word, &arg("byte count")?)?),
             "binary" => Command::Binary,
             "exit" => Command::Exit(number(word, &arg("exit code")?)?),
             "signal" => Command::Raise(parse_signal(&arg("signal")?)?),
@@ -281,6 +289,7 @@ fn run(command: Command, state: &mut Rank) -> Result<(), String> {
             let end = Instant::now() + time;
             flood(rank, |_| (Instant::now() < end).then_some(FLOOD_LINES_PER_WRITE))
         }
+        Command::Ragged(bytes) => ragged(rank, bytes),
         Command::Binary => out((0..=255).collect::<Vec<u8>>()),
         Command::Exit(code) => {
             flush_all()?;
@@ -445,6 +454,28 @@ fn flood(rank: u32, mut next: impl FnMut(u64) -> Option<u64>) -> Result<(), Stri
 }
 
 /// One `write(2)` per call as far as the pipe allows, past std's line buffering.
+/// Writes ragged lines until `bytes` are out, 65521 bytes per write.
+fn ragged(rank: u32, bytes: u64) -> Result<(), String> {
+    const WRITE: usize = 65521;
+    flush_all()?;
+    let (mut pending, mut written, mut seq) = (Vec::new(), 0u64, 0u64);
+    while written < bytes {
+        let start = pending.len();
+        pending.extend_from_slice(format!("r{rank:06} {seq:012} ").as_bytes());
+        let pad = seq * 7919 % 3001;
+        let base = u64::from(rank) + seq;
+        pending.extend((0..pad).map(|i| b'a' + ((base + i) % 26) as u8));
+        pending.push(b'\n');
+        written += (pending.len() - start) as u64;
+        seq += 1;
+        while pending.len() >= WRITE {
+            write_stdout_raw(&pending[..WRITE])?;
+            pending.drain(..WRITE);
+        }
+    }
+    write_stdout_raw(&pending)
+}
+
 fn write_stdout_raw(mut buf: &[u8]) -> Result<(), String> {
     let stdout = io::stdout();
     while !buf.is_empty() {

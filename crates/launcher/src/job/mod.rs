@@ -190,7 +190,7 @@ pub async fn run(mut plan: Plan) -> i32 {
     let (events_tx, mut events) = mpsc::unbounded_channel();
 
     let (drop_output, dropped) = watch::channel(false);
-    let (output_tx, output_rx) = output::feed(dropped.clone());
+    let (output_tx, output_rx) = output::feed(dropped.clone(), &plan.output);
     let (output_events_tx, mut output_events) = mpsc::unbounded_channel();
     let (spawned_jobs, spawned_rx) = std::sync::mpsc::channel();
     let roster = Roster::new(
@@ -377,19 +377,28 @@ impl Root {
         dialed: mpsc::UnboundedSender<Dialed>,
     ) {
         let report = self.plan.report_bindings;
+        let splicer = output.splicer();
         let plan = &mut self.plan;
         let dialing = plan.dial.is_some();
         let (children, lost) = Children::start(
             &plan.job,
             &plan.roots,
             credit::ROOT_BUDGET,
-            |index, node| match plan.forked.get_mut(index).and_then(Option::take) {
-                _ if dialing => Ok(None),
-                Some(forked) => forked.and_then(ProxyProcess::forked).map(Some),
-                None => {
-                    link::spawn_proxy(&plan.job.bootstrap, &node.host, node.fork, &plan.proxy_exe)
-                        .map(Some)
-                }
+            |index, node| {
+                let process = match plan.forked.get_mut(index).and_then(Option::take) {
+                    _ if dialing => return Ok(None),
+                    Some(forked) => forked.and_then(ProxyProcess::forked),
+                    None => link::spawn_proxy(
+                        &plan.job.bootstrap,
+                        &node.host,
+                        node.fork,
+                        &plan.proxy_exe,
+                    ),
+                };
+                Ok(Some(match &splicer {
+                    Some(splicer) => process?.splice_output(splicer),
+                    None => process?,
+                }))
             },
             |child| {
                 let (output, events) = (output.clone(), events.clone());
@@ -824,6 +833,9 @@ async fn route(
     match event {
         LinkEvent::Output { rank, stream, data, debt } => {
             output.send(Chunk::Data { rank, stream, data, debt })
+        }
+        LinkEvent::Spliced { output: spliced, debt } => {
+            output.send(Chunk::Spliced { output: spliced, debt })
         }
         LinkEvent::Up(Up::RankStarted { rank, pid, cpus }) => {
             if report_bindings {

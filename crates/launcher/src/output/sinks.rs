@@ -15,9 +15,11 @@ use std::ops::Range;
 use std::os::fd::FromRawFd;
 use std::os::unix::fs::FileTypeExt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use pmi_wire::ids::Stream;
 use rlaunch_proxy::fdio::Gather;
+use rlaunch_proxy::splice::Stash;
 
 /// Output gathered before a write, when more is already queued.
 pub(crate) const BATCH: usize = 256 << 10;
@@ -57,6 +59,8 @@ struct Terminal {
 enum Part {
     Buf(Range<usize>),
     Owned(Vec<u8>, Range<usize>),
+    /// The next bytes of the stash, spliced (see `rlaunch_proxy::splice`).
+    Stashed(Arc<Stash>, usize),
 }
 
 impl Terminal {
@@ -88,16 +92,23 @@ impl Terminal {
         self.parts.push(Part::Owned(data, range));
     }
 
+    fn stash(&mut self, stash: Arc<Stash>, len: usize) {
+        self.len += len;
+        self.parts.push(Part::Stashed(stash, len));
+    }
+
     fn part<'a>(&'a self, part: &'a Part) -> &'a [u8] {
         match part {
             Part::Buf(range) => &self.buf[range.clone()],
             Part::Owned(data, range) => &data[range.clone()],
+            Part::Stashed(..) => &[],
         }
     }
 
     /// Writes out what is buffered; returns the error of a newly broken sink.
     fn flush(&mut self) -> Option<io::Error> {
         let res = if self.len == 0 || self.broken { Ok(()) } else { self.write_parts() };
+        self.discard_stashed();
         self.buf.clear();
         self.parts.clear();
         self.len = 0;
@@ -107,12 +118,41 @@ impl Terminal {
         res.err().inspect(|_| self.broken = true)
     }
 
-    /// Every part, in order, with as few writes as the file takes (`writev`).
-    fn write_parts(&self) -> io::Result<()> {
+    /// Every part, in order, with as few writes as the file takes (`writev` for the parts in
+    /// memory, a splice for each stashed one). The stashed parts it wrote are taken out of
+    /// `parts`; on an error, the caller throws away the rest ([`Terminal::discard_stashed`]).
+    fn write_parts(&mut self) -> io::Result<()> {
         if let [Part::Buf(range)] = &self.parts[..] {
             return (&*self.file).write_all(&self.buf[range.clone()]);
         }
-        let mut gather = Gather::new(self.parts.iter().map(|p| self.part(p)).collect());
+        let mut from = 0;
+        for i in 0..self.parts.len() {
+            if let Part::Stashed(stash, len) = &self.parts[i] {
+                let (stash, len) = (stash.clone(), *len);
+                self.write_gathered(from..i)?;
+                self.parts[i] = Part::Buf(0..0);
+                stash.empty_into(&self.file, len)?;
+                from = i + 1;
+            }
+        }
+        self.write_gathered(from..self.parts.len())
+    }
+
+    /// Throws away what the stash holds for parts not written.
+    fn discard_stashed(&mut self) {
+        for part in &mut self.parts {
+            if let Part::Stashed(stash, len) = part {
+                stash.discard(*len);
+                *part = Part::Buf(0..0);
+            }
+        }
+    }
+
+    fn write_gathered(&self, parts: Range<usize>) -> io::Result<()> {
+        if parts.is_empty() {
+            return Ok(());
+        }
+        let mut gather = Gather::new(self.parts[parts].iter().map(|p| self.part(p)).collect());
         while !gather.is_done() {
             match (&*self.file).write_vectored(&gather.slices()) {
                 Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
@@ -214,6 +254,19 @@ impl Sinks {
         }
     }
 
+    /// Takes the next `len` bytes of `stash` (whole lines, nothing to put before them) for
+    /// rlaunch's stdout or stderr: spliced there at the next flush.
+    pub(crate) fn put_stash(&mut self, stream: Stream, stash: Arc<Stash>, len: usize) {
+        let terminal = match stream {
+            Stream::Stdout => &mut self.stdout,
+            Stream::Stderr => &mut self.stderr,
+        };
+        match terminal.broken {
+            true => stash.discard(len),
+            false => terminal.stash(stash, len),
+        }
+    }
+
     /// The file at `path`, created (truncated) the first time it is named, after its
     /// directories if `make_dirs`. A file that cannot be created is still a sink, one that
     /// drops what it gets, so that the failure is reported once.
@@ -282,6 +335,7 @@ impl Sinks {
     /// Forgets every buffer (whole lines, not written).
     pub(crate) fn discard(&mut self) {
         for terminal in [&mut self.stdout, &mut self.stderr] {
+            terminal.discard_stashed();
             terminal.buf.clear();
             terminal.parts.clear();
             terminal.len = 0;

@@ -14,7 +14,7 @@
 
 use std::ffi::OsStr;
 use std::io;
-use std::os::fd::{OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::os::unix::process::CommandExt;
 use std::process::{Command, Stdio};
 use std::sync::Arc;
@@ -22,12 +22,13 @@ use std::sync::Arc;
 use nix::sys::socket::{socketpair, AddressFamily, SockFlag, SockType};
 use pmi_wire::control::{Bootstrap, Down, Job, Launch, NodePlan, Up, PROTOCOL_VERSION};
 use pmi_wire::ids::Stream;
-use pmi_wire::io::{FrameReader, ReadError};
+use pmi_wire::io::{FrameReader, Next, ReadError};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::mpsc;
 
 use crate::credit::{ChildCredit, Debt};
 use crate::fdio::FdStream;
+use crate::splice::{self, LinkSplice, Spliced, Splicer};
 
 mod pump;
 
@@ -54,6 +55,11 @@ pub struct ProxyProcess {
     /// The child was forked holding its launch (see [`fork_proxy`]): it expects neither our
     /// hello nor a Launch frame.
     pub launched: bool,
+    /// The descriptor `from_child` reads, when it is a plain socket (not an encrypted link):
+    /// output can be spliced from it.
+    pub plain: Option<RawFd>,
+    /// Splice large output into this stash (see [`ProxyProcess::splice_output`]).
+    pub splice: Option<Splicer>,
 }
 
 /// A proxy forked from rlaunch itself, with no exec: see [`fork_proxy`].
@@ -84,6 +90,7 @@ pub unsafe fn fork_proxy(
     let (ours, theirs) =
         socketpair(AddressFamily::Unix, SockType::Stream, None, SockFlag::SOCK_CLOEXEC)
             .map_err(io::Error::from)?;
+    upstream_room(&theirs);
     // SAFETY: single-threaded, as the caller promises.
     match unsafe { nix::unistd::fork() }.map_err(io::Error::from)? {
         nix::unistd::ForkResult::Child => {
@@ -121,6 +128,7 @@ pub unsafe fn fork_proxy(
 impl ProxyProcess {
     /// The parent's side of a [`fork_proxy`] child, registered with the runtime.
     pub fn forked(proxy: ForkedProxy) -> io::Result<ProxyProcess> {
+        let plain = Some(proxy.channel.as_raw_fd());
         Ok(ProxyProcess {
             pid: proxy.pid,
             to_child: Box::new(FdStream::new(proxy.channel.try_clone()?)?),
@@ -129,7 +137,18 @@ impl ProxyProcess {
             stderr: None,
             what: "its proxy".to_string(),
             launched: true,
+            plain,
+            splice: None,
         })
+    }
+
+    /// Has the link splice large output into `splicer`'s stash instead of reading it (see
+    /// [`crate::splice`]), if the link is a plain socket.
+    pub fn splice_output(mut self, splicer: &Splicer) -> ProxyProcess {
+        if self.plain.is_some() {
+            self.splice = Some(splicer.clone());
+        }
+        self
     }
 }
 
@@ -162,6 +181,7 @@ pub fn spawn_proxy(
     let (ours, theirs) =
         socketpair(AddressFamily::Unix, SockType::Stream, None, SockFlag::SOCK_CLOEXEC)
             .map_err(io::Error::from)?;
+    upstream_room(&theirs);
     cmd.stdin(Stdio::from(theirs.try_clone()?)).stdout(Stdio::from(theirs));
     cmd.stderr(if remote { Stdio::piped() } else { Stdio::inherit() });
     // Its own process group: a Ctrl-C at the terminal reaches rlaunch alone, which forwards it.
@@ -171,6 +191,7 @@ pub fn spawn_proxy(
     let mut child = cmd.spawn().map_err(|e| io::Error::new(e.kind(), format!("{what}: {e}")))?;
     let stderr = child.stderr.take().map(|e| FdStream::new(OwnedFd::from(e))).transpose()?;
     let to_child = FdStream::new(ours.try_clone()?)?;
+    let plain = Some(ours.as_raw_fd());
     Ok(ProxyProcess {
         pid: child.id() as i32,
         from_child: FrameReader::new(Box::new(FdStream::new(ours)?)),
@@ -179,8 +200,33 @@ pub fn spawn_proxy(
         stderr,
         what,
         launched: false,
+        plain,
+        splice: None,
     })
 }
+
+/// Lets a child's end of its channel hold more of its output in flight: the child writes
+/// output frames of up to 128 KiB, and the default of 208 KiB makes it wait for the parent
+/// after one or two. Best effort (capped by `net.core.wmem_max`).
+fn upstream_room(fd: &OwnedFd) {
+    let size: nix::libc::c_int = UPSTREAM_SNDBUF;
+    // SAFETY: SO_SNDBUF takes one int.
+    let rc = unsafe {
+        nix::libc::setsockopt(
+            fd.as_raw_fd(),
+            nix::libc::SOL_SOCKET,
+            nix::libc::SO_SNDBUF,
+            (&size as *const nix::libc::c_int).cast(),
+            std::mem::size_of::<nix::libc::c_int>() as nix::libc::socklen_t,
+        )
+    };
+    if rc != 0 {
+        tracing::debug!("cannot enlarge a channel's send buffer: {}", io::Error::last_os_error());
+    }
+}
+
+/// What [`upstream_room`] asks for.
+const UPSTREAM_SNDBUF: nix::libc::c_int = 1 << 20;
 
 /// The command line the remote shell runs: the proxy, with our log level (the remote
 /// environment is the login's, not ours).
@@ -271,6 +317,11 @@ pub enum LinkEvent {
         data: Vec<u8>,
         debt: Debt,
     },
+    /// A rank's output, part of it spliced into rlaunch's stash ([`crate::splice`]).
+    Spliced {
+        output: Spliced,
+        debt: Debt,
+    },
     /// Bytes the remote launcher printed on stderr.
     Stderr(Vec<u8>),
     /// The link is gone: `Some` error, or `None` at a clean end of file.
@@ -293,6 +344,19 @@ pub async fn run_link<F, Fut>(
 {
     let ProxyProcess { from_child: mut reader, to_child, mut stderr, launched, greeted, .. } =
         process;
+    let mut splice = match (process.splice, process.plain) {
+        (Some(splicer), Some(fd)) => match LinkSplice::new(splicer, fd) {
+            Ok(splice) => {
+                reader.set_chunk(splice::READ_CHUNK);
+                Some(splice)
+            }
+            Err(e) => {
+                tracing::debug!("cannot splice output from the link: {e}");
+                None
+            }
+        },
+        _ => None,
+    };
     tokio::spawn(async move {
         if let Err(e) = pump(to_child, !launched, &mut down, None).await {
             tracing::debug!("writing to a child proxy failed: {e}");
@@ -312,8 +376,8 @@ pub async fn run_link<F, Fut>(
             },
             r = async {
                 if said_hello {
-                    match tokio::time::timeout(silence, reader.next::<Up>()).await {
-                        Ok(r) => r.map(|o| o.map(|up| owe(up, &credit))).map_err(LinkError::from),
+                    match tokio::time::timeout(silence, next_event(&mut reader, &mut splice, &credit)).await {
+                        Ok(r) => r.map_err(LinkError::from),
                         Err(_) => Err(LinkError::Silent(silence)),
                     }
                 } else {
@@ -358,6 +422,48 @@ pub async fn run_link<F, Fut>(
     };
     let _ = tokio::time::timeout(std::time::Duration::from_secs(1), drain).await;
     deliver(LinkEvent::Closed(error)).await;
+}
+
+/// The next frame from a child as an event, or the next piece of a large output frame when
+/// the link splices. Cancel-safe, as [`FrameReader::next`] and [`LinkSplice::next_piece`] are.
+async fn next_event(
+    reader: &mut FrameReader<LinkRead>,
+    splice: &mut Option<LinkSplice>,
+    credit: &Arc<ChildCredit>,
+) -> Result<Option<LinkEvent>, ReadError> {
+    let Some(splice) = splice else {
+        return Ok(reader.next::<Up>().await?.map(|up| owe(up, credit)));
+    };
+    loop {
+        if splice.busy() {
+            return Ok(Some(match splice.next_piece().await? {
+                splice::Piece::Read { rank, stream, data } => {
+                    owe(Up::Output { rank, stream, data }, credit)
+                }
+                splice::Piece::Spliced(output) => {
+                    let debt = Debt::new(credit.clone(), output.len());
+                    LinkEvent::Spliced { output, debt }
+                }
+            }));
+        }
+        match reader.next_or_bulk::<Up>(splice::SPLICE_MIN).await? {
+            None => return Ok(None),
+            Some(Next::Frame(up)) => {
+                if let Up::Output { rank, stream, data } = &up {
+                    splice.saw(*rank, *stream, data);
+                }
+                return Ok(Some(owe(up, credit)));
+            }
+            Some(Next::Bulk { frame: Up::Output { rank, stream, data }, rest }) => {
+                splice.begin(rank, stream, data, rest);
+            }
+            // Only output carries bulk data up.
+            Some(Next::Bulk { .. }) => {
+                let what = "bulk data that is not output".to_string();
+                return Err(pmi_wire::control::FrameError::Malformed(what).into());
+            }
+        }
+    }
 }
 
 /// A frame from a child as an event: its output owes the child's window.

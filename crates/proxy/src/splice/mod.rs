@@ -1,0 +1,278 @@
+//! Output that rlaunch passes on without looking at it, moved by the kernel: from a link's
+//! socket into a pipe of rlaunch's own (the [`Stash`]), and from there into rlaunch's stdout or
+//! stderr, with `splice(2)`. The pages the proxy wrote into the socket are what the reader of
+//! rlaunch's stdout reads: two copies of each byte fewer than reading it in and writing it out.
+//!
+//! ```text
+//!  link socket ──frame head, read──► link reader ──Spliced{head, stashed, after}──► writer
+//!       └───────── data, spliced ───► Stash (pipe) ─────── spliced ──────────────────┘──► stdout
+//! ```
+//!
+//! Lines must stay whole (ranks share rlaunch's stdout), so the reader still finds where the
+//! lines of each piece start and end, by peeking at the socket (`MSG_PEEK`, `SO_PEEK_OFF`),
+//! not by reading it all: it reads the end of a line it left open (`head`), splices the whole
+//! lines after it, and reads the start of the last line (`after`), which waits in the
+//! writer's lane for its newline like any other. The writer takes `head`, then the stashed
+//! bytes, then `after`, so a piece reaches the sink in order and the stash is emptied in the
+//! order it was filled (rlaunch's runtime has one thread, and a piece is stashed and queued
+//! with nothing in between).
+//!
+//! Only output with nothing to add (no prefix, tag, timestamp or output file) for a stdout
+//! or stderr that takes splices (a pipe, a socket, a file not opened for appending), and only
+//! on a plain link (a socketpair to a forked proxy or to ssh; not an encrypted TCP link).
+//! Anything else, and pieces too small to be worth it, is read the usual way.
+
+use std::fs::File;
+use std::io::{self, Read, Write};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::sync::Arc;
+
+use nix::libc;
+use pmi_wire::ids::Stream;
+
+mod reader;
+
+pub use reader::LinkSplice;
+
+/// A piece of output with fewer bytes than this to splice is read instead: a splice and the
+/// peeks around it cost more than copying a few KiB.
+pub const SPLICE_MIN: usize = 16 << 10;
+/// A link reader that splices reads at most this much at a time, so that little of a large
+/// output frame is read with its head.
+pub const READ_CHUNK: usize = 2 << 10;
+/// How far the reader peeks for the newline that ends a line left open. A longer line is
+/// read, not spliced.
+const PEEK_HEAD: usize = 64 << 10;
+/// How far back from a piece's end the reader peeks for its last newline.
+const PEEK_TAIL: usize = 4 << 10;
+/// The stash's capacity (the default `pipe-max-size`).
+const STASH_CAPACITY: i32 = 1 << 20;
+
+/// rlaunch's pipe for spliced output, between its link readers (which fill it without
+/// blocking) and its writer thread (which empties it into the sinks, blocking).
+pub struct Stash {
+    write: OwnedFd,
+    read: OwnedFd,
+    /// Where bytes nobody wants are spliced to.
+    null: File,
+}
+
+impl Stash {
+    pub fn new() -> io::Result<Arc<Stash>> {
+        let mut fds = [0; 2];
+        // SAFETY: pipe2 writes two fds into the array; both are owned from here on.
+        if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: just created, owned by nobody else.
+        let (read, write) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+        crate::fdio::set_nonblocking(&write)?;
+        crate::fdio::enlarge_pipe(&write, STASH_CAPACITY);
+        let null = File::options().write(true).open("/dev/null")?;
+        Ok(Arc::new(Stash { write, read, null }))
+    }
+
+    /// Moves up to `len` bytes from `from` into the stash, without blocking: fewer when the
+    /// stash is full (its reader is behind) or `from` holds less.
+    pub(super) fn fill(&self, from: RawFd, len: usize) -> io::Result<usize> {
+        let mut moved = 0;
+        while moved < len {
+            let flags = libc::SPLICE_F_MOVE | libc::SPLICE_F_NONBLOCK;
+            let n = splice(from, self.write.as_raw_fd(), len - moved, flags);
+            match n {
+                Ok(0) => break,
+                Ok(n) => moved += n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) if moved > 0 => {
+                    tracing::debug!("splicing output stopped: {e}");
+                    break;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(moved)
+    }
+
+    /// Moves the next `len` bytes of the stash into `to`, waiting for room in it. On an error
+    /// the rest of the `len` bytes are thrown away, so that the stash stays in step with the
+    /// pieces that name it, and the error is returned.
+    pub fn empty_into(&self, to: &File, len: usize) -> io::Result<()> {
+        let mut left = len;
+        while left > 0 {
+            match splice(self.read.as_raw_fd(), to.as_raw_fd(), left, libc::SPLICE_F_MOVE) {
+                Ok(0) => break,
+                Ok(n) => left -= n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                // A sink that turned out not to take splices: copy the rest.
+                Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
+                    return self.copy_into(to, left);
+                }
+                Err(e) => {
+                    self.discard(left);
+                    return Err(e);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn copy_into(&self, to: &File, mut left: usize) -> io::Result<()> {
+        let mut buf = vec![0; left.min(64 << 10)];
+        // SAFETY: `read` stays open for as long as the stash; ManuallyDrop never closes it.
+        let from = std::mem::ManuallyDrop::new(unsafe { File::from_raw_fd(self.read.as_raw_fd()) });
+        while left > 0 {
+            let want = left.min(buf.len());
+            let n = (&*from).read(&mut buf[..want])?;
+            if n == 0 {
+                break;
+            }
+            left -= n;
+            if let Err(e) = (&*to).write_all(&buf[..n]) {
+                self.discard(left);
+                return Err(e);
+            }
+        }
+        Ok(())
+    }
+
+    /// Throws away the next `len` bytes of the stash (output dropped, or a sink broken).
+    pub fn discard(&self, mut len: usize) {
+        while len > 0 {
+            match splice(self.read.as_raw_fd(), self.null.as_raw_fd(), len, 0) {
+                Ok(0) => break,
+                Ok(n) => len -= n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    tracing::debug!("cannot empty the output stash: {e}");
+                    break;
+                }
+            }
+        }
+    }
+}
+
+fn splice(from: RawFd, to: RawFd, len: usize, flags: libc::c_uint) -> io::Result<usize> {
+    // SAFETY: plain fds; null offsets (both ends are pipes or sockets, or a file at its
+    // current position).
+    let n =
+        unsafe { libc::splice(from, std::ptr::null_mut(), to, std::ptr::null_mut(), len, flags) };
+    if n < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(n as usize)
+}
+
+/// Whether `fd` takes splices from a pipe: a pipe, a socket, or a regular file not opened
+/// for appending (`>>`; splice refuses those). Not a terminal.
+pub fn takes_splices(fd: RawFd) -> bool {
+    // SAFETY: fstat writes one struct stat; fcntl(F_GETFL) reads the flags.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    if unsafe { libc::fstat(fd, &mut st) } != 0 {
+        return false;
+    }
+    match st.st_mode & libc::S_IFMT {
+        libc::S_IFIFO | libc::S_IFSOCK => true,
+        libc::S_IFREG => {
+            let flags = unsafe { libc::fcntl(fd, libc::F_GETFL) };
+            flags >= 0 && flags & libc::O_APPEND == 0
+        }
+        _ => false,
+    }
+}
+
+/// What rlaunch splices: into its stash, the output of the streams whose sink takes it.
+#[derive(Clone)]
+pub struct Splicer {
+    pub stash: Arc<Stash>,
+    /// Stdout's, then stderr's.
+    pub streams: [bool; 2],
+}
+
+impl Splicer {
+    pub(super) fn wants(&self, stream: Stream) -> bool {
+        self.streams[stream_index(stream)]
+    }
+}
+
+fn stream_index(stream: Stream) -> usize {
+    match stream {
+        Stream::Stdout => 0,
+        Stream::Stderr => 1,
+    }
+}
+
+/// A piece of a rank's output, part of it in the stash: `head` (read), then `stashed` bytes
+/// in the stash, then `after` (read). `head` is empty or ends the line the rank's stream had
+/// open, so the stashed bytes start a line. Unless `whole` (the stash took fewer bytes than
+/// the whole lines there were), the stashed bytes end mid-line and `after` holds the rest of
+/// that line, newline included, first.
+pub struct Spliced {
+    pub rank: u32,
+    pub stream: Stream,
+    pub head: Vec<u8>,
+    pub stashed: usize,
+    pub whole: bool,
+    pub after: Vec<u8>,
+    pub stash: Arc<Stash>,
+}
+
+impl Spliced {
+    pub fn len(&self) -> usize {
+        self.head.len() + self.stashed + self.after.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// A piece of a large output frame, as the link reader took it from the socket.
+pub enum Piece {
+    Read { rank: u32, stream: Stream, data: Vec<u8> },
+    Spliced(Spliced),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::net::UnixStream;
+
+    pub(super) fn lines(from: usize, count: usize, len: usize) -> Vec<u8> {
+        (from..from + count)
+            .flat_map(|i| {
+                let mut line = format!("{i:08}").into_bytes();
+                line.resize(len - 1, b'.');
+                line.push(b'\n');
+                line
+            })
+            .collect()
+    }
+
+    pub(super) fn stash_contents(stash: &Stash, len: usize) -> Vec<u8> {
+        let (mut a, b) = UnixStream::pair().unwrap();
+        let out = File::from(OwnedFd::from(b));
+        let reader = std::thread::spawn(move || {
+            let mut got = vec![0; len];
+            a.read_exact(&mut got).unwrap();
+            got
+        });
+        stash.empty_into(&out, len).unwrap();
+        reader.join().unwrap()
+    }
+
+    #[test]
+    fn pipes_sockets_and_plain_files_take_splices_and_appended_files_do_not() {
+        let dir = std::env::temp_dir().join(format!("rlaunch-splice-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let plain = File::create(dir.join("a")).unwrap();
+        let appended = File::options().append(true).create(true).open(dir.join("b")).unwrap();
+        let (a, _b) = UnixStream::pair().unwrap();
+        let null = File::options().write(true).open("/dev/null").unwrap();
+        assert!(takes_splices(plain.as_raw_fd()));
+        assert!(!takes_splices(appended.as_raw_fd()));
+        assert!(takes_splices(a.as_raw_fd()));
+        assert!(!takes_splices(null.as_raw_fd()));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

@@ -1,0 +1,395 @@
+//! The link reader's side of splicing: what of a large output frame to read, what to splice.
+
+use std::collections::HashSet;
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+
+use nix::libc;
+use pmi_wire::ids::Stream;
+use pmi_wire::io::ReadError;
+use tokio::io::unix::AsyncFd;
+
+use super::{Piece, Spliced, Splicer, PEEK_HEAD, PEEK_TAIL, SPLICE_MIN};
+
+/// The rest of a large output frame, still in the socket.
+struct Bulk {
+    rank: u32,
+    stream: Stream,
+    rest: usize,
+    /// The frame's bytes after the last newline handed out: held until the frame is all
+    /// in, so that a frame cut short by a lost link leaves no line cut in the output.
+    held: Vec<u8>,
+}
+
+/// A link reader's splicing: the link's socket (a duplicate of the reader's descriptor,
+/// registered on its own), the large output frame it is taking, and which ranks' streams
+/// have a line open (their last byte seen was not a newline).
+pub struct LinkSplice {
+    socket: AsyncFd<OwnedFd>,
+    state: State,
+}
+
+struct State {
+    splicer: Splicer,
+    bulk: Option<Bulk>,
+    open_lines: HashSet<(u32, Stream)>,
+}
+
+impl LinkSplice {
+    /// Splicing for the link whose reader reads `socket` (borrowed: duplicated here).
+    pub fn new(splicer: Splicer, socket: RawFd) -> io::Result<LinkSplice> {
+        // SAFETY: F_DUPFD_CLOEXEC returns a new fd, owned from here on.
+        let dup = unsafe { libc::fcntl(socket, libc::F_DUPFD_CLOEXEC, 0) };
+        if dup < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: just created, owned by nobody else.
+        let dup = unsafe { OwnedFd::from_raw_fd(dup) };
+        // SAFETY: the OwnedFd stays open, and is the same fd, for as long as the AsyncFd owns it.
+        let socket = unsafe { AsyncFd::register(dup) }.map_err(|e| e.into_parts().1)?;
+        let state = State { splicer, bulk: None, open_lines: HashSet::new() };
+        Ok(LinkSplice { socket, state })
+    }
+
+    /// Notes output of a rank's stream read the usual way: whether it leaves a line open.
+    pub fn saw(&mut self, rank: u32, stream: Stream, data: &[u8]) {
+        self.state.saw(rank, stream, data);
+    }
+
+    /// An output frame of `rank`'s `stream` begins with `first`, and its next `rest` bytes
+    /// are still in the socket: [`LinkSplice::next_piece`] takes them all, `first` with them.
+    pub fn begin(&mut self, rank: u32, stream: Stream, first: Vec<u8>, rest: usize) {
+        self.state.bulk = Some(Bulk { rank, stream, rest, held: first });
+    }
+
+    /// Whether a frame's data is still to be taken.
+    pub fn busy(&self) -> bool {
+        self.state.bulk.is_some()
+    }
+
+    /// The next piece of the frame begun, once the socket holds some of it. Cancel-safe: it
+    /// only waits before it takes anything.
+    pub async fn next_piece(&mut self) -> Result<Piece, ReadError> {
+        loop {
+            let mut guard = self.socket.readable().await?;
+            match self.state.try_piece(guard.get_inner().as_raw_fd())? {
+                Some(piece) => return Ok(piece),
+                None => guard.clear_ready(),
+            }
+        }
+    }
+}
+
+impl State {
+    fn saw(&mut self, rank: u32, stream: Stream, data: &[u8]) {
+        match data.last() {
+            Some(b'\n') => {
+                self.open_lines.remove(&(rank, stream));
+            }
+            Some(_) => {
+                self.open_lines.insert((rank, stream));
+            }
+            None => {}
+        }
+    }
+
+    fn try_piece(&mut self, fd: RawFd) -> Result<Option<Piece>, ReadError> {
+        let bulk = self.bulk.as_ref().expect("a frame begun");
+        let (rank, stream) = (bulk.rank, bulk.stream);
+        let avail = queued(fd)?.min(bulk.rest);
+        if avail == 0 && bulk.rest > 0 {
+            // Nothing yet, or the end of the stream in the middle of the frame.
+            let mut byte = 0u8;
+            // SAFETY: peeks at most one byte into `byte`.
+            let n = unsafe {
+                libc::recv(
+                    fd,
+                    (&mut byte as *mut u8).cast(),
+                    1,
+                    libc::MSG_PEEK | libc::MSG_DONTWAIT,
+                )
+            };
+            return match n {
+                0 => Err(ReadError::Truncated),
+                n if n > 0 => Ok(None),
+                _ => match io::Error::last_os_error() {
+                    e if e.kind() == io::ErrorKind::WouldBlock => Ok(None),
+                    e => Err(e.into()),
+                },
+            };
+        }
+        // A line is open if the bytes held leave one open, or else if the output handed out
+        // did.
+        let open = match bulk.held.last() {
+            Some(&last) => last != b'\n',
+            None => self.open_lines.contains(&(rank, stream)),
+        };
+        let spliced = match self.splicer.wants(stream) && avail >= SPLICE_MIN {
+            true => self.splice_piece(fd, rank, stream, open, avail)?,
+            false => None,
+        };
+        let mut piece = match spliced {
+            Some(s) if s.stashed > 0 => Piece::Spliced(s),
+            Some(s) => Piece::Read { rank, stream, data: [s.head, s.after].concat() },
+            None => Piece::Read { rank, stream, data: read_exact_now(fd, avail)? },
+        };
+        let bulk = self.bulk.as_mut().expect("a frame begun");
+        bulk.rest -= avail;
+        let held = std::mem::take(&mut bulk.held);
+        let done = bulk.rest == 0;
+        // The bytes held go first; the frame's last open line is held back until its end.
+        let last = match &mut piece {
+            Piece::Read { data, .. } => {
+                let mut all = held;
+                all.extend_from_slice(data);
+                *data = all;
+                data
+            }
+            Piece::Spliced(s) => {
+                let mut head = held;
+                head.extend_from_slice(&s.head);
+                s.head = head;
+                &mut s.after
+            }
+        };
+        if !done {
+            let end = last.iter().rposition(|&b| b == b'\n').map_or(0, |nl| nl + 1);
+            let open_end = last.split_off(end);
+            self.bulk.as_mut().expect("a frame begun").held = open_end;
+        } else {
+            self.bulk = None;
+        }
+        match &piece {
+            Piece::Read { data, .. } => self.saw(rank, stream, data),
+            Piece::Spliced(s) if !s.after.is_empty() => self.saw(rank, stream, &s.after),
+            // Stashed lines end with a newline: all of them when `after` is empty.
+            Piece::Spliced(_) => self.saw(rank, stream, b"\n"),
+        }
+        if matches!(&piece, Piece::Read { data, .. } if data.is_empty()) {
+            // All of it held (a piece with no newline): take the next one, or wait for it.
+            return match done {
+                true => Ok(Some(piece)),
+                false => self.try_piece(fd),
+            };
+        }
+        Ok(Some(piece))
+    }
+
+    /// Takes the first `avail` bytes of the socket as a piece whose whole lines are spliced,
+    /// or `None` (nothing taken) if there are too few of them to be worth it.
+    fn splice_piece(
+        &self,
+        fd: RawFd,
+        rank: u32,
+        stream: Stream,
+        open: bool,
+        avail: usize,
+    ) -> io::Result<Option<Spliced>> {
+        let head_len = match open {
+            false => 0,
+            true => match first_newline(fd, avail.min(PEEK_HEAD))? {
+                Some(at) => at + 1,
+                None => return Ok(None),
+            },
+        };
+        let k = PEEK_TAIL.min(avail - head_len);
+        let mut window = [0; PEEK_TAIL];
+        let peeked = peek_at(fd, avail - k, &mut window[..k])?;
+        let Some(last) = window[..peeked].iter().rposition(|&b| b == b'\n') else {
+            return Ok(None);
+        };
+        let lines_end = avail - k + last + 1;
+        if lines_end < head_len + SPLICE_MIN {
+            return Ok(None);
+        }
+        let head = read_exact_now(fd, head_len)?;
+        let lines = lines_end - head_len;
+        let stashed = self.splicer.stash.fill(fd, lines)?;
+        let after = read_exact_now(fd, avail - head_len - stashed)?;
+        let stash = self.splicer.stash.clone();
+        Ok(Some(Spliced { rank, stream, head, stashed, whole: stashed == lines, after, stash }))
+    }
+}
+
+/// Bytes waiting in the socket.
+fn queued(fd: RawFd) -> io::Result<usize> {
+    let mut n: libc::c_int = 0;
+    // SAFETY: FIONREAD (SIOCINQ) writes one int.
+    if unsafe { libc::ioctl(fd, libc::FIONREAD, &mut n) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(n.max(0) as usize)
+}
+
+/// Where the first newline in the socket is, looking no further than `limit` bytes: a
+/// short peek first, since lines are usually short.
+fn first_newline(fd: RawFd, limit: usize) -> io::Result<Option<usize>> {
+    let mut short = [0; 512];
+    let n = peek_at(fd, 0, &mut short[..limit.min(512)])?;
+    if let Some(at) = short[..n].iter().position(|&b| b == b'\n') {
+        return Ok(Some(at));
+    }
+    if n < 512 || limit <= 512 {
+        return Ok(None);
+    }
+    let mut long = vec![0; limit];
+    let n = peek_at(fd, 0, &mut long)?;
+    Ok(long[..n].iter().position(|&b| b == b'\n'))
+}
+
+/// Copies the socket's bytes from `offset` into `buf`, leaving them in the socket.
+fn peek_at(fd: RawFd, offset: usize, buf: &mut [u8]) -> io::Result<usize> {
+    let set = |off: libc::c_int| {
+        // SAFETY: SO_PEEK_OFF takes one int.
+        let rc = unsafe {
+            libc::setsockopt(
+                fd,
+                libc::SOL_SOCKET,
+                libc::SO_PEEK_OFF,
+                (&off as *const libc::c_int).cast(),
+                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+            )
+        };
+        if rc != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
+    };
+    if offset > 0 {
+        set(offset as libc::c_int)?;
+    }
+    // SAFETY: recv writes at most buf.len() bytes into buf.
+    let n = unsafe {
+        libc::recv(fd, buf.as_mut_ptr().cast(), buf.len(), libc::MSG_PEEK | libc::MSG_DONTWAIT)
+    };
+    let result = if n < 0 { Err(io::Error::last_os_error()) } else { Ok(n as usize) };
+    if offset > 0 {
+        set(-1)?;
+    }
+    result
+}
+
+/// Reads exactly `len` bytes that the socket already holds.
+fn read_exact_now(fd: RawFd, len: usize) -> io::Result<Vec<u8>> {
+    let mut buf = Vec::with_capacity(len);
+    while buf.len() < len {
+        let want = len - buf.len();
+        let spare = buf.spare_capacity_mut();
+        // SAFETY: read writes at most `want` bytes into the spare capacity, which holds that
+        // many; the length grows by what it reports.
+        let n = unsafe { libc::read(fd, spare.as_mut_ptr().cast(), want) };
+        match n {
+            0 => return Err(io::ErrorKind::UnexpectedEof.into()),
+            n if n > 0 => unsafe { buf.set_len(buf.len() + n as usize) },
+            _ => {
+                let e = io::Error::last_os_error();
+                if e.kind() != io::ErrorKind::Interrupted {
+                    return Err(e);
+                }
+            }
+        }
+    }
+    Ok(buf)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::tests::{lines, stash_contents};
+    use super::super::Stash;
+    use super::*;
+    use std::fs::File;
+    use std::io::Write;
+    use std::os::unix::net::UnixStream;
+
+    #[tokio::test]
+    async fn pieces_splice_whole_lines_and_read_the_open_ends() {
+        let (mut tx, rx) = UnixStream::pair().unwrap();
+        rx.set_nonblocking(true).unwrap();
+        let stash = Stash::new().unwrap();
+        let splicer = Splicer { stash: stash.clone(), streams: [true, false] };
+        let mut link = LinkSplice::new(splicer, rx.as_raw_fd()).unwrap();
+        // The stream left a line open: "part"; the frame's data ends it, has 1000 lines of
+        // 50 bytes, and leaves another open.
+        link.saw(3, Stream::Stdout, b"part");
+        let mut data = b"-end\n".to_vec();
+        data.extend(lines(0, 1000, 50));
+        data.extend_from_slice(b"open");
+        tx.write_all(&data).unwrap();
+        link.begin(3, Stream::Stdout, Vec::new(), data.len());
+        let Piece::Spliced(s) = link.next_piece().await.unwrap() else { panic!("not spliced") };
+        assert!(!link.busy());
+        assert_eq!(
+            (s.rank, s.stream, &s.head[..], s.whole, &s.after[..]),
+            (3, Stream::Stdout, &b"-end\n"[..], true, &b"open"[..])
+        );
+        assert_eq!(s.stashed, 50_000);
+        assert_eq!(stash_contents(&stash, 50_000), lines(0, 1000, 50));
+        assert!(link.state.open_lines.contains(&(3, Stream::Stdout)));
+
+        // Stderr is not spliced here: read.
+        tx.write_all(&data).unwrap();
+        link.begin(3, Stream::Stderr, Vec::new(), data.len());
+        let Piece::Read { data: got, .. } = link.next_piece().await.unwrap() else { panic!() };
+        assert_eq!(got, data);
+    }
+
+    #[tokio::test]
+    async fn a_full_stash_takes_what_it_can_and_the_rest_is_read() {
+        let (mut tx, rx) = UnixStream::pair().unwrap();
+        rx.set_nonblocking(true).unwrap();
+        let stash = Stash::new().unwrap();
+        // A stash of 16 pages, 15 of them taken: the writer thread is behind.
+        crate::fdio::enlarge_pipe(&stash.write, 64 << 10);
+        File::from(stash.write.try_clone().unwrap()).write_all(&[b'x'; 60 << 10]).unwrap();
+        let splicer = Splicer { stash: stash.clone(), streams: [true, true] };
+        let mut link = LinkSplice::new(splicer, rx.as_raw_fd()).unwrap();
+        let data = lines(0, 500, 100);
+        tx.write_all(&data).unwrap();
+        link.begin(1, Stream::Stderr, Vec::new(), data.len());
+        let Piece::Spliced(s) = link.next_piece().await.unwrap() else { panic!("not spliced") };
+        assert!(!link.busy());
+        assert!(
+            !s.whole && s.head.is_empty() && s.stashed > 0 && s.stashed <= 4096,
+            "{}",
+            s.stashed
+        );
+        stash.discard(60 << 10);
+        let mut got = stash_contents(&stash, s.stashed);
+        got.extend_from_slice(&s.after);
+        assert_eq!(got, data);
+        assert!(!link.state.open_lines.contains(&(1, Stream::Stderr)));
+    }
+
+    #[tokio::test]
+    async fn a_frame_cut_short_hands_out_its_whole_lines_only() {
+        let (mut tx, rx) = UnixStream::pair().unwrap();
+        rx.set_nonblocking(true).unwrap();
+        let splicer = Splicer { stash: Stash::new().unwrap(), streams: [true, true] };
+        let mut link = LinkSplice::new(splicer, rx.as_raw_fd()).unwrap();
+        // The frame's first bytes came with its head; then "c\nde", then the link is lost.
+        tx.write_all(b"c\nde").unwrap();
+        drop(tx);
+        link.begin(0, Stream::Stdout, b"ab".to_vec(), 1000);
+        let Piece::Read { data, .. } = link.next_piece().await.unwrap() else { panic!() };
+        assert_eq!(data, b"abc\n");
+        assert!(matches!(link.next_piece().await, Err(ReadError::Truncated)));
+    }
+
+    #[tokio::test]
+    async fn a_frame_in_pieces_holds_its_open_line_until_the_piece_that_ends_it() {
+        let (mut tx, rx) = UnixStream::pair().unwrap();
+        rx.set_nonblocking(true).unwrap();
+        let splicer = Splicer { stash: Stash::new().unwrap(), streams: [true, true] };
+        let mut link = LinkSplice::new(splicer, rx.as_raw_fd()).unwrap();
+        tx.write_all(b"xy").unwrap();
+        link.begin(0, Stream::Stdout, b"w".to_vec(), 5);
+        // No newline yet: nothing handed out.
+        let wait = std::time::Duration::from_millis(50);
+        assert!(tokio::time::timeout(wait, link.next_piece()).await.is_err());
+        tx.write_all(b"z\nq").unwrap();
+        let Piece::Read { data, .. } = link.next_piece().await.unwrap() else { panic!() };
+        // The frame is all in: its open end goes too, for the writer's lane to hold.
+        assert_eq!(data, b"wxyz\nq");
+        assert!(!link.busy());
+    }
+}
