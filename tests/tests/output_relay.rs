@@ -75,10 +75,23 @@ fn a_slow_reader_slows_the_ranks_down_without_growing_memory() {
 
 /// What the writer says it spliced (`RLAUNCH_LOG=debug`).
 fn spliced_bytes(stderr: &str) -> u64 {
-    let line = stderr.lines().find(|l| l.contains(" bytes of output spliced")).expect(stderr);
-    let words: Vec<&str> = line.split_whitespace().collect();
-    let at = words.iter().position(|&w| w == "bytes").unwrap();
-    words[at - 1].parse().unwrap()
+    logged_bytes(stderr, " bytes of output spliced")
+}
+
+/// What the proxies say they carried up without reading it, all told.
+fn carried_bytes(stderr: &str) -> u64 {
+    logged_bytes(stderr, " bytes of output carried")
+}
+
+fn logged_bytes(stderr: &str, what: &str) -> u64 {
+    let lines: Vec<&str> = stderr.lines().filter(|l| l.contains(what)).collect();
+    assert!(!lines.is_empty(), "no{what} in {stderr}");
+    let count = |line: &&str| -> u64 {
+        let words: Vec<&str> = line.split_whitespace().collect();
+        let at = words.iter().position(|&w| w == "bytes").unwrap();
+        words[at - 1].parse::<u64>().unwrap()
+    };
+    lines.iter().map(count).sum()
 }
 
 #[test]
@@ -96,6 +109,17 @@ fn a_lone_ranks_output_into_a_pipe_is_spliced_and_arrives_byte_for_byte() {
     assert!(out.stdout == expected, "the bytes differ from what the rank wrote");
     let spliced = spliced_bytes(&out.stderr_str());
     assert!(spliced > bytes / 2, "only {spliced} of {bytes} bytes were spliced");
+    let carried = carried_bytes(&out.stderr_str());
+    assert!(carried > bytes / 2, "only {carried} of {bytes} bytes were carried");
+
+    // Off: read and written as before, the same bytes.
+    let off = Run::new(&["-n", "1", &rankprog_str(), "ragged", &bytes.to_string()])
+        .env("RLAUNCH_LOG", "debug")
+        .env("RLAUNCH_SPLICE", "0")
+        .run();
+    off.assert_code(0);
+    assert!(off.stdout == expected, "the bytes differ from what the rank wrote");
+    assert_eq!((spliced_bytes(&off.stderr_str()), carried_bytes(&off.stderr_str())), (0, 0));
 }
 
 #[test]

@@ -171,7 +171,7 @@ fn splicer(spec: &OutputSpec) -> Option<Splicer> {
     if !plain || outfile.is_some() || errfile.is_some() || dir.is_some() {
         return None;
     }
-    if std::env::var_os("RLAUNCH_SPLICE").is_some_and(|v| v == "0") {
+    if !rlaunch_proxy::splice::enabled() {
         return None;
     }
     let streams = [takes_splices(1), takes_splices(2)];

@@ -26,6 +26,8 @@ use std::sync::Arc;
 use pmi_wire::control::{Down, Up};
 use tokio::sync::{mpsc, watch, Notify, Semaphore};
 
+use crate::splice::Carried;
+
 /// What rlaunch lets its whole tree have on the way to it, shared among its links.
 pub const ROOT_BUDGET: u64 = 8 << 20;
 /// What a proxy lets its child proxies have on the way to it, shared among them.
@@ -153,16 +155,26 @@ impl Window {
 pub struct Queued {
     pub up: Up,
     pub debt: Option<Debt>,
+    /// The output's data, when it is in a carrier instead of in `up` (see
+    /// [`crate::splice::Carriers`]).
+    pub carried: Option<Carried>,
 }
 
 impl Queued {
     pub fn plain(up: Up) -> Queued {
-        Queued { up, debt: None }
+        Queued { up, debt: None, carried: None }
     }
 
-    fn output_len(&self) -> Option<usize> {
-        match &self.up {
-            Up::Output { data, .. } => Some(data.len()),
+    /// Output relayed from a child, owing its window.
+    pub fn owing(up: Up, debt: Debt) -> Queued {
+        Queued { up, debt: Some(debt), carried: None }
+    }
+
+    /// Bytes of output, wherever they are.
+    pub fn output_len(&self) -> Option<usize> {
+        match (&self.up, &self.carried) {
+            (Up::Output { .. }, Some(carried)) => Some(carried.len()),
+            (Up::Output { data, .. }, None) => Some(data.len()),
             _ => None,
         }
     }

@@ -58,13 +58,19 @@ use pmi_wire::control::Launch;
 /// reads no hello and no Launch frame; an exec'd proxy reads both from `input`.
 pub fn run(input: OwnedFd, output: OwnedFd, proxy_exe: OsString, launch: Option<Launch>) -> i32 {
     // An exec'd proxy may be across a remote shell: its guard watches this channel.
-    let guard = launch.is_none().then(|| (input.as_raw_fd(), output.as_raw_fd()));
+    let plain = node::PlainChannel {
+        input: input.as_raw_fd(),
+        output: output.as_raw_fd(),
+        guarded: launch.is_none(),
+    };
     runtime().block_on(async {
         let channel = FdStream::new(input).and_then(|i| Ok((i, FdStream::new(output)?)));
         match channel {
             Ok((up_in, up_out)) => {
                 let (up_in, up_out) = (Box::new(up_in), Box::new(up_out));
-                match node::serve(up_in, up_out, proxy_exe, launch, own_host(), None, guard).await {
+                match node::serve(up_in, up_out, proxy_exe, launch, own_host(), None, Some(plain))
+                    .await
+                {
                     node::Served::Exit(code) => code,
                     node::Served::Redirect(_) => {
                         eprintln!("rlaunch-proxy: its parent sent it to dial elsewhere");

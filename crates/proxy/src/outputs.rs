@@ -36,6 +36,7 @@ use tokio::sync::{mpsc, watch};
 use crate::credit::{self, Queued};
 use crate::fdio;
 use crate::mailbox;
+use crate::splice::{self, Carried, Carriers};
 
 /// Largest chunk of output sent in one frame.
 const OUTPUT_CHUNK: usize = 128 << 10;
@@ -88,6 +89,7 @@ impl Outputs {
     /// after its end went upstream.
     pub fn start(
         data: mpsc::UnboundedSender<Queued>,
+        carriers: Option<Arc<Carriers>>,
         closed: impl FnMut(StreamEnd) + Send + 'static,
     ) -> io::Result<Outputs> {
         // SAFETY: epoll_create1 with a valid flag; the fd is owned from here on.
@@ -101,7 +103,7 @@ impl Outputs {
         let set = unsafe { AsyncFd::register(set) }.map_err(|e| e.into_parts().1)?;
         let (adds, added) = mailbox::channel();
         let (dropped, drop_rx) = watch::channel(false);
-        tokio::spawn(run(set, added, drop_rx, data, closed));
+        tokio::spawn(run(set, added, drop_rx, data, carriers, closed));
         Ok(Outputs { adds, dropped })
     }
 
@@ -122,11 +124,23 @@ async fn run(
     mut added: mailbox::Receiver<Add>,
     dropped: watch::Receiver<bool>,
     data: mpsc::UnboundedSender<Queued>,
+    carriers: Option<Arc<Carriers>>,
     closed: impl FnMut(StreamEnd),
 ) {
     let set_fd = set.as_raw_fd();
     let (pipes, room) = (HashMap::new(), credit::Local::new());
-    let mut hub = Hub { set_fd, pipes, next_key: 0, data, room, dropped, upstream: true, closed };
+    let mut hub = Hub {
+        set_fd,
+        pipes,
+        next_key: 0,
+        data,
+        carriers,
+        carried: 0,
+        room,
+        dropped,
+        upstream: true,
+        closed,
+    };
     let mut adding = true;
     while adding || !hub.pipes.is_empty() {
         tokio::select! {
@@ -150,6 +164,7 @@ async fn run(
             },
         }
     }
+    tracing::debug!("{} bytes of output carried", hub.carried);
 }
 
 struct Hub<F> {
@@ -158,6 +173,11 @@ struct Hub<F> {
     pipes: HashMap<u64, Pipe>,
     next_key: u64,
     data: mpsc::UnboundedSender<Queued>,
+    /// Large chunks are moved out of the pipes into carriers, not read (when the upstream
+    /// takes splices).
+    carriers: Option<Arc<Carriers>>,
+    /// Bytes that went up in carriers.
+    carried: u64,
     /// The node's output budget: what is read waits for room in it before it goes.
     room: Arc<credit::Local>,
     /// Becomes true when the node drops the output ([`Outputs::drop_all`]).
@@ -169,7 +189,7 @@ struct Hub<F> {
 
 impl<F: FnMut(StreamEnd)> Hub<F> {
     async fn add(&mut self, add: Add) {
-        self.send(add.first).await;
+        self.send(add.first, None).await;
         for (stream, fd) in [(Stream::Stdout, add.stdout), (Stream::Stderr, add.stderr)] {
             let pipe = Pipe { fd, rank: add.rank, local: add.local, stream, bytes: 0, first: None };
             if !self.upstream {
@@ -204,12 +224,28 @@ impl<F: FnMut(StreamEnd)> Hub<F> {
             let Some(pipe) = self.pipes.get_mut(&key) else {
                 continue;
             };
-            match fdio::read_now(pipe.fd.as_raw_fd(), OUTPUT_CHUNK) {
+            let fd = pipe.fd.as_raw_fd();
+            let carried = match &self.carriers {
+                Some(c) => c.take(fd, splice::SPLICE_MIN, OUTPUT_CHUNK).unwrap_or_else(|e| {
+                    tracing::debug!(rank = pipe.rank, "cannot carry output: {e}");
+                    None
+                }),
+                None => None,
+            };
+            if let Some(carried) = carried {
+                pipe.bytes += carried.len() as u64;
+                self.carried += carried.len() as u64;
+                pipe.first.get_or_insert_with(record::now_us);
+                let (rank, stream) = (pipe.rank, pipe.stream);
+                self.send(Up::Output { rank, stream, data: Vec::new() }, Some(carried)).await;
+                continue;
+            }
+            match fdio::read_now(fd, OUTPUT_CHUNK) {
                 Ok(chunk) if !chunk.is_empty() => {
                     pipe.bytes += chunk.len() as u64;
                     pipe.first.get_or_insert_with(record::now_us);
                     let (rank, stream) = (pipe.rank, pipe.stream);
-                    self.send(Up::Output { rank, stream, data: chunk }).await;
+                    self.send(Up::Output { rank, stream, data: chunk }, None).await;
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
                 read => {
@@ -224,22 +260,24 @@ impl<F: FnMut(StreamEnd)> Hub<F> {
         true
     }
 
-    /// Sends `up` upstream, output once there is room for it; once upstream is gone or the
-    /// output dropped (while it waits, too), gives up every pipe.
-    async fn send(&mut self, up: Up) {
+    /// Sends `up` upstream (output with its data in `carried`, if carried), output once
+    /// there is room for it; once upstream is gone or the output dropped (while it waits,
+    /// too), gives up every pipe.
+    async fn send(&mut self, up: Up, carried: Option<Carried>) {
         if !self.upstream {
             return;
         }
-        let debt = match &up {
-            Up::Output { data, .. } => tokio::select! {
+        let queued = Queued { up, debt: None, carried };
+        let debt = match queued.output_len() {
+            Some(len) => tokio::select! {
                 biased;
                 _ = crate::raised(&mut self.dropped) => None,
-                debt = self.room.borrow(data.len()) => Some(debt),
+                debt = self.room.borrow(len) => Some(debt),
             },
-            _ => None,
+            None => None,
         };
-        let dropped = debt.is_none() && matches!(up, Up::Output { .. });
-        if dropped || self.data.send(Queued { up, debt }).is_err() {
+        let dropped = debt.is_none() && matches!(queued.up, Up::Output { .. });
+        if dropped || self.data.send(Queued { debt, ..queued }).is_err() {
             self.abandon();
         }
     }
@@ -258,7 +296,7 @@ impl<F: FnMut(StreamEnd)> Hub<F> {
         let end = pipe.end();
         let Pipe { fd, rank, stream, .. } = pipe;
         drop(fd);
-        self.send(Up::OutputEnd { rank, stream }).await;
+        self.send(Up::OutputEnd { rank, stream }, None).await;
         (self.closed)(end);
     }
 

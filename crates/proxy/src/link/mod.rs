@@ -358,7 +358,7 @@ pub async fn run_link<F, Fut>(
         _ => None,
     };
     tokio::spawn(async move {
-        if let Err(e) = pump(to_child, !launched, &mut down, None).await {
+        if let Err(e) = pump(to_child, !launched, &mut down, None, None).await {
             tracing::debug!("writing to a child proxy failed: {e}");
         }
     });

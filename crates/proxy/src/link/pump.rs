@@ -2,7 +2,9 @@
 //! write.
 
 use std::io;
+use std::os::fd::{AsRawFd, OwnedFd};
 
+use tokio::io::unix::AsyncFd;
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 use tokio::sync::mpsc;
 
@@ -10,20 +12,23 @@ use pmi_wire::control::{self, Frame, Up};
 
 use crate::credit::{Outbox, Queued};
 use crate::fdio::Gather;
+use crate::splice::Carried;
 
 /// Writes frames to `out` until every sender is gone. Control messages go first; the data
 /// path (`data`: output, as its window allows, and the frames ordered with it) fills the rest
 /// of each write. Messages that are ready together are written with one syscall; on a link
 /// that takes vectored writes, large output goes from where it lies, not copied into the
-/// batch ([`Batch`]). A queued frame's debt is repaid once it is written (see
-/// [`crate::credit`]).
+/// batch ([`Batch`]), and output in a carrier is spliced from it into `splice_to` (`out`'s
+/// descriptor, registered on its own). A queued frame's debt is repaid once it is written
+/// (see [`crate::credit`]).
 pub async fn pump<M: Frame>(
     mut out: impl AsyncWrite + Unpin,
     hello: bool,
     control: &mut mpsc::UnboundedReceiver<M>,
     mut data: Option<&mut Outbox>,
+    splice_to: Option<&AsyncFd<OwnedFd>>,
 ) -> io::Result<()> {
-    let mut batch = Batch::new(out.is_write_vectored());
+    let mut batch = Batch::new(out.is_write_vectored(), splice_to.is_some());
     if hello {
         batch.bytes(&control::hello());
     }
@@ -61,7 +66,7 @@ pub async fn pump<M: Frame>(
                 break;
             }
         }
-        batch.write_to(&mut out).await?;
+        batch.write_to(&mut out, splice_to).await?;
         // An encrypted link holds the last record until flushed; a pipe has nothing to flush.
         out.flush().await?;
         batch.clear();
@@ -71,6 +76,8 @@ pub async fn pump<M: Frame>(
 /// Frames to write in one go: encoded bytes, and output whose data is written where it lies.
 struct Batch {
     vectored: bool,
+    /// Output in carriers is spliced (else read out of them).
+    splicing: bool,
     /// Encoded frames, and the heads of the output frames held.
     buf: Vec<u8>,
     pieces: Vec<Piece>,
@@ -92,9 +99,9 @@ impl Batch {
     /// Output smaller than this is copied: a slice of its own costs more.
     const IN_PLACE: usize = 4 << 10;
 
-    fn new(vectored: bool) -> Batch {
+    fn new(vectored: bool, splicing: bool) -> Batch {
         let buf = Vec::with_capacity(64 << 10);
-        Batch { vectored, buf, pieces: Vec::new(), held: Vec::new(), len: 0 }
+        Batch { vectored, splicing, buf, pieces: Vec::new(), held: Vec::new(), len: 0 }
     }
 
     fn is_empty(&self) -> bool {
@@ -123,9 +130,27 @@ impl Batch {
         }
     }
 
-    fn queued(&mut self, q: Queued) {
-        match &q.up {
-            Up::Output { rank, stream, data } if self.vectored && data.len() >= Self::IN_PLACE => {
+    fn queued(&mut self, mut q: Queued) {
+        if let Some(carried) = q.carried.take_if(|_| !self.splicing) {
+            // Not expected: carriers are for links that splice. Read out, then as any output.
+            match (carried.into_bytes(), &mut q.up) {
+                (Ok(bytes), Up::Output { data, .. }) => *data = bytes,
+                (Err(e), _) => tracing::debug!("cannot read output out of its carrier: {e}"),
+                _ => {}
+            }
+        }
+        match (&q.up, &q.carried) {
+            (Up::Output { rank, stream, .. }, Some(carried)) => {
+                let start = self.buf.len();
+                control::encode_output_head(*rank, *stream, carried.len(), &mut self.buf);
+                self.encoded(start);
+                self.len += carried.len();
+                self.pieces.push(Piece::Held(self.held.len()));
+                self.held.push(q);
+            }
+            (Up::Output { rank, stream, data }, None)
+                if self.vectored && data.len() >= Self::IN_PLACE =>
+            {
                 let start = self.buf.len();
                 control::encode_output_head(*rank, *stream, data.len(), &mut self.buf);
                 self.encoded(start);
@@ -134,25 +159,61 @@ impl Batch {
                 self.held.push(q);
             }
             // Written from the batch's own bytes: its debt is repaid here.
-            up => self.frame(up),
+            (up, _) => self.frame(up),
         }
     }
 
     fn part(&self, piece: Piece) -> &[u8] {
         match piece {
             Piece::Buf(start, end) => &self.buf[start..end],
-            Piece::Held(i) => match &self.held[i].up {
-                Up::Output { data, .. } => data,
+            Piece::Held(i) => match &self.held[i] {
+                Queued { carried: Some(_), .. } => &[],
+                Queued { up: Up::Output { data, .. }, .. } => data,
                 _ => unreachable!("only output is held"),
             },
         }
     }
 
-    async fn write_to(&self, out: &mut (impl AsyncWrite + Unpin)) -> io::Result<()> {
+    /// Writes the batch: the pieces in memory gathered, each carrier's bytes spliced in
+    /// their place.
+    async fn write_to(
+        &mut self,
+        out: &mut (impl AsyncWrite + Unpin),
+        splice_to: Option<&AsyncFd<OwnedFd>>,
+    ) -> io::Result<()> {
         if self.held.is_empty() {
             return out.write_all(&self.buf).await;
         }
-        let mut gather = Gather::new(self.pieces.iter().map(|&p| self.part(p)).collect());
+        let mut from = 0;
+        for i in 0..self.pieces.len() {
+            let Piece::Held(h) = self.pieces[i] else { continue };
+            let Some(to) = splice_to.filter(|_| self.held[h].carried.is_some()) else {
+                continue;
+            };
+            self.write_gathered(out, from..i).await?;
+            let Some(carried) = self.held[h].carried.as_mut() else { continue };
+            match splice_all(carried, to).await {
+                Err(e) if e.raw_os_error() == Some(nix::libc::EINVAL) => {
+                    // The channel takes no splices after all: read out, and no more carriers.
+                    tracing::debug!("the upstream channel takes no splices: {e}");
+                    self.splicing = false;
+                    let carried = self.held[h].carried.take().expect("looked at above");
+                    out.write_all(&carried.into_bytes()?).await?;
+                }
+                spliced => spliced?,
+            }
+            from = i + 1;
+        }
+        self.write_gathered(out, from..self.pieces.len()).await
+    }
+
+    async fn write_gathered(
+        &self,
+        out: &mut (impl AsyncWrite + Unpin),
+        pieces: std::ops::Range<usize>,
+    ) -> io::Result<()> {
+        let parts = self.pieces[pieces].iter().map(|&p| self.part(p)).collect();
+        let mut gather = Gather::new(parts);
         while !gather.is_done() {
             let n = out.write_vectored(&gather.slices()).await?;
             if n == 0 {
@@ -174,6 +235,17 @@ impl Batch {
     }
 }
 
+/// Splices all that `carried` holds into `to`, as fast as it takes it.
+async fn splice_all(carried: &mut Carried, to: &AsyncFd<OwnedFd>) -> io::Result<()> {
+    while !carried.is_empty() {
+        let mut guard = to.writable().await?;
+        if let Ok(moved) = guard.try_io(|fd| carried.splice_into(fd.as_raw_fd())) {
+            moved?;
+        }
+    }
+    Ok(())
+}
+
 /// [`pump`] until `abandon` turns true; from then on, and once the pump ends, what is still
 /// sent is dropped: with no one to deliver to, senders must never block (a proxy that lost
 /// its parent, whose socket will never drain).
@@ -182,10 +254,11 @@ pub async fn pump_until_abandoned<M: Frame>(
     hello: bool,
     mut control: mpsc::UnboundedReceiver<M>,
     mut data: Outbox,
+    splice_to: Option<AsyncFd<OwnedFd>>,
     mut abandon: tokio::sync::watch::Receiver<bool>,
 ) {
     tokio::select! {
-        _ = pump(out, hello, &mut control, Some(&mut data)) => {}
+        _ = pump(out, hello, &mut control, Some(&mut data), splice_to.as_ref()) => {}
         // A dropped sender abandons nothing: the pump goes on to flush the last frames.
         _ = crate::raised(&mut abandon) => {}
     }

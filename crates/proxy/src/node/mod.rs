@@ -50,6 +50,7 @@ use crate::procs;
 use crate::rank::StdinChunk;
 use crate::ranks::RankTable;
 use crate::secure::Secret;
+use crate::splice::{self, Carriers};
 
 /// What the dispatcher hears about, besides PMI calls and signals.
 pub(crate) enum Event {
@@ -151,11 +152,22 @@ pub(crate) struct Node {
     held_stdin: Vec<StdinChunk>,
 }
 
+/// A proxy's control channel on its own descriptors (a socketpair or pipes from its parent
+/// or the remote shell), not a link it dialed.
+#[derive(Clone, Copy)]
+pub struct PlainChannel {
+    pub input: std::os::fd::RawFd,
+    pub output: std::os::fd::RawFd,
+    /// The proxy was exec'd, so it may be across a remote shell: its guard watches the
+    /// channel (see [`crate::guard`]).
+    pub guarded: bool,
+}
+
 /// Runs a proxy on its control channel until its subtree is finished; child proxies are
 /// started as `proxy_exe`. Returns the exit code of the proxy process. `launch` is what a
 /// proxy forked from rlaunch was given; any other reads it from its parent. `host` is the
-/// name this proxy greets its parent with. `guard`: the raw control channel, for a proxy that
-/// may be across a remote shell (see [`crate::guard`]).
+/// name this proxy greets its parent with. `plain`: the control channel's own descriptors,
+/// when it is not a link this proxy dialed.
 pub async fn serve(
     up_in: LinkRead,
     up_out: LinkWrite,
@@ -163,7 +175,7 @@ pub async fn serve(
     launch: Option<Launch>,
     host: String,
     dial: Option<DialContext>,
-    guard: Option<(std::os::fd::RawFd, std::os::fd::RawFd)>,
+    plain: Option<PlainChannel>,
 ) -> Served {
     procs::become_subreaper();
     let (control_tx, control_rx) = mpsc::unbounded_channel();
@@ -173,8 +185,11 @@ pub async fn serve(
     let (abandon, abandoned) = tokio::sync::watch::channel(false);
     let (shed_output, shed) = tokio::sync::watch::channel(false);
     let outbox = Outbox::new(data_rx, window.clone(), shed);
-    let pump =
-        tokio::spawn(link::pump_until_abandoned(up_out, true, control_rx, outbox, abandoned));
+    // The ranks' output goes up in carriers, spliced, when the channel takes splices.
+    let splice_to = plain.filter(|_| splice::enabled()).and_then(|c| splice::target(c.output));
+    let carriers = splice_to.is_some().then(Carriers::new);
+    let pump = link::pump_until_abandoned(up_out, true, control_rx, outbox, splice_to, abandoned);
+    let pump = tokio::spawn(pump);
 
     // Down the tree come control messages and stdin, not output: small reads will do.
     let mut reader = FrameReader::with_chunk(up_in, 16 << 10);
@@ -195,7 +210,10 @@ pub async fn serve(
     if launch.job.progress {
         let _ = control_tx.send(Up::Progress { node: launch.node.index, pmi_inited: 0 });
     }
-    if let (Some((input, output)), Bootstrap::Remote { .. }) = (guard, &launch.job.bootstrap) {
+    let guarded = plain.filter(|c| c.guarded);
+    if let (Some(PlainChannel { input, output, .. }), Bootstrap::Remote { .. }) =
+        (guarded, &launch.job.bootstrap)
+    {
         // Longer than this proxy's own teardown once its channel is gone.
         let grace = Duration::from_millis(launch.job.kill_grace_ms);
         // The escalation (grace, the child proxies' grace, an orphan's last wait), the
@@ -208,7 +226,7 @@ pub async fn serve(
     tokio::spawn(read_upstream(reader, window, control_tx.downgrade(), events_tx.clone()));
 
     let closed = events_tx.clone();
-    let outputs = Outputs::start(data_tx.clone(), move |end| {
+    let outputs = Outputs::start(data_tx.clone(), carriers, move |end| {
         let _ = closed.send(Event::OutputClosed(end));
     });
     let outputs = match outputs {
@@ -736,8 +754,7 @@ async fn relay_child(child: usize, event: LinkEvent, relay: Relay) -> bool {
         // With the parent gone, frames have nowhere to go; the link still runs, so that its
         // end reaches the dispatcher.
         LinkEvent::Output { rank, stream, data, debt } => {
-            let _ =
-                relay.data.send(Queued { up: Up::Output { rank, stream, data }, debt: Some(debt) });
+            let _ = relay.data.send(Queued::owing(Up::Output { rank, stream, data }, debt));
             true
         }
         LinkEvent::Up(up @ (Up::OutputEnd { .. } | Up::RankStarted { .. })) => {

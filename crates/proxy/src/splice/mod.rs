@@ -1,26 +1,30 @@
-//! Output that rlaunch passes on without looking at it, moved by the kernel: from a link's
-//! socket into a pipe of rlaunch's own (the [`Stash`]), and from there into rlaunch's stdout or
-//! stderr, with `splice(2)`. The pages the proxy wrote into the socket are what the reader of
-//! rlaunch's stdout reads: two copies of each byte fewer than reading it in and writing it out.
+//! Output moved by the kernel (`splice(2)`) instead of copied through the proxy and rlaunch.
 //!
 //! ```text
-//!  link socket ──frame head, read──► link reader ──Spliced{head, stashed, after}──► writer
-//!       └───────── data, spliced ───► Stash (pipe) ─────── spliced ──────────────────┘──► stdout
+//!  rank pipe ─splice─► carrier ─splice─► upstream socket        (a proxy: `Carriers`)
+//!  link socket ─frame head, read──► link reader ──Spliced{head, stashed, after}──► writer
+//!       └───── data, spliced ─────► Stash (pipe) ──────── spliced ───────────────┘──► stdout
 //! ```
 //!
-//! Lines must stay whole (ranks share rlaunch's stdout), so the reader still finds where the
-//! lines of each piece start and end, by peeking at the socket (`MSG_PEEK`, `SO_PEEK_OFF`),
-//! not by reading it all: it reads the end of a line it left open (`head`), splices the whole
-//! lines after it, and reads the start of the last line (`after`), which waits in the
-//! writer's lane for its newline like any other. The writer takes `head`, then the stashed
-//! bytes, then `after`, so a piece reaches the sink in order and the stash is emptied in the
-//! order it was filled (rlaunch's runtime has one thread, and a piece is stashed and queued
-//! with nothing in between).
+//! **In a proxy** whose channel up is a socket or pipe of its own, a chunk of a rank's output
+//! is moved out of the rank's pipe into a carrier (a pipe of the chunk's own) and spliced from
+//! there into the socket after its frame head, by the pump ([`carrier`]).
 //!
-//! Only output with nothing to add (no prefix, tag, timestamp or output file) for a stdout
-//! or stderr that takes splices (a pipe, a socket, a file not opened for appending), and only
-//! on a plain link (a socketpair to a forked proxy or to ssh; not an encrypted TCP link).
-//! Anything else, and pieces too small to be worth it, is read the usual way.
+//! **In rlaunch**, lines must stay whole (ranks share its stdout), so the link reader still
+//! finds where the lines of each piece start and end, by peeking at the socket (`MSG_PEEK`,
+//! `SO_PEEK_OFF`), not by reading it all: it reads the end of a line it left open (`head`),
+//! splices the whole lines after it into the [`Stash`], and reads the start of the last line
+//! (`after`), which waits in the writer's lane for its newline like any other
+//! ([`reader`]). The writer takes `head`, then the stashed bytes, then `after`, so a piece
+//! reaches the sink in order and the stash is emptied in the order it was filled (rlaunch's
+//! runtime has one thread, and a piece is stashed and queued with nothing in between).
+//! Only output with nothing to add (no prefix, tag, timestamp or output file), for a stdout
+//! or stderr that takes splices (a pipe, a socket, a file not opened for appending), and
+//! only on a plain link (a socketpair to a forked proxy or to ssh; not an encrypted TCP
+//! link). Anything else, and pieces too small to be worth it, is read the usual way.
+//!
+//! The pages the rank wrote into its pipe are then the pages the reader of rlaunch's stdout
+//! reads: four copies of each byte fewer. `RLAUNCH_SPLICE=0` turns it all off.
 
 use std::fs::File;
 use std::io::{self, Read, Write};
@@ -30,8 +34,10 @@ use std::sync::Arc;
 use nix::libc;
 use pmi_wire::ids::Stream;
 
+mod carrier;
 mod reader;
 
+pub use carrier::{target, Carried, Carriers};
 pub use reader::LinkSplice;
 
 /// A piece of output with fewer bytes than this to splice is read instead: a splice and the
@@ -161,6 +167,22 @@ fn splice(from: RawFd, to: RawFd, len: usize, flags: libc::c_uint) -> io::Result
         return Err(io::Error::last_os_error());
     }
     Ok(n as usize)
+}
+
+/// Bytes waiting in a socket or pipe.
+fn queued(fd: RawFd) -> io::Result<usize> {
+    let mut n: libc::c_int = 0;
+    // SAFETY: FIONREAD (SIOCINQ) writes one int.
+    if unsafe { libc::ioctl(fd, libc::FIONREAD, &mut n) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(n.max(0) as usize)
+}
+
+/// Whether output may be spliced: `RLAUNCH_SPLICE=0` says no (rlaunch and its proxies then
+/// copy it, for comparison).
+pub fn enabled() -> bool {
+    std::env::var_os("RLAUNCH_SPLICE").is_none_or(|v| v != "0")
 }
 
 /// Whether `fd` takes splices from a pipe: a pipe, a socket, or a regular file not opened

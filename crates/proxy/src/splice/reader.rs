@@ -9,7 +9,10 @@ use pmi_wire::ids::Stream;
 use pmi_wire::io::ReadError;
 use tokio::io::unix::AsyncFd;
 
-use super::{Piece, Spliced, Splicer, PEEK_HEAD, PEEK_TAIL, SPLICE_MIN};
+/// A piece of a frame is taken once this much of it (or all of it) has arrived.
+const GATHER: usize = 64 << 10;
+
+use super::{queued, Piece, Spliced, Splicer, PEEK_HEAD, PEEK_TAIL, SPLICE_MIN};
 
 /// The rest of a large output frame, still in the socket.
 struct Bulk {
@@ -72,7 +75,8 @@ impl LinkSplice {
     pub async fn next_piece(&mut self) -> Result<Piece, ReadError> {
         loop {
             let mut guard = self.socket.readable().await?;
-            match self.state.try_piece(guard.get_inner().as_raw_fd())? {
+            let closed = guard.ready().is_read_closed();
+            match self.state.try_piece(guard.get_inner().as_raw_fd(), closed)? {
                 Some(piece) => return Ok(piece),
                 None => guard.clear_ready(),
             }
@@ -93,10 +97,16 @@ impl State {
         }
     }
 
-    fn try_piece(&mut self, fd: RawFd) -> Result<Option<Piece>, ReadError> {
+    /// The next piece of the frame from what `fd` holds, or `None` to wait for more: the
+    /// rest of the frame follows its head at once, so a piece smaller than [`GATHER`] is
+    /// worth waiting for, unless the peer is gone (`closed`).
+    fn try_piece(&mut self, fd: RawFd, closed: bool) -> Result<Option<Piece>, ReadError> {
         let bulk = self.bulk.as_ref().expect("a frame begun");
         let (rank, stream) = (bulk.rank, bulk.stream);
         let avail = queued(fd)?.min(bulk.rest);
+        if !closed && avail > 0 && avail < bulk.rest.min(GATHER) {
+            return Ok(None);
+        }
         if avail == 0 && bulk.rest > 0 {
             // Nothing yet, or the end of the stream in the middle of the frame.
             let mut byte = 0u8;
@@ -169,7 +179,7 @@ impl State {
             // All of it held (a piece with no newline): take the next one, or wait for it.
             return match done {
                 true => Ok(Some(piece)),
-                false => self.try_piece(fd),
+                false => self.try_piece(fd, closed),
             };
         }
         Ok(Some(piece))
@@ -209,16 +219,6 @@ impl State {
         let stash = self.splicer.stash.clone();
         Ok(Some(Spliced { rank, stream, head, stashed, whole: stashed == lines, after, stash }))
     }
-}
-
-/// Bytes waiting in the socket.
-fn queued(fd: RawFd) -> io::Result<usize> {
-    let mut n: libc::c_int = 0;
-    // SAFETY: FIONREAD (SIOCINQ) writes one int.
-    if unsafe { libc::ioctl(fd, libc::FIONREAD, &mut n) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(n.max(0) as usize)
 }
 
 /// Where the first newline in the socket is, looking no further than `limit` bytes: a

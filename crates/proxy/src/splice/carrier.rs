@@ -1,0 +1,205 @@
+//! The proxy's side of splicing: a chunk of a rank's output moved out of the rank's pipe
+//! into a pipe of its own (a carrier), without copying, and from there into the upstream
+//! socket after its frame head, by the pump. The bytes the rank wrote are the bytes in the
+//! socket: two copies fewer than reading them in and writing them out.
+//!
+//! A carrier is one pipe per chunk, not a shared one: a chunk can be dropped (the output
+//! shed, the parent lost) without anyone reading the bytes it holds, and its pipe closes
+//! with it. Empty carriers go back to a small pool.
+
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::sync::{Arc, Mutex};
+
+use nix::libc;
+use tokio::io::unix::AsyncFd;
+
+use super::splice;
+
+/// Carriers kept for reuse.
+const POOL: usize = 16;
+/// A carrier's capacity: a chunk of output (128 KiB) in pages, with room for pages a rank
+/// filled only in part.
+const CAPACITY: i32 = 256 << 10;
+
+/// The pool of empty carriers, and where new ones come from.
+#[derive(Default)]
+pub struct Carriers {
+    free: Mutex<Vec<(OwnedFd, OwnedFd)>>,
+}
+
+/// A chunk of a rank's output, in a carrier.
+pub struct Carried {
+    read: Option<OwnedFd>,
+    write: Option<OwnedFd>,
+    len: usize,
+    pool: Arc<Carriers>,
+}
+
+impl Carriers {
+    pub fn new() -> Arc<Carriers> {
+        Arc::new(Carriers::default())
+    }
+
+    /// Moves up to `max` bytes out of the pipe `from` into a carrier, without blocking, if
+    /// the pipe holds at least `min`; `None` (nothing moved) otherwise.
+    pub fn take(
+        self: &Arc<Self>,
+        from: RawFd,
+        min: usize,
+        max: usize,
+    ) -> io::Result<Option<Carried>> {
+        if super::queued(from)? < min {
+            return Ok(None);
+        }
+        let (read, write) = self.pipe()?;
+        let mut carried =
+            Carried { read: Some(read), write: Some(write), len: 0, pool: self.clone() };
+        let to = carried.write.as_ref().expect("open").as_raw_fd();
+        let flags = libc::SPLICE_F_MOVE | libc::SPLICE_F_NONBLOCK;
+        match splice(from, to, max, flags) {
+            Ok(n) => carried.len = n,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+            Err(e) => return Err(e),
+        }
+        Ok((carried.len > 0).then_some(carried))
+    }
+
+    fn pipe(&self) -> io::Result<(OwnedFd, OwnedFd)> {
+        if let Some(pipe) = self.free.lock().expect("not poisoned").pop() {
+            return Ok(pipe);
+        }
+        let mut fds = [0; 2];
+        // SAFETY: pipe2 writes two fds into the array; both are owned from here on.
+        if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC | libc::O_NONBLOCK) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: just created, owned by nobody else.
+        let (read, write) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+        crate::fdio::enlarge_pipe(&write, CAPACITY);
+        Ok((read, write))
+    }
+}
+
+/// `fd` (a proxy's upstream channel), registered on its own for the pump to splice carriers
+/// into, if it takes splices.
+pub fn target(fd: RawFd) -> Option<AsyncFd<OwnedFd>> {
+    if !super::takes_splices(fd) {
+        return None;
+    }
+    // SAFETY: F_DUPFD_CLOEXEC returns a new fd, owned from here on.
+    let dup = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 0) };
+    if dup < 0 {
+        return None;
+    }
+    // SAFETY: just created, owned by nobody else.
+    let dup = unsafe { OwnedFd::from_raw_fd(dup) };
+    // SAFETY: the OwnedFd stays open, and is the same fd, for as long as the AsyncFd owns it.
+    match unsafe { AsyncFd::register(dup) } {
+        Ok(fd) => Some(fd),
+        Err(e) => {
+            tracing::debug!("cannot splice output upstream: {}", e.into_parts().1);
+            None
+        }
+    }
+}
+
+impl Carried {
+    /// Bytes still in the carrier.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// What it holds, read out (for a link that cannot take splices).
+    pub fn into_bytes(mut self) -> io::Result<Vec<u8>> {
+        let from = self.read.as_ref().expect("open").as_raw_fd();
+        let mut buf = vec![0; self.len];
+        let mut at = 0;
+        while at < buf.len() {
+            // SAFETY: reads at most the rest of `buf` into it.
+            let n = unsafe { libc::read(from, buf[at..].as_mut_ptr().cast(), buf.len() - at) };
+            match n {
+                n if n > 0 => at += n as usize,
+                0 => break,
+                _ => {
+                    let e = io::Error::last_os_error();
+                    if e.kind() != io::ErrorKind::Interrupted {
+                        return Err(e);
+                    }
+                }
+            }
+        }
+        self.len -= at;
+        buf.truncate(at);
+        Ok(buf)
+    }
+
+    /// Moves what it holds into `to` without blocking; how much went (`WouldBlock` when `to`
+    /// takes nothing now).
+    pub fn splice_into(&mut self, to: RawFd) -> io::Result<usize> {
+        let from = self.read.as_ref().expect("open").as_raw_fd();
+        let flags = libc::SPLICE_F_MOVE | libc::SPLICE_F_NONBLOCK;
+        let n = splice(from, to, self.len, flags)?;
+        self.len -= n;
+        Ok(n)
+    }
+}
+
+impl Drop for Carried {
+    fn drop(&mut self) {
+        // A carrier that still holds bytes closes with them.
+        if self.len == 0 {
+            let pipe = (self.read.take().expect("open"), self.write.take().expect("open"));
+            let mut free = self.pool.free.lock().expect("not poisoned");
+            if free.len() < POOL {
+                free.push(pipe);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::fs::File;
+    use std::io::{Read, Write};
+    use std::os::unix::net::UnixStream;
+
+    #[test]
+    fn a_chunk_goes_from_a_pipe_through_a_carrier_into_a_socket_and_the_carrier_is_reused() {
+        let carriers = Carriers::new();
+        let (rank, mut writer) = {
+            let mut fds = [0; 2];
+            // SAFETY: pipe2 writes two fds.
+            assert_eq!(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_NONBLOCK) }, 0);
+            // SAFETY: just created.
+            unsafe { (OwnedFd::from_raw_fd(fds[0]), File::from(OwnedFd::from_raw_fd(fds[1]))) }
+        };
+        // Too little to carry.
+        writer.write_all(b"short\n").unwrap();
+        assert!(carriers.take(rank.as_raw_fd(), 16, 1024).unwrap().is_none());
+        writer.write_all(&[b'x'; 40_000]).unwrap();
+        let mut carried = carriers.take(rank.as_raw_fd(), 16, 30_000).unwrap().unwrap();
+        assert_eq!(carried.len(), 30_000);
+        let (a, mut b) = UnixStream::pair().unwrap();
+        while !carried.is_empty() {
+            carried.splice_into(a.as_raw_fd()).unwrap();
+        }
+        let mut got = vec![0; 30_000];
+        b.read_exact(&mut got).unwrap();
+        assert_eq!(&got[..6], b"short\n");
+        assert!(got[6..].iter().all(|&c| c == b'x'));
+        drop(carried);
+        assert_eq!(carriers.free.lock().unwrap().len(), 1);
+
+        // A carrier dropped full is closed, not pooled.
+        let full = carriers.take(rank.as_raw_fd(), 16, 1 << 20).unwrap().unwrap();
+        assert_eq!(full.len(), 40_006 - 30_000);
+        drop(full);
+        assert_eq!(carriers.free.lock().unwrap().len(), 0);
+    }
+}
