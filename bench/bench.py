@@ -386,6 +386,21 @@ def stdio_cases(quick):
                 targets,
             )
         )
+    # With a prefix on every line, nothing can be spliced past rlaunch: the copying path.
+    ranks, per_rank = stdio_shapes(quick)[1]
+    writer = [LINES, "write", str(per_rank)]
+    total = str(ranks * per_rank + ranks * (per_rank // 64) * 4)
+    cases.append(
+        Case(
+            "stdio",
+            f"{ranks} x {size_name(per_rank)} -l | wc -c",
+            [
+                Command("rlaunch", [[RLAUNCH, "-l", "-n", str(ranks)] + writer], ["wc", "-c"], total, 300),
+                Command("hydra", [[HYDRA, "-l", "-n", str(ranks)] + writer], ["wc", "-c"], total, 300),
+            ],
+            {"hydra": 1.0},
+        )
+    )
     return cases
 
 
