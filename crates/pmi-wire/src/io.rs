@@ -28,11 +28,19 @@ pub struct FrameReader<R> {
     pos: usize,
     /// How much room a read asks for.
     chunk: usize,
-    /// Reads take at most `chunk` bytes (however much room the buffer has).
-    capped: bool,
+    /// Reads take at most this many bytes (however much room the buffer has), when set.
+    cap: Option<Cap>,
     /// A bulk-data frame being read straight into its own buffer. Kept here, not in the
     /// future, so that [`FrameReader::next`] stays cancel-safe (a `select!` may drop it).
     partial: Option<Partial>,
+}
+
+/// How much a capped read takes: `least` at first and after bulk data was handed out,
+/// twice as much after each read that filled its cap (more is waiting), up to `chunk`.
+#[derive(Clone, Copy)]
+struct Cap {
+    least: usize,
+    now: usize,
 }
 
 struct Partial {
@@ -69,14 +77,14 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
     /// A reader that asks for `chunk` bytes at a time, for streams that carry little (the
     /// control traffic down the tree); a frame larger than that still arrives whole.
     pub fn with_chunk(inner: R, chunk: usize) -> Self {
-        FrameReader { inner, buf: Vec::new(), pos: 0, chunk, capped: false, partial: None }
+        FrameReader { inner, buf: Vec::new(), pos: 0, chunk, cap: None, partial: None }
     }
 
-    /// Asks for `chunk` bytes per read from now on: small, so that a reader handing bulk data
-    /// to its caller ([`FrameReader::next_or_bulk`]) copies little of it on the way.
-    pub fn set_chunk(&mut self, chunk: usize) {
-        self.chunk = chunk;
-        self.capped = true;
+    /// Caps reads from now on: `least` bytes after each bulk frame handed out, so that a
+    /// reader handing bulk data to its caller ([`FrameReader::next_or_bulk`]) copies little
+    /// of it on the way; growing again while reads come back full of smaller frames.
+    pub fn cap_reads(&mut self, least: usize) {
+        self.cap = Some(Cap { least, now: least });
     }
 
     /// The stream, for the rest of a [`Next::Bulk`] frame.
@@ -91,10 +99,17 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
             self.pos = 0;
         }
         self.buf.reserve(want.max(self.chunk / 4));
-        let n = if self.capped {
-            self.inner.read_buf(&mut bytes::BufMut::limit(&mut self.buf, self.chunk)).await?
-        } else {
-            self.inner.read_buf(&mut self.buf).await?
+        let n = match &mut self.cap {
+            Some(cap) => {
+                let limit = cap.now;
+                let n =
+                    self.inner.read_buf(&mut bytes::BufMut::limit(&mut self.buf, limit)).await?;
+                if n == limit {
+                    cap.now = (limit * 2).min(self.chunk.max(cap.least));
+                }
+                n
+            }
+            None => self.inner.read_buf(&mut self.buf).await?,
         };
         Ok(n > 0)
     }
@@ -175,6 +190,9 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
                     if bulk.is_some_and(|min| data_len - have >= min) {
                         let frame = M::from_data(&avail[5..head], avail[head..].to_vec())?;
                         self.pos = self.buf.len();
+                        if let Some(cap) = &mut self.cap {
+                            cap.now = cap.least;
+                        }
                         return Ok(Some(Next::Bulk { frame, rest: data_len - have }));
                     }
                     let mut data = Vec::with_capacity(data_len);
@@ -264,7 +282,7 @@ mod tests {
         tx.write_all(&bytes).await.unwrap();
         drop(tx);
         let mut reader = FrameReader::new(rx);
-        reader.set_chunk(2048);
+        reader.cap_reads(2048);
         let first = reader.next_or_bulk::<Up>(16 << 10).await.unwrap();
         assert_eq!(first, Some(Next::Frame(Up::Started { node: 2 })));
         let Some(Next::Bulk { frame: Up::Output { rank: 5, stream, data }, rest }) =
@@ -281,6 +299,32 @@ mod tests {
         let small = Up::Output { rank: 6, stream: Stream::Stderr, data: b"small\n".to_vec() };
         assert_eq!(reader.next_or_bulk::<Up>(16 << 10).await.unwrap(), Some(Next::Frame(small)));
         assert_eq!(reader.next_or_bulk::<Up>(16 << 10).await.unwrap(), None);
+    }
+
+    #[tokio::test]
+    async fn capped_reads_grow_with_small_frames_and_shrink_after_bulk_data() {
+        let (mut tx, rx) = tokio::io::duplex(1 << 20);
+        let small = Up::Output { rank: 1, stream: Stream::Stdout, data: b"a line\n".to_vec() };
+        let mut bytes = Vec::new();
+        for _ in 0..5000 {
+            small.encode(&mut bytes);
+        }
+        Up::Output { rank: 2, stream: Stream::Stdout, data: vec![b'x'; 100_000] }
+            .encode(&mut bytes);
+        tx.write_all(&bytes).await.unwrap();
+        let mut reader = FrameReader::new(rx);
+        reader.cap_reads(2048);
+        for _ in 0..5000 {
+            assert_eq!(
+                reader.next_or_bulk::<Up>(16 << 10).await.unwrap(),
+                Some(Next::Frame(small.clone()))
+            );
+        }
+        // 100 KB of small frames: the reads grew past their least.
+        assert!(reader.cap.unwrap().now > 2048);
+        let next = reader.next_or_bulk::<Up>(16 << 10).await.unwrap();
+        assert!(matches!(next, Some(Next::Bulk { .. })), "{next:?}");
+        assert_eq!(reader.cap.unwrap().now, 2048);
     }
 
     #[tokio::test]

@@ -347,7 +347,7 @@ pub async fn run_link<F, Fut>(
     let mut splice = match (process.splice, process.plain) {
         (Some(splicer), Some(fd)) => match LinkSplice::new(splicer, fd) {
             Ok(splice) => {
-                reader.set_chunk(splice::READ_CHUNK);
+                reader.cap_reads(splice::READ_CHUNK);
                 Some(splice)
             }
             Err(e) => {

@@ -187,11 +187,9 @@ impl Batch {
         let mut from = 0;
         for i in 0..self.pieces.len() {
             let Piece::Held(h) = self.pieces[i] else { continue };
-            let Some(to) = splice_to.filter(|_| self.held[h].carried.is_some()) else {
-                continue;
-            };
+            let (Some(to), true) = (splice_to, self.held[h].carried.is_some()) else { continue };
             self.write_gathered(out, from..i).await?;
-            let Some(carried) = self.held[h].carried.as_mut() else { continue };
+            let carried = self.held[h].carried.as_mut().expect("looked at above");
             match splice_all(carried, to).await {
                 Err(e) if e.raw_os_error() == Some(nix::libc::EINVAL) => {
                     // The channel takes no splices after all: read out, and no more carriers.

@@ -43,8 +43,9 @@ pub use reader::LinkSplice;
 /// A piece of output with fewer bytes than this to splice is read instead: a splice and the
 /// peeks around it cost more than copying a few KiB.
 pub const SPLICE_MIN: usize = 16 << 10;
-/// A link reader that splices reads at most this much at a time, so that little of a large
-/// output frame is read with its head.
+/// A link reader that splices reads this much at a time after each large output frame, so
+/// that little of the next is read with its head (more while reads come back full of small
+/// frames).
 pub const READ_CHUNK: usize = 2 << 10;
 /// How far the reader peeks for the newline that ends a line left open. A longer line is
 /// read, not spliced.
