@@ -8,7 +8,7 @@
 //! with it. Empty carriers go back to a small pool.
 
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::sync::{Arc, Mutex};
 
 use nix::libc;
@@ -69,13 +69,7 @@ impl Carriers {
         if let Some(pipe) = self.free.lock().expect("not poisoned").pop() {
             return Ok(pipe);
         }
-        let mut fds = [0; 2];
-        // SAFETY: pipe2 writes two fds into the array; both are owned from here on.
-        if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC | libc::O_NONBLOCK) } != 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: just created, owned by nobody else.
-        let (read, write) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+        let (read, write) = super::pipe(libc::O_NONBLOCK)?;
         crate::fdio::enlarge_pipe(&write, CAPACITY);
         Ok((read, write))
     }
@@ -87,18 +81,10 @@ pub fn target(fd: RawFd) -> Option<AsyncFd<OwnedFd>> {
     if !super::takes_splices(fd) {
         return None;
     }
-    // SAFETY: F_DUPFD_CLOEXEC returns a new fd, owned from here on.
-    let dup = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 0) };
-    if dup < 0 {
-        return None;
-    }
-    // SAFETY: just created, owned by nobody else.
-    let dup = unsafe { OwnedFd::from_raw_fd(dup) };
-    // SAFETY: the OwnedFd stays open, and is the same fd, for as long as the AsyncFd owns it.
-    match unsafe { AsyncFd::register(dup) } {
+    match super::registered_dup(fd) {
         Ok(fd) => Some(fd),
         Err(e) => {
-            tracing::debug!("cannot splice output upstream: {}", e.into_parts().1);
+            tracing::debug!("cannot splice output upstream: {e}");
             None
         }
     }
@@ -117,25 +103,9 @@ impl Carried {
     /// What it holds, read out (for a link that cannot take splices).
     pub fn into_bytes(mut self) -> io::Result<Vec<u8>> {
         let from = self.read.as_ref().expect("open").as_raw_fd();
-        let mut buf = vec![0; self.len];
-        let mut at = 0;
-        while at < buf.len() {
-            // SAFETY: reads at most the rest of `buf` into it.
-            let n = unsafe { libc::read(from, buf[at..].as_mut_ptr().cast(), buf.len() - at) };
-            match n {
-                n if n > 0 => at += n as usize,
-                0 => break,
-                _ => {
-                    let e = io::Error::last_os_error();
-                    if e.kind() != io::ErrorKind::Interrupted {
-                        return Err(e);
-                    }
-                }
-            }
-        }
-        self.len -= at;
-        buf.truncate(at);
-        Ok(buf)
+        let bytes = super::read_exact_now(from, self.len)?;
+        self.len = 0;
+        Ok(bytes)
     }
 
     /// Moves what it holds into `to` without blocking; how much went (`WouldBlock` when `to`
@@ -172,13 +142,8 @@ mod tests {
     #[test]
     fn a_chunk_goes_from_a_pipe_through_a_carrier_into_a_socket_and_the_carrier_is_reused() {
         let carriers = Carriers::new();
-        let (rank, mut writer) = {
-            let mut fds = [0; 2];
-            // SAFETY: pipe2 writes two fds.
-            assert_eq!(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_NONBLOCK) }, 0);
-            // SAFETY: just created.
-            unsafe { (OwnedFd::from_raw_fd(fds[0]), File::from(OwnedFd::from_raw_fd(fds[1]))) }
-        };
+        let (rank, writer) = super::super::pipe(libc::O_NONBLOCK).unwrap();
+        let mut writer = File::from(writer);
         // Too little to carry.
         writer.write_all(b"short\n").unwrap();
         assert!(carriers.take(rank.as_raw_fd(), 16, 1024).unwrap().is_none());

@@ -33,6 +33,7 @@ use std::sync::Arc;
 
 use nix::libc;
 use pmi_wire::ids::Stream;
+use tokio::io::unix::AsyncFd;
 
 mod carrier;
 mod reader;
@@ -66,13 +67,7 @@ pub struct Stash {
 
 impl Stash {
     pub fn new() -> io::Result<Arc<Stash>> {
-        let mut fds = [0; 2];
-        // SAFETY: pipe2 writes two fds into the array; both are owned from here on.
-        if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: just created, owned by nobody else.
-        let (read, write) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+        let (read, write) = pipe(0)?;
         crate::fdio::set_nonblocking(&write)?;
         crate::fdio::enlarge_pipe(&write, STASH_CAPACITY);
         let null = File::options().write(true).open("/dev/null")?;
@@ -178,6 +173,54 @@ fn queued(fd: RawFd) -> io::Result<usize> {
         return Err(io::Error::last_os_error());
     }
     Ok(n.max(0) as usize)
+}
+
+/// A new pipe (read end, write end), close-on-exec, with `flags` (`O_NONBLOCK`) on both.
+fn pipe(flags: libc::c_int) -> io::Result<(OwnedFd, OwnedFd)> {
+    let mut fds = [0; 2];
+    // SAFETY: pipe2 writes two fds into the array; both are owned from here on.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC | flags) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: just created, owned by nobody else.
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+}
+
+/// A duplicate of `fd` (borrowed), registered with the reactor on its own: for splicing
+/// from or into a stream whose reads or writes another owner does.
+fn registered_dup(fd: RawFd) -> io::Result<AsyncFd<OwnedFd>> {
+    // SAFETY: F_DUPFD_CLOEXEC returns a new fd, owned from here on.
+    let dup = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 0) };
+    if dup < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: just created, owned by nobody else.
+    let dup = unsafe { OwnedFd::from_raw_fd(dup) };
+    // SAFETY: the OwnedFd stays open, and is the same fd, for as long as the AsyncFd owns it.
+    unsafe { AsyncFd::register(dup) }.map_err(|e| e.into_parts().1)
+}
+
+/// Reads exactly `len` bytes that `fd` (a socket or pipe) already holds.
+fn read_exact_now(fd: RawFd, len: usize) -> io::Result<Vec<u8>> {
+    let mut buf = Vec::with_capacity(len);
+    while buf.len() < len {
+        let want = len - buf.len();
+        let spare = buf.spare_capacity_mut();
+        // SAFETY: read writes at most `want` bytes into the spare capacity, which holds that
+        // many; the length grows by what it reports.
+        let n = unsafe { libc::read(fd, spare.as_mut_ptr().cast(), want) };
+        match n {
+            0 => return Err(io::ErrorKind::UnexpectedEof.into()),
+            n if n > 0 => unsafe { buf.set_len(buf.len() + n as usize) },
+            _ => {
+                let e = io::Error::last_os_error();
+                if e.kind() != io::ErrorKind::Interrupted {
+                    return Err(e);
+                }
+            }
+        }
+    }
+    Ok(buf)
 }
 
 /// Whether output may be spliced: `RLAUNCH_SPLICE=0` says no (rlaunch and its proxies then

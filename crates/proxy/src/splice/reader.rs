@@ -2,7 +2,7 @@
 
 use std::collections::HashSet;
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 
 use nix::libc;
 use pmi_wire::ids::Stream;
@@ -12,7 +12,10 @@ use tokio::io::unix::AsyncFd;
 /// A piece of a frame is taken once this much of it (or all of it) has arrived.
 const GATHER: usize = 64 << 10;
 
-use super::{queued, Piece, Spliced, Splicer, PEEK_HEAD, PEEK_TAIL, SPLICE_MIN};
+use super::{
+    queued, read_exact_now, registered_dup, Piece, Spliced, Splicer, PEEK_HEAD, PEEK_TAIL,
+    SPLICE_MIN,
+};
 
 /// The rest of a large output frame, still in the socket.
 struct Bulk {
@@ -41,15 +44,7 @@ struct State {
 impl LinkSplice {
     /// Splicing for the link whose reader reads `socket` (borrowed: duplicated here).
     pub fn new(splicer: Splicer, socket: RawFd) -> io::Result<LinkSplice> {
-        // SAFETY: F_DUPFD_CLOEXEC returns a new fd, owned from here on.
-        let dup = unsafe { libc::fcntl(socket, libc::F_DUPFD_CLOEXEC, 0) };
-        if dup < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: just created, owned by nobody else.
-        let dup = unsafe { OwnedFd::from_raw_fd(dup) };
-        // SAFETY: the OwnedFd stays open, and is the same fd, for as long as the AsyncFd owns it.
-        let socket = unsafe { AsyncFd::register(dup) }.map_err(|e| e.into_parts().1)?;
+        let socket = registered_dup(socket)?;
         let state = State { splicer, bulk: None, open_lines: HashSet::new() };
         Ok(LinkSplice { socket, state })
     }
@@ -267,29 +262,6 @@ fn peek_at(fd: RawFd, offset: usize, buf: &mut [u8]) -> io::Result<usize> {
         set(-1)?;
     }
     result
-}
-
-/// Reads exactly `len` bytes that the socket already holds.
-fn read_exact_now(fd: RawFd, len: usize) -> io::Result<Vec<u8>> {
-    let mut buf = Vec::with_capacity(len);
-    while buf.len() < len {
-        let want = len - buf.len();
-        let spare = buf.spare_capacity_mut();
-        // SAFETY: read writes at most `want` bytes into the spare capacity, which holds that
-        // many; the length grows by what it reports.
-        let n = unsafe { libc::read(fd, spare.as_mut_ptr().cast(), want) };
-        match n {
-            0 => return Err(io::ErrorKind::UnexpectedEof.into()),
-            n if n > 0 => unsafe { buf.set_len(buf.len() + n as usize) },
-            _ => {
-                let e = io::Error::last_os_error();
-                if e.kind() != io::ErrorKind::Interrupted {
-                    return Err(e);
-                }
-            }
-        }
-    }
-    Ok(buf)
 }
 
 #[cfg(test)]
