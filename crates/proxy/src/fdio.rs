@@ -159,13 +159,25 @@ impl FdStream {
     }
 }
 
+/// Bytes waiting in the pipe or socket `fd` (`FIONREAD`).
+pub fn pending(fd: i32) -> io::Result<usize> {
+    let mut n: libc::c_int = 0;
+    // SAFETY: FIONREAD writes one int.
+    if unsafe { libc::ioctl(fd, libc::FIONREAD, &mut n) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(n.max(0) as usize)
+}
+
 /// Reads what the pipe `fd` holds right now, up to `max` bytes, into a buffer of exactly that
 /// size: hundreds of idle ranks then cost no buffer memory. Empty means end of file.
 pub fn read_now(fd: i32, max: usize) -> io::Result<Vec<u8>> {
-    let mut pending: libc::c_int = 0;
-    // SAFETY: FIONREAD writes one int.
-    let rc = unsafe { libc::ioctl(fd, libc::FIONREAD, &mut pending) };
-    let want = if rc == 0 && pending > 0 { (pending as usize).min(max) } else { 512 };
+    read_pending(fd, pending(fd).unwrap_or(0), max)
+}
+
+/// [`read_now`], for a caller that already asked how much `fd` holds (`pending`).
+pub fn read_pending(fd: i32, pending: usize, max: usize) -> io::Result<Vec<u8>> {
+    let want = if pending > 0 { pending.min(max) } else { 512 };
     let mut buf = Vec::<u8>::with_capacity(want);
     // SAFETY: read(2) fills at most `want` bytes of the allocation; we set the length to what
     // it reports.

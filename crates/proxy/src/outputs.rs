@@ -225,8 +225,9 @@ impl<F: FnMut(StreamEnd)> Hub<F> {
                 continue;
             };
             let fd = pipe.fd.as_raw_fd();
+            let held = fdio::pending(fd).unwrap_or(0);
             let carried = match &self.carriers {
-                Some(c) => c.take(fd, splice::SPLICE_MIN, OUTPUT_CHUNK).unwrap_or_else(|e| {
+                Some(c) => c.take(fd, held, splice::SPLICE_MIN, OUTPUT_CHUNK).unwrap_or_else(|e| {
                     tracing::debug!(rank = pipe.rank, "cannot carry output: {e}");
                     None
                 }),
@@ -240,7 +241,7 @@ impl<F: FnMut(StreamEnd)> Hub<F> {
                 self.send(Up::Output { rank, stream, data: Vec::new() }, Some(carried)).await;
                 continue;
             }
-            match fdio::read_now(fd, OUTPUT_CHUNK) {
+            match fdio::read_pending(fd, held, OUTPUT_CHUNK) {
                 Ok(chunk) if !chunk.is_empty() => {
                     pipe.bytes += chunk.len() as u64;
                     pipe.first.get_or_insert_with(record::now_us);

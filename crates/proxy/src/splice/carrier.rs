@@ -42,14 +42,16 @@ impl Carriers {
     }
 
     /// Moves up to `max` bytes out of the pipe `from` into a carrier, without blocking, if
-    /// the pipe holds at least `min`; `None` (nothing moved) otherwise.
+    /// the pipe holds at least `min` (`pending`, as its owner asked it); `None` (nothing
+    /// moved) otherwise.
     pub fn take(
         self: &Arc<Self>,
         from: RawFd,
+        pending: usize,
         min: usize,
         max: usize,
     ) -> io::Result<Option<Carried>> {
-        if super::queued(from)? < min {
+        if pending < min {
             return Ok(None);
         }
         let (read, write) = self.pipe()?;
@@ -146,9 +148,13 @@ mod tests {
         let mut writer = File::from(writer);
         // Too little to carry.
         writer.write_all(b"short\n").unwrap();
-        assert!(carriers.take(rank.as_raw_fd(), 16, 1024).unwrap().is_none());
+        let take = |max| {
+            let held = crate::fdio::pending(rank.as_raw_fd()).unwrap();
+            carriers.take(rank.as_raw_fd(), held, 16, max).unwrap()
+        };
+        assert!(take(1024).is_none());
         writer.write_all(&[b'x'; 40_000]).unwrap();
-        let mut carried = carriers.take(rank.as_raw_fd(), 16, 30_000).unwrap().unwrap();
+        let mut carried = take(30_000).unwrap();
         assert_eq!(carried.len(), 30_000);
         let (a, mut b) = UnixStream::pair().unwrap();
         while !carried.is_empty() {
@@ -162,7 +168,7 @@ mod tests {
         assert_eq!(carriers.free.lock().unwrap().len(), 1);
 
         // A carrier dropped full is closed, not pooled.
-        let full = carriers.take(rank.as_raw_fd(), 16, 1 << 20).unwrap().unwrap();
+        let full = take(1 << 20).unwrap();
         assert_eq!(full.len(), 40_006 - 30_000);
         drop(full);
         assert_eq!(carriers.free.lock().unwrap().len(), 0);

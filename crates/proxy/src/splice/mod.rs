@@ -165,16 +165,6 @@ fn splice(from: RawFd, to: RawFd, len: usize, flags: libc::c_uint) -> io::Result
     Ok(n as usize)
 }
 
-/// Bytes waiting in a socket or pipe.
-fn queued(fd: RawFd) -> io::Result<usize> {
-    let mut n: libc::c_int = 0;
-    // SAFETY: FIONREAD (SIOCINQ) writes one int.
-    if unsafe { libc::ioctl(fd, libc::FIONREAD, &mut n) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(n.max(0) as usize)
-}
-
 /// A new pipe (read end, write end), close-on-exec, with `flags` (`O_NONBLOCK`) on both.
 fn pipe(flags: libc::c_int) -> io::Result<(OwnedFd, OwnedFd)> {
     let mut fds = [0; 2];

@@ -9,13 +9,13 @@ use pmi_wire::ids::Stream;
 use pmi_wire::io::ReadError;
 use tokio::io::unix::AsyncFd;
 
+use super::{
+    read_exact_now, registered_dup, Piece, Spliced, Splicer, PEEK_HEAD, PEEK_TAIL, SPLICE_MIN,
+};
+use crate::fdio::pending;
+
 /// A piece of a frame is taken once this much of it (or all of it) has arrived.
 const GATHER: usize = 64 << 10;
-
-use super::{
-    queued, read_exact_now, registered_dup, Piece, Spliced, Splicer, PEEK_HEAD, PEEK_TAIL,
-    SPLICE_MIN,
-};
 
 /// The rest of a large output frame, still in the socket.
 struct Bulk {
@@ -98,29 +98,17 @@ impl State {
     fn try_piece(&mut self, fd: RawFd, closed: bool) -> Result<Option<Piece>, ReadError> {
         let bulk = self.bulk.as_ref().expect("a frame begun");
         let (rank, stream) = (bulk.rank, bulk.stream);
-        let avail = queued(fd)?.min(bulk.rest);
+        let avail = pending(fd)?.min(bulk.rest);
         if !closed && avail > 0 && avail < bulk.rest.min(GATHER) {
             return Ok(None);
         }
         if avail == 0 && bulk.rest > 0 {
             // Nothing yet, or the end of the stream in the middle of the frame.
-            let mut byte = 0u8;
-            // SAFETY: peeks at most one byte into `byte`.
-            let n = unsafe {
-                libc::recv(
-                    fd,
-                    (&mut byte as *mut u8).cast(),
-                    1,
-                    libc::MSG_PEEK | libc::MSG_DONTWAIT,
-                )
-            };
-            return match n {
-                0 => Err(ReadError::Truncated),
-                n if n > 0 => Ok(None),
-                _ => match io::Error::last_os_error() {
-                    e if e.kind() == io::ErrorKind::WouldBlock => Ok(None),
-                    e => Err(e.into()),
-                },
+            return match peek_at(fd, 0, &mut [0]) {
+                Ok(0) => Err(ReadError::Truncated),
+                Ok(_) => Ok(None),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(None),
+                Err(e) => Err(e.into()),
             };
         }
         // A line is open if the bytes held leave one open, or else if the output handed out
