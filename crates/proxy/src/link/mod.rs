@@ -145,9 +145,8 @@ impl ProxyProcess {
     /// Has the link splice large output into `splicer`'s stash instead of reading it (see
     /// [`crate::splice`]), if the link is a plain socket.
     pub fn splice_output(mut self, splicer: &Splicer) -> ProxyProcess {
-        if self.plain.is_some() {
-            self.splice = Some(splicer.clone());
-        }
+        // `run_link` splices only from a plain socket (`plain`).
+        self.splice = Some(splicer.clone());
         self
     }
 }
@@ -209,24 +208,14 @@ pub fn spawn_proxy(
 /// output frames of up to 128 KiB, and the default of 208 KiB makes it wait for the parent
 /// after one or two. Best effort (capped by `net.core.wmem_max`).
 fn upstream_room(fd: &OwnedFd) {
-    let size: nix::libc::c_int = UPSTREAM_SNDBUF;
-    // SAFETY: SO_SNDBUF takes one int.
-    let rc = unsafe {
-        nix::libc::setsockopt(
-            fd.as_raw_fd(),
-            nix::libc::SOL_SOCKET,
-            nix::libc::SO_SNDBUF,
-            (&size as *const nix::libc::c_int).cast(),
-            std::mem::size_of::<nix::libc::c_int>() as nix::libc::socklen_t,
-        )
-    };
-    if rc != 0 {
-        tracing::debug!("cannot enlarge a channel's send buffer: {}", io::Error::last_os_error());
+    use nix::sys::socket::{setsockopt, sockopt::SndBuf};
+    if let Err(e) = setsockopt(fd, SndBuf, &UPSTREAM_SNDBUF) {
+        tracing::debug!("cannot enlarge a channel's send buffer: {e}");
     }
 }
 
 /// What [`upstream_room`] asks for.
-const UPSTREAM_SNDBUF: nix::libc::c_int = 1 << 20;
+const UPSTREAM_SNDBUF: usize = 1 << 20;
 
 /// The command line the remote shell runs: the proxy, with our log level (the remote
 /// environment is the login's, not ours).

@@ -139,27 +139,22 @@ impl Batch {
                 _ => {}
             }
         }
-        match (&q.up, &q.carried) {
-            (Up::Output { rank, stream, .. }, Some(carried)) => {
+        // Output in a carrier, and large output on a vectored link, is written from where it
+        // lies, after its head.
+        let in_place = q
+            .output_len()
+            .filter(|&len| q.carried.is_some() || (self.vectored && len >= Self::IN_PLACE));
+        match (in_place, &q.up) {
+            (Some(len), Up::Output { rank, stream, .. }) => {
                 let start = self.buf.len();
-                control::encode_output_head(*rank, *stream, carried.len(), &mut self.buf);
+                control::encode_output_head(*rank, *stream, len, &mut self.buf);
                 self.encoded(start);
-                self.len += carried.len();
-                self.pieces.push(Piece::Held(self.held.len()));
-                self.held.push(q);
-            }
-            (Up::Output { rank, stream, data }, None)
-                if self.vectored && data.len() >= Self::IN_PLACE =>
-            {
-                let start = self.buf.len();
-                control::encode_output_head(*rank, *stream, data.len(), &mut self.buf);
-                self.encoded(start);
-                self.len += data.len();
+                self.len += len;
                 self.pieces.push(Piece::Held(self.held.len()));
                 self.held.push(q);
             }
             // Written from the batch's own bytes: its debt is repaid here.
-            (up, _) => self.frame(up),
+            _ => self.frame(&q.up),
         }
     }
 
