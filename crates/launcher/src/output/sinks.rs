@@ -108,10 +108,7 @@ impl Terminal {
     /// Writes out what is buffered; returns the error of a newly broken sink.
     fn flush(&mut self) -> Option<io::Error> {
         let res = if self.len == 0 || self.broken { Ok(()) } else { self.write_parts() };
-        self.discard_stashed();
-        self.buf.clear();
-        self.parts.clear();
-        self.len = 0;
+        self.clear();
         if self.buf.capacity() > BATCH * 4 {
             self.buf.shrink_to(BATCH);
         }
@@ -120,7 +117,7 @@ impl Terminal {
 
     /// Every part, in order, with as few writes as the file takes (`writev` for the parts in
     /// memory, a splice for each stashed one). The stashed parts it wrote are taken out of
-    /// `parts`; on an error, the caller throws away the rest ([`Terminal::discard_stashed`]).
+    /// `parts`; on an error, the caller throws away the rest ([`Terminal::clear`]).
     fn write_parts(&mut self) -> io::Result<()> {
         if let [Part::Buf(range)] = &self.parts[..] {
             return (&*self.file).write_all(&self.buf[range.clone()]);
@@ -138,14 +135,15 @@ impl Terminal {
         self.write_gathered(from..self.parts.len())
     }
 
-    /// Throws away what the stash holds for parts not written.
-    fn discard_stashed(&mut self) {
-        for part in &mut self.parts {
+    /// Forgets every part (what the stash holds for parts not written is thrown away).
+    fn clear(&mut self) {
+        for part in self.parts.drain(..) {
             if let Part::Stashed(stash, len) = part {
-                stash.discard(*len);
-                *part = Part::Buf(0..0);
+                stash.discard(len);
             }
         }
+        self.buf.clear();
+        self.len = 0;
     }
 
     fn write_gathered(&self, parts: Range<usize>) -> io::Result<()> {
@@ -242,13 +240,17 @@ impl Sinks {
         self.stdout.len + self.stderr.len + self.file_bytes.len()
     }
 
+    fn terminal(&mut self, stream: Stream) -> &mut Terminal {
+        match stream {
+            Stream::Stdout => &mut self.stdout,
+            Stream::Stderr => &mut self.stderr,
+        }
+    }
+
     /// Takes `data[range]` (whole lines, nothing to put before them) for rlaunch's stdout or
     /// stderr as it is: written from `data` itself at the next flush.
     pub(crate) fn put_owned(&mut self, stream: Stream, data: Vec<u8>, range: Range<usize>) {
-        let terminal = match stream {
-            Stream::Stdout => &mut self.stdout,
-            Stream::Stderr => &mut self.stderr,
-        };
+        let terminal = self.terminal(stream);
         if !terminal.broken {
             terminal.own(data, range);
         }
@@ -257,10 +259,7 @@ impl Sinks {
     /// Takes the next `len` bytes of `stash` (whole lines, nothing to put before them) for
     /// rlaunch's stdout or stderr: spliced there at the next flush.
     pub(crate) fn put_stash(&mut self, stream: Stream, stash: Arc<Stash>, len: usize) {
-        let terminal = match stream {
-            Stream::Stdout => &mut self.stdout,
-            Stream::Stderr => &mut self.stderr,
-        };
+        let terminal = self.terminal(stream);
         match terminal.broken {
             true => stash.discard(len),
             false => terminal.stash(stash, len),
@@ -334,12 +333,8 @@ impl Sinks {
 
     /// Forgets every buffer (whole lines, not written).
     pub(crate) fn discard(&mut self) {
-        for terminal in [&mut self.stdout, &mut self.stderr] {
-            terminal.discard_stashed();
-            terminal.buf.clear();
-            terminal.parts.clear();
-            terminal.len = 0;
-        }
+        self.stdout.clear();
+        self.stderr.clear();
         self.file_bytes.clear();
         self.stretches.clear();
     }
