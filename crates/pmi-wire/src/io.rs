@@ -114,7 +114,6 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
         Ok(n > 0)
     }
 
-    /// Waits for the peer's hello; returns it with whatever the peer printed before it.
     /// The rest of the bulk-data frame begun in `partial`, read straight into the frame's own
     /// buffer instead of through ours (one copy of every byte of output less). Each read is
     /// cancel-safe, and what it brought is kept in `partial`.
@@ -132,6 +131,7 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
         Ok(M::from_data(&fixed, data)?)
     }
 
+    /// Waits for the peer's hello; returns it with whatever the peer printed before it.
     pub async fn read_hello(&mut self) -> Result<(HelloFound, Vec<u8>), ReadError> {
         loop {
             if let Some(found) = control::scan_hello(&self.buf[self.pos..])? {
