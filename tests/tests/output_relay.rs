@@ -83,6 +83,12 @@ fn carried_bytes(stderr: &str) -> u64 {
     logged_bytes(stderr, " bytes of output carried")
 }
 
+/// `ranks` ranks writing `bytes` of ragged lines each, with rlaunch's debug log on stderr.
+fn ragged(ranks: u32, bytes: u64) -> Run {
+    Run::new(&["-n", &ranks.to_string(), &rankprog_str(), "ragged", &bytes.to_string()])
+        .env("RLAUNCH_LOG", "debug")
+}
+
 fn logged_bytes(stderr: &str, what: &str) -> u64 {
     let lines: Vec<&str> = stderr.lines().filter(|l| l.contains(what)).collect();
     assert!(!lines.is_empty(), "no{what} in {stderr}");
@@ -99,9 +105,7 @@ fn a_lone_ranks_output_into_a_pipe_is_spliced_and_arrives_byte_for_byte() {
     // Lines of 22 to 3022 bytes written in pieces of 65521 bytes: frames end mid-line, so the
     // link reader must find where lines start and end around what it splices.
     let bytes: u64 = 24 << 20;
-    let out = Run::new(&["-n", "1", &rankprog_str(), "ragged", &bytes.to_string()])
-        .env("RLAUNCH_LOG", "debug")
-        .run();
+    let out = ragged(1, bytes).run();
     out.assert_code(0);
     let lines = check_ragged(&out.stdout, 1, bytes).unwrap();
     let expected: Vec<u8> =
@@ -113,10 +117,7 @@ fn a_lone_ranks_output_into_a_pipe_is_spliced_and_arrives_byte_for_byte() {
     assert!(carried > bytes / 2, "only {carried} of {bytes} bytes were carried");
 
     // Off: read and written as before, the same bytes.
-    let off = Run::new(&["-n", "1", &rankprog_str(), "ragged", &bytes.to_string()])
-        .env("RLAUNCH_LOG", "debug")
-        .env("RLAUNCH_SPLICE", "0")
-        .run();
+    let off = ragged(1, bytes).env("RLAUNCH_SPLICE", "0").run();
     off.assert_code(0);
     assert!(off.stdout == expected, "the bytes differ from what the rank wrote");
     assert_eq!((spliced_bytes(&off.stderr_str()), carried_bytes(&off.stderr_str())), (0, 0));
@@ -125,9 +126,7 @@ fn a_lone_ranks_output_into_a_pipe_is_spliced_and_arrives_byte_for_byte() {
 #[test]
 fn spliced_lines_of_several_ranks_stay_whole_in_a_pipe_and_in_a_file() {
     let bytes: u64 = 8 << 20;
-    let out = Run::new(&["-n", "4", &rankprog_str(), "ragged", &bytes.to_string()])
-        .env("RLAUNCH_LOG", "debug")
-        .run();
+    let out = ragged(4, bytes).run();
     out.assert_code(0);
     check_ragged(&out.stdout, 4, bytes).unwrap();
     assert!(spliced_bytes(&out.stderr_str()) > 0);
