@@ -116,6 +116,9 @@ pub trait Frame: Sized {
     fn from_data(head: &[u8], data: Vec<u8>) -> Result<Self, FrameError>;
 }
 
+/// The bytes before a frame's message: its length (4) and its tag (1).
+pub const FRAME_HEAD: usize = 5;
+
 /// The tag of a bulk-data frame: `Up::Output`, `Down::Stdin`.
 pub const DATA_TAG: u8 = TAG_DATA;
 

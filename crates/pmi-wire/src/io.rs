@@ -182,13 +182,16 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
                 return Ok(Some(Next::Frame(msg)));
             }
             let len = control::frame_len(avail)?;
-            let head = 5 + M::DATA_HEAD;
+            let head = control::FRAME_HEAD + M::DATA_HEAD;
             if let Some(len) = len.filter(|&len| len >= DIRECT && avail.len() >= head) {
                 if avail[4] == control::DATA_TAG {
                     let data_len = 4 + len - head;
                     let have = avail.len() - head;
                     if bulk.is_some_and(|min| data_len - have >= min) {
-                        let frame = M::from_data(&avail[5..head], avail[head..].to_vec())?;
+                        let frame = M::from_data(
+                            &avail[control::FRAME_HEAD..head],
+                            avail[head..].to_vec(),
+                        )?;
                         self.pos = self.buf.len();
                         if let Some(cap) = &mut self.cap {
                             cap.now = cap.least;
@@ -197,7 +200,7 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
                     }
                     let mut data = Vec::with_capacity(data_len);
                     data.extend_from_slice(&avail[head..]);
-                    let fixed = avail[5..head].to_vec();
+                    let fixed = avail[control::FRAME_HEAD..head].to_vec();
                     self.pos = self.buf.len();
                     self.partial = Some(Partial { fixed, data, data_len });
                     continue;

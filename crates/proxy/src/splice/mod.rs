@@ -18,6 +18,9 @@
 //! ([`reader`]). The writer takes `head`, then the stashed bytes, then `after`, so a piece
 //! reaches the sink in order and the stash is emptied in the order it was filled (rlaunch's
 //! runtime has one thread, and a piece is stashed and queued with nothing in between).
+//! A piece waits (briefly) for a full stash to be emptied down to half rather than be read:
+//! when the reader of rlaunch's stdout is what holds the output up, copying would only take
+//! CPU time from it.
 //! Only output with nothing to add (no prefix, tag, timestamp or output file), for a stdout
 //! or stderr that takes splices (a pipe, a socket, a file not opened for appending), and
 //! only on a plain link (a socketpair to a forked proxy or to ssh; not an encrypted TCP
@@ -29,11 +32,14 @@
 use std::fs::File;
 use std::io::{self, Read, Write};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use nix::libc;
+use pmi_wire::control::{Frame, Up};
 use pmi_wire::ids::Stream;
 use tokio::io::unix::AsyncFd;
+use tokio::sync::Notify;
 
 mod carrier;
 mod reader;
@@ -44,17 +50,17 @@ pub use reader::LinkSplice;
 /// A piece of output with fewer bytes than this to splice is read instead: a splice and the
 /// peeks around it cost more than copying a few KiB.
 pub const SPLICE_MIN: usize = 16 << 10;
-/// A link reader that splices reads this much at a time after each large output frame, so
-/// that little of the next is read with its head (more while reads come back full of small
-/// frames).
-pub const READ_CHUNK: usize = 2 << 10;
+/// A link reader that splices reads this much at a time after each large output frame: the
+/// head of an output frame (length, tag, rank and stream), so that none of the next frame's
+/// data is read with it (more while reads come back full of small frames).
+pub const READ_CHUNK: usize = pmi_wire::control::FRAME_HEAD + <Up as Frame>::DATA_HEAD;
 /// How far the reader peeks for the newline that ends a line left open. A longer line is
 /// read, not spliced.
 const PEEK_HEAD: usize = 64 << 10;
 /// How far back from a piece's end the reader peeks for its last newline.
 const PEEK_TAIL: usize = 4 << 10;
-/// The stash's capacity (the default `pipe-max-size`).
-const STASH_CAPACITY: i32 = 1 << 20;
+/// Half the stash's capacity (the default `pipe-max-size`).
+const STASH_HALF: usize = 512 << 10;
 
 /// rlaunch's pipe for spliced output, between its link readers (which fill it without
 /// blocking) and its writer thread (which empties it into the sinks, blocking).
@@ -63,15 +69,48 @@ pub struct Stash {
     read: OwnedFd,
     /// Where bytes nobody wants are spliced to.
     null: File,
+    /// Bytes in the stash: filled by the link readers, emptied by the writer thread.
+    level: AtomicUsize,
+    /// Told when the writer thread has emptied the stash down to half.
+    half_empty: Notify,
 }
 
 impl Stash {
     pub fn new() -> io::Result<Arc<Stash>> {
         let (read, write) = pipe(0)?;
         crate::fdio::set_nonblocking(&write)?;
-        crate::fdio::enlarge_pipe(&write, STASH_CAPACITY);
+        crate::fdio::enlarge_pipe(&write, 2 * STASH_HALF as i32);
         let null = File::options().write(true).open("/dev/null")?;
-        Ok(Arc::new(Stash { write, read, null }))
+        Ok(Arc::new(Stash {
+            write,
+            read,
+            null,
+            level: AtomicUsize::new(0),
+            half_empty: Notify::new(),
+        }))
+    }
+
+    /// How many more bytes it takes. A link reader waits a little for room rather than read
+    /// output that the stash, full because the reader of rlaunch's stdout is behind, cannot
+    /// take: copying it would only take CPU time from that reader.
+    pub(super) fn room(&self) -> usize {
+        STASH_HALF * 2 - self.level.load(Ordering::Acquire).min(STASH_HALF * 2)
+    }
+
+    /// Waits until the writer thread has emptied the stash down to half (or had, since the
+    /// last wait). Waiting for that much room, not for any, keeps pieces large.
+    pub(super) async fn half_empty(&self) {
+        self.half_empty.notified().await
+    }
+
+    /// The writer thread took `len` bytes out.
+    fn emptied(&self, len: usize) {
+        let sub = |level: usize| Some(level.saturating_sub(len));
+        let before = self.level.fetch_update(Ordering::AcqRel, Ordering::Acquire, sub);
+        let before = before.unwrap_or_else(|level| level);
+        if before > STASH_HALF && before.saturating_sub(len) <= STASH_HALF {
+            self.half_empty.notify_one();
+        }
     }
 
     /// Moves up to `len` bytes from `from` into the stash, without blocking: fewer when the
@@ -83,7 +122,10 @@ impl Stash {
             let n = splice(from, self.write.as_raw_fd(), len - moved, flags);
             match n {
                 Ok(0) => break,
-                Ok(n) => moved += n,
+                Ok(n) => {
+                    self.level.fetch_add(n, Ordering::AcqRel);
+                    moved += n
+                }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) if moved > 0 => {
@@ -100,6 +142,12 @@ impl Stash {
     /// the rest of the `len` bytes are thrown away, so that the stash stays in step with the
     /// pieces that name it, and the error is returned.
     pub fn empty_into(&self, to: &File, len: usize) -> io::Result<()> {
+        let result = self.move_into(to, len);
+        self.emptied(len);
+        result
+    }
+
+    fn move_into(&self, to: &File, len: usize) -> io::Result<()> {
         let mut left = len;
         while left > 0 {
             match splice(self.read.as_raw_fd(), to.as_raw_fd(), left, libc::SPLICE_F_MOVE) {
@@ -111,7 +159,7 @@ impl Stash {
                     return self.copy_into(to, left);
                 }
                 Err(e) => {
-                    self.discard(left);
+                    self.throw_away(left);
                     return Err(e);
                 }
             }
@@ -131,7 +179,7 @@ impl Stash {
             }
             left -= n;
             if let Err(e) = (&*to).write_all(&buf[..n]) {
-                self.discard(left);
+                self.throw_away(left);
                 return Err(e);
             }
         }
@@ -139,7 +187,12 @@ impl Stash {
     }
 
     /// Throws away the next `len` bytes of the stash (output dropped, or a sink broken).
-    pub fn discard(&self, mut len: usize) {
+    pub fn discard(&self, len: usize) {
+        self.throw_away(len);
+        self.emptied(len);
+    }
+
+    fn throw_away(&self, mut len: usize) {
         while len > 0 {
             match splice(self.read.as_raw_fd(), self.null.as_raw_fd(), len, 0) {
                 Ok(0) => break,

@@ -3,6 +3,7 @@
 use std::collections::HashSet;
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::time::Duration;
 
 use nix::libc;
 use pmi_wire::ids::Stream;
@@ -11,11 +12,16 @@ use tokio::io::unix::AsyncFd;
 
 use super::{
     read_exact_now, registered_dup, Piece, Spliced, Splicer, PEEK_HEAD, PEEK_TAIL, SPLICE_MIN,
+    STASH_HALF,
 };
 use crate::fdio::pending;
 
 /// A piece of a frame is taken once this much of it (or all of it) has arrived.
 const GATHER: usize = 64 << 10;
+/// How long a piece waits for room in a full stash before it is read instead: short, so
+/// that a link whose output waits for a reader of rlaunch's stdout that went away (or paused)
+/// is still read, its heartbeats with it.
+const ROOM_WAIT: Duration = Duration::from_millis(50);
 
 /// The rest of a large output frame, still in the socket.
 struct Bulk {
@@ -39,13 +45,24 @@ struct State {
     splicer: Splicer,
     bulk: Option<Bulk>,
     open_lines: HashSet<(u32, Stream)>,
+    /// The stash had no room for the piece in time: it is read.
+    impatient: bool,
+}
+
+/// What the socket and the stash allow.
+enum Take {
+    Piece(Piece),
+    /// Wait for more of the frame.
+    Data,
+    /// Wait for room in the stash.
+    Room,
 }
 
 impl LinkSplice {
     /// Splicing for the link whose reader reads `socket` (borrowed: duplicated here).
     pub fn new(splicer: Splicer, socket: RawFd) -> io::Result<LinkSplice> {
         let socket = registered_dup(socket)?;
-        let state = State { splicer, bulk: None, open_lines: HashSet::new() };
+        let state = State { splicer, bulk: None, open_lines: HashSet::new(), impatient: false };
         Ok(LinkSplice { socket, state })
     }
 
@@ -72,8 +89,15 @@ impl LinkSplice {
             let mut guard = self.socket.readable().await?;
             let closed = guard.ready().is_read_closed();
             match self.state.try_piece(guard.get_inner().as_raw_fd(), closed)? {
-                Some(piece) => return Ok(piece),
-                None => guard.clear_ready(),
+                Take::Piece(piece) => return Ok(piece),
+                Take::Data => guard.clear_ready(),
+                Take::Room => {
+                    drop(guard);
+                    let stash = self.state.splicer.stash.clone();
+                    if tokio::time::timeout(ROOM_WAIT, stash.half_empty()).await.is_err() {
+                        self.state.impatient = true;
+                    }
+                }
             }
         }
     }
@@ -92,24 +116,33 @@ impl State {
         }
     }
 
-    /// The next piece of the frame from what `fd` holds, or `None` to wait for more: the
-    /// rest of the frame follows its head at once, so a piece smaller than [`GATHER`] is
-    /// worth waiting for, unless the peer is gone (`closed`).
-    fn try_piece(&mut self, fd: RawFd, closed: bool) -> Result<Option<Piece>, ReadError> {
+    /// The next piece of the frame from what `fd` holds, or what to wait for: more of the
+    /// frame (it follows its head at once, so a piece smaller than [`GATHER`] is worth
+    /// waiting for, unless the peer is gone: `closed`), or room in the stash.
+    fn try_piece(&mut self, fd: RawFd, closed: bool) -> Result<Take, ReadError> {
         let bulk = self.bulk.as_ref().expect("a frame begun");
         let (rank, stream) = (bulk.rank, bulk.stream);
-        let avail = pending(fd)?.min(bulk.rest);
+        let mut avail = pending(fd)?.min(bulk.rest);
         if !closed && avail > 0 && avail < bulk.rest.min(GATHER) {
-            return Ok(None);
+            return Ok(Take::Data);
         }
         if avail == 0 && bulk.rest > 0 {
             // Nothing yet, or the end of the stream in the middle of the frame.
             return match peek_at(fd, 0, &mut [0]) {
                 Ok(0) => Err(ReadError::Truncated),
-                Ok(_) => Ok(None),
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(None),
+                Ok(_) => Ok(Take::Data),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(Take::Data),
                 Err(e) => Err(e.into()),
             };
+        }
+        let mut splices = self.splicer.wants(stream) && avail >= SPLICE_MIN;
+        if splices && !std::mem::take(&mut self.impatient) {
+            // A smaller piece, what the stash takes, or none until it takes a large one.
+            match self.splicer.stash.room() {
+                room if room >= avail.min(STASH_HALF) => avail = avail.min(room),
+                _ if !closed => return Ok(Take::Room),
+                _ => splices = false,
+            }
         }
         // A line is open if the bytes held leave one open, or else if the output handed out
         // did.
@@ -117,7 +150,7 @@ impl State {
             Some(&last) => last != b'\n',
             None => self.open_lines.contains(&(rank, stream)),
         };
-        let spliced = match self.splicer.wants(stream) && avail >= SPLICE_MIN {
+        let spliced = match splices {
             true => self.splice_piece(fd, rank, stream, open, avail)?,
             false => None,
         };
@@ -161,11 +194,11 @@ impl State {
         if matches!(&piece, Piece::Read { data, .. } if data.is_empty()) {
             // All of it held (a piece with no newline): take the next one, or wait for it.
             return match done {
-                true => Ok(Some(piece)),
+                true => Ok(Take::Piece(piece)),
                 false => self.try_piece(fd, closed),
             };
         }
-        Ok(Some(piece))
+        Ok(Take::Piece(piece))
     }
 
     /// Takes the first `avail` bytes of the socket as a piece whose whole lines are spliced,
@@ -291,6 +324,67 @@ mod tests {
         link.begin(3, Stream::Stderr, Vec::new(), data.len());
         let Piece::Read { data: got, .. } = link.next_piece().await.unwrap() else { panic!() };
         assert_eq!(got, data);
+    }
+
+    /// A stash filled with `len` bytes of other output, as by another link's pieces.
+    fn fill_stash(stash: &Stash, len: usize) {
+        let (mut tx, rx) = UnixStream::pair().unwrap();
+        let writer = std::thread::spawn(move || tx.write_all(&vec![b'x'; len]).unwrap());
+        let mut filled = 0;
+        while filled < len {
+            filled += stash.fill(rx.as_raw_fd(), len - filled).unwrap();
+        }
+        writer.join().unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_piece_waits_for_the_writer_to_empty_a_full_stash() {
+        let (mut tx, rx) = UnixStream::pair().unwrap();
+        rx.set_nonblocking(true).unwrap();
+        let stash = Stash::new().unwrap();
+        fill_stash(&stash, 900 << 10);
+        let splicer = Splicer { stash: stash.clone(), streams: [true, true] };
+        let mut link = LinkSplice::new(splicer, rx.as_raw_fd()).unwrap();
+        let data = lines(0, 2000, 100);
+        tx.write_all(&data).unwrap();
+        link.begin(2, Stream::Stdout, Vec::new(), data.len());
+        // The writer thread empties the stash a little later.
+        let emptier = stash.clone();
+        let writer = std::thread::spawn(move || {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+            emptier.discard(900 << 10);
+        });
+        let Piece::Spliced(s) = link.next_piece().await.unwrap() else { panic!("not spliced") };
+        writer.join().unwrap();
+        assert!(!link.busy());
+        assert_eq!((s.head.len(), s.stashed, s.whole, s.after.len()), (0, data.len(), true, 0));
+        assert_eq!(stash_contents(&stash, data.len()), data);
+    }
+
+    #[tokio::test]
+    async fn a_stash_that_stays_full_has_the_piece_taken_after_a_short_wait() {
+        let (mut tx, rx) = UnixStream::pair().unwrap();
+        rx.set_nonblocking(true).unwrap();
+        let stash = Stash::new().unwrap();
+        fill_stash(&stash, 1 << 20);
+        let splicer = Splicer { stash: stash.clone(), streams: [true, true] };
+        let mut link = LinkSplice::new(splicer, rx.as_raw_fd()).unwrap();
+        let data = lines(0, 2000, 100);
+        tx.write_all(&data).unwrap();
+        link.begin(2, Stream::Stdout, Vec::new(), data.len());
+        let started = std::time::Instant::now();
+        let piece = link.next_piece().await.unwrap();
+        assert!(started.elapsed() >= ROOM_WAIT, "{:?}", started.elapsed());
+        // Whatever room the pipe had beyond the count is used; the rest is read.
+        let got = match piece {
+            Piece::Read { data, .. } => data,
+            Piece::Spliced(s) => {
+                stash.discard(1 << 20);
+                [s.head, stash_contents(&stash, s.stashed), s.after].concat()
+            }
+        };
+        assert_eq!(got, data);
+        assert!(!link.busy());
     }
 
     #[tokio::test]
