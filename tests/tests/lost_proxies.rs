@@ -85,3 +85,66 @@ fn a_proxy_of_another_protocol_version_is_named_clearly() {
         "{err}"
     );
 }
+
+/// The proxy held in `exit_group` and stopped there, as `kill -STOP` on its way out would:
+/// strace fails the call and sends SIGSTOP. Returns strace, once attached.
+fn stop_on_exit(proxy: i32) -> std::process::Child {
+    let inject = "inject=exit_group:error=ENOSYS:signal=SIGSTOP";
+    let args = ["-o", "/dev/null", "-e", "trace=exit_group", "-e", inject, "-p"];
+    let mut strace = std::process::Command::new("strace")
+        .args(args)
+        .arg(proxy.to_string())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let status = format!("/proc/{proxy}/status");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < deadline {
+        match std::fs::read_to_string(&status) {
+            Ok(text) if text.contains("TracerPid:\t0\n") => {}
+            Ok(_) => return strace,
+            Err(_) => break,
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let _ = strace.kill();
+    let _ = strace.wait();
+    panic!("strace did not attach to {proxy}");
+}
+
+/// A proxy that finished its node and closed its link, then stopped before its process
+/// ended (found by the chaos runner: rlaunch waited for its exit for ever). It gets the
+/// proxies' grace (5 s) and SIGKILL; the job had succeeded, so rlaunch exits 0.
+#[test]
+fn a_proxy_stopped_on_its_way_out_is_killed_after_the_grace() {
+    let mut job = Run::new(&["-n", "1", &rankprog_str(), "ready", "sleep", "1"]).spawn();
+    let ready = job.wait_for_ready(1, WAIT);
+    let proxy = procfs::parent_pid(ready[0].1.as_raw());
+    let mut strace = stop_on_exit(proxy);
+    let start = Instant::now();
+    let out = job.wait(WAIT);
+    out.assert_code(0);
+    let took = start.elapsed();
+    assert!(took > Duration::from_secs(5) && took < Duration::from_secs(9), "took {took:?}");
+    assert!(out.stderr_str().contains("proxy outlived its connection; killing it"), "{out}");
+    assert!(strace.wait().unwrap().success());
+    out.tag.wait_until_none(Duration::from_secs(2)).unwrap();
+}
+
+/// The forked proxy stopped before it said hello (strace stops it at its runtime's second
+/// epoll_create1, before the greeting goes out): a forked proxy has no login to wait for, so
+/// the silence timeout finds it, not the 30 s hello wait for ssh.
+#[test]
+fn a_forked_proxy_stopped_before_its_hello_is_found_by_its_silence() {
+    let rlaunch = rlaunch_tests::rlaunch();
+    let rlaunch = rlaunch.to_str().unwrap();
+    let stop = "inject=epoll_create1:signal=SIGSTOP:when=2";
+    let args = ["-f", "-o", "/dev/null", "-e", "trace=epoll_create1", "-e", stop, rlaunch];
+    let liveness = ["--heartbeat", "0.2", "--silence-timeout", "1"];
+    let rank = ["-n", "1", &rankprog_str(), "print", "1"];
+    let start = Instant::now();
+    let out = Run::program("strace", &args).args(liveness).args(rank).timeout(WAIT).run();
+    out.assert_code(255);
+    assert!(out.stderr_str().contains("(no word from it for 1 s)"), "{out}");
+    assert!(start.elapsed() < Duration::from_secs(6), "took {:?}", start.elapsed());
+}

@@ -16,6 +16,7 @@ use std::collections::{HashMap, HashSet};
 use std::io;
 use std::ops::Range;
 use std::sync::Arc;
+use std::time::Duration;
 
 use nix::sys::signal::Signal;
 use pmi_wire::control::{Down, Job, Launch, NodePlan, Up};
@@ -23,6 +24,7 @@ use pmi_wire::ids::ExitOutcome;
 use pmi_wire::record::{self, Micros, NodeRecord, Phase};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
+use tokio::time::Instant;
 
 use crate::credit::{self, ChildCredit};
 use crate::link::{self, Greeting, LinkEvent, ProxyProcess};
@@ -315,6 +317,22 @@ impl Children {
         self.broadcast(&Down::Terminate { grace_ms: grace.as_millis() as u64 });
     }
 
+    /// When the first child whose link closed cleanly, and whose process has not ended since,
+    /// is to be killed: `grace` after the close.
+    pub fn linger_deadline(&self, grace: Duration) -> Option<Instant> {
+        let lingering = self.list.iter().filter(|c| !c.state.reaped());
+        lingering.filter_map(|c| c.state.lingers_since).map(|at| at + grace).min()
+    }
+
+    /// SIGKILLs the children whose process outlived its link by `grace`: stopped, or hung on
+    /// its way out. One that had not finished is lost for it once reaped.
+    pub fn kill_lingering(&mut self, grace: Duration) {
+        let now = Instant::now();
+        for c in self.list.iter_mut().filter(|c| !c.state.reaped()) {
+            c.state.kill_if_lingering(grace, now);
+        }
+    }
+
     /// SIGKILLs the children whose process has not ended.
     pub fn kill_unfinished(&self) {
         for c in self.list.iter().filter(|c| !c.state.reaped()) {
@@ -364,6 +382,9 @@ struct ChildState {
     exit: Option<ExitOutcome>,
     link_closed: bool,
     link_error: Option<String>,
+    /// When its link closed cleanly while its process went on: the process is given
+    /// [`Children::linger_deadline`]'s grace to end, then killed.
+    lingers_since: Option<Instant>,
     /// The last bytes the remote launcher (ssh) printed on stderr.
     stderr_tail: Vec<u8>,
 }
@@ -395,6 +416,7 @@ impl ChildState {
             exit: None,
             link_closed: false,
             link_error: None,
+            lingers_since: None,
             stderr_tail: Vec::new(),
         }
     }
@@ -440,14 +462,37 @@ impl ChildState {
     /// Its link closed (with an error, or at end of file). Returns it as lost, if it now
     /// is; a lost child's process (a hung proxy, or an ssh client on a dead network) is
     /// killed then, as nothing more will come from it.
+    ///
+    /// A broken link (silence, a read error) has its process killed even when the child said
+    /// it was done: a proxy stopped on its way out would otherwise keep its parent waiting
+    /// for its exit forever (found by the chaos runner: `kill -STOP` just after NodeDone).
+    /// After a clean end of file its process gets a grace to end ([`Children::linger_deadline`]).
     fn on_link_closed(&mut self, error: Option<String>) -> Option<Lost> {
         self.link_closed = true;
+        let broken = error.is_some();
         self.link_error = error;
         let verdict = self.verdict();
-        if verdict.is_some() && !self.reaped() && self.pid > 0 {
+        let running = !self.reaped() && self.pid > 0;
+        if running && (verdict.is_some() || broken) {
             procs::signal_pid(self.pid, Signal::SIGKILL);
+        } else if running {
+            self.lingers_since = Some(Instant::now());
         }
         verdict
+    }
+
+    /// Kills its process if it outlived a clean close of the link by `grace` at `now`.
+    fn kill_if_lingering(&mut self, grace: Duration, now: Instant) {
+        if self.reaped() || self.lingers_since.is_none_or(|at| at + grace > now) {
+            return;
+        }
+        self.lingers_since = None;
+        tracing::warn!(host = %self.host, "proxy outlived its connection; killing it");
+        let secs = grace.as_secs_f64();
+        let what = &self.process;
+        self.link_error =
+            Some(format!("it closed its connection, but {what} did not end within {secs} s"));
+        procs::signal_pid(self.pid, Signal::SIGKILL);
     }
 
     fn verdict(&mut self) -> Option<Lost> {
@@ -511,6 +556,45 @@ mod tests {
         assert_eq!(lost.reason, "no word from it for 10 s");
         assert!(!c.settled(), "its process has not been reaped yet");
         assert_eq!(c.on_exit(ExitOutcome::Signaled(9)), None);
+        assert!(c.settled());
+    }
+
+    /// A real process, stopped as by `kill -STOP`: only SIGKILL ends it.
+    fn stopped_process() -> std::process::Child {
+        let child = std::process::Command::new("sleep").arg("60").spawn().unwrap();
+        procs::signal_pid(child.id() as i32, Signal::SIGSTOP);
+        child
+    }
+
+    fn killed(mut child: std::process::Child) -> bool {
+        use std::os::unix::process::ExitStatusExt;
+        child.wait().unwrap().signal() == Some(Signal::SIGKILL as i32)
+    }
+
+    #[test]
+    fn a_done_child_whose_link_breaks_has_its_process_killed() {
+        let process = stopped_process();
+        let mut c = ChildState::new("n2".into(), process.id() as i32, "its proxy");
+        c.done = true;
+        assert_eq!(c.on_link_closed(Some("no word from it for 1.5 s".into())), None);
+        assert!(killed(process));
+        assert_eq!(c.on_exit(ExitOutcome::Signaled(9)), None, "done: not lost");
+        assert!(c.settled());
+    }
+
+    #[test]
+    fn a_process_that_outlives_its_clean_close_is_killed_after_the_grace_and_lost() {
+        let process = stopped_process();
+        let mut c = ChildState::new("n2".into(), process.id() as i32, "its proxy");
+        assert_eq!(c.on_link_closed(None), None, "its exit tells the story: wait for it");
+        let closed = c.lingers_since.expect("lingering");
+        let grace = Duration::from_secs(5);
+        c.kill_if_lingering(grace, closed + Duration::from_secs(4));
+        assert!(c.lingers_since.is_some(), "within its grace");
+        c.kill_if_lingering(grace, closed + grace);
+        assert!(killed(process));
+        let lost = c.on_exit(ExitOutcome::Signaled(9)).unwrap();
+        assert_eq!(lost.reason, "it closed its connection, but its proxy did not end within 5 s");
         assert!(c.settled());
     }
 

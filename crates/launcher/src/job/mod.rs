@@ -265,6 +265,7 @@ pub async fn run(mut plan: Plan) -> i32 {
         let held_deadline = root.forwarded.deadline(root.kill_grace());
         let progress_deadline = root.progress.as_ref().and_then(|p| p.deadline());
         let lookup_deadline = root.names.deadline();
+        let linger_deadline = root.children.linger_deadline(PROXY_GRACE);
         tokio::select! {
             ev = events.recv() => match ev {
                 Some(ev) => root.handle(ev),
@@ -323,6 +324,9 @@ pub async fn run(mut plan: Plan) -> i32 {
                     root.drop_output.send_replace(true);
                     root.children.broadcast(&Down::DropOutput);
                 }
+            }
+            _ = sleep_until(linger_deadline), if linger_deadline.is_some() => {
+                root.children.kill_lingering(PROXY_GRACE);
             }
             _ = sleep_until(proxy_deadline), if proxy_deadline.is_some() => {
                 root.proxy_deadline = None;

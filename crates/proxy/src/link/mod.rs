@@ -351,6 +351,8 @@ pub async fn run_link<F, Fut>(
             tracing::debug!("writing to a child proxy failed: {e}");
         }
     });
+    // A forked proxy says hello at once: it has no login to go through first.
+    let hello_wait = if launched { silence } else { HELLO_WAIT };
     let mut said_hello = greeted.is_some();
     if let Some(greeting) = greeted {
         if !deliver(LinkEvent::Greeted(greeting)).await {
@@ -370,9 +372,9 @@ pub async fn run_link<F, Fut>(
                         Err(_) => Err(LinkError::Silent(silence)),
                     }
                 } else {
-                    match tokio::time::timeout(HELLO_WAIT, read_greeting(&mut reader)).await {
+                    match tokio::time::timeout(hello_wait, read_greeting(&mut reader)).await {
                         Ok(r) => r.map(|g| Some(LinkEvent::Greeted(g))),
-                        Err(_) => Err(LinkError::Silent(HELLO_WAIT)),
+                        Err(_) => Err(LinkError::Silent(hello_wait)),
                     }
                 }
             } => match r {

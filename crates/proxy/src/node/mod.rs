@@ -353,6 +353,7 @@ impl Node {
             let watch = !*self.up.abandon.borrow() && !self.stopped;
             let silent_at = self.last_heard + silence;
             let pmix_silent_at = self.pmix_silent_at();
+            let linger_at = self.children.linger_deadline(crate::kill::CHILD_PROXY_GRACE);
             tokio::select! {
                 ev = events.recv() => match ev {
                     Some(ev) => self.handle(ev),
@@ -381,6 +382,9 @@ impl Node {
                     for lost in self.children.give_up_dialing(&reason) {
                         self.report_lost(lost);
                     }
+                }
+                _ = tokio::time::sleep_until(linger_at.unwrap_or_else(Instant::now)), if linger_at.is_some() => {
+                    self.children.kill_lingering(crate::kill::CHILD_PROXY_GRACE)
                 }
                 _ = pmix_ping.tick(), if self.pmix.is_some() => self.ping_pmix(),
                 _ = tokio::time::sleep_until(pmix_silent_at.unwrap_or_else(Instant::now)), if pmix_silent_at.is_some() => {
