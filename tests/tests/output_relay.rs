@@ -100,6 +100,31 @@ fn logged_bytes(stderr: &str, what: &str) -> u64 {
     lines.iter().map(count).sum()
 }
 
+/// What the writer says the link readers spliced straight into rlaunch's stdout.
+fn direct_bytes(stderr: &str) -> u64 {
+    let line = stderr.lines().find(|l| l.contains(" of them straight from the links"));
+    let words: Vec<&str> = line.expect("the writer's count").split_whitespace().collect();
+    let at = words.iter().position(|&w| w == "them").unwrap();
+    words[at - 2].parse().unwrap()
+}
+
+/// Whole lines in whole writes, read as fast as they come: the link reader splices them
+/// from its socket straight into rlaunch's stdout while the writer thread has nothing to do.
+/// Four ranks share the pipe the same way, and no line is cut.
+#[test]
+fn whole_lines_go_straight_into_a_pipe_and_stay_whole() {
+    let bytes: u64 = 24 << 20;
+    for ranks in [1, 4] {
+        let args = ["-n", &ranks.to_string(), &rankprog_str(), "flood", &bytes.to_string()];
+        let out = Run::new(&args).env("RLAUNCH_LOG", "debug").run();
+        out.assert_code(0);
+        check_flood(&out.stdout, ranks, bytes).unwrap();
+        let direct = direct_bytes(&out.stderr_str());
+        assert!(ranks > 1 || direct > 0, "nothing went straight into the pipe");
+        assert!(direct <= spliced_bytes(&out.stderr_str()));
+    }
+}
+
 #[test]
 fn a_lone_ranks_output_into_a_pipe_is_spliced_and_arrives_byte_for_byte() {
     // Lines of 22 to 3022 bytes written in pieces of 65521 bytes: frames end mid-line, so the

@@ -30,13 +30,14 @@ mod stamp;
 
 use std::collections::HashMap;
 use std::fmt::Write;
+use std::os::fd::RawFd;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use pmi_wire::ids::Stream;
 use rlaunch_proxy::credit::Debt;
-use rlaunch_proxy::splice::{takes_splices, Spliced, Splicer, Stash};
+use rlaunch_proxy::splice::{is_pipe, takes_splices, Direct, Spliced, Splicer, Stash, WriterState};
 use tokio::sync::{mpsc, watch};
 
 pub(crate) use pattern::Pattern;
@@ -146,26 +147,58 @@ pub(crate) struct Feed {
     dropped: Dropped,
     /// Where the link readers splice output, when they do.
     splicer: Option<Splicer>,
+    backlog: Arc<Backlog>,
 }
 
 /// The writer thread's end of the [`Feed`].
 pub(crate) struct Queue {
     chunks: mpsc::UnboundedReceiver<Chunk>,
     queued: Arc<AtomicUsize>,
+    backlog: Arc<Backlog>,
+    /// Chunks taken since the writer last said it had written what it took.
+    taken: usize,
+}
+
+/// The writer thread's backlog, as the link readers see it: while it has nothing to write,
+/// they may splice whole lines straight into rlaunch's stdout and stderr (see
+/// `rlaunch_proxy::splice::Direct`).
+struct Backlog {
+    /// Chunks queued for the writer and not yet written: taken, and their batch flushed.
+    unwritten: AtomicUsize,
+    /// Bytes the link readers spliced straight into the sinks.
+    direct: AtomicU64,
+    dropped: Dropped,
+}
+
+impl WriterState for Backlog {
+    fn idle(&self) -> bool {
+        self.unwritten.load(Ordering::Acquire) == 0 && !*self.dropped.borrow()
+    }
+
+    fn wrote(&self, bytes: usize) {
+        self.direct.fetch_add(bytes as u64, Ordering::Relaxed);
+    }
 }
 
 /// The feed and the queue it fills, for output written as `spec` says.
 pub(crate) fn feed(dropped: Dropped, spec: &OutputSpec) -> (Feed, Queue) {
     let (tx, rx) = mpsc::unbounded_channel();
     let queued = Arc::new(AtomicUsize::new(0));
-    let splicer = splicer(spec);
-    (Feed { chunks: tx, queued: queued.clone(), dropped, splicer }, Queue { chunks: rx, queued })
+    let backlog = Arc::new(Backlog {
+        unwritten: AtomicUsize::new(0),
+        direct: AtomicU64::new(0),
+        dropped: dropped.clone(),
+    });
+    let splicer = splicer(spec, &backlog);
+    let feed =
+        Feed { chunks: tx, queued: queued.clone(), dropped, splicer, backlog: backlog.clone() };
+    (feed, Queue { chunks: rx, queued, backlog, taken: 0 })
 }
 
 /// Output is spliced to rlaunch's stdout and stderr (those that take splices: not a
 /// terminal) when lines go out as they are: no prefix, tag, timestamp or output file.
 /// `RLAUNCH_SPLICE=0` turns it off.
-fn splicer(spec: &OutputSpec) -> Option<Splicer> {
+fn splicer(spec: &OutputSpec, backlog: &Arc<Backlog>) -> Option<Splicer> {
     let OutputSpec { prefix, tag, timestamp, outfile, errfile, dir } = spec;
     let plain = prefix.is_none() && !tag && !timestamp;
     if !plain || outfile.is_some() || errfile.is_some() || dir.is_some() {
@@ -178,12 +211,31 @@ fn splicer(spec: &OutputSpec) -> Option<Splicer> {
     if streams == [false, false] {
         return None;
     }
+    // A pipe takes whole lines straight from the links, while the writer is idle: as many
+    // as it has room for, so it is given the room a rank's pipe has.
+    let pipe = |fd: RawFd| {
+        let pipe = streams[fd as usize - 1] && is_pipe(fd);
+        pipe.then(|| {
+            grow_pipe(fd);
+            fd
+        })
+    };
+    let writer: Arc<dyn WriterState> = backlog.clone();
+    let direct = Some(Direct { sinks: [pipe(1), pipe(2)], writer });
     match Stash::new() {
-        Ok(stash) => Some(Splicer { stash, streams }),
+        Ok(stash) => Some(Splicer { stash, streams, direct }),
         Err(e) => {
             tracing::debug!("no output stash: {e}");
             None
         }
+    }
+}
+
+/// Gives rlaunch's stdout or stderr pipe a rank pipe's capacity, unless it has more.
+fn grow_pipe(fd: RawFd) {
+    let size = nix::fcntl::fcntl(fd, nix::fcntl::FcntlArg::F_GETPIPE_SZ).unwrap_or(0);
+    if size < rlaunch_proxy::fdio::PIPE_CAPACITY {
+        rlaunch_proxy::fdio::enlarge_pipe(&fd, rlaunch_proxy::fdio::PIPE_CAPACITY);
     }
 }
 
@@ -206,6 +258,7 @@ impl Feed {
             return true;
         }
         self.queued.fetch_add(chunk.len(), Ordering::Relaxed);
+        self.backlog.unwritten.fetch_add(1, Ordering::AcqRel);
         self.chunks.send(chunk).is_ok()
     }
 }
@@ -232,10 +285,17 @@ impl Queue {
         chunk
     }
 
-    fn taken(&self, chunk: &Option<Chunk>) {
+    fn taken(&mut self, chunk: &Option<Chunk>) {
         if let Some(chunk) = chunk {
             self.queued.fetch_sub(chunk.len(), Ordering::Relaxed);
+            self.taken += 1;
         }
+    }
+
+    /// What was taken is written (or thrown away): none of it can follow what the link
+    /// readers splice straight into the sinks from now on.
+    fn written(&mut self) {
+        self.backlog.unwritten.fetch_sub(std::mem::take(&mut self.taken), Ordering::AcqRel);
     }
 }
 
@@ -297,6 +357,7 @@ impl Writer {
                 if let Chunk::Spliced { output, .. } = chunk {
                     output.stash.discard(output.stashed);
                 }
+                queue.written();
                 continue;
             }
             self.take(chunk);
@@ -308,11 +369,17 @@ impl Writer {
             }
             if *self.dropped.borrow() {
                 self.sinks.discard();
+                queue.written();
                 continue;
             }
             self.flush();
+            queue.written();
         }
-        tracing::debug!("{} bytes of output spliced", self.spliced);
+        let direct = queue.backlog.direct.load(Ordering::Relaxed);
+        tracing::debug!(
+            "{} bytes of output spliced, {direct} of them straight from the links",
+            self.spliced + direct
+        );
         if *self.dropped.borrow() {
             return;
         }
@@ -396,7 +463,7 @@ impl Writer {
     /// `after` starts the next line. Only spliced when lines go out as they are, to the
     /// terminal.
     fn take_spliced(&mut self, output: Spliced) {
-        let Spliced { rank, stream, head, stashed, whole, mut after, stash } = output;
+        let Spliced { rank, stream, head, stashed, whole, mut after, stash, .. } = output;
         self.take_data(rank, stream, head);
         self.output_for(rank, stream);
         let lane = self.lanes.get_mut(&(rank, stream)).expect("opened");
@@ -407,8 +474,10 @@ impl Writer {
             let open = std::mem::take(&mut lane.partial);
             self.sinks.put(SinkId::terminal(stream), &[], &[], &[], &open);
         }
-        self.sinks.put_stash(stream, stash, stashed);
-        self.spliced += stashed as u64;
+        if stashed > 0 {
+            self.sinks.put_stash(stream, stash, stashed);
+            self.spliced += stashed as u64;
+        }
         if !whole {
             // The stash took part of a line: its end goes right after it.
             let end = after.iter().position(|&b| b == b'\n').map_or(after.len(), |nl| nl + 1);

@@ -838,6 +838,8 @@ async fn route(
         LinkEvent::Output { rank, stream, data, debt } => {
             output.send(Chunk::Data { rank, stream, data, debt })
         }
+        // All of it already in the sink: its room goes back now.
+        LinkEvent::Spliced { output: spliced, .. } if !spliced.for_writer() => true,
         LinkEvent::Spliced { output: spliced, debt } => {
             output.send(Chunk::Spliced { output: spliced, debt })
         }

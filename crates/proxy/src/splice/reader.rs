@@ -150,17 +150,20 @@ impl State {
             Some(&last) => last != b'\n',
             None => self.open_lines.contains(&(rank, stream)),
         };
+        let frame_ends = avail == bulk.rest;
         let spliced = match splices {
-            true => self.splice_piece(fd, rank, stream, open, avail)?,
+            true => self.splice_piece(fd, rank, stream, open, avail, frame_ends)?,
             false => None,
         };
-        let mut piece = match spliced {
-            Some(s) if s.stashed > 0 => Piece::Spliced(s),
-            Some(s) => Piece::Read { rank, stream, data: [s.head, s.after].concat() },
-            None => Piece::Read { rank, stream, data: read_exact_now(fd, avail)? },
+        let (mut piece, taken) = match spliced {
+            Some((s, taken)) if s.direct > 0 || s.stashed > 0 => (Piece::Spliced(s), taken),
+            Some((s, taken)) => {
+                (Piece::Read { rank, stream, data: [s.head, s.after].concat() }, taken)
+            }
+            None => (Piece::Read { rank, stream, data: read_exact_now(fd, avail)? }, avail),
         };
         let bulk = self.bulk.as_mut().expect("a frame begun");
-        bulk.rest -= avail;
+        bulk.rest -= taken;
         let held = std::mem::take(&mut bulk.held);
         let done = bulk.rest == 0;
         // The bytes held go first; the frame's last open line is held back until its end.
@@ -202,7 +205,10 @@ impl State {
     }
 
     /// Takes the first `avail` bytes of the socket as a piece whose whole lines are spliced,
-    /// or `None` (nothing taken) if there are too few of them to be worth it.
+    /// with how many bytes it took, or `None` (nothing taken) if there are too few of them
+    /// to be worth it. Unless the piece is where the frame ends, the start of its last line
+    /// is left in the socket, for the next piece to start with: so that it starts no line
+    /// open before it, and may go straight into the sink.
     fn splice_piece(
         &self,
         fd: RawFd,
@@ -210,7 +216,8 @@ impl State {
         stream: Stream,
         open: bool,
         avail: usize,
-    ) -> io::Result<Option<Spliced>> {
+        frame_ends: bool,
+    ) -> io::Result<Option<(Spliced, usize)>> {
         let head_len = match open {
             false => 0,
             true => match first_newline(fd, avail.min(PEEK_HEAD))? {
@@ -230,10 +237,21 @@ impl State {
         }
         let head = read_exact_now(fd, head_len)?;
         let lines = lines_end - head_len;
-        let stashed = self.splicer.stash.fill(fd, lines)?;
-        let after = read_exact_now(fd, avail - head_len - stashed)?;
+        // Straight into the sink only lines that leave no line open before them (no bytes
+        // held from the frame's last piece either: those always leave one open).
+        let direct = match open {
+            false => self.splicer.splice_direct(fd, stream, lines),
+            true => 0,
+        };
+        let stashed = self.splicer.stash.fill(fd, lines - direct)?;
+        let whole = direct + stashed == lines;
+        let taken = match whole && !frame_ends {
+            true => lines_end,
+            false => avail,
+        };
+        let after = read_exact_now(fd, taken - head_len - direct - stashed)?;
         let stash = self.splicer.stash.clone();
-        Ok(Some(Spliced { rank, stream, head, stashed, whole: stashed == lines, after, stash }))
+        Ok(Some((Spliced { rank, stream, direct, head, stashed, whole, after, stash }, taken)))
     }
 }
 
@@ -293,13 +311,14 @@ mod tests {
     use std::fs::File;
     use std::io::Write;
     use std::os::unix::net::UnixStream;
+    use std::sync::Arc;
 
     #[tokio::test]
     async fn pieces_splice_whole_lines_and_read_the_open_ends() {
         let (mut tx, rx) = UnixStream::pair().unwrap();
         rx.set_nonblocking(true).unwrap();
         let stash = Stash::new().unwrap();
-        let splicer = Splicer { stash: stash.clone(), streams: [true, false] };
+        let splicer = Splicer { stash: stash.clone(), streams: [true, false], direct: None };
         let mut link = LinkSplice::new(splicer, rx.as_raw_fd()).unwrap();
         // The stream left a line open: "part"; the frame's data ends it, has 1000 lines of
         // 50 bytes, and leaves another open.
@@ -343,7 +362,7 @@ mod tests {
         rx.set_nonblocking(true).unwrap();
         let stash = Stash::new().unwrap();
         fill_stash(&stash, 900 << 10);
-        let splicer = Splicer { stash: stash.clone(), streams: [true, true] };
+        let splicer = Splicer { stash: stash.clone(), streams: [true, true], direct: None };
         let mut link = LinkSplice::new(splicer, rx.as_raw_fd()).unwrap();
         let data = lines(0, 2000, 100);
         tx.write_all(&data).unwrap();
@@ -367,7 +386,7 @@ mod tests {
         rx.set_nonblocking(true).unwrap();
         let stash = Stash::new().unwrap();
         fill_stash(&stash, 1 << 20);
-        let splicer = Splicer { stash: stash.clone(), streams: [true, true] };
+        let splicer = Splicer { stash: stash.clone(), streams: [true, true], direct: None };
         let mut link = LinkSplice::new(splicer, rx.as_raw_fd()).unwrap();
         let data = lines(0, 2000, 100);
         tx.write_all(&data).unwrap();
@@ -387,6 +406,120 @@ mod tests {
         assert!(!link.busy());
     }
 
+    /// A writer thread as the link readers see it: idle or not.
+    struct Writer(bool, std::sync::atomic::AtomicUsize);
+
+    impl super::super::WriterState for Writer {
+        fn idle(&self) -> bool {
+            self.0
+        }
+
+        fn wrote(&self, bytes: usize) {
+            self.1.fetch_add(bytes, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+
+    /// A link whose stdout goes straight into a pipe of 64 KiB (returned: its read end)
+    /// while the writer is `idle`, and the link's other end.
+    fn direct_link(idle: bool) -> (LinkSplice, UnixStream, File, Arc<Stash>, Arc<Writer>) {
+        let (tx, rx) = UnixStream::pair().unwrap();
+        rx.set_nonblocking(true).unwrap();
+        let (read, write) = super::super::pipe(0).unwrap();
+        crate::fdio::enlarge_pipe(&write, 64 << 10);
+        let writer = Arc::new(Writer(idle, 0.into()));
+        let sinks = [Some(write.as_raw_fd()), None];
+        let direct = super::super::Direct { sinks, writer: writer.clone() };
+        let stash = Stash::new().unwrap();
+        let splicer = Splicer { stash: stash.clone(), streams: [true, true], direct: Some(direct) };
+        let link = LinkSplice::new(splicer, rx.as_raw_fd()).unwrap();
+        // The sink's write end must outlive the link: leaked on purpose.
+        std::mem::forget(write);
+        (link, tx, File::from(read), stash, writer)
+    }
+
+    fn read_pipe(pipe: &mut File, len: usize) -> Vec<u8> {
+        let mut got = vec![0; len];
+        std::io::Read::read_exact(pipe, &mut got).unwrap();
+        got
+    }
+
+    #[tokio::test]
+    async fn whole_lines_go_straight_into_the_sink_while_the_writer_is_idle() {
+        let (mut link, mut tx, mut pipe, _stash, writer) = direct_link(true);
+        let mut data = lines(0, 500, 100);
+        data.extend_from_slice(b"open");
+        tx.write_all(&data).unwrap();
+        link.begin(0, Stream::Stdout, Vec::new(), data.len());
+        let Piece::Spliced(s) = link.next_piece().await.unwrap() else { panic!("not spliced") };
+        assert_eq!((s.direct, s.head.len(), s.stashed, s.whole), (50_000, 0, 0, true));
+        // The open line is the writer's, to hold in its lane.
+        assert!(s.for_writer());
+        assert_eq!(s.after, b"open");
+        assert_eq!(read_pipe(&mut pipe, 50_000), lines(0, 500, 100));
+        assert_eq!(writer.1.load(std::sync::atomic::Ordering::Relaxed), 50_000);
+
+        // The stream has a line open now: its end and what follows go through the stash.
+        let data = lines(500, 500, 100);
+        tx.write_all(&data).unwrap();
+        link.begin(0, Stream::Stdout, Vec::new(), data.len());
+        let Piece::Spliced(s) = link.next_piece().await.unwrap() else { panic!("not spliced") };
+        assert_eq!((s.direct, s.head.len(), s.stashed), (0, 100, 49_900));
+    }
+
+    #[tokio::test]
+    async fn a_piece_leaves_its_last_open_line_in_the_socket_until_the_frame_ends() {
+        let (mut link, mut tx, mut pipe, stash, _) = direct_link(true);
+        // More than a piece waits for, and than the sink takes.
+        let mut data = lines(0, 700, 100);
+        data.extend_from_slice(b"open");
+        tx.write_all(&data).unwrap();
+        // The frame goes on: its open line is left for the next piece to start with.
+        link.begin(0, Stream::Stdout, Vec::new(), data.len() + 6);
+        let Piece::Spliced(s) = link.next_piece().await.unwrap() else { panic!("not spliced") };
+        assert_eq!((s.direct + s.stashed, s.whole, s.after.len()), (70_000, true, 0));
+        let mut got = read_pipe(&mut pipe, s.direct);
+        got.extend(stash_contents(&stash, s.stashed));
+        assert_eq!(got, lines(0, 700, 100));
+        assert!(link.busy());
+        tx.write_all(b"-line\n").unwrap();
+        let Piece::Read { data, .. } = link.next_piece().await.unwrap() else { panic!() };
+        assert_eq!(data, b"open-line\n");
+        assert!(!link.busy());
+    }
+
+    #[tokio::test]
+    async fn what_a_full_sink_does_not_take_goes_through_the_stash_next() {
+        let (mut link, mut tx, mut pipe, stash, _) = direct_link(true);
+        let data = lines(0, 2000, 100);
+        tx.write_all(&data[..150_000]).unwrap();
+        let sender = std::thread::spawn(move || tx.write_all(&data[150_000..]).map(|_| tx));
+        link.begin(0, Stream::Stdout, Vec::new(), 200_000);
+        let mut got = Vec::new();
+        while link.busy() {
+            let piece = link.next_piece().await.unwrap();
+            let Piece::Spliced(s) = piece else { panic!("not spliced") };
+            // The sink took what it had room for, mid-line maybe; the stash the rest.
+            assert!(s.head.is_empty() && s.whole, "{} {}", s.head.len(), s.whole);
+            got.extend(read_pipe(&mut pipe, s.direct));
+            got.extend(stash_contents(&stash, s.stashed));
+            got.extend(s.after);
+        }
+        sender.join().unwrap().unwrap();
+        assert_eq!(got, lines(0, 2000, 100));
+    }
+
+    #[tokio::test]
+    async fn nothing_goes_straight_into_the_sink_while_the_writer_has_work() {
+        let (mut link, mut tx, _pipe, stash, writer) = direct_link(false);
+        let data = lines(0, 500, 100);
+        tx.write_all(&data).unwrap();
+        link.begin(0, Stream::Stdout, Vec::new(), data.len());
+        let Piece::Spliced(s) = link.next_piece().await.unwrap() else { panic!("not spliced") };
+        assert_eq!((s.direct, s.stashed), (0, 50_000));
+        assert_eq!(stash_contents(&stash, 50_000), data);
+        assert_eq!(writer.1.load(std::sync::atomic::Ordering::Relaxed), 0);
+    }
+
     #[tokio::test]
     async fn a_full_stash_takes_what_it_can_and_the_rest_is_read() {
         let (mut tx, rx) = UnixStream::pair().unwrap();
@@ -395,7 +528,7 @@ mod tests {
         // A stash of 16 pages, 15 of them taken: the writer thread is behind.
         crate::fdio::enlarge_pipe(&stash.write, 64 << 10);
         File::from(stash.write.try_clone().unwrap()).write_all(&[b'x'; 60 << 10]).unwrap();
-        let splicer = Splicer { stash: stash.clone(), streams: [true, true] };
+        let splicer = Splicer { stash: stash.clone(), streams: [true, true], direct: None };
         let mut link = LinkSplice::new(splicer, rx.as_raw_fd()).unwrap();
         let data = lines(0, 500, 100);
         tx.write_all(&data).unwrap();
@@ -418,7 +551,7 @@ mod tests {
     async fn a_frame_cut_short_hands_out_its_whole_lines_only() {
         let (mut tx, rx) = UnixStream::pair().unwrap();
         rx.set_nonblocking(true).unwrap();
-        let splicer = Splicer { stash: Stash::new().unwrap(), streams: [true, true] };
+        let splicer = Splicer { stash: Stash::new().unwrap(), streams: [true, true], direct: None };
         let mut link = LinkSplice::new(splicer, rx.as_raw_fd()).unwrap();
         // The frame's first bytes came with its head; then "c\nde", then the link is lost.
         tx.write_all(b"c\nde").unwrap();
@@ -433,7 +566,7 @@ mod tests {
     async fn a_frame_in_pieces_holds_its_open_line_until_the_piece_that_ends_it() {
         let (mut tx, rx) = UnixStream::pair().unwrap();
         rx.set_nonblocking(true).unwrap();
-        let splicer = Splicer { stash: Stash::new().unwrap(), streams: [true, true] };
+        let splicer = Splicer { stash: Stash::new().unwrap(), streams: [true, true], direct: None };
         let mut link = LinkSplice::new(splicer, rx.as_raw_fd()).unwrap();
         tx.write_all(b"xy").unwrap();
         link.begin(0, Stream::Stdout, b"w".to_vec(), 5);
