@@ -221,7 +221,10 @@ fn splicer(spec: &OutputSpec, backlog: &Arc<Backlog>) -> Option<Splicer> {
         })
     };
     let writer: Arc<dyn WriterState> = backlog.clone();
-    let direct = Some(Direct { sinks: [pipe(1), pipe(2)], writer });
+    // Not into stderr when it is stdout's pipe (`2>&1`): a line cut where the pipe was full
+    // must end before any other, and the writer writes stdout's batch before stderr's.
+    let stderr = pipe(2).filter(|_| !same_file(1, 2));
+    let direct = Some(Direct { sinks: [pipe(1), stderr], writer });
     match Stash::new() {
         Ok(stash) => Some(Splicer { stash, streams, direct }),
         Err(e) => {
@@ -229,6 +232,12 @@ fn splicer(spec: &OutputSpec, backlog: &Arc<Backlog>) -> Option<Splicer> {
             None
         }
     }
+}
+
+/// Whether two descriptors are the same file (pipe).
+fn same_file(a: RawFd, b: RawFd) -> bool {
+    let id = |fd| nix::sys::stat::fstat(fd).map(|st| (st.st_dev, st.st_ino));
+    matches!((id(a), id(b)), (Ok(x), Ok(y)) if x == y)
 }
 
 /// Gives rlaunch's stdout or stderr pipe a rank pipe's capacity, unless it has more.

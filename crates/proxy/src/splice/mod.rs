@@ -114,6 +114,8 @@ impl Stash {
         let before = self.level.fetch_update(Ordering::AcqRel, Ordering::Acquire, sub);
         let before = before.unwrap_or_else(|level| level);
         if before > STASH_HALF && before.saturating_sub(len) <= STASH_HALF {
+            // Every link waiting now, and the next to wait if none is yet.
+            self.half_empty.notify_waiters();
             self.half_empty.notify_one();
         }
     }
@@ -159,7 +161,13 @@ impl Stash {
             match splice(self.read.as_raw_fd(), to.as_raw_fd(), left, flags) {
                 Ok(0) => break,
                 Ok(n) => left -= n,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => wait_for_room(to),
+                // Full, unless the stash is what is empty: out of step, which must not spin.
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    if crate::fdio::pending(self.read.as_raw_fd())? == 0 {
+                        return Err(io::Error::other("the output stash is out of step"));
+                    }
+                    wait_for_room(to)
+                }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 // A sink that turned out not to take splices: copy the rest.
                 Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {

@@ -151,8 +151,11 @@ impl State {
             None => self.open_lines.contains(&(rank, stream)),
         };
         let frame_ends = avail == bulk.rest;
+        // Nothing of the rank's stream waits to go before this piece: no bytes held (not even
+        // the frame's first, read with its head, which may end a line), no line open.
+        let clear = bulk.held.is_empty() && !open;
         let spliced = match splices {
-            true => self.splice_piece(fd, rank, stream, open, avail, frame_ends)?,
+            true => self.splice_piece(fd, (rank, stream), open, clear, avail, frame_ends)?,
             false => None,
         };
         let (mut piece, taken) = match spliced {
@@ -209,12 +212,14 @@ impl State {
     /// to be worth it. Unless the piece is where the frame ends, the start of its last line
     /// is left in the socket, for the next piece to start with: so that it starts no line
     /// open before it, and may go straight into the sink.
+    /// Only when the piece is `clear` (nothing of its stream waits to go before it) may its
+    /// lines go straight into the sink.
     fn splice_piece(
         &self,
         fd: RawFd,
-        rank: u32,
-        stream: Stream,
+        (rank, stream): (u32, Stream),
         open: bool,
+        clear: bool,
         avail: usize,
         frame_ends: bool,
     ) -> io::Result<Option<(Spliced, usize)>> {
@@ -237,11 +242,9 @@ impl State {
         }
         let head = read_exact_now(fd, head_len)?;
         let lines = lines_end - head_len;
-        // Straight into the sink only lines that leave no line open before them (no bytes
-        // held from the frame's last piece either: those always leave one open).
-        let direct = match open {
-            false => self.splicer.splice_direct(fd, stream, lines),
-            true => 0,
+        let direct = match clear {
+            true => self.splicer.splice_direct(fd, stream, lines),
+            false => 0,
         };
         let stashed = self.splicer.stash.fill(fd, lines - direct)?;
         let whole = direct + stashed == lines;
