@@ -491,6 +491,20 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_frames_first_bytes_go_before_its_lines_even_when_they_end_one() {
+        let (mut link, mut tx, _pipe, stash, writer) = direct_link(true);
+        // Read with the frame's head: a whole line, held by the reader until it hands the
+        // piece out. Nothing may go straight into the sink ahead of it.
+        let data = lines(1, 500, 100);
+        tx.write_all(&data).unwrap();
+        link.begin(0, Stream::Stdout, lines(0, 1, 100), data.len());
+        let Piece::Spliced(s) = link.next_piece().await.unwrap() else { panic!("not spliced") };
+        assert_eq!((s.direct, &s.head[..], s.stashed), (0, &lines(0, 1, 100)[..], 50_000));
+        assert_eq!(stash_contents(&stash, 50_000), data);
+        assert_eq!(writer.1.load(std::sync::atomic::Ordering::Relaxed), 0);
+    }
+
+    #[tokio::test]
     async fn what_a_full_sink_does_not_take_goes_through_the_stash_next() {
         let (mut link, mut tx, mut pipe, stash, _) = direct_link(true);
         let data = lines(0, 2000, 100);
