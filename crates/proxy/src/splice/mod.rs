@@ -99,7 +99,7 @@ impl Stash {
     /// output that the stash, full because the reader of rlaunch's stdout is behind, cannot
     /// take: copying it would only take CPU time from that reader.
     pub(super) fn room(&self) -> usize {
-        STASH_HALF * 2 - self.level.load(Ordering::Acquire).min(STASH_HALF * 2)
+        (STASH_HALF * 2).saturating_sub(self.level.load(Ordering::Acquire))
     }
 
     /// Waits until the writer thread has emptied the stash down to half (or had, since the
@@ -123,25 +123,8 @@ impl Stash {
     /// Moves up to `len` bytes from `from` into the stash, without blocking: fewer when the
     /// stash is full (its reader is behind) or `from` holds less.
     pub(super) fn fill(&self, from: RawFd, len: usize) -> io::Result<usize> {
-        let mut moved = 0;
-        while moved < len {
-            let flags = libc::SPLICE_F_MOVE | libc::SPLICE_F_NONBLOCK;
-            let n = splice(from, self.write.as_raw_fd(), len - moved, flags);
-            match n {
-                Ok(0) => break,
-                Ok(n) => {
-                    self.level.fetch_add(n, Ordering::AcqRel);
-                    moved += n
-                }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) if moved > 0 => {
-                    tracing::debug!("splicing output stopped: {e}");
-                    break;
-                }
-                Err(e) => return Err(e),
-            }
-        }
+        let moved = splice_now(from, self.write.as_raw_fd(), len)?;
+        self.level.fetch_add(moved, Ordering::AcqRel);
         Ok(moved)
     }
 
@@ -238,6 +221,26 @@ fn wait_for_room(to: &File) {
     unsafe { libc::poll(&mut poll, 1, -1) };
 }
 
+/// Moves up to `len` bytes from `from` to `to` without blocking: fewer when `to` (a pipe) is
+/// full or `from` holds less. An error once some bytes moved only stops it.
+fn splice_now(from: RawFd, to: RawFd, len: usize) -> io::Result<usize> {
+    let mut moved = 0;
+    while moved < len {
+        match splice(from, to, len - moved, libc::SPLICE_F_MOVE | libc::SPLICE_F_NONBLOCK) {
+            Ok(0) => break,
+            Ok(n) => moved += n,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) if moved > 0 => {
+                tracing::debug!("splicing output stopped: {e}");
+                break;
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(moved)
+}
+
 fn splice(from: RawFd, to: RawFd, len: usize, flags: libc::c_uint) -> io::Result<usize> {
     // SAFETY: plain fds; null offsets (both ends are pipes or sockets, or a file at its
     // current position).
@@ -306,14 +309,10 @@ pub fn enabled() -> bool {
 /// Whether `fd` takes splices from a pipe: a pipe, a socket, or a regular file not opened
 /// for appending (`>>`; splice refuses those). Not a terminal.
 pub fn takes_splices(fd: RawFd) -> bool {
-    // SAFETY: fstat writes one struct stat; fcntl(F_GETFL) reads the flags.
-    let mut st: libc::stat = unsafe { std::mem::zeroed() };
-    if unsafe { libc::fstat(fd, &mut st) } != 0 {
-        return false;
-    }
-    match st.st_mode & libc::S_IFMT {
-        libc::S_IFIFO | libc::S_IFSOCK => true,
-        libc::S_IFREG => {
+    match file_type(fd) {
+        Some(libc::S_IFIFO | libc::S_IFSOCK) => true,
+        Some(libc::S_IFREG) => {
+            // SAFETY: fcntl(F_GETFL) reads the flags.
             let flags = unsafe { libc::fcntl(fd, libc::F_GETFL) };
             flags >= 0 && flags & libc::O_APPEND == 0
         }
@@ -323,9 +322,14 @@ pub fn takes_splices(fd: RawFd) -> bool {
 
 /// Whether `fd` is a pipe: a link's socket splices into it directly.
 pub fn is_pipe(fd: RawFd) -> bool {
+    file_type(fd) == Some(libc::S_IFIFO)
+}
+
+/// The type bits of `fd`'s mode (`S_IFIFO`, ...), if it can be asked.
+fn file_type(fd: RawFd) -> Option<libc::mode_t> {
     // SAFETY: fstat writes one struct stat.
     let mut st: libc::stat = unsafe { std::mem::zeroed() };
-    unsafe { libc::fstat(fd, &mut st) == 0 && st.st_mode & libc::S_IFMT == libc::S_IFIFO }
+    (unsafe { libc::fstat(fd, &mut st) } == 0).then_some(st.st_mode & libc::S_IFMT)
 }
 
 /// What rlaunch splices: into its stash, the output of the streams whose sink takes it.
@@ -375,17 +379,8 @@ impl Splicer {
     /// writer leaves it to us: how many it took (as many as the pipe had room for).
     pub(super) fn splice_direct(&self, from: RawFd, stream: Stream, len: usize) -> usize {
         let Some((to, writer)) = self.direct_sink(stream) else { return 0 };
-        let mut moved = 0;
-        while moved < len {
-            let flags = libc::SPLICE_F_MOVE | libc::SPLICE_F_NONBLOCK;
-            match splice(from, to, len - moved, flags) {
-                Ok(0) => break,
-                Ok(n) => moved += n,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                // Full (the rest goes through the writer), or closed (the writer finds out).
-                Err(_) => break,
-            }
-        }
+        // Full: the rest goes through the writer. Closed: the writer finds out.
+        let moved = splice_now(from, to, len).unwrap_or(0);
         writer.wrote(moved);
         moved
     }

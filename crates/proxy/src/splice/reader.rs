@@ -209,11 +209,10 @@ impl State {
 
     /// Takes the first `avail` bytes of the socket as a piece whose whole lines are spliced,
     /// with how many bytes it took, or `None` (nothing taken) if there are too few of them
-    /// to be worth it. Unless the piece is where the frame ends, the start of its last line
-    /// is left in the socket, for the next piece to start with: so that it starts no line
-    /// open before it, and may go straight into the sink.
-    /// Only when the piece is `clear` (nothing of its stream waits to go before it) may its
-    /// lines go straight into the sink.
+    /// to be worth it. The lines go straight into the sink when the piece is `clear`
+    /// (nothing of its stream waits to go before it) and the writer is idle. Unless the
+    /// piece is where the frame ends, the start of its last line is left in the socket, so
+    /// that the next piece starts on a line, and may be clear too.
     fn splice_piece(
         &self,
         fd: RawFd,
