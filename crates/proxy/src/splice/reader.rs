@@ -315,13 +315,19 @@ mod tests {
     use std::os::unix::net::UnixStream;
     use std::sync::Arc;
 
+    /// A link splicing as `splicer` says, and the other end of its socket.
+    fn link_to(splicer: Splicer) -> (LinkSplice, UnixStream) {
+        let (tx, rx) = UnixStream::pair().unwrap();
+        rx.set_nonblocking(true).unwrap();
+        // The link reads a duplicate of `rx`.
+        (LinkSplice::new(splicer, rx.as_raw_fd()).unwrap(), tx)
+    }
+
     #[tokio::test]
     async fn pieces_splice_whole_lines_and_read_the_open_ends() {
-        let (mut tx, rx) = UnixStream::pair().unwrap();
-        rx.set_nonblocking(true).unwrap();
         let stash = Stash::new().unwrap();
-        let splicer = Splicer { stash: stash.clone(), streams: [true, false], direct: None };
-        let mut link = LinkSplice::new(splicer, rx.as_raw_fd()).unwrap();
+        let (mut link, mut tx) =
+            link_to(Splicer { stash: stash.clone(), streams: [true, false], direct: None });
         // The stream left a line open: "part"; the frame's data ends it, has 1000 lines of
         // 50 bytes, and leaves another open.
         link.saw(3, Stream::Stdout, b"part");
@@ -360,12 +366,10 @@ mod tests {
 
     #[tokio::test]
     async fn a_piece_waits_for_the_writer_to_empty_a_full_stash() {
-        let (mut tx, rx) = UnixStream::pair().unwrap();
-        rx.set_nonblocking(true).unwrap();
         let stash = Stash::new().unwrap();
         fill_stash(&stash, 900 << 10);
-        let splicer = Splicer { stash: stash.clone(), streams: [true, true], direct: None };
-        let mut link = LinkSplice::new(splicer, rx.as_raw_fd()).unwrap();
+        let (mut link, mut tx) =
+            link_to(Splicer { stash: stash.clone(), streams: [true, true], direct: None });
         let data = lines(0, 2000, 100);
         tx.write_all(&data).unwrap();
         link.begin(2, Stream::Stdout, Vec::new(), data.len());
@@ -384,12 +388,10 @@ mod tests {
 
     #[tokio::test]
     async fn a_stash_that_stays_full_has_the_piece_taken_after_a_short_wait() {
-        let (mut tx, rx) = UnixStream::pair().unwrap();
-        rx.set_nonblocking(true).unwrap();
         let stash = Stash::new().unwrap();
         fill_stash(&stash, 1 << 20);
-        let splicer = Splicer { stash: stash.clone(), streams: [true, true], direct: None };
-        let mut link = LinkSplice::new(splicer, rx.as_raw_fd()).unwrap();
+        let (mut link, mut tx) =
+            link_to(Splicer { stash: stash.clone(), streams: [true, true], direct: None });
         let data = lines(0, 2000, 100);
         tx.write_all(&data).unwrap();
         link.begin(2, Stream::Stdout, Vec::new(), data.len());
@@ -424,8 +426,6 @@ mod tests {
     /// A link whose stdout goes straight into a pipe of 64 KiB (returned: its read end)
     /// while the writer is `idle`, and the link's other end.
     fn direct_link(idle: bool) -> (LinkSplice, UnixStream, File, Arc<Stash>, Arc<Writer>) {
-        let (tx, rx) = UnixStream::pair().unwrap();
-        rx.set_nonblocking(true).unwrap();
         let (read, write) = super::super::pipe(0).unwrap();
         crate::fdio::enlarge_pipe(&write, 64 << 10);
         let writer = Arc::new(Writer(idle, 0.into()));
@@ -433,7 +433,7 @@ mod tests {
         let direct = super::super::Direct { sinks, writer: writer.clone() };
         let stash = Stash::new().unwrap();
         let splicer = Splicer { stash: stash.clone(), streams: [true, true], direct: Some(direct) };
-        let link = LinkSplice::new(splicer, rx.as_raw_fd()).unwrap();
+        let (link, tx) = link_to(splicer);
         // The sink's write end must outlive the link: leaked on purpose.
         std::mem::forget(write);
         (link, tx, File::from(read), stash, writer)
@@ -538,14 +538,12 @@ mod tests {
 
     #[tokio::test]
     async fn a_full_stash_takes_what_it_can_and_the_rest_is_read() {
-        let (mut tx, rx) = UnixStream::pair().unwrap();
-        rx.set_nonblocking(true).unwrap();
         let stash = Stash::new().unwrap();
         // A stash of 16 pages, 15 of them taken: the writer thread is behind.
         crate::fdio::enlarge_pipe(&stash.write, 64 << 10);
         File::from(stash.write.try_clone().unwrap()).write_all(&[b'x'; 60 << 10]).unwrap();
-        let splicer = Splicer { stash: stash.clone(), streams: [true, true], direct: None };
-        let mut link = LinkSplice::new(splicer, rx.as_raw_fd()).unwrap();
+        let (mut link, mut tx) =
+            link_to(Splicer { stash: stash.clone(), streams: [true, true], direct: None });
         let data = lines(0, 500, 100);
         tx.write_all(&data).unwrap();
         link.begin(1, Stream::Stderr, Vec::new(), data.len());
@@ -565,10 +563,8 @@ mod tests {
 
     #[tokio::test]
     async fn a_frame_cut_short_hands_out_its_whole_lines_only() {
-        let (mut tx, rx) = UnixStream::pair().unwrap();
-        rx.set_nonblocking(true).unwrap();
-        let splicer = Splicer { stash: Stash::new().unwrap(), streams: [true, true], direct: None };
-        let mut link = LinkSplice::new(splicer, rx.as_raw_fd()).unwrap();
+        let (mut link, mut tx) =
+            link_to(Splicer { stash: Stash::new().unwrap(), streams: [true, true], direct: None });
         // The frame's first bytes came with its head; then "c\nde", then the link is lost.
         tx.write_all(b"c\nde").unwrap();
         drop(tx);
@@ -580,10 +576,8 @@ mod tests {
 
     #[tokio::test]
     async fn a_frame_in_pieces_holds_its_open_line_until_the_piece_that_ends_it() {
-        let (mut tx, rx) = UnixStream::pair().unwrap();
-        rx.set_nonblocking(true).unwrap();
-        let splicer = Splicer { stash: Stash::new().unwrap(), streams: [true, true], direct: None };
-        let mut link = LinkSplice::new(splicer, rx.as_raw_fd()).unwrap();
+        let (mut link, mut tx) =
+            link_to(Splicer { stash: Stash::new().unwrap(), streams: [true, true], direct: None });
         tx.write_all(b"xy").unwrap();
         link.begin(0, Stream::Stdout, b"w".to_vec(), 5);
         // No newline yet: nothing handed out.
