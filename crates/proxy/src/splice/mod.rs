@@ -143,6 +143,12 @@ impl Stash {
             let flags = libc::SPLICE_F_MOVE | libc::SPLICE_F_NONBLOCK;
             match splice(self.read.as_raw_fd(), to.as_raw_fd(), left, flags) {
                 Ok(0) => break,
+                // Fewer than asked: the stash holds them all, so `to` is full. Trying
+                // again at once would find room for just what its reader took meanwhile.
+                Ok(n) if n < left => {
+                    left -= n;
+                    wait_for_room(to)
+                }
                 Ok(n) => left -= n,
                 // Full, unless the stash is what is empty: out of step, which must not spin.
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
