@@ -44,7 +44,7 @@ use crate::kill::{Escalation, KillStep};
 use crate::kvs::{FenceScope, Kvs, Local};
 use crate::link::{self, LinkEvent};
 use crate::link::{LinkRead, LinkWrite};
-use crate::outputs::{Outputs, StreamEnd};
+use crate::outputs::{Carrying, Outputs, StreamEnd};
 use crate::pmi::{PmiAnswer, PmiCall, PmiJob, PmiPeer};
 use crate::procs;
 use crate::rank::StdinChunk;
@@ -187,7 +187,11 @@ pub async fn serve(
     let outbox = Outbox::new(data_rx, window.clone(), shed);
     // The ranks' output goes up in carriers, spliced, when the channel takes splices.
     let splice_to = plain.filter(|_| splice::enabled()).and_then(|c| splice::target(c.output));
-    let carriers = splice_to.is_some().then(Carriers::new);
+    let carrying = match (&splice_to, plain) {
+        (Some(_), Some(c)) => splice::target(c.output)
+            .map(|upstream| Carrying { carriers: Carriers::new(), upstream }),
+        _ => None,
+    };
     let pump = link::pump_until_abandoned(up_out, true, control_rx, outbox, splice_to, abandoned);
     let pump = tokio::spawn(pump);
 
@@ -226,7 +230,7 @@ pub async fn serve(
     tokio::spawn(read_upstream(reader, window, control_tx.downgrade(), events_tx.clone()));
 
     let closed = events_tx.clone();
-    let outputs = Outputs::start(data_tx.clone(), carriers, move |end| {
+    let outputs = Outputs::start(data_tx.clone(), carrying, move |end| {
         let _ = closed.send(Event::OutputClosed(end));
     });
     let outputs = match outputs {

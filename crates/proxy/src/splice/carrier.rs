@@ -18,9 +18,9 @@ use super::splice;
 
 /// Carriers kept for reuse.
 const POOL: usize = 16;
-/// A carrier's capacity: a chunk of output (128 KiB) in pages, with room for pages a rank
-/// filled only in part.
-const CAPACITY: i32 = 256 << 10;
+/// A carrier's capacity: a chunk of carried output (`CARRIED_CHUNK` in outputs.rs, 512 KiB) in
+/// pages. Pages a rank filled only in part take a slot each, so such a chunk is smaller.
+const CAPACITY: i32 = 512 << 10;
 
 /// The pool of empty carriers, and where new ones come from.
 #[derive(Default)]
@@ -34,6 +34,14 @@ pub struct Carried {
     write: Option<OwnedFd>,
     len: usize,
     pool: Arc<Carriers>,
+    /// Told when the chunk is gone, sent or dropped.
+    gone: Option<Gone>,
+}
+
+/// Where a carried chunk's sender hears that the chunk is gone: `key` sent to `to`.
+pub struct Gone {
+    pub to: crate::mailbox::Sender<u64>,
+    pub key: u64,
 }
 
 impl Carriers {
@@ -55,8 +63,13 @@ impl Carriers {
             return Ok(None);
         }
         let (read, write) = self.pipe()?;
-        let mut carried =
-            Carried { read: Some(read), write: Some(write), len: 0, pool: self.clone() };
+        let mut carried = Carried {
+            read: Some(read),
+            write: Some(write),
+            len: 0,
+            pool: self.clone(),
+            gone: None,
+        };
         let to = carried.write.as_ref().expect("open").as_raw_fd();
         let flags = libc::SPLICE_F_MOVE | libc::SPLICE_F_NONBLOCK;
         match splice(from, to, max, flags) {
@@ -93,6 +106,11 @@ pub fn target(fd: RawFd) -> Option<AsyncFd<OwnedFd>> {
 }
 
 impl Carried {
+    /// Has `gone` told when this chunk is sent or dropped.
+    pub fn tell_when_gone(&mut self, gone: Gone) {
+        self.gone = Some(gone);
+    }
+
     /// Bytes still in the carrier.
     pub fn len(&self) -> usize {
         self.len
@@ -123,6 +141,9 @@ impl Carried {
 
 impl Drop for Carried {
     fn drop(&mut self) {
+        if let Some(Gone { to, key }) = self.gone.take() {
+            let _ = to.send(key);
+        }
         // A carrier that still holds bytes closes with them.
         if self.len == 0 {
             let pipe = (self.read.take().expect("open"), self.write.take().expect("open"));

@@ -49,7 +49,7 @@ use tokio::sync::Notify;
 mod carrier;
 mod reader;
 
-pub use carrier::{target, Carried, Carriers};
+pub use carrier::{target, Carried, Carriers, Gone};
 pub use reader::LinkSplice;
 
 /// A piece of output with fewer bytes than this to splice is read instead: a splice and the
@@ -259,7 +259,7 @@ fn splice(from: RawFd, to: RawFd, len: usize, flags: libc::c_uint) -> io::Result
 }
 
 /// A new pipe (read end, write end), close-on-exec, with `flags` (`O_NONBLOCK`) on both.
-fn pipe(flags: libc::c_int) -> io::Result<(OwnedFd, OwnedFd)> {
+pub(crate) fn pipe(flags: libc::c_int) -> io::Result<(OwnedFd, OwnedFd)> {
     let mut fds = [0; 2];
     // SAFETY: pipe2 writes two fds into the array; both are owned from here on.
     if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC | flags) } != 0 {
