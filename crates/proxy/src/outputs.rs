@@ -12,9 +12,9 @@
 //! (level-triggered entries go to the back of the ready list once reported).
 //!
 //! A pipe whose chunk went up in a carrier is not read again until the chunk has gone and
-//! the channel up has room (see [`has_room`]): a pipe that was polled wakes its poller on
-//! every write, so a rank writing fast had the hub wake and carry 64 KiB per write; paced,
-//! it carries half a pipe at a time (1 x 1 GiB | wc -c: 3,900 wakeups of the proxy by the
+//! the channel up has room, for at most 2 ms (see [`paced`]): a pipe that was polled wakes
+//! its poller on every write, so a rank writing fast had the hub wake and carry 64 KiB per
+//! write; paced, it carries half a pipe at a time (1 x 1 GiB | wc -c: 3,900 wakeups of the proxy by the
 //! rank per GiB, 240 paced; with the larger chunks, 460 to 418 ms, and 526 to 454 ms for
 //! 64 x 16 MiB, medians of 11 and 7 interleaved runs).
 //!
@@ -39,6 +39,7 @@ use pmi_wire::ids::Stream;
 use pmi_wire::record::{self, Micros};
 use tokio::io::unix::AsyncFd;
 use tokio::sync::{mpsc, watch};
+use tokio::time::{Duration, Instant};
 
 use crate::credit::{self, Queued};
 use crate::fdio;
@@ -150,8 +151,10 @@ async fn run(
         Some(Carrying { carriers, upstream }) => (Some(carriers), Some(upstream)),
         None => (None, None),
     };
-    // Pipes whose carried chunk is gone, to be read again when the channel up has room.
+    // Pipes whose carried chunk went up, to be read again when the channel up has room, or
+    // after PACE_MAX from the first of them.
     let mut unread = Vec::new();
+    let mut unread_since = Instant::now();
     let set_fd = set.as_raw_fd();
     let (pipes, room) = (HashMap::new(), credit::Local::new());
     let (gone, mut rearm) = mailbox::channel();
@@ -173,8 +176,17 @@ async fn run(
         tokio::select! {
             biased;
             _ = crate::raised(&mut hub.dropped), if hub.upstream => hub.abandon(),
-            key = rearm.recv() => unread.push(key.expect("the hub holds a sender")),
-            _ = has_room(upstream.as_ref()), if !unread.is_empty() => {
+            went = rearm.recv() => match went.expect("the hub holds a sender") {
+                (key, true) => {
+                    if unread.is_empty() {
+                        unread_since = Instant::now();
+                    }
+                    unread.push(key);
+                }
+                // Dropped, not sent: there is no channel to wait for.
+                (key, false) => hub.rearm(key),
+            },
+            _ = paced(upstream.as_ref(), unread_since), if !unread.is_empty() => {
                 for key in unread.drain(..) {
                     hub.rearm(key);
                 }
@@ -203,8 +215,9 @@ async fn run(
 struct Hub<F> {
     /// The epoll set, owned by `run`'s registration.
     set_fd: RawFd,
-    /// Hears which pipe's carried chunk is gone (its key), to watch that pipe again.
-    gone: mailbox::Sender<u64>,
+    /// Hears which pipe's carried chunk is gone (its key, and whether it was sent), to watch
+    /// that pipe again.
+    gone: mailbox::Sender<(u64, bool)>,
     pipes: HashMap<u64, Pipe>,
     next_key: u64,
     data: mpsc::UnboundedSender<Queued>,
@@ -336,15 +349,7 @@ impl<F: FnMut(StreamEnd)> Hub<F> {
 
     /// Ends a stream: out of the set, closed, its end sent upstream and reported.
     async fn end(&mut self, pipe: Pipe) {
-        // SAFETY: both fds are open; a null event is allowed for EPOLL_CTL_DEL.
-        unsafe {
-            libc::epoll_ctl(
-                self.set_fd,
-                libc::EPOLL_CTL_DEL,
-                pipe.fd.as_raw_fd(),
-                std::ptr::null_mut(),
-            )
-        };
+        let _ = epoll_ctl(self.set_fd, libc::EPOLL_CTL_DEL, &pipe.fd, 0, 0);
         let end = pipe.end();
         let Pipe { fd, rank, stream, .. } = pipe;
         drop(fd);
@@ -362,19 +367,36 @@ impl<F: FnMut(StreamEnd)> Hub<F> {
     }
 }
 
-/// Returns once `upstream` has room (at once when there is none to wait for, or on an error,
-/// which the pump meets too).
+/// The longest a pipe whose chunk went up waits for room in the channel up: the channel is
+/// shared (with the output of child proxies, and of pipes read rather than carried), and a
+/// pipe must not wait for it to drain for as long as the others keep it full.
+const PACE_MAX: Duration = Duration::from_millis(2);
+
+/// Returns once `upstream` has room, or at `since` + [`PACE_MAX`].
 ///
-/// A chunk is gone when the pump has spliced it into the channel, which a 1 MiB socket
-/// buffer takes at once. Reading the pipe again then has the hub wake for every write
-/// the rank makes (a pipe that was polled wakes its poller on every write) and carry
-/// 64 KiB at a time. A socket has room again when the launcher has read most of what it
-/// holds (a quarter of its buffer is left): the rank has filled its pipe meanwhile, and the
-/// next chunk is a large one.
+/// A chunk has gone up when the pump has spliced it into the channel, which a 1 MiB socket
+/// buffer takes at once. Reading the pipe again then has the hub wake for every write the
+/// rank makes (a pipe that was polled wakes its poller on every write) and carry 64 KiB at
+/// a time. A unix socket has room again (is writable) when at most a quarter of its buffer
+/// is still queued, so its reader has taken most of the chunk; the rank has filled its pipe
+/// meanwhile, and the next chunk is a large one. A pipe up (a proxy under ssh) has room
+/// whenever it is not full, so this paces little there.
+async fn paced(upstream: Option<&AsyncFd<OwnedFd>>, since: Instant) {
+    tokio::select! {
+        _ = has_room(upstream) => {}
+        _ = tokio::time::sleep_until(since + PACE_MAX) => {}
+    }
+}
+
+/// Returns once `upstream` is writable (at once when there is none, or on an error or a
+/// hangup, which the pump meets too).
 async fn has_room(upstream: Option<&AsyncFd<OwnedFd>>) {
     let Some(upstream) = upstream else { return };
     loop {
         let Ok(mut guard) = upstream.writable().await else { return };
+        if guard.ready().is_write_closed() {
+            return;
+        }
         let mut poll = libc::pollfd { fd: upstream.as_raw_fd(), events: libc::POLLOUT, revents: 0 };
         // SAFETY: one pollfd, no wait.
         let n = unsafe { libc::poll(&mut poll, 1, 0) };
@@ -412,14 +434,19 @@ mod tests {
     use std::fs::File;
     use std::io::{Read, Write};
     use std::os::unix::net::UnixStream;
-    use std::time::Duration;
 
+    /// How long a chunk that must not come is waited for.
     const QUIET: Duration = Duration::from_millis(200);
+    /// How long a chunk that must come may take, on a loaded machine.
+    const PATIENCE: Duration = Duration::from_secs(5);
 
-    /// The next carried chunk the hub queues, or `None` if none comes within [`QUIET`].
-    async fn next_chunk(data: &mut mpsc::UnboundedReceiver<Queued>) -> Option<Carried> {
+    /// The next carried chunk the hub queues within `wait`.
+    async fn next_chunk(
+        data: &mut mpsc::UnboundedReceiver<Queued>,
+        wait: Duration,
+    ) -> Option<Carried> {
         loop {
-            let queued = tokio::time::timeout(QUIET, data.recv()).await.ok()??;
+            let queued = tokio::time::timeout(wait, data.recv()).await.ok()??;
             if let Queued { up: Up::Output { .. }, carried: Some(c), .. } = queued {
                 return Some(c);
             }
@@ -427,10 +454,10 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_pipe_whose_chunk_went_up_is_read_again_once_the_channel_up_has_room() {
-        // The channel up: a socket with a small buffer, and its far end.
+    async fn a_carried_pipe_is_read_again_once_its_chunk_went_up_and_the_channel_has_room() {
+        // The channel up, and its far end.
         let (up, mut far) = UnixStream::pair().unwrap();
-        nix::sys::socket::setsockopt(&up, nix::sys::socket::sockopt::SndBuf, &(64 << 10)).unwrap();
+        nix::sys::socket::setsockopt(&up, nix::sys::socket::sockopt::SndBuf, &(256 << 10)).unwrap();
         up.set_nonblocking(true).unwrap();
         let upstream = splice::target(up.as_raw_fd()).expect("a socket takes splices");
         let carrying = Carrying { carriers: Carriers::new(), upstream };
@@ -439,37 +466,40 @@ mod tests {
         let (out_r, out_w) = splice::pipe(0).unwrap();
         let (err_r, _err_w) = splice::pipe(0).unwrap();
         crate::fdio::enlarge_pipe(&out_w, 1 << 20);
+        // SAFETY: F_GETPIPE_SZ on an open pipe.
+        let size = unsafe { libc::fcntl(out_w.as_raw_fd(), libc::F_GETPIPE_SZ) };
+        assert_eq!(size, 1 << 20, "the rank's pipe holds the writes below without blocking");
         outputs.add(0, 0, Up::Ping, out_r, err_r);
         let mut rank = File::from(out_w);
         let block = vec![b'x'; 64 << 10];
 
         rank.write_all(&block).unwrap();
-        let first = next_chunk(&mut data).await.expect("the first write is carried");
+        let mut first = next_chunk(&mut data, PATIENCE).await.expect("the write is carried");
         assert_eq!(first.len(), 64 << 10);
-        // While the chunk is held, however much the rank writes, the pipe is not read.
+        // While the chunk is queued, however much the rank writes, its pipe is not read.
         for _ in 0..3 {
             rank.write_all(&block).unwrap();
         }
-        assert!(next_chunk(&mut data).await.is_none());
+        assert!(next_chunk(&mut data, QUIET).await.is_none());
 
-        // The chunk goes into the channel, which it fills: still not read.
-        let mut first = first;
+        // The chunk goes up into a channel with room: the three writes come as one chunk.
         while !first.is_empty() {
-            match first.splice_into(up.as_raw_fd()) {
-                Ok(_) => {}
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-                Err(e) => panic!("splice into the channel: {e}"),
-            }
+            first.splice_into(up.as_raw_fd()).unwrap();
         }
-        let mut rest = first.into_bytes().unwrap();
-        assert!(next_chunk(&mut data).await.is_none());
-
-        // The far end reads it all: the channel has room, and the three writes come as one.
-        let mut got = vec![0; (64 << 10) - rest.len()];
+        drop(first);
+        let second = next_chunk(&mut data, PATIENCE).await.expect("read again");
+        assert_eq!(second.len(), 3 * (64 << 10));
+        let mut got = vec![0; 64 << 10];
         far.read_exact(&mut got).unwrap();
-        got.append(&mut rest);
         assert!(got.iter().all(|&c| c == b'x'));
-        let next = next_chunk(&mut data).await.expect("read again once there is room");
-        assert_eq!(next.len(), 3 * (64 << 10));
+
+        // A channel that stays full holds a pipe back only for a moment: it is shared, and
+        // others may keep it full.
+        let junk = [0u8; 4096];
+        while (&up).write(&junk).is_ok() {}
+        assert_eq!(second.into_bytes().unwrap().len(), 3 * (64 << 10));
+        rank.write_all(&block).unwrap();
+        let third = next_chunk(&mut data, PATIENCE).await.expect("read again, room or not");
+        assert_eq!(third.len(), 64 << 10);
     }
 }

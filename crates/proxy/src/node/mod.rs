@@ -187,11 +187,10 @@ pub async fn serve(
     let outbox = Outbox::new(data_rx, window.clone(), shed);
     // The ranks' output goes up in carriers, spliced, when the channel takes splices.
     let splice_to = plain.filter(|_| splice::enabled()).and_then(|c| splice::target(c.output));
-    let carrying = match (&splice_to, plain) {
-        (Some(_), Some(c)) => splice::target(c.output)
-            .map(|upstream| Carrying { carriers: Carriers::new(), upstream }),
-        _ => None,
-    };
+    let carrying = plain
+        .filter(|_| splice_to.is_some())
+        .and_then(|c| splice::target(c.output))
+        .map(|upstream| Carrying { carriers: Carriers::new(), upstream });
     let pump = link::pump_until_abandoned(up_out, true, control_rx, outbox, splice_to, abandoned);
     let pump = tokio::spawn(pump);
 

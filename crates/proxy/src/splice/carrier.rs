@@ -13,6 +13,7 @@ use std::sync::{Arc, Mutex};
 
 use nix::libc;
 use tokio::io::unix::AsyncFd;
+use tokio::io::Interest;
 
 use super::splice;
 
@@ -38,9 +39,10 @@ pub struct Carried {
     gone: Option<Gone>,
 }
 
-/// Where a carried chunk's sender hears that the chunk is gone: `key` sent to `to`.
+/// Where a carried chunk's sender hears that the chunk is gone: `(key, sent)` sent to `to`,
+/// `sent` false if it was dropped with bytes still in it (the link lost, the output shed).
 pub struct Gone {
-    pub to: crate::mailbox::Sender<u64>,
+    pub to: crate::mailbox::Sender<(u64, bool)>,
     pub key: u64,
 }
 
@@ -90,13 +92,13 @@ impl Carriers {
     }
 }
 
-/// `fd` (a proxy's upstream channel), registered on its own for the pump to splice carriers
-/// into, if it takes splices.
+/// `fd` (a proxy's upstream channel), registered on its own, for writing only: for the pump
+/// to splice carriers into, or the hub to wait for room in, if it takes splices.
 pub fn target(fd: RawFd) -> Option<AsyncFd<OwnedFd>> {
     if !super::takes_splices(fd) {
         return None;
     }
-    match super::registered_dup(fd) {
+    match super::registered_dup(fd, Interest::WRITABLE) {
         Ok(fd) => Some(fd),
         Err(e) => {
             tracing::debug!("cannot splice output upstream: {e}");
@@ -142,7 +144,7 @@ impl Carried {
 impl Drop for Carried {
     fn drop(&mut self) {
         if let Some(Gone { to, key }) = self.gone.take() {
-            let _ = to.send(key);
+            let _ = to.send((key, self.len == 0));
         }
         // A carrier that still holds bytes closes with them.
         if self.len == 0 {

@@ -44,6 +44,7 @@ use nix::libc;
 use pmi_wire::control::{Frame, Up};
 use pmi_wire::ids::Stream;
 use tokio::io::unix::AsyncFd;
+use tokio::io::Interest;
 use tokio::sync::Notify;
 
 mod carrier;
@@ -271,7 +272,7 @@ pub(crate) fn pipe(flags: libc::c_int) -> io::Result<(OwnedFd, OwnedFd)> {
 
 /// A duplicate of `fd` (borrowed), registered with the reactor on its own: for splicing
 /// from or into a stream whose reads or writes another owner does.
-fn registered_dup(fd: RawFd) -> io::Result<AsyncFd<OwnedFd>> {
+fn registered_dup(fd: RawFd, interest: Interest) -> io::Result<AsyncFd<OwnedFd>> {
     // SAFETY: F_DUPFD_CLOEXEC returns a new fd, owned from here on.
     let dup = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 0) };
     if dup < 0 {
@@ -280,7 +281,7 @@ fn registered_dup(fd: RawFd) -> io::Result<AsyncFd<OwnedFd>> {
     // SAFETY: just created, owned by nobody else.
     let dup = unsafe { OwnedFd::from_raw_fd(dup) };
     // SAFETY: the OwnedFd stays open, and is the same fd, for as long as the AsyncFd owns it.
-    unsafe { AsyncFd::register(dup) }.map_err(|e| e.into_parts().1)
+    unsafe { AsyncFd::register_with_interest(dup, interest) }.map_err(|e| e.into_parts().1)
 }
 
 /// Reads exactly `len` bytes that `fd` (a socket or pipe) already holds.

@@ -9,6 +9,7 @@ use nix::libc;
 use pmi_wire::ids::Stream;
 use pmi_wire::io::ReadError;
 use tokio::io::unix::AsyncFd;
+use tokio::io::Interest;
 
 use super::{
     read_exact_now, registered_dup, Piece, Spliced, Splicer, PEEK_HEAD, PEEK_TAIL, SPLICE_MIN,
@@ -61,7 +62,7 @@ enum Take {
 impl LinkSplice {
     /// Splicing for the link whose reader reads `socket` (borrowed: duplicated here).
     pub fn new(splicer: Splicer, socket: RawFd) -> io::Result<LinkSplice> {
-        let socket = registered_dup(socket)?;
+        let socket = registered_dup(socket, Interest::READABLE)?;
         let state = State { splicer, bulk: None, open_lines: HashSet::new(), impatient: false };
         Ok(LinkSplice { socket, state })
     }
