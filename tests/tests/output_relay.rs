@@ -184,3 +184,33 @@ fn prefixed_output_is_not_spliced() {
     assert!(report.all_prefixed() && report.total_lines() == 2 * 16384, "{report:?}");
     assert_eq!(spliced_bytes(&out.stderr_str()), 0);
 }
+
+/// A user other than root has a quota of pipe pages over all of its pipes (64 MiB by default),
+/// counted by capacity: 64 ranks with 1 MiB pipes spend all of it, and then every new pipe the
+/// user makes gets 8 KiB. A node's rank pipes keep to a quarter of it: 256 KiB each for 64.
+#[test]
+fn an_unprivileged_users_ranks_leave_most_of_its_pipe_quota_alone() {
+    let soft = std::fs::read_to_string("/proc/sys/fs/pipe-user-pages-soft").unwrap();
+    assert_eq!(soft.trim(), "16384", "the sizes below are for the default quota");
+    // Binaries where the user `nobody` can run them.
+    let dir = rlaunch_tests::tempdir();
+    for program in [rlaunch_tests::rlaunch(), rlaunch_tests::proxy(), rlaunch_tests::rankprog()] {
+        std::fs::copy(&program, dir.join(program.file_name().unwrap())).unwrap();
+    }
+    let bin = |name: &str| dir.join(name).to_string_lossy().into_owned();
+    let mut job = Run::program(
+        "setpriv",
+        &["--reuid=65534", "--regid=65534", "--clear-groups", &bin("rlaunch"), "-n", "64"],
+    )
+    .args([bin("rankprog").as_str(), "ready", "wait-signal", "pipe-sizes"])
+    .current_dir(dir.path())
+    .spawn();
+    // Once a rank's `ready` is out, the proxy has sized its pipe.
+    job.wait_for_ready(64, WAIT);
+    job.signal(nix::sys::signal::Signal::SIGUSR1);
+    let out = job.wait(WAIT);
+    out.assert_code(0);
+    let stdout = out.stdout_str();
+    let sizes: Vec<&str> = stdout.lines().filter(|l| l.starts_with("pipes ")).collect();
+    assert_eq!(sizes, vec!["pipes stdout=262144 new=65536"; 64], "{out}");
+}

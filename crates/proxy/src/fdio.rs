@@ -36,10 +36,51 @@ impl FdStream {
 /// Capacity asked of a rank's output pipe. With the default 64 KiB a rank that writes fast
 /// and the proxy that drains it take turns, a context switch per 64 KiB; 1 MiB lets both run.
 /// It is the kernel's default `pipe-max-size`, so it is granted without privilege, and pages
-/// are only allocated as they fill.
+/// are only allocated as they fill. See [`rank_pipe_capacity`] for many ranks.
 pub const PIPE_CAPACITY: i32 = 1 << 20;
 
-/// Asks for a larger pipe buffer; best effort (a user over its pipe-pages quota keeps 64 KiB).
+/// A pipe's default capacity.
+const PIPE_DEFAULT: i32 = 64 << 10;
+
+/// The capacity to ask for each stdout pipe of `ranks` ranks on a node.
+///
+/// A user other than root is held to a quota of pipe pages over all of its pipes
+/// (`/proc/sys/fs/pipe-user-pages-soft`, 64 MiB by default), which counts a pipe's capacity,
+/// not what it holds. Enlarging a pipe past it is refused, and once a user is at it, every
+/// new pipe the user makes (a rank's `popen`, another job of the same user on the node) gets
+/// 8 KiB. 64 rank pipes of 1 MiB are the whole default quota; so the ranks' pipes take at
+/// most a quarter of it between them: 1 MiB each for up to 16 ranks, 256 KiB for 64, the
+/// default 64 KiB from 256.
+pub fn rank_pipe_capacity(ranks: usize) -> i32 {
+    static QUOTA: std::sync::OnceLock<Option<u64>> = std::sync::OnceLock::new();
+    let quota = *QUOTA.get_or_init(|| {
+        if nix::unistd::geteuid().is_root() {
+            return None;
+        }
+        let soft = std::fs::read_to_string("/proc/sys/fs/pipe-user-pages-soft").ok()?;
+        let pages: u64 = soft.trim().parse().ok()?;
+        let page = nix::unistd::sysconf(nix::unistd::SysconfVar::PAGE_SIZE).ok()??;
+        (pages > 0).then(|| pages * page as u64)
+    });
+    capacity_within(quota, ranks)
+}
+
+/// [`rank_pipe_capacity`] with the user's quota in bytes (`None`: none).
+fn capacity_within(quota: Option<u64>, ranks: usize) -> i32 {
+    let Some(quota) = quota else { return PIPE_CAPACITY };
+    let share = quota / 4 / ranks.max(1) as u64;
+    if share >= PIPE_CAPACITY as u64 {
+        return PIPE_CAPACITY;
+    }
+    if share <= PIPE_DEFAULT as u64 {
+        return PIPE_DEFAULT;
+    }
+    // The kernel rounds a capacity up to a power of two pages: round down instead.
+    1 << share.ilog2()
+}
+
+/// Asks for a larger pipe buffer; best effort (a user at its pipe-pages quota keeps what the
+/// pipe has).
 pub fn enlarge_pipe(fd: &impl AsRawFd, size: i32) {
     if let Err(e) = fcntl(fd.as_raw_fd(), FcntlArg::F_SETPIPE_SZ(size)) {
         tracing::debug!("cannot enlarge a pipe to {size} bytes: {e}");
@@ -251,5 +292,16 @@ mod tests {
             gather.advance(n);
         }
         assert_eq!(out, b"abcdefgh");
+    }
+
+    #[test]
+    fn rank_pipes_share_a_quarter_of_the_users_pipe_quota() {
+        let quota = Some(64 << 20);
+        let sizes: Vec<i32> =
+            [1, 16, 17, 32, 64, 128, 255, 256, 4096].map(|n| capacity_within(quota, n)).into();
+        let kib: Vec<i32> = sizes.iter().map(|s| s >> 10).collect();
+        assert_eq!(kib, [1024, 1024, 512, 512, 256, 128, 64, 64, 64]);
+        // Root, or no quota: the full capacity, however many.
+        assert_eq!(capacity_within(None, 4096), PIPE_CAPACITY);
     }
 }

@@ -78,6 +78,8 @@ struct RankFds {
     theirs: [OwnedFd; 3],
     pmi: Option<(OwnedFd, OwnedFd)>,
     stdout: OwnedFd,
+    /// What to enlarge `stdout` to ([`crate::fdio::rank_pipe_capacity`]).
+    stdout_capacity: i32,
     stderr: OwnedFd,
     stdin: Option<OwnedFd>,
 }
@@ -142,7 +144,9 @@ pub fn prepare(
         front_env: front_env.into_iter().filter_map(|v| std::ffi::CString::new(v).ok()).collect(),
     };
     let theirs = [stdin_r, stdout_w, stderr_w];
-    Ok(Prepared { spawn, fds: RankFds { theirs, pmi: pair, stdout, stderr, stdin } })
+    let stdout_capacity = crate::fdio::rank_pipe_capacity(at.local_count);
+    let fds = RankFds { theirs, pmi: pair, stdout, stdout_capacity, stderr, stdin };
+    Ok(Prepared { spawn, fds })
 }
 
 /// Starts prepared ranks, each in its own process group, several at a time (see
@@ -176,7 +180,7 @@ impl RankFds {
         Ok(Started {
             pid,
             pmi: self.pmi.map(|(ours, _theirs)| wrap(ours)).transpose()?,
-            stdout: enlarged(self.stdout),
+            stdout: enlarged(self.stdout, self.stdout_capacity),
             stderr: self.stderr,
             stdin: self.stdin.map(wrap).transpose()?,
         })
@@ -191,8 +195,8 @@ fn errno_of(e: &io::Error) -> nix::errno::Errno {
     nix::errno::Errno::from_raw(e.raw_os_error().unwrap_or(nix::libc::EIO))
 }
 
-fn enlarged(fd: OwnedFd) -> OwnedFd {
-    crate::fdio::enlarge_pipe(&fd, crate::fdio::PIPE_CAPACITY);
+fn enlarged(fd: OwnedFd, capacity: i32) -> OwnedFd {
+    crate::fdio::enlarge_pipe(&fd, capacity);
     fd
 }
 

@@ -32,6 +32,7 @@
 //! | `args`            | this process's whole argv (argv\[0\] included) joined by `\|`        |
 //! | `stdin-is-devnull`| `stdin-devnull yes` or `stdin-devnull no`                             |
 //! | `fds`             | the open descriptors, `fds 0,1,2`                                    |
+//! | `pipe-sizes`      | `pipes stdout=<bytes> new=<bytes>`: stdout's pipe capacity, a new pipe's |
 //! | `alloc MIB`       | allocate MIB MiB and write every page of it; kept until the rank ends |
 //! | `spin SECS`       | burn SECS seconds of CPU time in user space (fractions allowed)      |
 //!
@@ -120,6 +121,7 @@ enum Command {
     Args,
     StdinIsDevnull,
     Fds,
+    PipeSizes,
     Alloc(usize),
     Spin(Duration),
 }
@@ -225,6 +227,7 @@ fn parse(words: &[OsString]) -> Result<Vec<Step>, String> {
             "args" => Command::Args,
             "stdin-is-devnull" => Command::StdinIsDevnull,
             "fds" => Command::Fds,
+            "pipe-sizes" => Command::PipeSizes,
             "alloc" => Command::Alloc(number(word, &arg("MiB")?)?),
             "spin" => Command::Spin(seconds(word, &arg("seconds")?)?),
             _ => return Err(format!("unknown command {word:?}")),
@@ -362,6 +365,16 @@ fn run(command: Command, state: &mut Rank) -> Result<(), String> {
             let fds = open_fds()?;
             let list: Vec<String> = fds.iter().map(i32::to_string).collect();
             out(format!("fds {}\n", list.join(",")))
+        }
+        Command::PipeSizes => {
+            use std::os::fd::AsRawFd;
+            let size = |fd: std::os::fd::BorrowedFd| {
+                fcntl(fd.as_raw_fd(), FcntlArg::F_GETPIPE_SZ)
+                    .map_err(|e| format!("F_GETPIPE_SZ: {e}"))
+            };
+            let stdout = size(io::stdout().as_fd())?;
+            let (_r, w) = nix::unistd::pipe().map_err(|e| format!("cannot make a pipe: {e}"))?;
+            out(format!("pipes stdout={stdout} new={}\n", size(w.as_fd())?))
         }
     }
 }

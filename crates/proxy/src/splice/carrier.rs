@@ -17,8 +17,10 @@ use tokio::io::Interest;
 
 use super::splice;
 
-/// Carriers kept for reuse.
-const POOL: usize = 16;
+/// Carriers kept for reuse. An empty carrier still counts its capacity against its user's
+/// pipe-pages quota (see [`crate::fdio::rank_pipe_capacity`]): four hold the node's output
+/// budget (1 MiB) twice over.
+const POOL: usize = 4;
 /// A carrier's capacity: a chunk of carried output (`CARRIED_CHUNK` in outputs.rs, 512 KiB) in
 /// pages. Pages a rank filled only in part take a slot each, so such a chunk is smaller.
 const CAPACITY: i32 = 512 << 10;
