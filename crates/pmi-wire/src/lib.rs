@@ -2,11 +2,12 @@
 //!
 //! ```text
 //!   rlaunch ──control frames──► rlaunch-proxy ──PMI-1 / PMI-2──► rank
-//!            (control.rs)          │           (pmi1.rs, pmi2.rs)
+//!            (control/)            │           (pmi1/, pmi2/)
 //!                                  └─ one Request / Reply for both (request.rs, reply.rs)
 //! ```
 //!
-//! * [`control`]: the typed, length-prefixed frames between a parent and a child proxy.
+//! * [`control`]: the typed, length-prefixed frames between a parent and a child proxy, and
+//!   what they carry: a node's plan, spawns, the name service.
 //! * [`ids`]: exit outcomes and stream ids shared by both ends.
 //! * [`pmi1`]: PMI-1 ("simple PMI") request lines, spawn blocks and Hydra's exact replies.
 //! * [`pmi2`]: PMI-2 length-framed commands, typed requests and replies, and [`pmi2::detect`]

@@ -10,56 +10,56 @@
 //! ```
 //!
 //! The parent side (starting proxies, a lost proxy, routing down) is the proxies' own
-//! [`Children`]; a fence is the proxies' [`FenceFold`]. Here: [`roll`] (every process of
-//! the run), [`cause`] (why the job ends, and its exit status), [`names`] (publish and
-//! lookup), [`signals`].
+//! [`Children`]; a fence is the proxies' [`FenceFold`]. Here: [`start`] (the top proxies),
+//! [`dial`] (proxies that call back), [`roll`] (every process of the run), [`cause`] (why
+//! the job ends, and its exit status), [`ending`] (the teardown and the last word),
+//! [`names`] (publish and lookup), [`spawn`], [`signals`].
 
 mod cause;
 mod dial;
+mod ending;
 mod names;
 mod pmix_fence;
 pub mod progress;
 pub mod report;
 mod roll;
 mod signals;
+mod spawn;
+mod start;
 mod timeline;
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::ffi::OsString;
 use std::io;
-use std::os::fd::AsRawFd;
 use std::time::Duration;
 
 use nix::sys::signal::Signal;
-use pmi_wire::control::{
-    DmodexAnswer, DmodexData, Down, Job, NameOp, NodePlan, SpawnJob, SpawnRequest, StdinTarget, Up,
-};
+use pmi_wire::control::{DmodexAnswer, DmodexData, Down, Job, NameOp, NodePlan, StdinTarget, Up};
 use rlaunch_proxy::children::{ChildNews, Children, Lost};
-use rlaunch_proxy::credit;
 use rlaunch_proxy::dialin::Dialed;
 use rlaunch_proxy::fence::FenceFold;
-use rlaunch_proxy::link::{self, ForkedProxy, LinkEvent, ProxyProcess};
+use rlaunch_proxy::link::{self, ForkedProxy, LinkEvent};
 use rlaunch_proxy::procs;
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 
-use crate::output::{self, Chunk, Feed, OutputEvent, OutputSpec, Roster, SpawnedJob};
+use crate::output::{self, OutputEvent, OutputSpec, Roster, SpawnedJob};
 use crate::stdin;
 use cause::Cause;
 pub(crate) use dial::reaching;
 pub use dial::DialPlan;
 use names::{Asker, Names};
-use pmi_wire::record::{self, Micros};
+use pmi_wire::record::Micros;
 use report::OutFile;
 use roll::Roll;
 use signals::{Forwarded, ForwardedSignals};
+pub use start::fork_local_proxies;
+use start::route;
 
 /// Stdin chunks in flight (sent, not yet written into every target rank).
 const STDIN_WINDOW: usize = 8;
 /// A second Ctrl-C within this time kills the job.
 const DOUBLE_INTERRUPT: Duration = Duration::from_secs(5);
-/// The most processes one spawn may ask for: as many as Linux runs on a host (pid_max).
-const MAX_SPAWN: u32 = 4_194_304;
 /// After the kill grace, how long proxies get to report before rlaunch kills them.
 const PROXY_GRACE: Duration = Duration::from_secs(5);
 /// After the kill grace of a job that failed, how long its output may take to be written
@@ -99,28 +99,6 @@ pub struct Plan {
     pub command: Vec<String>,
     /// When rlaunch began to build the job, on its clock: the job's start in the report.
     pub started_us: Micros,
-}
-
-/// Forks the proxies of `roots` that run on this machine, now, with no exec (see
-/// [`link::fork_proxy`]); the others are started by [`run`]. Must be called while rlaunch has
-/// one thread: before the runtime, the writer and the stdin threads.
-pub fn fork_local_proxies(plan: &mut Plan) {
-    let mut channels = Vec::new();
-    plan.forked = plan
-        .roots
-        .iter()
-        .map(|node| {
-            node.fork.then(|| {
-                // SAFETY: rlaunch has a single thread until `run`, as main guarantees.
-                let forked =
-                    unsafe { link::fork_proxy(&plan.proxy_exe, &channels, &plan.job, node) };
-                if let Ok(proxy) = &forked {
-                    channels.push(proxy.channel.as_raw_fd());
-                }
-                forked
-            })
-        })
-        .collect();
 }
 
 /// What a link to a top proxy reports (its output goes straight to the writer thread).
@@ -362,10 +340,6 @@ pub async fn run(mut plan: Plan) -> i32 {
     root.report()
 }
 
-/// What writes a file at the end of the job (`--report`, `--timeline`).
-type WriteEnd =
-    fn(&mut OutFile, &report::JobFacts, &Roll, &[pmi_wire::record::NodeRecord]) -> io::Result<()>;
-
 async fn sleep_until(at: Option<Instant>) {
     match at {
         Some(at) => tokio::time::sleep_until(at).await,
@@ -374,72 +348,6 @@ async fn sleep_until(at: Option<Instant>) {
 }
 
 impl Root {
-    fn start_proxies(
-        &mut self,
-        events: &mpsc::UnboundedSender<Event>,
-        output: &Feed,
-        dialed: mpsc::UnboundedSender<Dialed>,
-    ) {
-        let report = self.plan.report_bindings;
-        let splicer = output.splicer();
-        let plan = &mut self.plan;
-        let dialing = plan.dial.is_some();
-        let (children, lost) = Children::start(
-            &plan.job,
-            &plan.roots,
-            credit::ROOT_BUDGET,
-            |index, node| {
-                let process = match plan.forked.get_mut(index).and_then(Option::take) {
-                    _ if dialing => return Ok(None),
-                    Some(forked) => forked.and_then(ProxyProcess::forked),
-                    None => link::spawn_proxy(
-                        &plan.job.bootstrap,
-                        &node.host,
-                        node.fork,
-                        &plan.proxy_exe,
-                    ),
-                };
-                Ok(Some(match &splicer {
-                    Some(splicer) => process?.splice_output(splicer),
-                    None => process?,
-                }))
-            },
-            |child| {
-                let (output, events) = (output.clone(), events.clone());
-                move |event| route(child, event, output.clone(), events.clone(), report)
-            },
-        );
-        self.children = children;
-        for Lost { host, reason } in lost {
-            self.causes.push(Cause::LostProxy { host, reason });
-        }
-        if let Some(dial_plan) = &self.plan.dial {
-            let all: Vec<&NodePlan> = self.plan.roots.iter().flat_map(|r| r.walk()).collect();
-            for node in &all {
-                for child in &node.children {
-                    self.parent_of.insert(child.host.clone(), node.index);
-                }
-            }
-            let hosts: Vec<&str> = all.iter().map(|n| n.host.as_str()).collect();
-            let name = dial_plan.launcher.first().cloned().unwrap_or_default();
-            match dial::start(dial_plan, &hosts, dialed) {
-                Ok(started) => {
-                    self.launcher = Some(dial::Launcher {
-                        pid: started.pid,
-                        name,
-                        ended: None,
-                        acceptor: started.acceptor,
-                    });
-                    self.dial_deadline = Some(Instant::now() + link::HELLO_WAIT);
-                }
-                Err(e) => {
-                    let why = format!("cannot start {name}: {}", crate::hosts::plain(&e));
-                    self.give_up_dialing(&why);
-                }
-            }
-        }
-    }
-
     /// Every proxy is finished, and so is the launcher that started them.
     fn finished(&self) -> bool {
         self.children.settled() && self.launcher.as_ref().is_none_or(|l| l.ended.is_some())
@@ -618,57 +526,6 @@ impl Root {
         }
     }
 
-    /// Records why the job must end; the first cause starts the teardown.
-    fn fail(&mut self, cause: Cause) {
-        tracing::debug!(?cause, "job failing");
-        // Whatever is said next is not about the launch.
-        if let Some(progress) = self.progress.as_mut() {
-            progress.clear();
-        }
-        let first = self.causes.is_empty();
-        // A forwarded signal ends the job when the grace after it is over, or when every
-        // rank has ended before that: the ranks have had their grace, and what is still
-        // running is killed now.
-        // Output that waits to be written is dropped at once when a signal to rlaunch ends
-        // the job (the user wants it over), and only well after the grace otherwise, so that
-        // a reader that keeps up gets every line the ranks wrote before their end. Either
-        // way, once every rank has ended, a reader that keeps up gets it all.
-        let (grace, output_wait) = match cause {
-            Cause::Forwarded(_) => (Duration::ZERO, Duration::ZERO),
-            _ => (self.kill_grace(), OUTPUT_GRACE),
-        };
-        let only_if_behind = !output_wait.is_zero() || self.roll.all_ended();
-        self.causes.push(cause);
-        if first {
-            // Lookups waiting for a name will not see it now.
-            let answers = self.names.give_up();
-            self.name_answers(answers);
-            // Proxies waiting to be sent to their parent will not be needed: closing their
-            // connections ends them now, and srun with them.
-            self.redirects.clear();
-            self.terminate(grace, output_wait, only_if_behind);
-        }
-    }
-
-    /// Has every proxy tear its subtree down, drops the output not written `output_wait`
-    /// after the grace (what the links still bring is read and thrown away, so the proxies
-    /// finish however slow the reader), and kills the proxies that are still there a while
-    /// after the grace.
-    fn terminate(&mut self, grace: Duration, output_wait: Duration, only_if_behind: bool) {
-        self.children.terminate(grace);
-        let dropping = Instant::now() + grace + output_wait;
-        if self.output_deadline.is_none_or(|d| d > dropping) && !*self.drop_output.borrow() {
-            self.output_deadline = Some(dropping);
-            self.drop_only_if_behind = only_if_behind;
-            self.note_drop = !output_wait.is_zero();
-        }
-        let deadline = Instant::now() + grace + PROXY_GRACE;
-        if !self.terminating || self.proxy_deadline.is_some_and(|d| d > deadline) {
-            self.proxy_deadline = Some(deadline);
-        }
-        self.terminating = true;
-    }
-
     fn kill_grace(&self) -> Duration {
         Duration::from_millis(self.plan.job.kill_grace_ms)
     }
@@ -731,126 +588,5 @@ impl Root {
                 self.fail(Cause::LostProxy { host, reason });
             }
         }
-    }
-
-    /// A rank asked for a new job: give it ids and a kvsname and have the rank's node start
-    /// it. Its ranks count for the run's outcome like any other.
-    fn spawn(&mut self, parent: u32, tag: Option<String>, request: SpawnRequest) {
-        let Some(node) = self.roll.node(parent) else { return };
-        // A garbage count (an uninitialised maxprocs) must not lay out billions of ranks:
-        // no more than one host can run, and ids must stay within u32.
-        let size = request.cmds.iter().try_fold(0u32, |sum, c| sum.checked_add(c.nprocs));
-        let fits = size.filter(|&n| n <= MAX_SPAWN && self.roll.len().checked_add(n).is_some());
-        if fits.is_none() {
-            let asked: u64 = request.cmds.iter().map(|c| u64::from(c.nprocs)).sum();
-            return self.fail(Cause::SpawnTooLarge { rank: parent, asked });
-        }
-        let (job, first) = self.roll.add_spawned(node, &request);
-        let size = self.roll.len() - first;
-        let spawn = SpawnJob {
-            job,
-            kvsname: format!("{}_{job}", self.plan.job.jobid),
-            parent_kvsname: self.plan.job.jobid.clone(),
-            node,
-            first,
-            parent,
-            tag,
-            request,
-        };
-        // Before the proxy hears of it, so the writer knows the job before its first line.
-        let _ = self.spawned_jobs.send(SpawnedJob {
-            job,
-            first,
-            size,
-            host: self.roll.node_host(node).to_string(),
-            jobid: spawn.kvsname.clone(),
-        });
-        tracing::debug!(job, node, first, "spawning a job");
-        // To every node: the spawner's starts the job, and the others' PMIx servers learn
-        // it, for the parents a spawn collective over several nodes has there.
-        self.children.add_ranks(node, first..first + size);
-        self.children.broadcast(&Down::Spawn(Box::new(spawn)));
-    }
-
-    /// Prints why the job failed (the first cause, then the table of the ranks that failed
-    /// if more than one did), writes `--report`, and returns the exit status.
-    fn report(&mut self) -> i32 {
-        if let Some(progress) = self.progress.as_mut() {
-            progress.clear();
-        }
-        let listed = self.plan.print_all_exit_codes;
-        if listed {
-            for line in self.roll.all_outcomes() {
-                eprintln!("rlaunch: {line}");
-            }
-        }
-        let (code, line) = match self.causes.first() {
-            Some(cause) => (cause.exit_code(), cause.message(&self.roll, listed)),
-            None => (0, None),
-        };
-        if let Some(line) = &line {
-            eprintln!("rlaunch: {line}");
-        }
-        // Ranks that a signal to rlaunch ended did not fail: it was the user's wish.
-        let wished = matches!(self.causes.first(), Some(Cause::Forwarded(_) | Cause::Interrupted));
-        if !self.causes.is_empty() && !listed && !wished {
-            for row in report::failure_table(&self.roll) {
-                eprintln!("rlaunch: {row}");
-            }
-        }
-        let facts = report::JobFacts {
-            command: &self.plan.command,
-            jobid: &self.plan.job.jobid,
-            started: self.plan.started_us,
-            ended: record::now_us(),
-            exit_code: code,
-            cause: line,
-            fences: self.fence.epoch() + self.pmix_fence.completed(),
-        };
-        let records = self.children.take_records();
-        let roll = &self.roll;
-        let writes: [(_, _, WriteEnd); 2] = [
-            ("report", self.plan.report.take(), report::write),
-            ("timeline", self.plan.timeline.take(), timeline::write),
-        ];
-        for (what, file, write) in writes {
-            let Some(mut file) = file else { continue };
-            if let Err(e) = write(&mut file, &facts, roll, &records) {
-                let path = file.path.display();
-                eprintln!("rlaunch: cannot write the {what} {path}: {}", crate::hosts::plain(&e));
-            }
-        }
-        code
-    }
-}
-
-/// Output goes to the writer thread (its link's window bounds it: that is the backpressure),
-/// everything else to the root. With `report_bindings`, the
-/// root gets each RankStarted too: it knows every rank's name and host, spawned ones included.
-async fn route(
-    child: usize,
-    event: LinkEvent,
-    output: Feed,
-    events: mpsc::UnboundedSender<Event>,
-    report_bindings: bool,
-) -> bool {
-    match event {
-        LinkEvent::Output { rank, stream, data, debt } => {
-            output.send(Chunk::Data { rank, stream, data, debt })
-        }
-        // All of it already in the sink: its room goes back now.
-        LinkEvent::Spliced { output: spliced, .. } if !spliced.for_writer() => true,
-        LinkEvent::Spliced { output: spliced, debt } => {
-            output.send(Chunk::Spliced { output: spliced, debt })
-        }
-        LinkEvent::Up(Up::RankStarted { rank, pid, cpus }) => {
-            if report_bindings {
-                let up = Up::RankStarted { rank, pid, cpus: cpus.clone() };
-                let _ = events.send(Event { child, event: LinkEvent::Up(up) });
-            }
-            output.send(Chunk::Started { rank, pid, cpus })
-        }
-        LinkEvent::Up(Up::OutputEnd { rank, stream }) => output.send(Chunk::End { rank, stream }),
-        event => events.send(Event { child, event }).is_ok(),
     }
 }

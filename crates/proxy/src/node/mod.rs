@@ -12,8 +12,9 @@
 //!  SIGCHLD, SIGTERM/HUP/INT ──► Node     output hub, child frames ┘ (bounded data channel)
 //! ```
 //!
-//! Starting ranks (the launched job's and spawned jobs') is in [`launch`]; what a rank's PMI
-//! connection asks of the node, in [`calls`].
+//! How a proxy comes up and gets its launch is in [`start`]; its child proxies, in
+//! [`subtree`]; starting ranks (the launched job's and spawned jobs') in [`launch`]; what a
+//! rank's PMI connection asks of the node, in [`calls`].
 
 mod calls;
 mod dmodex;
@@ -21,6 +22,11 @@ mod launch;
 mod pmix;
 mod pmix_fence;
 mod pmix_spawn;
+mod start;
+mod subtree;
+
+pub use start::{serve, DialContext, PlainChannel, Served};
+use subtree::relay_child;
 
 use std::collections::{HashMap, HashSet};
 use std::ffi::OsString;
@@ -28,9 +34,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use nix::sys::signal::Signal;
-use pmi_wire::control::{Bootstrap, Down, Job, Launch, NodePlan, Up};
+use pmi_wire::control::{Down, Job, NodePlan, Up};
 use pmi_wire::ids::Stream;
-use pmi_wire::io::FrameReader;
 use pmi_wire::record::{self, FenceTimes, Micros, NodeRecord, Phase};
 use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::mpsc;
@@ -38,19 +43,16 @@ use tokio::time::Instant;
 
 use crate::binding::Binder;
 use crate::children::{ChildNews, Children, Lost};
-use crate::credit::{self, Outbox, Queued, Window};
-use crate::dialin::{self, Dialed};
+use crate::credit::Queued;
+use crate::dialin::Dialed;
 use crate::kill::{Escalation, KillStep};
-use crate::kvs::{FenceScope, Kvs, Local};
+use crate::kvs::{Kvs, Local};
 use crate::link::{self, LinkEvent};
-use crate::link::{LinkRead, LinkWrite};
-use crate::outputs::{Carrying, Outputs, StreamEnd};
+use crate::outputs::{Outputs, StreamEnd};
 use crate::pmi::{PmiAnswer, PmiCall, PmiJob, PmiPeer};
 use crate::procs;
 use crate::rank::StdinChunk;
 use crate::ranks::RankTable;
-use crate::secure::Secret;
-use crate::splice::{self, Carriers};
 
 /// What the dispatcher hears about, besides PMI calls and signals.
 pub(crate) enum Event {
@@ -66,28 +68,6 @@ pub(crate) enum Event {
     Dialed(Box<Dialed>),
     /// From this node's PMIx server.
     Pmix(crate::pmix::HostNews),
-}
-
-/// What a proxy that dialed its parent needs to accept its own children the same way.
-#[derive(Clone)]
-pub struct DialContext {
-    pub secret: Secret,
-    /// This proxy's address on its link to its parent: one its siblings can reach too.
-    pub ip: std::net::IpAddr,
-}
-
-/// How a proxy's service ended.
-pub enum Served {
-    /// The process's exit code.
-    Exit(i32),
-    /// Its parent sent it elsewhere before launching it: dial this address.
-    Redirect(String),
-}
-
-/// The first frame a proxy gets from its parent.
-enum Received {
-    Launch(Box<Launch>),
-    Redirect(String),
 }
 
 /// One job's state on this node: the launched job (0), and any job its ranks spawned here.
@@ -150,188 +130,6 @@ pub(crate) struct Node {
     dmodex: dmodex::Asks,
     /// The launcher's stdin that came while the ranks waited to start, in order.
     held_stdin: Vec<StdinChunk>,
-}
-
-/// A proxy's control channel on its own descriptors (a socketpair or pipes from its parent
-/// or the remote shell), not a link it dialed.
-#[derive(Clone, Copy)]
-pub struct PlainChannel {
-    pub input: std::os::fd::RawFd,
-    pub output: std::os::fd::RawFd,
-    /// The proxy was exec'd, so it may be across a remote shell: its guard watches the
-    /// channel (see [`crate::guard`]).
-    pub guarded: bool,
-}
-
-/// Runs a proxy on its control channel until its subtree is finished; child proxies are
-/// started as `proxy_exe`. Returns the exit code of the proxy process. `launch` is what a
-/// proxy forked from rlaunch was given; any other reads it from its parent. `host` is the
-/// name this proxy greets its parent with. `plain`: the control channel's own descriptors,
-/// when it is not a link this proxy dialed.
-pub async fn serve(
-    up_in: LinkRead,
-    up_out: LinkWrite,
-    proxy_exe: OsString,
-    launch: Option<Launch>,
-    host: String,
-    dial: Option<DialContext>,
-    plain: Option<PlainChannel>,
-) -> Served {
-    procs::become_subreaper();
-    let (control_tx, control_rx) = mpsc::unbounded_channel();
-    let (data_tx, data_rx) = mpsc::unbounded_channel();
-    let window = Arc::new(Window::default());
-    let _ = control_tx.send(Up::Greeting { host: host.clone(), pid: std::process::id() });
-    let (abandon, abandoned) = tokio::sync::watch::channel(false);
-    let (shed_output, shed) = tokio::sync::watch::channel(false);
-    let outbox = Outbox::new(data_rx, window.clone(), shed);
-    // The ranks' output goes up in carriers, spliced, when the channel takes splices.
-    let splice_to = plain.filter(|_| splice::enabled()).and_then(|c| splice::target(c.output));
-    let carrying = plain
-        .filter(|_| splice_to.is_some())
-        .and_then(|c| splice::target(c.output))
-        .map(|upstream| Carrying { carriers: Carriers::new(), upstream });
-    let pump = link::pump_until_abandoned(up_out, true, control_rx, outbox, splice_to, abandoned);
-    let pump = tokio::spawn(pump);
-
-    // Down the tree come control messages and stdin, not output: small reads will do.
-    let mut reader = FrameReader::with_chunk(up_in, 16 << 10);
-    let launch = match launch {
-        Some(launch) => Ok(Received::Launch(Box::new(launch))),
-        None => receive_launch(&mut reader).await,
-    };
-    let launched_at = record::now_us();
-    let launch = match launch {
-        Ok(Received::Launch(launch)) => *launch,
-        Ok(Received::Redirect(to)) => return Served::Redirect(to),
-        Err(msg) => {
-            eprintln!("rlaunch-proxy on {host}: {msg}");
-            return Served::Exit(1);
-        }
-    };
-    link::heartbeat(&control_tx, launch.job.liveness.heartbeat(), || Up::Ping);
-    if launch.job.progress {
-        let _ = control_tx.send(Up::Progress { node: launch.node.index, pmi_inited: 0 });
-    }
-    let guarded = plain.filter(|c| c.guarded);
-    if let (Some(PlainChannel { input, output, .. }), Bootstrap::Remote { .. }) =
-        (guarded, &launch.job.bootstrap)
-    {
-        // Longer than this proxy's own teardown once its channel is gone.
-        let grace = Duration::from_millis(launch.job.kill_grace_ms);
-        // The escalation (grace, the child proxies' grace, an orphan's last wait), the
-        // last flush of the pump, and a margin.
-        let patience = grace + crate::kill::CHILD_PROXY_GRACE * 2 + Duration::from_secs(7);
-        crate::guard::start(input, output, patience);
-    }
-    let (events_tx, events_rx) = mpsc::unbounded_channel();
-    // Weak: the pump ends when the dispatcher's control sender goes, not when the reader's.
-    tokio::spawn(read_upstream(reader, window, control_tx.downgrade(), events_tx.clone()));
-
-    let closed = events_tx.clone();
-    let outputs = Outputs::start(data_tx.clone(), carrying, move |end| {
-        let _ = closed.send(Event::OutputClosed(end));
-    });
-    let outputs = match outputs {
-        Ok(outputs) => outputs,
-        Err(e) => {
-            eprintln!("rlaunch-proxy on {host}: cannot set up output relaying: {e}");
-            return Served::Exit(1);
-        }
-    };
-    let (pmi_tx, pmi_rx) = mpsc::unbounded_channel();
-    let launched = JobState {
-        pmi: Arc::new(PmiJob {
-            kvsname: launch.job.jobid.clone(),
-            size: launch.job.size,
-            process_mapping: launch.job.process_mapping.clone(),
-            spawner: None,
-        }),
-        kvs: Kvs::new(FenceScope::Tree, launch.node.ranks.len(), []),
-    };
-    let mut node = Node {
-        phases: vec![(Phase::Launched, launched_at)],
-        fences: FenceTimes::default(),
-        jobs: HashMap::from([(0, launched)]),
-        pmi_calls: pmi_tx,
-        binder: Binder::new(launch.node.host.clone()),
-        programs: HashMap::new(),
-        proxy_exe,
-        job: Arc::new(launch.job),
-        plan: launch.node,
-        ranks: RankTable::default(),
-        children: Children::default(),
-        up: Upstream { control: control_tx, data: data_tx, abandon, shed_output },
-        outputs,
-        events: events_tx,
-        kill: Escalation::default(),
-        orphaned: false,
-        last_heard: Instant::now(),
-        stopped: false,
-        swept: false,
-        dial,
-        dial_deadline: None,
-        pmix: None,
-        pmix_fence: pmix_fence::NodeFence::default(),
-        dmodex: dmodex::Asks::default(),
-        held_stdin: Vec::new(),
-    };
-    let code = node.run(events_rx, pmi_rx).await;
-    drop(node);
-    let _ = tokio::time::timeout(Duration::from_secs(5), pump).await;
-    Served::Exit(code)
-}
-
-async fn receive_launch(reader: &mut FrameReader<LinkRead>) -> Result<Received, String> {
-    let (found, _) = reader.read_hello().await.map_err(|e| e.to_string())?;
-    if found.version != pmi_wire::control::PROTOCOL_VERSION {
-        return Err(format!(
-            "the launcher speaks protocol version {}, this proxy speaks version {}",
-            found.version,
-            pmi_wire::control::PROTOCOL_VERSION
-        ));
-    }
-    match reader.next::<Down>().await {
-        Ok(Some(Down::Launch(launch))) => Ok(Received::Launch(launch)),
-        Ok(Some(Down::Redirect { to })) => Ok(Received::Redirect(to)),
-        Ok(Some(_)) => Err("the first frame from the launcher was not a launch".into()),
-        Ok(None) => Err("the launcher closed the connection before the launch".into()),
-        Err(e) => Err(e.to_string()),
-    }
-}
-
-/// Hands every frame from the parent to the dispatcher, then how the connection ended;
-/// credit goes straight to the window and a clock probe is answered at once (the dispatcher
-/// may be busy, and the probe's answer must be prompt to be worth anything). Reads on after
-/// the dispatcher is gone: the pump still needs credit to send the last output up.
-async fn read_upstream(
-    mut reader: FrameReader<LinkRead>,
-    window: Arc<Window>,
-    control: mpsc::WeakUnboundedSender<Up>,
-    events: mpsc::UnboundedSender<Event>,
-) {
-    loop {
-        let event = match reader.next::<Down>().await {
-            Ok(Some(Down::Credit { bytes })) => {
-                window.grant(bytes);
-                continue;
-            }
-            Ok(Some(Down::ClockProbe { sent })) => {
-                if let Some(control) = control.upgrade() {
-                    let _ = control.send(Up::ClockEcho { sent, at: record::now_us() });
-                }
-                continue;
-            }
-            Ok(Some(down)) => Event::Down(down),
-            Ok(None) => Event::UpstreamClosed("its parent closed the connection".into()),
-            Err(e) => Event::UpstreamClosed(e.to_string()),
-        };
-        let last = matches!(event, Event::UpstreamClosed(_));
-        let _ = events.send(event);
-        if last {
-            return;
-        }
-    }
 }
 
 impl Node {
@@ -438,68 +236,6 @@ impl Node {
             children: self.children.take_records(),
             ..Default::default()
         }
-    }
-
-    fn relay(&self) -> Relay {
-        Relay {
-            data: self.up.data.clone(),
-            control: self.up.control.clone(),
-            events: self.events.clone(),
-        }
-    }
-
-    fn start_children(&mut self) {
-        let plans = std::mem::take(&mut self.plan.children);
-        let dialing = self.job.bootstrap == Bootstrap::Dial;
-        if dialing && !plans.is_empty() {
-            if let Err(why) = self.listen_for_children() {
-                for plan in &plans {
-                    let reason = format!("its parent cannot listen for it: {why}");
-                    self.report_lost(Lost { host: plan.host.clone(), reason });
-                }
-                return;
-            }
-            self.dial_deadline = Some(Instant::now() + link::HELLO_WAIT);
-        }
-        let relay = self.relay();
-        let (job, exe) = (&self.job, &self.proxy_exe);
-        let (children, lost) = Children::start(
-            job,
-            &plans,
-            credit::CHILDREN_BUDGET,
-            |_, plan| match dialing {
-                true => Ok(None),
-                false => link::spawn_proxy(&job.bootstrap, &plan.host, plan.fork, exe).map(Some),
-            },
-            |child| {
-                let relay = relay.clone();
-                move |event| relay_child(child, event, relay.clone())
-            },
-        );
-        self.children = children;
-        for lost in lost {
-            self.report_lost(lost);
-        }
-    }
-
-    /// Listens where this proxy's children can dial it, and says so up the tree (rlaunch
-    /// sends them here).
-    fn listen_for_children(&mut self) -> Result<(), String> {
-        let dial = self.dial.clone().ok_or("it did not dial in itself")?;
-        let (listener, address) = dialin::listen(dial.ip).map_err(|e| e.to_string())?;
-        let node = self.plan.index;
-        let _ = self.up.control.send(Up::Listening { node, address: address.to_string() });
-        let (tx, mut rx) = mpsc::unbounded_channel();
-        tokio::spawn(dialin::accept(listener, dial.secret, tx));
-        let events = self.events.clone();
-        tokio::spawn(async move {
-            while let Some(dialed) = rx.recv().await {
-                if events.send(Event::Dialed(Box::new(dialed))).is_err() {
-                    return;
-                }
-            }
-        });
-        Ok(())
     }
 
     fn handle(&mut self, ev: Event) {
@@ -734,46 +470,5 @@ impl Node {
     fn finished(&self) -> bool {
         self.kill.gave_up()
             || (!self.holding_ranks() && self.ranks.finished() && self.children.settled())
-    }
-}
-
-/// Where a child's frames go up: its ranks' output (and each rank's start, which its output
-/// files are named after) on the data path, holding the child's credit until it goes, so that
-/// backpressure reaches the child; everything else through the control channel, ahead of
-/// queued output, as this
-/// node's own reports go. A rank's end must not wait behind megabytes of output at every hop
-/// (found by the chaos runner: under heavy output over ssh, a rank's end reached rlaunch
-/// after the job's timeout). A PMIx fence part goes up here before the child's entry that
-/// follows it, which passes through the dispatcher: the order the root needs.
-#[derive(Clone)]
-struct Relay {
-    data: mpsc::UnboundedSender<Queued>,
-    control: mpsc::UnboundedSender<Up>,
-    events: mpsc::UnboundedSender<Event>,
-}
-
-/// Routes what a child proxy's link reports: its frames go up unchanged (see [`Relay`]),
-/// except NodeDone and the fence entries, which are ours to aggregate; everything else about
-/// the link goes to the dispatcher.
-async fn relay_child(child: usize, event: LinkEvent, relay: Relay) -> bool {
-    match event {
-        LinkEvent::Up(Up::Ping) => true,
-        // With the parent gone, frames have nowhere to go; the link still runs, so that its
-        // end reaches the dispatcher.
-        LinkEvent::Output { rank, stream, data, debt } => {
-            let _ = relay.data.send(Queued::owing(Up::Output { rank, stream, data }, debt));
-            true
-        }
-        LinkEvent::Up(up @ (Up::OutputEnd { .. } | Up::RankStarted { .. })) => {
-            let _ = relay.data.send(Queued::plain(up));
-            true
-        }
-        LinkEvent::Up(up)
-            if !matches!(up, Up::NodeDone { .. } | Up::FenceIn { .. } | Up::PmixFenceIn { .. }) =>
-        {
-            let _ = relay.control.send(up);
-            true
-        }
-        event => relay.events.send(Event::Child { child, event }).is_ok(),
     }
 }

@@ -22,6 +22,18 @@ use serde::{de::DeserializeOwned, Deserialize, Serialize};
 use crate::ids::{ExitOutcome, Stream};
 use crate::record::{Micros, NodeRecord, RankUsage};
 
+mod plan;
+mod services;
+
+pub use plan::{
+    Binding, Bootstrap, CpuUnit, Job, Launch, Liveness, NodePlan, PmixJob, RankPlan, Segment,
+    StdinTarget,
+};
+pub use services::{
+    DmodexAnswer, DmodexAsk, DmodexData, LookupWait, NameAnswer, NameOp, NameValue, SpawnCmd,
+    SpawnJob, SpawnRequest,
+};
+
 /// First bytes on every control channel, in both directions.
 pub const MAGIC: [u8; 8] = *b"\x7fRLAUNCH";
 /// Bumped whenever a frame changes meaning.
@@ -339,155 +351,6 @@ pub enum Up {
     Listening { node: u32, address: String },
 }
 
-/// How a link tells a live peer from a lost one: a dropped network link closes nothing, so
-/// each side sends a heartbeat every `heartbeat_ms` and takes `silence_ms` without a word for
-/// a lost peer.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Liveness {
-    pub heartbeat_ms: u64,
-    pub silence_ms: u64,
-}
-
-impl Liveness {
-    pub fn heartbeat(self) -> std::time::Duration {
-        std::time::Duration::from_millis(self.heartbeat_ms)
-    }
-
-    pub fn silence(self) -> std::time::Duration {
-        std::time::Duration::from_millis(self.silence_ms)
-    }
-}
-
-impl Default for Liveness {
-    /// A heartbeat every 2 s; 10 s of silence is a lost peer.
-    fn default() -> Liveness {
-        Liveness { heartbeat_ms: 2000, silence_ms: 10_000 }
-    }
-}
-
-/// What a rank asked to spawn: one command per executable of MPI_Comm_spawn_multiple.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct SpawnRequest {
-    pub cmds: Vec<SpawnCmd>,
-    /// Pairs the new job finds in its KVS from the start (PARENT_ROOT_PORT_NAME).
-    pub preput: Vec<(String, String)>,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct SpawnCmd {
-    pub exe: String,
-    pub args: Vec<String>,
-    pub nprocs: u32,
-    /// MPI_Info hints; `wdir` and `path` are honoured.
-    pub info: Vec<(String, String)>,
-    /// `NAME=value` set for the new ranks on top of the job's environment (a PMIx spawn's
-    /// application environment: Open MPI's `OMPI_PARENT_PORT`, for one).
-    pub env: Vec<String>,
-}
-
-/// A spawned job, as the root hands it to the spawning rank's node.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct SpawnJob {
-    /// Index of the job (the launched job is 0).
-    pub job: u32,
-    pub kvsname: String,
-    pub parent_kvsname: String,
-    /// The node that starts the job's ranks (the spawning rank's).
-    pub node: u32,
-    /// Global id of the job's rank 0; rank r is `first: first + r` in every Up and Down frame.
-    pub first: u32,
-    /// The spawning rank (global id) and the thrid its answer echoes.
-    pub parent: u32,
-    pub tag: Option<String>,
-    pub request: SpawnRequest,
-}
-
-/// A direct modex request: the PMIx server of node `asker` wants what rank `rank` committed
-/// (`PMIx_Commit`), because a local client asked for it (`PMIx_Get`) and no fence brought
-/// it (Open MPI without `pmix_base_collect_data`, or a spawned job's ranks).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct DmodexAsk {
-    /// The node that asks, where the answer goes.
-    pub asker: u32,
-    /// The asking server's request id, echoed by the answer.
-    pub id: u32,
-    /// The rank's global id (first + r for a spawned job's rank r): it routes the request.
-    pub rank: u32,
-    /// The rank's namespace and its rank there, as the owning node's server names it.
-    pub nspace: String,
-    pub nspace_rank: u32,
-}
-
-/// The answer to a [`DmodexAsk`].
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct DmodexAnswer {
-    pub asker: u32,
-    pub id: u32,
-    pub data: DmodexData,
-}
-
-/// What a direct modex request found.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub enum DmodexData {
-    /// The owning server's blob, for the asking server to unpack (opaque to rlaunch).
-    Found(Vec<u8>),
-    /// The owning server refused, with this PMIx status.
-    Refused(i32),
-    /// Nothing will ever come: the rank is nowhere in the tree, ended without connecting to
-    /// its server, or its node's server is gone.
-    Missing,
-}
-
-/// A name-service request (MPI_Publish_name and friends).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub enum NameOp {
-    /// `once`: withdrawn by the first lookup that finds it (PMIx's `PMIX_PERSIST_FIRST_READ`,
-    /// which Open MPI's connect/accept exchanges ask for).
-    Publish {
-        service: String,
-        value: NameValue,
-        once: bool,
-    },
-    Unpublish {
-        service: String,
-    },
-    Lookup {
-        service: String,
-        wait: LookupWait,
-    },
-}
-
-/// A published value.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub enum NameValue {
-    /// A port name (PMI), or a PMIx string.
-    Text(String),
-    /// A PMIx value of any other type, packed by the PMIx server that published it, for a
-    /// PMIx server to unpack: opaque to rlaunch, and carried whole.
-    Packed(Vec<u8>),
-}
-
-/// How long a lookup waits for its service to be published.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub enum LookupWait {
-    /// Not at all: PMI's lookups, and PMIx's without `PMIX_WAIT`.
-    No,
-    /// Up to this long (PMIx's `PMIX_TIMEOUT`).
-    For { ms: u64 },
-    /// Until the job ends.
-    UntilJobEnd,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub enum NameAnswer {
-    /// Publish: false when the service was already published.
-    Published(bool),
-    /// Unpublish: false when there was no such service.
-    Unpublished(bool),
-    /// Lookup: `None` when the service is not published (or was not within the wait).
-    Lookup(Option<NameValue>),
-}
-
 impl Frame for Down {
     const DATA_HEAD: usize = 8;
 
@@ -582,154 +445,6 @@ impl Frame for Up {
             (tag, _) => Err(FrameError::UnknownTag(tag)),
         }
     }
-}
-
-/// What one proxy is told to do.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Launch {
-    pub job: Job,
-    /// This proxy's node and, below it, the nodes it must start itself.
-    pub node: NodePlan,
-}
-
-/// The parts of a job that every proxy needs.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Job {
-    /// Unique per launcher run; also the PMI kvsname.
-    pub jobid: String,
-    /// Number of ranks in the job.
-    pub size: u32,
-    /// One per MPMD segment; [`RankPlan::segment`] indexes here.
-    pub segments: Vec<Segment>,
-    /// The environment every rank starts from (the launcher's, by default).
-    pub env: Vec<(Vec<u8>, Vec<u8>)>,
-    /// Which ranks read the launcher's stdin; the others read /dev/null.
-    pub stdin: StdinTarget,
-    /// Between SIGTERM and SIGKILL when the job is torn down.
-    pub kill_grace_ms: u64,
-    /// How a proxy starts its child proxies.
-    pub bootstrap: Bootstrap,
-    /// `PMI_process_mapping`, or `None` when the placement does not fit in a PMI value.
-    pub process_mapping: Option<String>,
-    /// Serve PMI on a loopback TCP port (`PMI_PORT`/`PMI_ID`) instead of a socketpair.
-    pub pmi_port: bool,
-    /// How ranks are pinned to CPUs; `None` leaves them where the proxy runs.
-    pub binding: Option<Binding>,
-    /// Heartbeat and silence timeout of every link of the tree.
-    pub liveness: Liveness,
-    /// Serve PMIx too: what each node's PMIx server must know of the whole job.
-    pub pmix: Option<PmixJob>,
-    /// rlaunch shows a progress line: each proxy says when it is up and as its ranks
-    /// initialise PMI ([`Up::Progress`]).
-    pub progress: bool,
-}
-
-/// The job as PMIx describes it to its clients: where every rank is, which application it
-/// belongs to, and the process sets rlaunch defines.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct PmixJob {
-    /// Host name of each node, by node index.
-    pub hosts: Vec<String>,
-    /// Node index of each rank.
-    pub rank_node: Vec<u32>,
-    /// Application (MPMD segment) of each rank.
-    pub rank_app: Vec<u32>,
-    /// Process sets: name and member ranks.
-    pub psets: Vec<(String, Vec<u32>)>,
-    /// A node that cannot serve PMIx fails the job instead of starting its ranks without it
-    /// (they would run as singletons): `--pmi pmix`, or a program linking Open MPI.
-    pub required: bool,
-}
-
-/// `--bind-to`: each rank gets `count` objects of kind `unit`, in local-rank order, from the
-/// CPUs the proxy may use; past the last object it wraps around.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Binding {
-    pub unit: CpuUnit,
-    pub count: u32,
-}
-
-/// A level of the CPU topology, as the kernel shows it under /sys.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub enum CpuUnit {
-    Hwthread,
-    Core,
-    Socket,
-    Numa,
-}
-
-/// One executable of an MPMD command line.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Segment {
-    pub exe: Vec<u8>,
-    pub args: Vec<Vec<u8>>,
-    /// Whether this segment's ranks start from [`Job::env`] (`false`: `-envnone`, from nothing).
-    pub inherit_env: bool,
-    /// Set on top of the inherited environment for this segment's ranks, in order.
-    pub env: Vec<(Vec<u8>, Vec<u8>)>,
-    /// Working directory of the ranks.
-    pub wdir: Vec<u8>,
-}
-
-/// A node of the control tree.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct NodePlan {
-    /// Index in the launcher's host list; also the node id in `PMI_process_mapping`.
-    pub index: u32,
-    pub host: String,
-    /// Started by fork on the parent's machine (a name of the launcher's own machine, or
-    /// `--launcher fork`); otherwise by the job's remote bootstrap.
-    pub fork: bool,
-    pub ranks: Vec<RankPlan>,
-    /// Nodes this node's proxy starts and relays for.
-    pub children: Vec<NodePlan>,
-}
-
-impl NodePlan {
-    /// Every node in this subtree, this one first.
-    pub fn walk(&self) -> Vec<&NodePlan> {
-        let mut out = vec![self];
-        let mut i = 0;
-        while i < out.len() {
-            out.extend(out[i].children.iter());
-            i += 1;
-        }
-        out
-    }
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct RankPlan {
-    pub rank: u32,
-    pub segment: u32,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub enum StdinTarget {
-    None,
-    All,
-    Rank(u32),
-}
-
-impl StdinTarget {
-    pub fn includes(self, rank: u32) -> bool {
-        match self {
-            StdinTarget::None => false,
-            StdinTarget::All => true,
-            StdinTarget::Rank(r) => r == rank,
-        }
-    }
-}
-
-/// How a proxy starts the proxies below it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub enum Bootstrap {
-    /// On this machine, whatever the host name says.
-    Fork,
-    /// `argv... HOST PROXY_PATH` with the channel on the remote command's stdin/stdout.
-    Remote { argv: Vec<String>, proxy_path: String },
-    /// Started by a scheduler's launcher all at once (srun); each dials its parent.
-    Dial,
 }
 
 #[cfg(test)]

@@ -1,0 +1,137 @@
+//! Starting the top proxies: forked from rlaunch itself, spawned over a remote shell, or
+//! left to dial in (see [`super::dial`]); and where each link's news goes.
+
+use std::os::fd::AsRawFd;
+
+use pmi_wire::control::{NodePlan, Up};
+use rlaunch_proxy::children::{Children, Lost};
+use rlaunch_proxy::credit;
+use rlaunch_proxy::dialin::Dialed;
+use rlaunch_proxy::link::{self, LinkEvent, ProxyProcess};
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+
+use super::cause::Cause;
+use super::{dial, Event, Plan, Root};
+use crate::output::{Chunk, Feed};
+
+/// Forks the proxies of `roots` that run on this machine, now, with no exec (see
+/// [`link::fork_proxy`]); the others are started by [`run`]. Must be called while rlaunch has
+/// one thread: before the runtime, the writer and the stdin threads.
+pub fn fork_local_proxies(plan: &mut Plan) {
+    let mut channels = Vec::new();
+    plan.forked = plan
+        .roots
+        .iter()
+        .map(|node| {
+            node.fork.then(|| {
+                // SAFETY: rlaunch has a single thread until `run`, as main guarantees.
+                let forked =
+                    unsafe { link::fork_proxy(&plan.proxy_exe, &channels, &plan.job, node) };
+                if let Ok(proxy) = &forked {
+                    channels.push(proxy.channel.as_raw_fd());
+                }
+                forked
+            })
+        })
+        .collect();
+}
+
+impl Root {
+    pub(super) fn start_proxies(
+        &mut self,
+        events: &mpsc::UnboundedSender<Event>,
+        output: &Feed,
+        dialed: mpsc::UnboundedSender<Dialed>,
+    ) {
+        let report = self.plan.report_bindings;
+        let splicer = output.splicer();
+        let plan = &mut self.plan;
+        let dialing = plan.dial.is_some();
+        let (children, lost) = Children::start(
+            &plan.job,
+            &plan.roots,
+            credit::ROOT_BUDGET,
+            |index, node| {
+                let process = match plan.forked.get_mut(index).and_then(Option::take) {
+                    _ if dialing => return Ok(None),
+                    Some(forked) => forked.and_then(ProxyProcess::forked),
+                    None => link::spawn_proxy(
+                        &plan.job.bootstrap,
+                        &node.host,
+                        node.fork,
+                        &plan.proxy_exe,
+                    ),
+                };
+                Ok(Some(match &splicer {
+                    Some(splicer) => process?.splice_output(splicer),
+                    None => process?,
+                }))
+            },
+            |child| {
+                let (output, events) = (output.clone(), events.clone());
+                move |event| route(child, event, output.clone(), events.clone(), report)
+            },
+        );
+        self.children = children;
+        for Lost { host, reason } in lost {
+            self.causes.push(Cause::LostProxy { host, reason });
+        }
+        if let Some(dial_plan) = &self.plan.dial {
+            let all: Vec<&NodePlan> = self.plan.roots.iter().flat_map(|r| r.walk()).collect();
+            for node in &all {
+                for child in &node.children {
+                    self.parent_of.insert(child.host.clone(), node.index);
+                }
+            }
+            let hosts: Vec<&str> = all.iter().map(|n| n.host.as_str()).collect();
+            let name = dial_plan.launcher.first().cloned().unwrap_or_default();
+            match dial::start(dial_plan, &hosts, dialed) {
+                Ok(started) => {
+                    self.launcher = Some(dial::Launcher {
+                        pid: started.pid,
+                        name,
+                        ended: None,
+                        acceptor: started.acceptor,
+                    });
+                    self.dial_deadline = Some(Instant::now() + link::HELLO_WAIT);
+                }
+                Err(e) => {
+                    let why = format!("cannot start {name}: {}", crate::hosts::plain(&e));
+                    self.give_up_dialing(&why);
+                }
+            }
+        }
+    }
+}
+
+/// Output goes to the writer thread (its link's window bounds it: that is the backpressure),
+/// everything else to the root. With `report_bindings`, the
+/// root gets each RankStarted too: it knows every rank's name and host, spawned ones included.
+pub(super) async fn route(
+    child: usize,
+    event: LinkEvent,
+    output: Feed,
+    events: mpsc::UnboundedSender<Event>,
+    report_bindings: bool,
+) -> bool {
+    match event {
+        LinkEvent::Output { rank, stream, data, debt } => {
+            output.send(Chunk::Data { rank, stream, data, debt })
+        }
+        // All of it already in the sink: its room goes back now.
+        LinkEvent::Spliced { output: spliced, .. } if !spliced.for_writer() => true,
+        LinkEvent::Spliced { output: spliced, debt } => {
+            output.send(Chunk::Spliced { output: spliced, debt })
+        }
+        LinkEvent::Up(Up::RankStarted { rank, pid, cpus }) => {
+            if report_bindings {
+                let up = Up::RankStarted { rank, pid, cpus: cpus.clone() };
+                let _ = events.send(Event { child, event: LinkEvent::Up(up) });
+            }
+            output.send(Chunk::Started { rank, pid, cpus })
+        }
+        LinkEvent::Up(Up::OutputEnd { rank, stream }) => output.send(Chunk::End { rank, stream }),
+        event => events.send(Event { child, event }).is_ok(),
+    }
+}

@@ -1,0 +1,178 @@
+//! What a proxy is told to run: its node's part of the job and the nodes below it, how it
+//! was started, and how its links tell a live peer from a lost one.
+
+use serde::{Deserialize, Serialize};
+
+/// What one proxy is told to do.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Launch {
+    pub job: Job,
+    /// This proxy's node and, below it, the nodes it must start itself.
+    pub node: NodePlan,
+}
+
+/// The parts of a job that every proxy needs.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Job {
+    /// Unique per launcher run; also the PMI kvsname.
+    pub jobid: String,
+    /// Number of ranks in the job.
+    pub size: u32,
+    /// One per MPMD segment; [`RankPlan::segment`] indexes here.
+    pub segments: Vec<Segment>,
+    /// The environment every rank starts from (the launcher's, by default).
+    pub env: Vec<(Vec<u8>, Vec<u8>)>,
+    /// Which ranks read the launcher's stdin; the others read /dev/null.
+    pub stdin: StdinTarget,
+    /// Between SIGTERM and SIGKILL when the job is torn down.
+    pub kill_grace_ms: u64,
+    /// How a proxy starts its child proxies.
+    pub bootstrap: Bootstrap,
+    /// `PMI_process_mapping`, or `None` when the placement does not fit in a PMI value.
+    pub process_mapping: Option<String>,
+    /// Serve PMI on a loopback TCP port (`PMI_PORT`/`PMI_ID`) instead of a socketpair.
+    pub pmi_port: bool,
+    /// How ranks are pinned to CPUs; `None` leaves them where the proxy runs.
+    pub binding: Option<Binding>,
+    /// Heartbeat and silence timeout of every link of the tree.
+    pub liveness: Liveness,
+    /// Serve PMIx too: what each node's PMIx server must know of the whole job.
+    pub pmix: Option<PmixJob>,
+    /// rlaunch shows a progress line: each proxy says when it is up and as its ranks
+    /// initialise PMI ([`super::Up::Progress`]).
+    pub progress: bool,
+}
+
+/// The job as PMIx describes it to its clients: where every rank is, which application it
+/// belongs to, and the process sets rlaunch defines.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PmixJob {
+    /// Host name of each node, by node index.
+    pub hosts: Vec<String>,
+    /// Node index of each rank.
+    pub rank_node: Vec<u32>,
+    /// Application (MPMD segment) of each rank.
+    pub rank_app: Vec<u32>,
+    /// Process sets: name and member ranks.
+    pub psets: Vec<(String, Vec<u32>)>,
+    /// A node that cannot serve PMIx fails the job instead of starting its ranks without it
+    /// (they would run as singletons): `--pmi pmix`, or a program linking Open MPI.
+    pub required: bool,
+}
+
+/// `--bind-to`: each rank gets `count` objects of kind `unit`, in local-rank order, from the
+/// CPUs the proxy may use; past the last object it wraps around.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Binding {
+    pub unit: CpuUnit,
+    pub count: u32,
+}
+
+/// A level of the CPU topology, as the kernel shows it under /sys.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum CpuUnit {
+    Hwthread,
+    Core,
+    Socket,
+    Numa,
+}
+
+/// One executable of an MPMD command line.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Segment {
+    pub exe: Vec<u8>,
+    pub args: Vec<Vec<u8>>,
+    /// Whether this segment's ranks start from [`Job::env`] (`false`: `-envnone`, from nothing).
+    pub inherit_env: bool,
+    /// Set on top of the inherited environment for this segment's ranks, in order.
+    pub env: Vec<(Vec<u8>, Vec<u8>)>,
+    /// Working directory of the ranks.
+    pub wdir: Vec<u8>,
+}
+
+/// A node of the control tree.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NodePlan {
+    /// Index in the launcher's host list; also the node id in `PMI_process_mapping`.
+    pub index: u32,
+    pub host: String,
+    /// Started by fork on the parent's machine (a name of the launcher's own machine, or
+    /// `--launcher fork`); otherwise by the job's remote bootstrap.
+    pub fork: bool,
+    pub ranks: Vec<RankPlan>,
+    /// Nodes this node's proxy starts and relays for.
+    pub children: Vec<NodePlan>,
+}
+
+impl NodePlan {
+    /// Every node in this subtree, this one first.
+    pub fn walk(&self) -> Vec<&NodePlan> {
+        let mut out = vec![self];
+        let mut i = 0;
+        while i < out.len() {
+            out.extend(out[i].children.iter());
+            i += 1;
+        }
+        out
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RankPlan {
+    pub rank: u32,
+    pub segment: u32,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum StdinTarget {
+    None,
+    All,
+    Rank(u32),
+}
+
+impl StdinTarget {
+    pub fn includes(self, rank: u32) -> bool {
+        match self {
+            StdinTarget::None => false,
+            StdinTarget::All => true,
+            StdinTarget::Rank(r) => r == rank,
+        }
+    }
+}
+
+/// How a proxy starts the proxies below it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Bootstrap {
+    /// On this machine, whatever the host name says.
+    Fork,
+    /// `argv... HOST PROXY_PATH` with the channel on the remote command's stdin/stdout.
+    Remote { argv: Vec<String>, proxy_path: String },
+    /// Started by a scheduler's launcher all at once (srun); each dials its parent.
+    Dial,
+}
+
+/// How a link tells a live peer from a lost one: a dropped network link closes nothing, so
+/// each side sends a heartbeat every `heartbeat_ms` and takes `silence_ms` without a word for
+/// a lost peer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Liveness {
+    pub heartbeat_ms: u64,
+    pub silence_ms: u64,
+}
+
+impl Liveness {
+    pub fn heartbeat(self) -> std::time::Duration {
+        std::time::Duration::from_millis(self.heartbeat_ms)
+    }
+
+    pub fn silence(self) -> std::time::Duration {
+        std::time::Duration::from_millis(self.silence_ms)
+    }
+}
+
+impl Default for Liveness {
+    /// A heartbeat every 2 s; 10 s of silence is a lost peer.
+    fn default() -> Liveness {
+        Liveness { heartbeat_ms: 2000, silence_ms: 10_000 }
+    }
+}
