@@ -148,3 +148,17 @@ fn a_proxy_that_ends_before_rlaunch_is_ready_is_still_reaped() {
     out.assert_code(0);
     assert_eq!(out.lines(), ["rank 0 line 0"]);
 }
+
+/// A rank holds three of its proxy's descriptors once it runs (its stdout, stderr and PMI
+/// socket), and seven only while it starts: 200 ranks run within 1,024 descriptors, which
+/// starting them all at once (1,400) could not.
+#[test]
+fn ranks_hold_three_descriptors_each_once_started() {
+    let out = Run::program("prlimit", &["--nofile=1024:1024", "--"])
+        .arg(rlaunch_tests::rlaunch())
+        .args(["-n", "200", &rankprog_str(), "ready", "sleep", "1"])
+        .run();
+    out.assert_code(0);
+    let ready = out.lines().iter().filter(|line| line.starts_with("ready ")).count();
+    assert_eq!(ready, 200, "{out}");
+}
