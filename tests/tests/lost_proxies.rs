@@ -62,6 +62,20 @@ fn a_hung_proxy_is_found_by_its_silence() {
     out.tag.wait_until_none(Duration::from_secs(5)).unwrap();
 }
 
+/// A node whose ranks take longer to start than the silence timeout is not lost: its proxy
+/// keeps its heartbeat going between slices of ranks, and does not take its parent's queued
+/// heartbeats for silence. Two nodes of 1,500 ranks each take about 2 s to start here; with
+/// the whole start in one stretch, both were lost after 1 s of silence.
+#[test]
+fn a_launch_longer_than_the_silence_timeout_is_not_a_lost_node() {
+    let out = Run::new(&["--launcher", "fork", "--hosts", "n1:1500,n2:1500"])
+        .args(["--heartbeat", "0.2", "--silence-timeout", "1", "-n", "3000", "/bin/true"])
+        .timeout(WAIT)
+        .run();
+    out.assert_code(0);
+    assert_eq!(out.stderr_str(), "");
+}
+
 #[test]
 fn a_proxy_of_another_protocol_version_is_named_clearly() {
     let dir = rlaunch_tests::tempdir();

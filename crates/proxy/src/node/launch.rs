@@ -47,15 +47,43 @@ type Unbound = HashMap<u32, (PmiPeer, pmi::AnswerRx)>;
 impl Node {
     /// Starts the launched job's ranks on this node, once its PMIx server (if the job serves
     /// PMIx) has their environments.
-    pub(super) fn start_launched(&mut self) {
+    pub(super) async fn start_launched(&mut self) {
         if !self.start_pmix() {
-            self.start_launched_ranks();
+            self.start_launched_ranks_yielding().await;
         }
     }
 
     /// Starts the launched job's ranks, and in `--pmi-port` mode the listener that their
     /// connections will claim.
     pub(super) fn start_launched_ranks(&mut self) {
+        let Some((listener, setup)) = self.launch_setup() else { return };
+        let (job, host, ranks) = self.launched_ranks();
+        let batch = self.batch(&job, 0, &host, &ranks);
+        let unbound = self.start_batch(batch, &setup);
+        self.launched(listener, unbound, ranks.len());
+    }
+
+    /// [`Node::start_launched_ranks`] as the node comes up, with no PMIx server to wait for:
+    /// between slices the runtime's other tasks run, so that the heartbeat keeps going up
+    /// while thousands of ranks, or ranks slow to exec (a cold shared file system), start.
+    /// Frames from the parent wait in the event queue, as they would behind one long start.
+    async fn start_launched_ranks_yielding(&mut self) {
+        let Some((listener, setup)) = self.launch_setup() else { return };
+        let (job, host, ranks) = self.launched_ranks();
+        let mut batch = self.batch(&job, 0, &host, &ranks);
+        let local = self.ranks.running_pids().count() + batch.len();
+        let mut unbound = HashMap::new();
+        while !batch.is_empty() {
+            let slice = next_slice(&mut batch);
+            self.start_slice(slice, &setup, local, &mut unbound);
+            tokio::task::yield_now().await;
+        }
+        self.launched(listener, unbound, ranks.len());
+    }
+
+    /// Before the launched job's ranks start: unless the node is already going down (then
+    /// they never start, and are reported so), how their PMI connections will reach us.
+    fn launch_setup(&mut self) -> Option<(Option<std::net::TcpListener>, PmiSetup)> {
         // Nothing was swept while the ranks were held.
         self.swept = false;
         if self.kill.started() || self.orphaned {
@@ -68,22 +96,28 @@ impl Node {
                 let _ = self.up.control.send(verdict);
             }
             let _ = self.up.control.send(Up::Started { node: self.plan.index });
-            return;
+            return None;
         }
         let listener = if self.job.pmi_port { pmi::listen() } else { None };
         let setup = match listener.as_ref().and_then(|l| l.local_addr().ok()) {
             Some(addr) => PmiSetup::Port(addr.to_string()),
             None => PmiSetup::Fd,
         };
-        let job = self.job.clone();
-        let host = self.plan.host.clone();
-        let ranks: Vec<_> =
-            self.plan.ranks.iter().map(|rp| (rp.rank, rp.rank, rp.segment)).collect();
-        let batch = self.batch(&job, 0, &host, &ranks);
-        let unbound = self.start_batch(batch, &setup);
+        Some((listener, setup))
+    }
+
+    /// The launched job, this node's name, and its ranks as [`Node::batch`] takes them.
+    fn launched_ranks(&self) -> (Arc<Job>, String, JobRanks) {
+        let ranks = self.plan.ranks.iter().map(|rp| (rp.rank, rp.rank, rp.segment)).collect();
+        (self.job.clone(), self.plan.host.clone(), ranks)
+    }
+
+    /// After the launched job's ranks started: the parent hears so, `--pmi-port` connections
+    /// are taken, and the stdin that waited goes to them.
+    fn launched(&mut self, listener: Option<std::net::TcpListener>, unbound: Unbound, n: usize) {
         let _ = self.up.control.send(Up::Started { node: self.plan.index });
         self.phases.push((Phase::RanksStarted, record::now_us()));
-        tracing::debug!(node = self.plan.index, ranks = ranks.len(), "ranks started");
+        tracing::debug!(node = self.plan.index, ranks = n, "ranks started");
         if let Some(listener) = listener {
             let (pmi_job, calls) = (self.jobs[&0].pmi.clone(), self.pmi_calls.clone());
             tokio::spawn(pmi::accept(listener, unbound, pmi_job, calls));
@@ -114,8 +148,7 @@ impl Node {
             .collect()
     }
 
-    /// Starts ranks, a slice of them at a time: each slice's processes first (several at a
-    /// time), then the tasks that carry each one's output, stdin and PMI. Returns the ranks
+    /// Starts ranks, a slice of them at a time (see [`START_SLICE`]). Returns the ranks
     /// whose PMI connection is still to come.
     fn start_batch(&mut self, mut batch: Vec<StartRank>, setup: &PmiSetup) -> Unbound {
         // The ranks' PMIx environments, if their job has them, given how many ranks this node
@@ -123,36 +156,49 @@ impl Node {
         let local = self.ranks.running_pids().count() + batch.len();
         let mut unbound = HashMap::new();
         while !batch.is_empty() {
-            let rest = batch.split_off(batch.len().min(START_SLICE));
-            let slice = std::mem::replace(&mut batch, rest);
-            let prepared: Vec<_> = slice
-                .iter()
-                .map(|start| {
-                    let front_env = self.pmix_env(start.job_index, start.at.rank, local);
-                    let StartRank { job, job_index, segment, .. } = *start;
-                    let program = self
-                        .programs
-                        .entry((job_index, segment))
-                        .or_insert_with(|| {
-                            rank::program(job, &job.segments[segment as usize]).map(Arc::new)
-                        })
-                        .clone()?;
-                    let gets_stdin = job_index == 0 && job.stdin.includes(start.gid);
-                    let mask = start.cpus.as_ref().map(|c| &c.mask);
-                    rank::prepare(program, job.size, &start.at, gets_stdin, setup, mask, front_env)
-                })
-                .collect();
-            let started = rank::start_all(prepared);
-            for text in self.binder.take_notices() {
-                let _ = self.up.control.send(Up::Notice { host: self.plan.host.clone(), text });
-            }
-            for (start, result) in slice.into_iter().zip(started) {
-                if let Some((peer, answers)) = self.adopt(start, result) {
-                    unbound.insert(peer.rank, (peer, answers));
-                }
-            }
+            let slice = next_slice(&mut batch);
+            self.start_slice(slice, setup, local, &mut unbound);
         }
         unbound
+    }
+
+    /// Starts a slice of ranks: their processes first (several at a time), then the tasks
+    /// that carry each one's output, stdin and PMI. `local`: how many ranks the node will
+    /// run, for their PMIx environments. Ranks whose PMI connection is still to come go into
+    /// `unbound`.
+    fn start_slice(
+        &mut self,
+        slice: Vec<StartRank>,
+        setup: &PmiSetup,
+        local: usize,
+        unbound: &mut Unbound,
+    ) {
+        let prepared: Vec<_> = slice
+            .iter()
+            .map(|start| {
+                let front_env = self.pmix_env(start.job_index, start.at.rank, local);
+                let StartRank { job, job_index, segment, .. } = *start;
+                let program = self
+                    .programs
+                    .entry((job_index, segment))
+                    .or_insert_with(|| {
+                        rank::program(job, &job.segments[segment as usize]).map(Arc::new)
+                    })
+                    .clone()?;
+                let gets_stdin = job_index == 0 && job.stdin.includes(start.gid);
+                let mask = start.cpus.as_ref().map(|c| &c.mask);
+                rank::prepare(program, job.size, &start.at, gets_stdin, setup, mask, front_env)
+            })
+            .collect();
+        let started = rank::start_all(prepared);
+        for text in self.binder.take_notices() {
+            let _ = self.up.control.send(Up::Notice { host: self.plan.host.clone(), text });
+        }
+        for (start, result) in slice.into_iter().zip(started) {
+            if let Some((peer, answers)) = self.adopt(start, result) {
+                unbound.insert(peer.rank, (peer, answers));
+            }
+        }
     }
 
     /// Takes a rank that started (or could not) into the node's books, with the tasks that
@@ -272,4 +318,10 @@ impl Node {
         self.start_batch(batch, &PmiSetup::Fd);
         tracing::debug!(job = index, size = ranks.len(), "spawned job started");
     }
+}
+
+/// The next slice of `batch` to start, taken off its front.
+fn next_slice<'a>(batch: &mut Vec<StartRank<'a>>) -> Vec<StartRank<'a>> {
+    let rest = batch.split_off(batch.len().min(START_SLICE));
+    std::mem::replace(batch, rest)
 }

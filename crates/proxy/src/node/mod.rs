@@ -143,7 +143,7 @@ impl Node {
         let mut sighup = signal(SignalKind::hangup()).expect("SIGHUP handler");
         let mut sigint = signal(SignalKind::interrupt()).expect("SIGINT handler");
         self.start_children();
-        self.start_launched();
+        self.start_launched().await;
         self.reap();
         let silence = self.job.liveness.silence();
         let mut pmix_ping = tokio::time::interval(self.job.liveness.heartbeat());
@@ -192,8 +192,15 @@ impl Node {
                     self.pmix_silent()
                 }
                 _ = tokio::time::sleep_until(silent_at), if watch => {
-                    let secs = silence.as_secs_f64();
-                    self.lose_upstream(&format!("it heard nothing from its parent for {secs} s"), true);
+                    // The parent's frames may be waiting here, behind a long stretch of
+                    // work (thousands of ranks starting): they count.
+                    while let Ok(ev) = events.try_recv() {
+                        self.handle(ev);
+                    }
+                    if self.last_heard + silence <= Instant::now() {
+                        let secs = silence.as_secs_f64();
+                        self.lose_upstream(&format!("it heard nothing from its parent for {secs} s"), true);
+                    }
                 }
             }
         }
