@@ -77,6 +77,33 @@ fn a_direct_modex_request_for_a_rank_that_never_connects_fails_not_hangs() {
     }
 }
 
+/// The request for a rank whose node finishes as the request goes down (its only rank
+/// ended without connecting) is answered by rlaunch once that node is done: 1 run in 15
+/// hung, 4 at a time, before rlaunch kept track of the requests it sent down.
+#[test]
+fn a_request_to_a_node_that_finishes_meanwhile_fails_not_hangs() {
+    let dmodex = CProgram::Dmodex.path_str();
+    let script = format!("[ \"$PMIX_RANK\" = 1 ] && exit 0; exec {dmodex}");
+    let runs: Vec<_> = (0..4)
+        .map(|_| {
+            let script = script.clone();
+            std::thread::spawn(move || {
+                for _ in 0..6 {
+                    let out = Run::new(&["--launcher", "fork", "--hosts", "a,b", "-n", "2"])
+                        .args(["sh", "-c", &script])
+                        .timeout(MPI_LIMIT)
+                        .run();
+                    out.assert_code(3);
+                    assert_eq!(out.lines(), ["rank 0 cannot get 1: NOT-FOUND"], "{out}");
+                }
+            })
+        })
+        .collect();
+    for run in runs {
+        run.join().unwrap();
+    }
+}
+
 #[test]
 fn open_mpi_ring_across_three_fake_nodes() {
     let out = mpi_run(&fake_nodes(3, 2), 6, CProgram::OmpiRing, &[]).run();

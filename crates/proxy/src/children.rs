@@ -292,6 +292,18 @@ impl Children {
         }
     }
 
+    /// The child whose subtree holds `rank`.
+    pub fn child_of_rank(&self, rank: u32) -> Option<usize> {
+        self.rank_child.get(&rank).copied()
+    }
+
+    /// Whether nothing sent to `child` will be answered any more: it finished (its last
+    /// frame, `NodeDone`, came after every answer it sent) or was lost.
+    pub fn gone(&self, child: usize) -> bool {
+        let state = &self.list[child].state;
+        state.lost || state.done
+    }
+
     /// A child's subtree holds `rank`.
     pub fn holds_rank(&self, rank: u32) -> bool {
         self.rank_child.contains_key(&rank)
