@@ -78,8 +78,9 @@ fn a_direct_modex_request_for_a_rank_that_never_connects_fails_not_hangs() {
 }
 
 /// The request for a rank whose node finishes as the request goes down (its only rank
-/// ended without connecting) is answered by rlaunch once that node is done: 1 run in 15
-/// hung, 4 at a time, before rlaunch kept track of the requests it sent down.
+/// ended without connecting) is answered by whoever sent it there once that node is done:
+/// rlaunch, or the node above it in a deeper tree. 1 run in 15 hung, 4 at a time, in
+/// either shape, before they kept track of the requests they sent down.
 #[test]
 fn a_request_to_a_node_that_finishes_meanwhile_fails_not_hangs() {
     let dmodex = CProgram::Dmodex.path_str();
@@ -88,9 +89,9 @@ fn a_request_to_a_node_that_finishes_meanwhile_fails_not_hangs() {
         .map(|_| {
             let script = script.clone();
             std::thread::spawn(move || {
-                for _ in 0..6 {
+                for width in ["32", "1", "32", "1", "32", "1"] {
                     let out = Run::new(&["--launcher", "fork", "--hosts", "a,b", "-n", "2"])
-                        .args(["sh", "-c", &script])
+                        .args(["--tree-width", width, "sh", "-c", &script])
                         .timeout(MPI_LIMIT)
                         .run();
                     out.assert_code(3);

@@ -19,7 +19,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use nix::sys::signal::Signal;
-use pmi_wire::control::{Down, Job, Launch, NodePlan, Up};
+use pmi_wire::control::{DmodexAsk, Down, Job, Launch, NodePlan, Up};
 use pmi_wire::ids::ExitOutcome;
 use pmi_wire::record::{self, Micros, NodeRecord, Phase};
 use tokio::sync::mpsc;
@@ -86,6 +86,9 @@ pub struct Children {
     node_child: HashMap<u32, usize>,
     /// The tasks that run the links.
     links: Vec<JoinHandle<()>>,
+    /// Direct modex requests sent down and not answered yet: (asking node, its id), and the
+    /// child they went to.
+    asks: HashMap<(u32, u32), usize>,
 }
 
 impl Children {
@@ -292,16 +295,40 @@ impl Children {
         }
     }
 
-    /// The child whose subtree holds `rank`.
-    pub fn child_of_rank(&self, rank: u32) -> Option<usize> {
-        self.rank_child.get(&rank).copied()
+    /// Sends a direct modex request toward the subtree holding its rank, and keeps it until
+    /// its answer comes up ([`Children::answered`]); false as for
+    /// [`Children::send_toward_rank`].
+    pub fn send_ask(&mut self, ask: DmodexAsk) -> bool {
+        let Some(&child) = self.rank_child.get(&ask.rank) else { return false };
+        let key = (ask.asker, ask.id);
+        let sent = self.send_to(child, Down::DmodexAsk(ask));
+        if sent {
+            self.asks.insert(key, child);
+        }
+        sent
     }
 
-    /// Whether nothing sent to `child` will be answered any more: it finished (its last
-    /// frame, `NodeDone`, came after every answer it sent) or was lost.
-    pub fn gone(&self, child: usize) -> bool {
-        let state = &self.list[child].state;
-        state.lost || state.done
+    /// The answer to request `id` of node `asker` came up.
+    pub fn answered(&mut self, asker: u32, id: u32) {
+        self.asks.remove(&(asker, id));
+    }
+
+    /// The requests (asking node, id) sent to a child that finished or was lost without
+    /// answering them, taken for the owner to answer as missing: a child's `NodeDone` comes
+    /// after every answer it sent (answers go up on the control path, ahead of it), and a
+    /// child that ended as a request went down never read it.
+    pub fn unanswerable(&mut self) -> Vec<(u32, u32)> {
+        let list = &self.list;
+        let gone: Vec<_> = self
+            .asks
+            .iter()
+            .filter(|(_, &c)| list[c].state.lost || list[c].state.done)
+            .map(|(&key, _)| key)
+            .collect();
+        for key in &gone {
+            self.asks.remove(key);
+        }
+        gone
     }
 
     /// A child's subtree holds `rank`.

@@ -160,9 +160,6 @@ struct Root {
     listening: HashMap<u32, String>,
     /// Proxies that dialed rlaunch before their parent said where it listens.
     redirects: Vec<(Dialed, u32)>,
-    /// Direct modex requests sent down and not answered yet: (asking node, its id), and the
-    /// child they went to.
-    dmodex_asks: HashMap<(u32, u32), usize>,
 }
 
 /// Runs the job to the end; returns rlaunch's exit status.
@@ -219,7 +216,6 @@ pub async fn run(mut plan: Plan) -> i32 {
         parent_of: HashMap::new(),
         listening: HashMap::new(),
         redirects: Vec::new(),
-        dmodex_asks: HashMap::new(),
         plan,
     };
     let (dialed_tx, mut dialed) = mpsc::unbounded_channel();
@@ -371,11 +367,7 @@ impl Root {
     /// Direct modex requests sent to a subtree that finished or was lost without answering
     /// them (it ended as they went down) fail now, rather than leave their rank waiting.
     fn dmodex_unanswerable(&mut self) {
-        let children = &self.children;
-        let gone: Vec<_> =
-            self.dmodex_asks.iter().filter(|(_, &c)| children.gone(c)).map(|(&k, _)| k).collect();
-        for (asker, id) in gone {
-            self.dmodex_asks.remove(&(asker, id));
+        for (asker, id) in self.children.unanswerable() {
             tracing::debug!(
                 asker,
                 id,
@@ -474,20 +466,14 @@ impl Root {
             }
             Up::DmodexAsk(ask) => {
                 let (asker, id) = (ask.asker, ask.id);
-                let child = self.children.child_of_rank(ask.rank);
-                match child {
-                    Some(child)
-                        if self.children.send_toward_rank(ask.rank, Down::DmodexAsk(ask)) =>
-                    {
-                        self.dmodex_asks.insert((asker, id), child);
-                    }
+                if !self.children.send_ask(ask) {
                     // A rank of no subtree, or of one that is finished or lost: nothing will
                     // ever answer.
-                    _ => self.dmodex_missing(asker, id),
+                    self.dmodex_missing(asker, id);
                 }
             }
             Up::DmodexAnswer(answer) => {
-                self.dmodex_asks.remove(&(answer.asker, answer.id));
+                self.children.answered(answer.asker, answer.id);
                 self.children.send_toward_node(answer.asker, Down::DmodexAnswer(answer));
             }
             Up::RankStarted { rank, pid, cpus } => self.report_binding(rank, pid, cpus),

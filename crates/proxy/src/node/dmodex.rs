@@ -78,9 +78,9 @@ impl Node {
     /// toward it.
     pub(super) fn dmodex_ask(&mut self, ask: DmodexAsk) {
         if self.children.holds_rank(ask.rank) {
-            let rank = ask.rank;
-            if !self.children.send_toward_rank(rank, Down::DmodexAsk(ask.clone())) {
-                self.dmodex_reply(ask, DmodexData::Missing);
+            let (asker, id) = (ask.asker, ask.id);
+            if !self.children.send_ask(ask) {
+                self.dmodex_missing(asker, id);
             }
             return;
         }
@@ -143,6 +143,30 @@ impl Node {
     fn dmodex_reply(&self, ask: DmodexAsk, data: DmodexData) {
         let answer = DmodexAnswer { asker: ask.asker, id: ask.id, data };
         let _ = self.up.control.send(Up::DmodexAnswer(answer));
+    }
+
+    fn dmodex_missing(&self, asker: u32, id: u32) {
+        let answer = DmodexAnswer { asker, id, data: DmodexData::Missing };
+        let _ = self.up.control.send(Up::DmodexAnswer(answer));
+    }
+
+    /// A child's answer to a request sent down goes up, the request settled.
+    pub(super) fn dmodex_child_answer(&mut self, answer: DmodexAnswer) {
+        self.children.answered(answer.asker, answer.id);
+        let _ = self.up.control.send(Up::DmodexAnswer(answer));
+    }
+
+    /// Requests sent to a child that finished or was lost without answering them fail now,
+    /// rather than leave their rank waiting (the root does the same for its children).
+    pub(super) fn dmodex_unanswerable(&mut self) {
+        for (asker, id) in self.children.unanswerable() {
+            tracing::debug!(
+                asker,
+                id,
+                "a direct modex request its subtree ended without answering"
+            );
+            self.dmodex_missing(asker, id);
+        }
     }
 }
 

@@ -284,11 +284,13 @@ impl Node {
                 Some(ChildNews::Up(Up::PmixFenceIn { epoch, served })) => {
                     self.pmix_child_fence(epoch, served)
                 }
+                Some(ChildNews::Up(Up::DmodexAnswer(answer))) => self.dmodex_child_answer(answer),
                 // relay_child sends every other frame straight up.
                 Some(ChildNews::Up(_)) | None => {}
                 Some(ChildNews::Lost(lost)) => self.report_lost(lost),
             },
         }
+        self.dmodex_unanswerable();
     }
 
     fn handle_down(&mut self, down: Down) {
@@ -460,6 +462,7 @@ impl Node {
                 self.report_lost(lost);
             }
         }
+        self.dmodex_unanswerable();
         if !self.swept && !self.holding_ranks() && self.ranks.all_reaped() {
             // Whatever the ranks left behind (a daemonized grandchild holding a pipe or its
             // PMI socket open) goes now, so that their output and PMI reach end of file.

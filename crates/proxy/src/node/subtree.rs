@@ -91,8 +91,9 @@ pub(super) struct Relay {
 }
 
 /// Routes what a child proxy's link reports: its frames go up unchanged (see [`Relay`]),
-/// except NodeDone and the fence entries, which are ours to aggregate; everything else about
-/// the link goes to the dispatcher.
+/// except NodeDone and the fence entries, which are ours to aggregate, and direct modex
+/// answers, which settle the requests the dispatcher sent down; everything else about the
+/// link goes to the dispatcher.
 pub(super) async fn relay_child(child: usize, event: LinkEvent, relay: Relay) -> bool {
     match event {
         LinkEvent::Up(Up::Ping) => true,
@@ -107,7 +108,13 @@ pub(super) async fn relay_child(child: usize, event: LinkEvent, relay: Relay) ->
             true
         }
         LinkEvent::Up(up)
-            if !matches!(up, Up::NodeDone { .. } | Up::FenceIn { .. } | Up::PmixFenceIn { .. }) =>
+            if !matches!(
+                up,
+                Up::NodeDone { .. }
+                    | Up::FenceIn { .. }
+                    | Up::PmixFenceIn { .. }
+                    | Up::DmodexAnswer(_)
+            ) =>
         {
             let _ = relay.control.send(up);
             true
