@@ -19,7 +19,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use nix::sys::signal::Signal;
-use pmi_wire::control::{DmodexAsk, Down, Job, Launch, NodePlan, Up};
+use pmi_wire::control::{DmodexAnswer, DmodexAsk, DmodexData, Down, Job, Launch, NodePlan, Up};
 use pmi_wire::ids::ExitOutcome;
 use pmi_wire::record::{self, Micros, NodeRecord, Phase};
 use tokio::sync::mpsc;
@@ -313,11 +313,11 @@ impl Children {
         self.asks.remove(&(asker, id));
     }
 
-    /// The requests (asking node, id) sent to a child that finished or was lost without
-    /// answering them, taken for the owner to answer as missing: a child's `NodeDone` comes
-    /// after every answer it sent (answers go up on the control path, ahead of it), and a
-    /// child that ended as a request went down never read it.
-    pub fn unanswerable(&mut self) -> Vec<(u32, u32)> {
+    /// The answers (`Missing`) to the requests sent to a child that finished or was lost
+    /// without answering them, for the owner to send toward their askers: a child's
+    /// `NodeDone` comes after every answer it sent (answers go up on the control path, ahead
+    /// of it), and a child that ended as a request went down never read it.
+    pub fn unanswerable(&mut self) -> Vec<DmodexAnswer> {
         let list = &self.list;
         let gone: Vec<_> = self
             .asks
@@ -325,10 +325,17 @@ impl Children {
             .filter(|(_, &c)| list[c].state.lost || list[c].state.done)
             .map(|(&key, _)| key)
             .collect();
-        for key in &gone {
-            self.asks.remove(key);
-        }
-        gone
+        gone.into_iter()
+            .map(|(asker, id)| {
+                self.asks.remove(&(asker, id));
+                tracing::debug!(
+                    asker,
+                    id,
+                    "a direct modex request its subtree ended without answering"
+                );
+                DmodexAnswer { asker, id, data: DmodexData::Missing }
+            })
+            .collect()
     }
 
     /// A child's subtree holds `rank`.

@@ -367,19 +367,9 @@ impl Root {
     /// Direct modex requests sent to a subtree that finished or was lost without answering
     /// them (it ended as they went down) fail now, rather than leave their rank waiting.
     fn dmodex_unanswerable(&mut self) {
-        for (asker, id) in self.children.unanswerable() {
-            tracing::debug!(
-                asker,
-                id,
-                "a direct modex request its subtree ended without answering"
-            );
-            self.dmodex_missing(asker, id);
+        for answer in self.children.unanswerable() {
+            self.children.send_toward_node(answer.asker, Down::DmodexAnswer(answer));
         }
-    }
-
-    fn dmodex_missing(&self, asker: u32, id: u32) {
-        let answer = DmodexAnswer { asker, id, data: DmodexData::Missing };
-        self.children.send_toward_node(asker, Down::DmodexAnswer(answer));
     }
 
     fn handle_up(&mut self, up: Up) {
@@ -469,7 +459,8 @@ impl Root {
                 if !self.children.send_ask(ask) {
                     // A rank of no subtree, or of one that is finished or lost: nothing will
                     // ever answer.
-                    self.dmodex_missing(asker, id);
+                    let answer = DmodexAnswer { asker, id, data: DmodexData::Missing };
+                    self.children.send_toward_node(asker, Down::DmodexAnswer(answer));
                 }
             }
             Up::DmodexAnswer(answer) => {

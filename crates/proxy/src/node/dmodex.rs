@@ -78,9 +78,8 @@ impl Node {
     /// toward it.
     pub(super) fn dmodex_ask(&mut self, ask: DmodexAsk) {
         if self.children.holds_rank(ask.rank) {
-            let (asker, id) = (ask.asker, ask.id);
-            if !self.children.send_ask(ask) {
-                self.dmodex_missing(asker, id);
+            if !self.children.send_ask(ask.clone()) {
+                self.dmodex_reply(ask, DmodexData::Missing);
             }
             return;
         }
@@ -141,31 +140,24 @@ impl Node {
     }
 
     fn dmodex_reply(&self, ask: DmodexAsk, data: DmodexData) {
-        let answer = DmodexAnswer { asker: ask.asker, id: ask.id, data };
-        let _ = self.up.control.send(Up::DmodexAnswer(answer));
+        self.dmodex_up(DmodexAnswer { asker: ask.asker, id: ask.id, data });
     }
 
-    fn dmodex_missing(&self, asker: u32, id: u32) {
-        let answer = DmodexAnswer { asker, id, data: DmodexData::Missing };
+    fn dmodex_up(&self, answer: DmodexAnswer) {
         let _ = self.up.control.send(Up::DmodexAnswer(answer));
     }
 
     /// A child's answer to a request sent down goes up, the request settled.
     pub(super) fn dmodex_child_answer(&mut self, answer: DmodexAnswer) {
         self.children.answered(answer.asker, answer.id);
-        let _ = self.up.control.send(Up::DmodexAnswer(answer));
+        self.dmodex_up(answer);
     }
 
     /// Requests sent to a child that finished or was lost without answering them fail now,
     /// rather than leave their rank waiting (the root does the same for its children).
     pub(super) fn dmodex_unanswerable(&mut self) {
-        for (asker, id) in self.children.unanswerable() {
-            tracing::debug!(
-                asker,
-                id,
-                "a direct modex request its subtree ended without answering"
-            );
-            self.dmodex_missing(asker, id);
+        for answer in self.children.unanswerable() {
+            self.dmodex_up(answer);
         }
     }
 }

@@ -1,6 +1,7 @@
 //! Starting ranks on this node: the launched job's at start, and a spawned job's when the
-//! root asks (MPI_Comm_spawn). Both go through one batch builder: every process first,
-//! several at a time, then the tasks that serve each one's output, stdin and PMI.
+//! root asks (MPI_Comm_spawn). Both go through one batch builder, a slice of ranks at a time:
+//! the slice's processes first, several at a time, then the tasks that serve each one's
+//! output, stdin and PMI.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -11,6 +12,11 @@ use pmi_wire::record::{self, Phase};
 use tokio::sync::mpsc;
 
 use super::{JobState, Node};
+use crate::binding::RankCpus;
+use crate::kvs::{FenceScope, Kvs};
+use crate::pmi::{self, PmiAnswer, PmiJob, PmiPeer};
+use crate::rank::{self, Placement, PmiSetup};
+use crate::ranks::PmiState;
 
 /// How many ranks are started at once. Until a rank has started, both ends of its pipes and
 /// PMI socket (and a /dev/null) are open here, seven descriptors, against three once it runs:
@@ -19,11 +25,6 @@ use super::{JobState, Node};
 /// at the most, and launches 256 ranks as fast as one slice did (152 against 158 ms, medians
 /// of 15).
 const START_SLICE: usize = 64;
-use crate::binding::RankCpus;
-use crate::kvs::{FenceScope, Kvs};
-use crate::pmi::{self, PmiAnswer, PmiJob, PmiPeer};
-use crate::rank::{self, Placement, PmiSetup};
-use crate::ranks::PmiState;
 
 /// What starting one rank takes.
 struct StartRank<'a> {
@@ -71,7 +72,7 @@ impl Node {
         let Some((listener, setup)) = self.launch_setup() else { return };
         let (job, host, ranks) = self.launched_ranks();
         let mut batch = self.batch(&job, 0, &host, &ranks);
-        let local = self.ranks.running_pids().count() + batch.len();
+        let local = self.local_after(&batch);
         let mut unbound = HashMap::new();
         while !batch.is_empty() {
             let slice = next_slice(&mut batch);
@@ -151,15 +152,19 @@ impl Node {
     /// Starts ranks, a slice of them at a time (see [`START_SLICE`]). Returns the ranks
     /// whose PMI connection is still to come.
     fn start_batch(&mut self, mut batch: Vec<StartRank>, setup: &PmiSetup) -> Unbound {
-        // The ranks' PMIx environments, if their job has them, given how many ranks this node
-        // will run.
-        let local = self.ranks.running_pids().count() + batch.len();
+        let local = self.local_after(&batch);
         let mut unbound = HashMap::new();
         while !batch.is_empty() {
             let slice = next_slice(&mut batch);
             self.start_slice(slice, setup, local, &mut unbound);
         }
         unbound
+    }
+
+    /// How many ranks this node will run once `batch` has started: their PMIx environments
+    /// say so, if their job has them.
+    fn local_after(&self, batch: &[StartRank]) -> usize {
+        self.ranks.running_pids().count() + batch.len()
     }
 
     /// Starts a slice of ranks: their processes first (several at a time), then the tasks

@@ -275,22 +275,26 @@ impl Node {
                 seen.first_output = seen.first_output.into_iter().chain(end.first).min();
                 self.ranks.stream_closed(end.local);
             }
-            Event::Child { child, event } => match self.children.on_link(child, event) {
-                Some(ChildNews::Up(Up::FenceIn { pairs, .. })) => {
-                    let parties = self.children.fence_parties();
-                    let step = self.kvs(0).map(|kvs| kvs.child_entered(pairs, parties));
-                    self.fence_step(step);
+            Event::Child { child, event } => {
+                match self.children.on_link(child, event) {
+                    Some(ChildNews::Up(Up::FenceIn { pairs, .. })) => {
+                        let parties = self.children.fence_parties();
+                        let step = self.kvs(0).map(|kvs| kvs.child_entered(pairs, parties));
+                        self.fence_step(step);
+                    }
+                    Some(ChildNews::Up(Up::PmixFenceIn { epoch, served })) => {
+                        self.pmix_child_fence(epoch, served)
+                    }
+                    Some(ChildNews::Up(Up::DmodexAnswer(answer))) => {
+                        self.dmodex_child_answer(answer)
+                    }
+                    // relay_child sends every other frame straight up.
+                    Some(ChildNews::Up(_)) | None => {}
+                    Some(ChildNews::Lost(lost)) => self.report_lost(lost),
                 }
-                Some(ChildNews::Up(Up::PmixFenceIn { epoch, served })) => {
-                    self.pmix_child_fence(epoch, served)
-                }
-                Some(ChildNews::Up(Up::DmodexAnswer(answer))) => self.dmodex_child_answer(answer),
-                // relay_child sends every other frame straight up.
-                Some(ChildNews::Up(_)) | None => {}
-                Some(ChildNews::Lost(lost)) => self.report_lost(lost),
-            },
+                self.dmodex_unanswerable();
+            }
         }
-        self.dmodex_unanswerable();
     }
 
     fn handle_down(&mut self, down: Down) {
