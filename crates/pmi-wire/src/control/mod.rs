@@ -349,6 +349,10 @@ pub enum Up {
     /// The proxy of `node` listens at `address` for its children to dial in; relayed up to
     /// rlaunch, which sends them there.
     Listening { node: u32, address: String },
+    /// The reader of rlaunch's stdout closed it, found by a proxy that writes a lone rank's
+    /// output there itself (a proxy forked from rlaunch: see `rlaunch_proxy::outputs`);
+    /// rlaunch ends the job as when it finds that itself.
+    StdoutClosed,
 }
 
 impl Frame for Down {

@@ -1,0 +1,72 @@
+use super::*;
+use std::fs::File;
+use std::io::{Read, Write};
+use std::os::unix::net::UnixStream;
+
+/// How long a chunk that must not come is waited for.
+const QUIET: Duration = Duration::from_millis(200);
+/// How long a chunk that must come may take, on a loaded machine.
+const PATIENCE: Duration = Duration::from_secs(5);
+
+/// The next carried chunk the hub queues within `wait`.
+async fn next_chunk(
+    data: &mut mpsc::UnboundedReceiver<Queued>,
+    wait: Duration,
+) -> Option<Carried> {
+    loop {
+        let queued = tokio::time::timeout(wait, data.recv()).await.ok()??;
+        if let Queued { up: Up::Output { .. }, carried: Some(c), .. } = queued {
+            return Some(c);
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_carried_pipe_is_read_again_once_its_chunk_went_up_and_the_channel_has_room() {
+    // The channel up, and its far end.
+    let (up, mut far) = UnixStream::pair().unwrap();
+    nix::sys::socket::setsockopt(&up, nix::sys::socket::sockopt::SndBuf, &(256 << 10)).unwrap();
+    up.set_nonblocking(true).unwrap();
+    let upstream = splice::target(up.as_raw_fd()).expect("a socket takes splices");
+    let carrying = Carrying { carriers: Carriers::new(), upstream };
+    let (data_tx, mut data) = mpsc::unbounded_channel();
+    let outputs = Outputs::start(data_tx, Some(carrying), |_| {}).unwrap();
+    let (out_r, out_w) = splice::pipe(0).unwrap();
+    let (err_r, _err_w) = splice::pipe(0).unwrap();
+    crate::fdio::enlarge_pipe(&out_w, 1 << 20);
+    // SAFETY: F_GETPIPE_SZ on an open pipe.
+    let size = unsafe { libc::fcntl(out_w.as_raw_fd(), libc::F_GETPIPE_SZ) };
+    assert_eq!(size, 1 << 20, "the rank's pipe holds the writes below without blocking");
+    outputs.add(0, 0, Up::Ping, out_r, err_r);
+    let mut rank = File::from(out_w);
+    let block = vec![b'x'; 64 << 10];
+
+    rank.write_all(&block).unwrap();
+    let mut first = next_chunk(&mut data, PATIENCE).await.expect("the write is carried");
+    assert_eq!(first.len(), 64 << 10);
+    // While the chunk is queued, however much the rank writes, its pipe is not read.
+    for _ in 0..3 {
+        rank.write_all(&block).unwrap();
+    }
+    assert!(next_chunk(&mut data, QUIET).await.is_none());
+
+    // The chunk goes up into a channel with room: the three writes come as one chunk.
+    while !first.is_empty() {
+        first.splice_into(up.as_raw_fd()).unwrap();
+    }
+    drop(first);
+    let second = next_chunk(&mut data, PATIENCE).await.expect("read again");
+    assert_eq!(second.len(), 3 * (64 << 10));
+    let mut got = vec![0; 64 << 10];
+    far.read_exact(&mut got).unwrap();
+    assert!(got.iter().all(|&c| c == b'x'));
+
+    // A channel that stays full holds a pipe back only for a moment: it is shared, and
+    // others may keep it full.
+    let junk = [0u8; 4096];
+    while (&up).write(&junk).is_ok() {}
+    assert_eq!(second.into_bytes().unwrap().len(), 3 * (64 << 10));
+    rank.write_all(&block).unwrap();
+    let third = next_chunk(&mut data, PATIENCE).await.expect("read again, room or not");
+    assert_eq!(third.len(), 64 << 10);
+}
