@@ -52,11 +52,20 @@ else:
     if spawned:
         got = pmi2("cmd=kvs-get;key=PARENT_ROOT_PORT_NAME;")
         print(f"child {init['rank']} of {init['size']} spawner {init['spawner-jobid']} port {got['value']}", flush=True)
+        for i in range(int(os.environ.get("CHILD_LINES", "0"))):
+            print(f"child {init['rank']} line {i}", flush=True)
     else:
+        # OPEN_LINE: lines, then a line left open across the spawn (see tests/tests/spawn.rs).
+        before = int(os.environ.get("OPEN_LINE", "0"))
+        if before:
+            sys.stdout.write("".join(f"parent line {i}\n" for i in range(before)) + "parent opens a line")
+            sys.stdout.flush()
         reply = pmi2(
             "cmd=spawn;thrid=t7;ncmds=1;preputcount=1;ppkey0=PARENT_ROOT_PORT_NAME;ppval0=port2;"
             f"subcmd={sys.executable};maxprocs=3;argc=2;argv0={os.path.abspath(__file__)};argv1=2;"
             "infokeycount=0;"
         )
+        if before:
+            print(" and ends it after the spawn", flush=True)
         print(f"parent {me} rc={reply['rc']} thrid={reply['thrid']} jobid={reply['jobid']}", flush=True)
     assert pmi2("cmd=finalize;")["rc"] == "0"

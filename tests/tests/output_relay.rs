@@ -26,18 +26,24 @@ fn a_last_line_without_newline_arrives_and_bytes_pass_unchanged() {
     assert_eq!(out.stdout, (0..=255u8).collect::<Vec<_>>());
 }
 
+/// Found by rlaunch's writer (4 ranks), or by the proxy that writes a lone rank's output
+/// into rlaunch's stdout itself: the same end, status and message.
 #[test]
 fn a_closed_stdout_ends_the_job_promptly() {
-    // The shell's status is head's; rlaunch's own goes to stderr.
-    let rlaunch = rlaunch_tests::rlaunch();
-    let script =
-        format!("{{ {} -n 4 yes; echo \"rlaunch exited $?\" >&2; }} | head -1", rlaunch.display());
-    let start = Instant::now();
-    let out = Run::program("/bin/sh", &["-c", &script]).timeout(WAIT).run();
-    out.assert_code(0);
-    assert_eq!(out.stdout_str(), "y\n");
-    assert!(out.stderr_lines().contains(&"rlaunch exited 141".to_owned()), "{out}");
-    assert!(start.elapsed() < Duration::from_secs(10), "took {:?}", start.elapsed());
+    for ranks in [4, 1] {
+        // The shell's status is head's; rlaunch's own goes to stderr.
+        let rlaunch = rlaunch_tests::rlaunch();
+        let script = format!(
+            "{{ {} -n {ranks} yes; echo \"rlaunch exited $?\" >&2; }} | head -1",
+            rlaunch.display()
+        );
+        let start = Instant::now();
+        let out = Run::program("/bin/sh", &["-c", &script]).timeout(WAIT).run();
+        out.assert_code(0);
+        assert_eq!(out.stdout_str(), "y\n");
+        assert_eq!(out.stderr_lines(), ["rlaunch exited 141"], "{out}");
+        assert!(start.elapsed() < Duration::from_secs(10), "took {:?}", start.elapsed());
+    }
 }
 
 #[test]
@@ -100,6 +106,16 @@ fn logged_bytes(stderr: &str, what: &str) -> u64 {
     lines.iter().map(count).sum()
 }
 
+/// What a proxy says it wrote into rlaunch's stdout itself (a lone rank's output), and how
+/// much of that it copied rather than spliced.
+fn written_by_the_proxy(stderr: &str) -> (u64, u64) {
+    let written = logged_bytes(stderr, " bytes of output written into rlaunch's stdout");
+    let line = stderr.lines().find(|l| l.contains(" of them copied")).expect("the proxy's count");
+    let words: Vec<&str> = line.split_whitespace().collect();
+    let at = words.iter().position(|&w| w == "them").unwrap();
+    (written, words[at - 2].parse().unwrap())
+}
+
 /// What the writer says the link readers spliced straight into rlaunch's stdout.
 fn direct_bytes(stderr: &str) -> u64 {
     let line = stderr.lines().find(|l| l.contains(" of them straight from the links"));
@@ -108,27 +124,26 @@ fn direct_bytes(stderr: &str) -> u64 {
     words[at - 2].parse().unwrap()
 }
 
-/// Whole lines in whole writes, read as fast as they come: the link reader splices them
-/// from its socket straight into rlaunch's stdout while the writer thread has nothing to do.
-/// Four ranks share the pipe the same way, and no line is cut.
+/// Whole lines in whole writes, read as fast as they come: the link readers splice them
+/// from their sockets straight into rlaunch's stdout while the writer thread has nothing to
+/// do, and no line is cut.
 #[test]
 fn whole_lines_go_straight_into_a_pipe_and_stay_whole() {
     let bytes: u64 = 24 << 20;
-    for ranks in [1, 4] {
-        let args = ["-n", &ranks.to_string(), &rankprog_str(), "flood", &bytes.to_string()];
-        let out = Run::new(&args).env("RLAUNCH_LOG", "debug").run();
-        out.assert_code(0);
-        check_flood(&out.stdout, ranks, bytes).unwrap();
-        let direct = direct_bytes(&out.stderr_str());
-        assert!(ranks > 1 || direct > 0, "nothing went straight into the pipe");
-        assert!(direct <= spliced_bytes(&out.stderr_str()));
-    }
+    let args = ["-n", "4", &rankprog_str(), "flood", &bytes.to_string()];
+    let out = Run::new(&args).env("RLAUNCH_LOG", "debug").run();
+    out.assert_code(0);
+    check_flood(&out.stdout, 4, bytes).unwrap();
+    let direct = direct_bytes(&out.stderr_str());
+    assert!(direct <= spliced_bytes(&out.stderr_str()));
 }
 
+/// A lone rank's output goes into rlaunch's stdout from its proxy, not through rlaunch:
+/// spliced, whole lines at a time (lines of 22 to 3022 bytes written in pieces of 65521 bytes,
+/// so each piece ends mid-line), byte for byte. With stderr in the same pipe (`2>&1`), or
+/// with splicing off, it is relayed as before: the same bytes.
 #[test]
-fn a_lone_ranks_output_into_a_pipe_is_spliced_and_arrives_byte_for_byte() {
-    // Lines of 22 to 3022 bytes written in pieces of 65521 bytes: frames end mid-line, so the
-    // link reader must find where lines start and end around what it splices.
+fn a_lone_ranks_output_into_a_pipe_is_spliced_by_its_proxy_and_arrives_byte_for_byte() {
     let bytes: u64 = 24 << 20;
     let out = ragged(1, bytes).run();
     out.assert_code(0);
@@ -136,10 +151,25 @@ fn a_lone_ranks_output_into_a_pipe_is_spliced_and_arrives_byte_for_byte() {
     let expected: Vec<u8> =
         (0..lines[0]).flat_map(|seq| rlaunch_tests::ragged_line(0, seq)).collect();
     assert!(out.stdout == expected, "the bytes differ from what the rank wrote");
-    let spliced = spliced_bytes(&out.stderr_str());
-    assert!(spliced > bytes / 2, "only {spliced} of {bytes} bytes were spliced");
-    let carried = carried_bytes(&out.stderr_str());
-    assert!(carried > bytes / 2, "only {carried} of {bytes} bytes were carried");
+    let (written, copied) = written_by_the_proxy(&out.stderr_str());
+    assert_eq!(written, expected.len() as u64);
+    // Only the start of the last line of each piece goes through memory.
+    assert!(copied < bytes / 8, "{copied} of {bytes} bytes were copied");
+    assert_eq!(spliced_bytes(&out.stderr_str()), 0, "rlaunch itself wrote none of it");
+
+    // stderr in stdout's pipe: relayed (and spliced by rlaunch).
+    let script = format!(
+        "RLAUNCH_LOG=debug {} -n 1 {} ragged {bytes} 2>&1",
+        rlaunch_tests::rlaunch().display(),
+        rankprog_str()
+    );
+    let both = Run::program("/bin/sh", &["-c", &script]).run();
+    both.assert_code(0);
+    let text = String::from_utf8_lossy(&both.stdout);
+    let log: String =
+        text.lines().filter(|l| !l.starts_with("r000000 ")).map(|l| format!("{l}\n")).collect();
+    assert!(spliced_bytes(&log) > bytes / 2, "{log}");
+    assert!(!log.contains("written into rlaunch's stdout"), "{log}");
 
     // Off: read and written as before, the same bytes.
     let off = ragged(1, bytes).env("RLAUNCH_SPLICE", "0").run();

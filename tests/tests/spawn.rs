@@ -50,6 +50,40 @@ fn pmi2_spawn_echoes_thrid_and_children_know_their_spawner() {
     }
 }
 
+/// A lone rank's proxy writes its output into rlaunch's stdout itself (a pipe here); when
+/// the rank spawns, the proxy hands stdout back to rlaunch, which writes the children's lines
+/// too. The line the parent left open across the spawn is not cut by theirs.
+#[test]
+fn a_lone_rank_that_spawns_hands_stdout_back_without_cutting_a_line() {
+    let out = Run::new(&["-n", "1", python(), &spawn_client(), "2"])
+        .env("OPEN_LINE", "5000")
+        .env("CHILD_LINES", "2000")
+        .env("RLAUNCH_LOG", "debug")
+        .run();
+    out.assert_code(0);
+    let lines = out.lines();
+    let parent: Vec<_> = lines.iter().filter(|l| l.starts_with("parent line ")).collect();
+    assert_eq!(parent.len(), 5000, "{out}");
+    assert!(parent.iter().enumerate().all(|(i, l)| **l == format!("parent line {i}")));
+    let open = lines.iter().filter(|l| l.contains("opens a line")).collect::<Vec<_>>();
+    assert_eq!(open, ["parent opens a line and ends it after the spawn"], "{out}");
+    for child in 0..3 {
+        let mine: Vec<_> =
+            lines.iter().filter(|l| l.starts_with(&format!("child {child} line "))).collect();
+        assert_eq!(mine.len(), 2000, "{out}");
+        assert!(mine.iter().enumerate().all(|(i, l)| **l == format!("child {child} line {i}")));
+    }
+    assert_eq!(lines.len(), 5000 + 1 + 3 * 2001 + 1, "{out}");
+    // The parent's lines went in from its proxy; the rest came through rlaunch.
+    let stderr = out.stderr_str();
+    let written =
+        stderr.lines().find(|l| l.contains(" bytes of output written into rlaunch's stdout"));
+    let words: Vec<&str> = written.expect("the proxy's count").split_whitespace().collect();
+    let at = words.iter().position(|&w| w == "bytes").unwrap();
+    let parent_bytes: usize = parent.iter().map(|l| l.len() + 1).sum();
+    assert_eq!(words[at - 1].parse::<usize>().unwrap(), parent_bytes, "{stderr}");
+}
+
 #[test]
 fn a_failing_spawned_rank_fails_the_run_and_is_named() {
     // A variant of the client whose spawned children exit 3 after finalize.

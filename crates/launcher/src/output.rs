@@ -72,6 +72,16 @@ pub(crate) struct OutputSpec {
     pub dir: Option<OutputDir>,
 }
 
+impl OutputSpec {
+    /// Lines go out as the ranks wrote them, to rlaunch's stdout and stderr only: no prefix,
+    /// tag, timestamp or output file.
+    fn unchanged(&self) -> bool {
+        let OutputSpec { prefix, tag, timestamp, outfile, errfile, dir } = self;
+        let plain = prefix.is_none() && !tag && !timestamp;
+        plain && outfile.is_none() && errfile.is_none() && dir.is_none()
+    }
+}
+
 /// Open MPI's `--output-filename DIR[:nocopy,nojobid]`: `DIR/1/rank.R/stdout` and
 /// `.../stderr`, R zero-padded to the width of the job size as Open MPI 4 does.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -199,12 +209,7 @@ pub(crate) fn feed(dropped: Dropped, spec: &OutputSpec) -> (Feed, Queue) {
 /// terminal) when lines go out as they are: no prefix, tag, timestamp or output file.
 /// `RLAUNCH_SPLICE=0` turns it off.
 fn splicer(spec: &OutputSpec, backlog: &Arc<Backlog>) -> Option<Splicer> {
-    let OutputSpec { prefix, tag, timestamp, outfile, errfile, dir } = spec;
-    let plain = prefix.is_none() && !tag && !timestamp;
-    if !plain || outfile.is_some() || errfile.is_some() || dir.is_some() {
-        return None;
-    }
-    if !rlaunch_proxy::splice::enabled() {
+    if !spec.unchanged() || !rlaunch_proxy::splice::enabled() {
         return None;
     }
     let streams = [takes_splices(1), takes_splices(2)];
@@ -232,6 +237,15 @@ fn splicer(spec: &OutputSpec, backlog: &Arc<Backlog>) -> Option<Splicer> {
             None
         }
     }
+}
+
+/// Whether the proxy of a job's one rank may move the rank's output into rlaunch's stdout
+/// itself (`rlaunch_proxy::outputs` has the how): when rlaunch would splice it there as it
+/// is, and stdout is a pipe that stderr is not (so that no line of the rank's stderr, which
+/// rlaunch writes, can cut one of its stdout).
+pub(crate) fn lone_rank_stdout(spec: &OutputSpec, ranks: usize) -> bool {
+    let splices = spec.unchanged() && rlaunch_proxy::splice::enabled();
+    ranks == 1 && splices && is_pipe(1) && !same_file(1, 2)
 }
 
 /// Whether two descriptors are the same file (pipe).

@@ -50,25 +50,29 @@ use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 
 use fdio::FdStream;
-use pmi_wire::control::Launch;
 
 /// Runs a proxy on the control channel `input`/`output` (its parent's) to the end; child
 /// proxies are started as `proxy_exe`. Returns the process's exit code. The caller has moved
 /// the channel off stdin/stdout. `launch` is given to a proxy forked from rlaunch, which then
 /// reads no hello and no Launch frame; an exec'd proxy reads both from `input`.
-pub fn run(input: OwnedFd, output: OwnedFd, proxy_exe: OsString, launch: Option<Launch>) -> i32 {
+pub fn run(
+    input: OwnedFd,
+    output: OwnedFd,
+    proxy_exe: OsString,
+    forked: Option<node::Forked>,
+) -> i32 {
     // An exec'd proxy may be across a remote shell: its guard watches this channel.
     let plain = node::PlainChannel {
         input: input.as_raw_fd(),
         output: output.as_raw_fd(),
-        guarded: launch.is_none(),
+        guarded: forked.is_none(),
     };
     runtime().block_on(async {
         let channel = FdStream::new(input).and_then(|i| Ok((i, FdStream::new(output)?)));
         match channel {
             Ok((up_in, up_out)) => {
                 let (up_in, up_out) = (Box::new(up_in), Box::new(up_out));
-                match node::serve(up_in, up_out, proxy_exe, launch, own_host(), None, Some(plain))
+                match node::serve(up_in, up_out, proxy_exe, forked, own_host(), None, Some(plain))
                     .await
                 {
                     node::Served::Exit(code) => code,

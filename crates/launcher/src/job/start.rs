@@ -20,14 +20,17 @@ use crate::output::{Chunk, Feed};
 /// one thread: before the runtime, the writer and the stdin threads.
 pub fn fork_local_proxies(plan: &mut Plan) {
     let mut channels = Vec::new();
+    let lone = crate::output::lone_rank_stdout(&plan.output, plan.rank_node.len());
     plan.forked = plan
         .roots
         .iter()
         .map(|node| {
             node.fork.then(|| {
+                let stdout = lone && node.ranks.len() == 1;
                 // SAFETY: rlaunch has a single thread until `run`, as main guarantees.
-                let forked =
-                    unsafe { link::fork_proxy(&plan.proxy_exe, &channels, &plan.job, node) };
+                let forked = unsafe {
+                    link::fork_proxy(&plan.proxy_exe, &channels, &plan.job, node, stdout)
+                };
                 if let Ok(proxy) = &forked {
                     channels.push(proxy.channel.as_raw_fd());
                 }

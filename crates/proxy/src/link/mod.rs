@@ -14,7 +14,7 @@
 
 use std::ffi::OsStr;
 use std::io;
-use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
 use std::os::unix::process::CommandExt;
 use std::process::{Command, Stdio};
 use std::sync::Arc;
@@ -76,7 +76,8 @@ pub struct ForkedProxy {
 /// are exec'd from `proxy_exe`. It already holds its launch (`job` and `node`, copied in the
 /// child), so it starts its ranks at once instead of waiting for rlaunch's runtime to send
 /// them. `close` are descriptors the child must not keep (parent ends of earlier channels: a
-/// copy held open would hide their end of file).
+/// copy held open would hide their end of file). `stdout`: the child keeps a copy of
+/// rlaunch's stdout, to move a lone rank's output into (see `outputs::direct`).
 ///
 /// # Safety
 /// The calling process must have one thread: the child of a multithreaded fork may only
@@ -86,6 +87,7 @@ pub unsafe fn fork_proxy(
     close: &[RawFd],
     job: &Job,
     node: &NodePlan,
+    stdout: bool,
 ) -> io::Result<ForkedProxy> {
     let (ours, theirs) =
         socketpair(AddressFamily::Unix, SockType::Stream, None, SockFlag::SOCK_CLOEXEC)
@@ -103,10 +105,16 @@ pub unsafe fn fork_proxy(
                 nix::unistd::setpgid(nix::unistd::Pid::from_raw(0), nix::unistd::Pid::from_raw(0));
             // SAFETY: prctl with a NUL-terminated name of at most 16 bytes.
             unsafe { nix::libc::prctl(nix::libc::PR_SET_NAME, c"rlaunch-proxy".as_ptr()) };
-            let code = match crate::null_stdin_stdout().and_then(|()| theirs.try_clone()) {
-                Ok(input) => {
+            let stdout = stdout.then(|| std::io::stdout().as_fd().try_clone_to_owned()).transpose();
+            let set_up = stdout.and_then(|stdout| {
+                crate::null_stdin_stdout()?;
+                Ok((theirs.try_clone()?, stdout))
+            });
+            let code = match set_up {
+                Ok((input, stdout)) => {
                     let launch = Launch { job: job.clone(), node: node.clone() };
-                    crate::run(input, theirs, proxy_exe.to_owned(), Some(launch))
+                    let forked = crate::node::Forked { launch, stdout };
+                    crate::run(input, theirs, proxy_exe.to_owned(), Some(forked))
                 }
                 Err(e) => {
                     eprintln!("rlaunch-proxy: cannot set up its control channel: {e}");

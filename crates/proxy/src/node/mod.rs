@@ -25,7 +25,7 @@ mod pmix_spawn;
 mod start;
 mod subtree;
 
-pub use start::{serve, DialContext, PlainChannel, Served};
+pub use start::{serve, DialContext, Forked, PlainChannel, Served};
 use subtree::relay_child;
 
 use std::collections::{HashMap, HashSet};

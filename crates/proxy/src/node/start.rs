@@ -3,6 +3,7 @@
 
 use std::collections::HashMap;
 use std::ffi::OsString;
+use std::os::fd::OwnedFd;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -59,16 +60,24 @@ pub struct PlainChannel {
     pub guarded: bool,
 }
 
+/// What a proxy forked from rlaunch is given, in the child (see `link::fork_proxy`).
+pub struct Forked {
+    pub launch: Launch,
+    /// rlaunch's stdout, for a lone rank's output to be moved into by the proxy itself (see
+    /// `outputs::direct`).
+    pub stdout: Option<OwnedFd>,
+}
+
 /// Runs a proxy on its control channel until its subtree is finished; child proxies are
-/// started as `proxy_exe`. Returns the exit code of the proxy process. `launch` is what a
-/// proxy forked from rlaunch was given; any other reads it from its parent. `host` is the
+/// started as `proxy_exe`. Returns the exit code of the proxy process. `forked` is what a
+/// proxy forked from rlaunch was given; any other reads its launch from its parent. `host` is the
 /// name this proxy greets its parent with. `plain`: the control channel's own descriptors,
 /// when it is not a link this proxy dialed.
 pub async fn serve(
     up_in: LinkRead,
     up_out: LinkWrite,
     proxy_exe: OsString,
-    launch: Option<Launch>,
+    forked: Option<Forked>,
     host: String,
     dial: Option<DialContext>,
     plain: Option<PlainChannel>,
@@ -92,6 +101,10 @@ pub async fn serve(
 
     // Down the tree come control messages and stdin, not output: small reads will do.
     let mut reader = FrameReader::with_chunk(up_in, 16 << 10);
+    let (launch, direct_stdout) = match forked {
+        Some(Forked { launch, stdout }) => (Some(launch), stdout),
+        None => (None, None),
+    };
     let launch = match launch {
         Some(launch) => Ok(Received::Launch(Box::new(launch))),
         None => receive_launch(&mut reader).await,
@@ -125,7 +138,7 @@ pub async fn serve(
     tokio::spawn(read_upstream(reader, window, control_tx.downgrade(), events_tx.clone()));
 
     let closed = events_tx.clone();
-    let outputs = Outputs::start(data_tx.clone(), carrying, move |end| {
+    let outputs = Outputs::start(data_tx.clone(), carrying, direct_stdout, move |end| {
         let _ = closed.send(Event::OutputClosed(end));
     });
     let outputs = match outputs {

@@ -46,6 +46,10 @@ use crate::fdio;
 use crate::mailbox;
 use crate::splice::{self, Carried, Carriers, Gone};
 
+mod direct;
+
+use direct::{Direct, OnAdd, State};
+
 /// Largest chunk of output read and sent in one frame.
 const OUTPUT_CHUNK: usize = 128 << 10;
 /// Largest chunk of output carried in one frame: half a rank's 1 MiB pipe, so that the rank
@@ -106,10 +110,12 @@ impl Pipe {
 
 impl Outputs {
     /// Starts the hub; `closed` is called as each of a rank's streams ends (twice per rank),
-    /// after its end went upstream.
+    /// after its end went upstream. `stdout`: rlaunch's stdout, a pipe, for the lone rank's
+    /// output to be moved into directly (see [`direct`]).
     pub fn start(
         data: mpsc::UnboundedSender<Queued>,
         carrying: Option<Carrying>,
+        stdout: Option<OwnedFd>,
         closed: impl FnMut(StreamEnd) + Send + 'static,
     ) -> io::Result<Outputs> {
         // SAFETY: epoll_create1 with a valid flag; the fd is owned from here on.
@@ -123,7 +129,27 @@ impl Outputs {
         let set = unsafe { AsyncFd::register(set) }.map_err(|e| e.into_parts().1)?;
         let (adds, added) = mailbox::channel();
         let (dropped, drop_rx) = watch::channel(false);
-        tokio::spawn(run(set, added, drop_rx, data, carrying, closed));
+        let direct = stdout.map(Direct::new).transpose()?;
+        let (carriers, upstream) = match carrying {
+            Some(Carrying { carriers, upstream }) => (Some(carriers), Some(upstream)),
+            None => (None, None),
+        };
+        let (gone, rearm) = mailbox::channel();
+        let hub = Hub {
+            gone,
+            set_fd: set.as_raw_fd(),
+            pipes: HashMap::new(),
+            next_key: 0,
+            data,
+            carriers,
+            carried: 0,
+            room: credit::Local::new(),
+            dropped: drop_rx,
+            upstream: true,
+            direct,
+            closed,
+        };
+        tokio::spawn(run(set, added, rearm, hub, upstream));
         Ok(Outputs { adds, dropped })
     }
 
@@ -139,43 +165,26 @@ impl Outputs {
     }
 }
 
-async fn run(
+async fn run<F: FnMut(StreamEnd)>(
     set: AsyncFd<OwnedFd>,
     mut added: mailbox::Receiver<Add>,
-    dropped: watch::Receiver<bool>,
-    data: mpsc::UnboundedSender<Queued>,
-    carrying: Option<Carrying>,
-    closed: impl FnMut(StreamEnd),
+    mut rearm: mailbox::Receiver<(u64, bool)>,
+    mut hub: Hub<F>,
+    upstream: Option<AsyncFd<OwnedFd>>,
 ) {
-    let (carriers, upstream) = match carrying {
-        Some(Carrying { carriers, upstream }) => (Some(carriers), Some(upstream)),
-        None => (None, None),
-    };
     // Pipes whose carried chunk went up, to be read again when the channel up has room, or
     // after PACE_MAX from the first of them.
     let mut unread = Vec::new();
     let mut unread_since = Instant::now();
-    let set_fd = set.as_raw_fd();
-    let (pipes, room) = (HashMap::new(), credit::Local::new());
-    let (gone, mut rearm) = mailbox::channel();
-    let mut hub = Hub {
-        gone,
-        set_fd,
-        pipes,
-        next_key: 0,
-        data,
-        carriers,
-        carried: 0,
-        room,
-        dropped,
-        upstream: true,
-        closed,
-    };
     let mut adding = true;
-    while adding || !hub.pipes.is_empty() {
+    while adding || !hub.pipes.is_empty() || hub.holds() {
+        let blocked = hub.direct.as_ref().filter(|d| d.blocked);
         tokio::select! {
             biased;
             _ = crate::raised(&mut hub.dropped), if hub.upstream => hub.abandon(),
+            _ = async { blocked.expect("checked").room().await }, if blocked.is_some() => {
+                hub.unblock().await;
+            }
             went = rearm.recv() => match went.expect("the hub holds a sender") {
                 (key, true) => {
                     if unread.is_empty() {
@@ -210,6 +219,12 @@ async fn run(
         }
     }
     tracing::debug!("{} bytes of output carried", hub.carried);
+    if let Some(direct) = &hub.direct {
+        let (written, copied) = (direct.written, direct.copied);
+        tracing::debug!(
+            "{written} bytes of output written into rlaunch's stdout, {copied} of them copied"
+        );
+    }
 }
 
 struct Hub<F> {
@@ -232,11 +247,25 @@ struct Hub<F> {
     dropped: watch::Receiver<bool>,
     /// False once the data channel is closed or the output dropped: nothing more is relayed.
     upstream: bool,
+    /// rlaunch's stdout, when this node moves a lone rank's output into it itself.
+    direct: Option<Direct>,
     closed: F,
 }
 
 impl<F: FnMut(StreamEnd)> Hub<F> {
     async fn add(&mut self, add: Add) {
+        let on_add = match &mut self.direct {
+            Some(direct) if self.upstream => {
+                let lone_open = direct.key().is_some_and(|key| self.pipes.contains_key(&key));
+                direct.on_add(lone_open)
+            }
+            _ => OnAdd::Relay { first: Vec::new() },
+        };
+        match &on_add {
+            OnAdd::Hold => return self.direct.as_mut().expect("holding").hold(add),
+            OnAdd::Relay { first } if !first.is_empty() => self.handed_back(first.clone()).await,
+            _ => {}
+        }
         self.send(add.first, None).await;
         for (stream, fd) in [(Stream::Stdout, add.stdout), (Stream::Stderr, add.stderr)] {
             let pipe = Pipe { fd, rank: add.rank, local: add.local, stream, bytes: 0, first: None };
@@ -249,6 +278,9 @@ impl<F: FnMut(StreamEnd)> Hub<F> {
             match watch(self.set_fd, &pipe.fd, key) {
                 Ok(()) => {
                     self.pipes.insert(key, pipe);
+                    if let (OnAdd::Take, Stream::Stdout) = (&on_add, stream) {
+                        self.direct.as_mut().expect("taking").take(key);
+                    }
                 }
                 Err(e) => {
                     tracing::debug!(rank = add.rank, ?stream, "cannot watch output: {e}");
@@ -274,6 +306,11 @@ impl<F: FnMut(StreamEnd)> Hub<F> {
             };
             let fd = pipe.fd.as_raw_fd();
             let held = fdio::pending(fd).unwrap_or(0);
+            // Nothing held: the end of the stream, read below like any other.
+            if held > 0 && self.direct.as_ref().is_some_and(|d| d.moves(key)) {
+                self.relay_direct(key, held).await;
+                continue;
+            }
             let carried = match &self.carriers {
                 Some(c) => {
                     c.take(fd, held, splice::SPLICE_MIN, CARRIED_CHUNK).unwrap_or_else(|e| {
@@ -309,11 +346,96 @@ impl<F: FnMut(StreamEnd)> Hub<F> {
                         tracing::debug!(rank = pipe.rank, "output read failed: {e}");
                     }
                     let pipe = self.pipes.remove(&key).expect("looked up above");
+                    let writing = |d: &&mut Direct| d.moves(key) && !d.discarding();
+                    if let Some(direct) = self.direct.as_mut().filter(writing) {
+                        // The last line, without its newline.
+                        if let Err(e) = direct.finish().await {
+                            tracing::debug!("rlaunch's stdout is closed: {e}");
+                        }
+                    }
                     self.end(pipe).await;
+                    self.after_direct(key, State::Done).await;
                 }
             }
         }
         true
+    }
+
+    /// Moves the whole lines the lone rank's stdout pipe `key` holds (`held` bytes) into
+    /// rlaunch's stdout (see [`direct`]).
+    async fn relay_direct(&mut self, key: u64, held: usize) {
+        let direct = self.direct.as_mut().expect("moving");
+        let pipe = self.pipes.get_mut(&key).expect("a ready pipe");
+        if direct.discarding() {
+            let _ = fdio::read_pending(pipe.fd.as_raw_fd(), held, OUTPUT_CHUNK);
+            return;
+        }
+        pipe.first.get_or_insert_with(record::now_us);
+        let step = direct.step(pipe.fd.as_raw_fd(), held);
+        pipe.bytes += step.taken as u64;
+        self.after_direct(key, step.state).await;
+    }
+
+    /// After a move into rlaunch's stdout, of the lone rank's pipe `key`: wait for room, or
+    /// hand stdout back if that was asked, or say it is closed.
+    async fn after_direct(&mut self, key: u64, state: State) {
+        let Some(direct) = self.direct.as_mut() else { return };
+        match state {
+            State::Done => {
+                if let Some((first, held)) = direct.hand_back() {
+                    self.handed_back(first).await;
+                    for add in held {
+                        self.add(add).await;
+                    }
+                }
+            }
+            State::Full => {
+                if let Some(pipe) = self.pipes.get(&key) {
+                    if set_events(self.set_fd, &pipe.fd, key, 0).is_ok() {
+                        direct.blocked = true;
+                    }
+                }
+            }
+            State::Broken(e) => {
+                tracing::debug!("rlaunch's stdout is closed: {e}");
+                let held = direct.broken();
+                if std::mem::take(&mut direct.blocked) {
+                    self.rearm(key);
+                }
+                self.send(Up::StdoutClosed, None).await;
+                for add in held {
+                    self.add(add).await;
+                }
+            }
+        }
+    }
+
+    /// Stdout was handed back: the lone rank's line start goes up first.
+    async fn handed_back(&mut self, first: Vec<u8>) {
+        let lone = self.direct.as_ref().and_then(Direct::key).and_then(|k| self.pipes.get(&k));
+        if let (Some(pipe), false) = (lone, first.is_empty()) {
+            let (rank, stream) = (pipe.rank, pipe.stream);
+            self.send(Up::Output { rank, stream, data: first }, None).await;
+        }
+    }
+
+    /// rlaunch's stdout has room again: the move under way goes on, and once it is done the
+    /// lone rank's pipe is watched again.
+    async fn unblock(&mut self) {
+        let Some(direct) = self.direct.as_mut() else { return };
+        direct.blocked = false;
+        let Some(key) = direct.key() else { return };
+        let Some(pipe) = self.pipes.get(&key) else { return };
+        let state = direct.resume(pipe.fd.as_raw_fd());
+        if matches!(state, State::Done) {
+            self.rearm(key);
+        }
+        self.after_direct(key, state).await;
+    }
+
+    /// Ranks are held for the lone rank's line to end.
+    fn holds(&self) -> bool {
+        self.direct.as_ref().is_some_and(Direct::holds)
     }
 
     /// Sends `up` upstream (output with its data in `carried`, if carried), output once
@@ -363,6 +485,13 @@ impl<F: FnMut(StreamEnd)> Hub<F> {
         self.upstream = false;
         for (_, pipe) in self.pipes.drain() {
             (self.closed)(pipe.end());
+        }
+        let (_, held) = self.direct.as_mut().map(Direct::off).unwrap_or_default();
+        for add in held {
+            for stream in [Stream::Stdout, Stream::Stderr] {
+                let end = StreamEnd { local: add.local, stream, bytes: 0, first: None };
+                (self.closed)(end);
+            }
         }
     }
 }

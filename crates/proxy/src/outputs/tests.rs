@@ -9,10 +9,7 @@ const QUIET: Duration = Duration::from_millis(200);
 const PATIENCE: Duration = Duration::from_secs(5);
 
 /// The next carried chunk the hub queues within `wait`.
-async fn next_chunk(
-    data: &mut mpsc::UnboundedReceiver<Queued>,
-    wait: Duration,
-) -> Option<Carried> {
+async fn next_chunk(data: &mut mpsc::UnboundedReceiver<Queued>, wait: Duration) -> Option<Carried> {
     loop {
         let queued = tokio::time::timeout(wait, data.recv()).await.ok()??;
         if let Queued { up: Up::Output { .. }, carried: Some(c), .. } = queued {
@@ -30,7 +27,7 @@ async fn a_carried_pipe_is_read_again_once_its_chunk_went_up_and_the_channel_has
     let upstream = splice::target(up.as_raw_fd()).expect("a socket takes splices");
     let carrying = Carrying { carriers: Carriers::new(), upstream };
     let (data_tx, mut data) = mpsc::unbounded_channel();
-    let outputs = Outputs::start(data_tx, Some(carrying), |_| {}).unwrap();
+    let outputs = Outputs::start(data_tx, Some(carrying), None, |_| {}).unwrap();
     let (out_r, out_w) = splice::pipe(0).unwrap();
     let (err_r, _err_w) = splice::pipe(0).unwrap();
     crate::fdio::enlarge_pipe(&out_w, 1 << 20);
@@ -69,4 +66,71 @@ async fn a_carried_pipe_is_read_again_once_its_chunk_went_up_and_the_channel_has
     rank.write_all(&block).unwrap();
     let third = next_chunk(&mut data, PATIENCE).await.expect("read again, room or not");
     assert_eq!(third.len(), 64 << 10);
+}
+
+/// The next frame the hub queues within `wait`, output debts repaid at once.
+async fn next_up(data: &mut mpsc::UnboundedReceiver<Queued>, wait: Duration) -> Option<Up> {
+    let queued = tokio::time::timeout(wait, data.recv()).await.ok()??;
+    Some(queued.up)
+}
+
+/// A new rank's pipes (read ends, for the hub) and its stdout's write end.
+fn rank_pipes() -> (OwnedFd, OwnedFd, File, OwnedFd) {
+    let (out_r, out_w) = splice::pipe(0).unwrap();
+    let (err_r, err_w) = splice::pipe(0).unwrap();
+    crate::fdio::enlarge_pipe(&out_w, 1 << 20);
+    (out_r, err_r, File::from(out_w), err_w)
+}
+
+#[tokio::test]
+async fn a_rank_added_while_the_lone_rank_is_mid_move_waits_and_stdout_is_handed_back_whole() {
+    // rlaunch's stdout: a 64 KiB pipe nobody reads yet.
+    let (stdout, sink) = splice::pipe(0).unwrap();
+    let mut stdout = File::from(stdout);
+    let (data_tx, mut data) = mpsc::unbounded_channel();
+    let outputs = Outputs::start(data_tx, None, Some(sink), |_| {}).unwrap();
+    let (out_r, err_r, mut lone, _lone_err) = rank_pipes();
+    outputs.add(0, 0, Up::Ping, out_r, err_r);
+    assert!(matches!(next_up(&mut data, PATIENCE).await, Some(Up::Ping)));
+    let lines: Vec<u8> = (0..20000).flat_map(|i| format!("line {i:05}\n").into_bytes()).collect();
+    lone.write_all(&lines).unwrap();
+    lone.write_all(b"open").unwrap();
+    // The move stalls on the full stdout; none of it goes up.
+    assert!(next_up(&mut data, QUIET).await.is_none());
+
+    // A spawned rank: held, nothing of it goes up while the move is under way.
+    let (out_r, err_r, mut child, _child_err) = rank_pipes();
+    let started = Up::RankStarted { rank: 1, pid: 1, cpus: None };
+    outputs.add(1, 1, started, out_r, err_r);
+    child.write_all(b"child line\n").unwrap();
+    assert!(next_up(&mut data, QUIET).await.is_none());
+
+    // stdout drains: the lines arrive whole and in order, then the line start goes up first,
+    // then the child is added, and its output goes up.
+    let mut got = vec![0; lines.len()];
+    let reader = std::thread::spawn(move || {
+        stdout.read_exact(&mut got).unwrap();
+        (got, stdout)
+    });
+    let first = next_up(&mut data, PATIENCE).await;
+    assert!(
+        matches!(&first, Some(Up::Output { rank: 0, data, .. }) if data == b"open"),
+        "{first:?}"
+    );
+    assert!(matches!(next_up(&mut data, PATIENCE).await, Some(Up::RankStarted { rank: 1, .. })));
+    let child_out = next_up(&mut data, PATIENCE).await;
+    assert!(
+        matches!(&child_out, Some(Up::Output { rank: 1, data, .. }) if data == b"child line\n")
+    );
+    let (got, mut stdout) = reader.join().unwrap();
+    assert!(got == lines, "the lines differ");
+    // The lone rank is relayed now, like the child.
+    lone.write_all(b" ends\n").unwrap();
+    let more = next_up(&mut data, PATIENCE).await;
+    assert!(
+        matches!(&more, Some(Up::Output { rank: 0, data, .. }) if data == b" ends\n"),
+        "{more:?}"
+    );
+    crate::fdio::set_nonblocking(&stdout).unwrap();
+    assert!(stdout.read(&mut [0; 16]).is_err(), "nothing more went into stdout");
 }

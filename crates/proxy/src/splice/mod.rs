@@ -218,7 +218,7 @@ impl Stash {
 /// two context switches a time (1 x 1 GiB | wc -c: 526 ms, 461 ms with this pause, medians
 /// of 15). A sink is only full when its reader is what holds the output up, so the pause
 /// delays nothing.
-const DRAIN: std::time::Duration = std::time::Duration::from_micros(100);
+pub(crate) const DRAIN: std::time::Duration = std::time::Duration::from_micros(100);
 
 /// Waits until `to`, found full, has room: after [`DRAIN`], for as long as it takes.
 fn wait_for_room(to: &File) {
@@ -248,7 +248,7 @@ fn splice_now(from: RawFd, to: RawFd, len: usize) -> io::Result<usize> {
     Ok(moved)
 }
 
-fn splice(from: RawFd, to: RawFd, len: usize, flags: libc::c_uint) -> io::Result<usize> {
+pub(crate) fn splice(from: RawFd, to: RawFd, len: usize, flags: libc::c_uint) -> io::Result<usize> {
     // SAFETY: plain fds; null offsets (both ends are pipes or sockets, or a file at its
     // current position).
     let n =
