@@ -388,8 +388,10 @@ def stdio_cases(quick):
                     Command("pipe 1M", direct, ["wc", "-c"], total, 300, pipe_size=MIB),
                     Command("pipe 64K", direct, ["wc", "-c"], total, 300),
                     # The launcher's path without the launcher: the writers' pipe, two hops
-                    # that read and write (proxy, launcher), then wc.
+                    # that read and write (proxy, launcher), then wc; and two that splice,
+                    # the path's physical floor.
                     Command("3 hops", [["sh", "-c", three_hops(direct)]], ["wc", "-c"], total, 300, pipe_size=MIB),
+                    Command("3 hops spliced", [["sh", "-c", three_hops(direct, splice=True)]], ["wc", "-c"], total, 300, pipe_size=MIB),
                 ],
                 targets,
                 fastest={"floor": ["pipe 1M", "pipe 64K"]},
@@ -413,10 +415,11 @@ def stdio_cases(quick):
     return cases
 
 
-def three_hops(writers):
-    """A shell line: `writers` (run together) piped through two relays."""
+def three_hops(writers, splice=False):
+    """A shell line: `writers` (run together) piped through two relays (that splice)."""
     quoted = [" ".join(shlex.quote(w) for w in argv) for argv in writers]
-    return "{ " + " & ".join(quoted) + " & wait; } | " + f"{shlex.quote(RELAY)} | {shlex.quote(RELAY)}"
+    relay = shlex.quote(RELAY) + (" splice" if splice else "")
+    return "{ " + " & ".join(quoted) + " & wait; } | " + f"{relay} | {relay}"
 
 
 def stdio_checks(quick, scratch):
