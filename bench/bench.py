@@ -169,7 +169,7 @@ def fmt_ratio(r):
 
 
 TIME_HEADER = (
-    f"{'case':<34} {'rlaunch ms':<22} {'vs':<12} {'other ms':<22} {'rlaunch/other':<20} target"
+    f"{'case':<34} {'rlaunch ms':<22} {'vs':<14} {'other ms':<22} {'rlaunch/other':<20} target"
 )
 
 
@@ -188,7 +188,7 @@ def time_rows(m):
         rows.append(
             f"{m.case.name if i == 0 else '':<34} "
             f"{spread(m.times[main.label], fmt_ms) if i == 0 else '':<22} "
-            f"{other:<12} {spread(m.times[other], fmt_ms):<22} {ratio:<20} {verdict}".rstrip()
+            f"{other:<14} {spread(m.times[other], fmt_ms):<22} {ratio:<20} {verdict}".rstrip()
         )
     for cmd in m.case.commands:
         fails = m.failures[cmd.label]
