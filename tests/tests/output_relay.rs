@@ -46,6 +46,31 @@ fn a_closed_stdout_ends_the_job_promptly() {
     }
 }
 
+/// A reader that stops reading, then closes stdout: the proxy's move into the full pipe
+/// fails when it gets room, and the job ends at once as when rlaunch's writer finds it.
+#[test]
+fn a_stdout_closed_while_full_ends_a_lone_ranks_job_promptly() {
+    for ranks in ["1", "4"] {
+        let mut child = std::process::Command::new(rlaunch_tests::rlaunch())
+            .args(["-n", ranks, &rankprog_str(), "flood", &(1u64 << 40).to_string()])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .stdin(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(500));
+        let closed = Instant::now();
+        drop(child.stdout.take());
+        let status = child.wait().unwrap();
+        let took = closed.elapsed();
+        assert_eq!(status.code(), Some(141), "{ranks} ranks");
+        assert!(took < Duration::from_secs(3), "{ranks} ranks: took {took:?}");
+        let mut stderr = String::new();
+        std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr).unwrap();
+        assert_eq!(stderr, "", "{ranks} ranks");
+    }
+}
+
 #[test]
 fn a_slow_reader_slows_the_ranks_down_without_growing_memory() {
     use std::io::Read;

@@ -399,9 +399,6 @@ impl<F: FnMut(StreamEnd)> Hub<F> {
             State::Broken(e) => {
                 tracing::debug!("rlaunch's stdout is closed: {e}");
                 let held = direct.broken();
-                if std::mem::take(&mut direct.blocked) {
-                    self.rearm(key);
-                }
                 self.send(Up::StdoutClosed, None).await;
                 for add in held {
                     self.add(add).await;
@@ -427,7 +424,8 @@ impl<F: FnMut(StreamEnd)> Hub<F> {
         let Some(key) = direct.key() else { return };
         let Some(pipe) = self.pipes.get(&key) else { return };
         let state = direct.resume(pipe.fd.as_raw_fd());
-        if matches!(state, State::Done) {
+        // Done, or broken (its output is thrown away from now on): watched again.
+        if !matches!(state, State::Full) {
             self.rearm(key);
         }
         self.after_direct(key, state).await;
