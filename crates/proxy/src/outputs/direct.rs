@@ -130,6 +130,9 @@ pub enum State {
     Full,
     /// Stdout is closed, or failed.
     Broken(io::Error),
+    /// The scratch pipe or the rank's pipe failed (never seen: their state is ours): stdout
+    /// goes back to rlaunch ([`Direct::fail`]).
+    Failed(io::Error),
 }
 
 impl Direct {
@@ -237,7 +240,7 @@ impl Direct {
         }
         match self.take_lines(pipe, held) {
             Ok(taken) => Step { taken, state: self.pay(pipe) },
-            Err(e) => Step { taken: 0, state: State::Broken(e) },
+            Err(e) => Step { taken: 0, state: State::Failed(e) },
         }
     }
 
@@ -246,10 +249,25 @@ impl Direct {
         self.pay(pipe)
     }
 
-    /// The lone rank's stdout ended: its last line start, written as it is.
+    /// The lone rank's stdout ended: its last line start, written as it is. No move is under
+    /// way: the pipe is out of the epoll set while one is, so its end is not seen.
     pub async fn finish(&mut self) -> io::Result<()> {
+        debug_assert!(self.owed.is_empty(), "the pipe ended mid-move");
         let last = std::mem::take(&mut self.partial);
         self.write_all(&last).await
+    }
+
+    /// Something of ours failed (see [`State::Failed`]): relaying from now on, with the line
+    /// start and what was still to be written going up first (what the scratch held is lost).
+    /// Returns those bytes and the ranks held.
+    pub fn fail(&mut self, e: &io::Error) -> (Vec<u8>, Vec<Add>) {
+        tracing::warn!("writing the rank's output into rlaunch's stdout failed: {e}; relaying it");
+        self.empty_scratch();
+        let owed = std::mem::take(&mut self.owed);
+        let mut first = owed.mem[owed.done..].to_vec();
+        first.append(&mut self.partial);
+        let (_, held) = self.off();
+        (first, held)
     }
 
     /// Returns once stdout has room (or is closed: the next write finds that out).
@@ -324,7 +342,7 @@ impl Direct {
                         self.owed.staged += n;
                         continue;
                     }
-                    Err(e) => return State::Broken(e),
+                    Err(e) => return State::Failed(e),
                 }
             } else if self.owed.pipe > 0 {
                 splice::splice(pipe, self.sink.as_raw_fd(), self.owed.pipe, flags)
@@ -332,7 +350,7 @@ impl Direct {
             } else if self.owed.skip > 0 {
                 match self.throw_away(pipe, self.owed.skip) {
                     Ok(()) => self.owed.skip = 0,
-                    Err(e) => return State::Broken(e),
+                    Err(e) => return State::Failed(e),
                 }
                 continue;
             } else {
@@ -343,7 +361,7 @@ impl Direct {
             }
             match moved {
                 Ok(0) if self.owed.pipe > 0 => {
-                    return State::Broken(io::Error::other("the rank's pipe ended mid-move"))
+                    return State::Failed(io::Error::other("the rank's pipe ended mid-move"))
                 }
                 Ok(_) => {}
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
@@ -368,7 +386,7 @@ impl Direct {
             match self.pay(self.null.as_raw_fd()) {
                 State::Done => return Ok(()),
                 State::Full => self.room().await,
-                State::Broken(e) => {
+                State::Broken(e) | State::Failed(e) => {
                     self.owed = Owed::default();
                     return Err(e);
                 }
@@ -470,7 +488,7 @@ mod tests {
                 match state {
                     State::Done => return got,
                     State::Full => state = self.direct.resume(self.pipe.as_raw_fd()),
-                    State::Broken(e) => panic!("{e}"),
+                    State::Broken(e) | State::Failed(e) => panic!("{e}"),
                 }
             }
         }

@@ -348,9 +348,15 @@ impl<F: FnMut(StreamEnd)> Hub<F> {
                     let pipe = self.pipes.remove(&key).expect("looked up above");
                     let writing = |d: &&mut Direct| d.moves(key) && !d.discarding();
                     if let Some(direct) = self.direct.as_mut().filter(writing) {
-                        // The last line, without its newline.
-                        if let Err(e) = direct.finish().await {
-                            tracing::debug!("rlaunch's stdout is closed: {e}");
+                        // The last line, without its newline, unless the output is dropped
+                        // meanwhile (the loop then gives every pipe up).
+                        let finished = tokio::select! {
+                            biased;
+                            _ = crate::raised(&mut self.dropped) => Ok(()),
+                            finished = direct.finish() => finished,
+                        };
+                        if let Err(e) = finished {
+                            self.stdout_broken(e).await;
                         }
                     }
                     self.end(pipe).await;
@@ -367,7 +373,9 @@ impl<F: FnMut(StreamEnd)> Hub<F> {
         let direct = self.direct.as_mut().expect("moving");
         let pipe = self.pipes.get_mut(&key).expect("a ready pipe");
         if direct.discarding() {
-            let _ = fdio::read_pending(pipe.fd.as_raw_fd(), held, OUTPUT_CHUNK);
+            if let Ok(thrown) = fdio::read_pending(pipe.fd.as_raw_fd(), held, OUTPUT_CHUNK) {
+                pipe.bytes += thrown.len() as u64;
+            }
             return;
         }
         pipe.first.get_or_insert_with(record::now_us);
@@ -389,21 +397,37 @@ impl<F: FnMut(StreamEnd)> Hub<F> {
                     }
                 }
             }
+            // Out of the set, not just asking for no events: a pipe whose writer closed is
+            // reported (EPOLLHUP) whatever it asks for, and would be taken again mid-move.
+            // (Already out when a resumed move finds stdout full again.)
             State::Full => {
                 if let Some(pipe) = self.pipes.get(&key) {
-                    if set_events(self.set_fd, &pipe.fd, key, 0).is_ok() {
-                        direct.blocked = true;
+                    if !direct.blocked {
+                        let _ = epoll_ctl(self.set_fd, libc::EPOLL_CTL_DEL, &pipe.fd, key, 0);
                     }
+                    direct.blocked = true;
                 }
             }
-            State::Broken(e) => {
-                tracing::debug!("rlaunch's stdout is closed: {e}");
-                let held = direct.broken();
-                self.send(Up::StdoutClosed, None).await;
+            State::Broken(e) => self.stdout_broken(e).await,
+            State::Failed(e) => {
+                let (first, held) = direct.fail(&e);
+                self.handed_back(first).await;
                 for add in held {
                     self.add(add).await;
                 }
             }
+        }
+    }
+
+    /// rlaunch's stdout is closed: said upstream (where it ends the job); the lone rank's
+    /// output is thrown away from now on, and the ranks held are relayed.
+    async fn stdout_broken(&mut self, e: io::Error) {
+        tracing::debug!("rlaunch's stdout is closed: {e}");
+        let Some(direct) = self.direct.as_mut() else { return };
+        let held = direct.broken();
+        self.send(Up::StdoutClosed, None).await;
+        for add in held {
+            self.add(add).await;
         }
     }
 
@@ -420,13 +444,20 @@ impl<F: FnMut(StreamEnd)> Hub<F> {
     /// lone rank's pipe is watched again.
     async fn unblock(&mut self) {
         let Some(direct) = self.direct.as_mut() else { return };
-        direct.blocked = false;
-        let Some(key) = direct.key() else { return };
-        let Some(pipe) = self.pipes.get(&key) else { return };
+        let Some(pipe) = direct.key().and_then(|key| self.pipes.get(&key)) else {
+            direct.blocked = false;
+            return;
+        };
+        let key = direct.key().expect("looked up");
         let state = direct.resume(pipe.fd.as_raw_fd());
-        // Done, or broken (its output is thrown away from now on): watched again.
+        // Done, or not going on (its output is thrown away, or relayed): watched again.
         if !matches!(state, State::Full) {
-            self.rearm(key);
+            direct.blocked = false;
+            let added =
+                epoll_ctl(self.set_fd, libc::EPOLL_CTL_ADD, &pipe.fd, key, libc::EPOLLIN as u32);
+            if let Err(e) = added {
+                tracing::debug!(rank = pipe.rank, "cannot watch output again: {e}");
+            }
         }
         self.after_direct(key, state).await;
     }

@@ -134,3 +134,54 @@ async fn a_rank_added_while_the_lone_rank_is_mid_move_waits_and_stdout_is_handed
     crate::fdio::set_nonblocking(&stdout).unwrap();
     assert!(stdout.read(&mut [0; 16]).is_err(), "nothing more went into stdout");
 }
+
+/// CPU time this process has used so far.
+fn cpu_time() -> Duration {
+    let usage = nix::sys::resource::getrusage(nix::sys::resource::UsageWho::RUSAGE_SELF).unwrap();
+    let tv =
+        |t: nix::sys::time::TimeVal| Duration::new(t.tv_sec() as u64, t.tv_usec() as u32 * 1000);
+    tv(usage.user_time()) + tv(usage.system_time())
+}
+
+#[tokio::test]
+async fn a_lone_rank_that_ends_while_stdout_is_full_is_waited_for_quietly_and_loses_nothing() {
+    let (stdout, sink) = splice::pipe(0).unwrap();
+    let mut stdout = File::from(stdout);
+    let (data_tx, mut data) = mpsc::unbounded_channel();
+    let outputs = Outputs::start(data_tx, None, Some(sink), |_| {}).unwrap();
+    let (out_r, err_r, mut lone, lone_err) = rank_pipes();
+    outputs.add(0, 0, Up::Ping, out_r, err_r);
+    // Lines, then 10 KiB with no newline (taken by copying), and the rank ends.
+    let mut written: Vec<u8> =
+        (0..20000).flat_map(|i| format!("line {i:05}\n").into_bytes()).collect();
+    written.extend(std::iter::repeat_n(b'x', 10 << 10));
+    lone.write_all(&written).unwrap();
+    drop((lone, lone_err));
+    // stdout (64 KiB) is full and stays so: the hub waits for room without spinning.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let before = cpu_time();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let spent = cpu_time() - before;
+    assert!(spent < Duration::from_millis(100), "{spent:?} of CPU time while waiting");
+    let reader = std::thread::spawn(move || {
+        let mut got = Vec::new();
+        let mut buf = vec![0; 1 << 16];
+        while got.len() < written.len() {
+            match stdout.read(&mut buf) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => got.extend_from_slice(&buf[..n]),
+            }
+        }
+        (got, written)
+    });
+    // The end goes up once everything is in stdout.
+    loop {
+        match next_up(&mut data, PATIENCE).await {
+            Some(Up::OutputEnd { rank: 0, stream: Stream::Stdout }) => break,
+            Some(_) => {}
+            None => panic!("the end of the stream did not come"),
+        }
+    }
+    let (got, written) = reader.join().unwrap();
+    assert!(got == written, "the bytes differ");
+}
