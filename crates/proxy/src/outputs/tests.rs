@@ -135,9 +135,9 @@ async fn a_rank_added_while_the_lone_rank_is_mid_move_waits_and_stdout_is_handed
     assert!(stdout.read(&mut [0; 16]).is_err(), "nothing more went into stdout");
 }
 
-/// CPU time this process has used so far.
+/// CPU time this thread has used so far: the test's, and its runtime's tasks' (one thread).
 fn cpu_time() -> Duration {
-    let usage = nix::sys::resource::getrusage(nix::sys::resource::UsageWho::RUSAGE_SELF).unwrap();
+    let usage = nix::sys::resource::getrusage(nix::sys::resource::UsageWho::RUSAGE_THREAD).unwrap();
     let tv =
         |t: nix::sys::time::TimeVal| Duration::new(t.tv_sec() as u64, t.tv_usec() as u32 * 1000);
     tv(usage.user_time()) + tv(usage.system_time())
