@@ -68,7 +68,7 @@ impl Verdict {
 impl Context {
     fn hosts(&self, topology: Topology) -> Vec<String> {
         match topology {
-            Topology::Local => vec![self.hostname.clone()],
+            Topology::Local | Topology::Lone => vec![self.hostname.clone()],
             Topology::Tree | Topology::Ssh => {
                 (1..=topology.nodes()).map(|i| format!("n{i}")).collect()
             }
@@ -91,7 +91,7 @@ impl Context {
         .to_vec();
         let slots: Vec<String> = self.hosts(t).iter().map(|h| format!("{h}:2")).collect();
         match t {
-            Topology::Local => {}
+            Topology::Local | Topology::Lone => {}
             Topology::Tree => args.extend(["--launcher", "fork"].map(String::from)),
             Topology::Ssh => {
                 let cluster = self.cluster.as_ref().expect("the ssh topology has its cluster");
@@ -103,7 +103,7 @@ impl Context {
                 ]);
             }
         }
-        if t != Topology::Local {
+        if t.nodes() > 1 {
             args.extend(["--hosts".into(), slots.join(","), "--tree-width".into(), "2".into()]);
         }
         args.extend(["-n".into(), t.ranks().to_string()]);

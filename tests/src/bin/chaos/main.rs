@@ -1,11 +1,12 @@
 //! `chaos`: randomized fault injection against real rlaunch jobs, counted in one table.
 //!
 //! ```text
-//! chaos [--trials N] [--seed S] [--topologies local,tree,ssh] [--trial K] [--cluster DIR] [-v]
+//! chaos [--trials N] [--seed S] [--topologies local,lone,tree,ssh] [--trial K] [--cluster DIR] [-v]
 //! ```
 //!
-//! Each trial starts a job of `chaosrank` ranks on one topology (this machine; seven fake
-//! nodes in a tree of width 2; seven ssh hosts in network namespaces, the same tree), waits
+//! Each trial starts a job of `chaosrank` ranks on one topology (this machine; one rank on
+//! this machine, whose proxy writes rlaunch's stdout itself; seven fake nodes in a tree of
+//! width 2; seven ssh hosts in network namespaces, the same tree), waits
 //! for one phase (launch, PMI fences, heavy output, stdin forwarding, exit), strikes one
 //! fault (kill -9 or -STOP of a rank, a leaf or interior proxy, rlaunch; an ssh client killed;
 //! a node's link down; a rank that exits 3, dies by SIGSEGV, aborts through PMI or closes its

@@ -9,6 +9,9 @@ use std::time::Duration;
 pub enum Topology {
     /// One node: this machine, one proxy.
     Local,
+    /// One rank on this machine: its proxy writes its output into rlaunch's stdout itself
+    /// (`rlaunch_proxy::outputs::direct`).
+    Lone,
     /// Seven fake nodes (`--launcher fork`) in a tree of width 2: depth 3 below rlaunch.
     Tree,
     /// Seven hosts in network namespaces over real ssh, the same tree.
@@ -16,7 +19,7 @@ pub enum Topology {
 }
 
 impl Topology {
-    pub const ALL: [Topology; 3] = [Topology::Local, Topology::Tree, Topology::Ssh];
+    pub const ALL: [Topology; 4] = [Topology::Local, Topology::Lone, Topology::Tree, Topology::Ssh];
 
     pub fn parse(word: &str) -> Option<Topology> {
         Topology::ALL.into_iter().find(|t| t.name() == word)
@@ -25,6 +28,7 @@ impl Topology {
     pub fn name(self) -> &'static str {
         match self {
             Topology::Local => "local",
+            Topology::Lone => "lone",
             Topology::Tree => "tree",
             Topology::Ssh => "ssh",
         }
@@ -32,7 +36,7 @@ impl Topology {
 
     pub fn nodes(self) -> usize {
         match self {
-            Topology::Local => 1,
+            Topology::Local | Topology::Lone => 1,
             Topology::Tree | Topology::Ssh => TREE_NODES,
         }
     }
@@ -40,6 +44,7 @@ impl Topology {
     pub fn ranks(self) -> u32 {
         match self {
             Topology::Local => 4,
+            Topology::Lone => 1,
             Topology::Tree | Topology::Ssh => TREE_NODES as u32 * RANKS_PER_NODE,
         }
     }
@@ -47,7 +52,7 @@ impl Topology {
     /// The node (an index into the host list) that rank `rank` runs on.
     pub fn node_of(self, rank: u32) -> usize {
         match self {
-            Topology::Local => 0,
+            Topology::Local | Topology::Lone => 0,
             Topology::Tree | Topology::Ssh => (rank / RANKS_PER_NODE) as usize,
         }
     }
@@ -55,7 +60,7 @@ impl Topology {
     /// The first rank on `node`.
     pub fn first_rank(self, node: usize) -> u32 {
         match self {
-            Topology::Local => 0,
+            Topology::Local | Topology::Lone => 0,
             Topology::Tree | Topology::Ssh => node as u32 * RANKS_PER_NODE,
         }
     }
@@ -64,7 +69,7 @@ impl Topology {
     /// breadth first, `--tree-width` 2).
     pub fn parent(self, node: usize) -> Option<usize> {
         match self {
-            Topology::Local => None,
+            Topology::Local | Topology::Lone => None,
             Topology::Tree | Topology::Ssh => {
                 (node >= TREE_WIDTH).then(|| (node - TREE_WIDTH) / TREE_WIDTH)
             }
@@ -100,7 +105,7 @@ impl Topology {
     /// it still drains: over ssh, seconds).
     pub fn timeout(self) -> Duration {
         match self {
-            Topology::Local | Topology::Tree => Duration::from_secs(6),
+            Topology::Local | Topology::Lone | Topology::Tree => Duration::from_secs(6),
             Topology::Ssh => Duration::from_secs(12),
         }
     }
@@ -206,7 +211,7 @@ impl Fault {
 
     fn fits(self, topology: Topology) -> bool {
         match self {
-            Fault::KillInteriorProxy => topology != Topology::Local,
+            Fault::KillInteriorProxy => topology.nodes() > 1,
             Fault::KillSsh | Fault::LinkDown => topology == Topology::Ssh,
             _ => true,
         }
@@ -350,6 +355,8 @@ mod tests {
         for i in 0..500 {
             let t = Trial::draw(1, i, &[Topology::Local]);
             assert!(t.fault.fits(Topology::Local) && t.node == 0 && t.rank < 4, "{t}");
+            let t = Trial::draw(1, i, &[Topology::Lone]);
+            assert!(t.fault.fits(Topology::Lone) && t.node == 0 && t.rank == 0, "{t}");
         }
     }
 }
