@@ -71,6 +71,11 @@ fn a_failing_job_reports_every_rank_and_node_field_by_field() {
     assert_eq!(job["cause"], culprit.as_str());
     assert_eq!(rlaunch_lines(&out.stderr_str()), vec![format!("rlaunch: {culprit}")]);
 
+    // A node's times are on rlaunch's clock through offsets measured over its path, each
+    // right to within half its round trip: the slack against rlaunch's own times.
+    let nodes = report["nodes"].as_array().unwrap();
+    let slack: u64 = 1_000 + nodes.iter().map(|n| u(&n["round_trip_us"])).sum::<u64>();
+
     let ranks = report["ranks"].as_array().unwrap();
     assert_eq!(ranks.len(), 8);
     for (i, r) in ranks.iter().enumerate() {
@@ -84,7 +89,7 @@ fn a_failing_job_reports_every_rank_and_node_field_by_field() {
         assert!(r["signal"].is_null() && r["failed_to_start"].is_null(), "{what}");
         let (start, end) = (u(&r["start_us"]), u(&r["end_us"]));
         // Proxies on this machine: the clocks are one, within the offsets' error.
-        assert!(job_start <= start + 1_000 && start <= end && end <= job_end + 1_000, "{what}");
+        assert!(job_start <= start + slack && start <= end && end <= job_end + slack, "{what}");
         assert!((f(&r["wall_s"]) - (end - start) as f64 / 1e6).abs() < 1e-6, "{what}");
         let ready = format!("ready {i} {}\n", pids[&i]).len() as u64;
         let printed: u64 = (0..3).map(|n| format!("rank 2 line {n}\n").len() as u64).sum();
@@ -102,7 +107,6 @@ fn a_failing_job_reports_every_rank_and_node_field_by_field() {
         }
     }
 
-    let nodes = report["nodes"].as_array().unwrap();
     assert_eq!(nodes.len(), 4);
     let mut proxies = Vec::new();
     for (i, n) in nodes.iter().enumerate() {
@@ -114,10 +118,11 @@ fn a_failing_job_reports_every_rank_and_node_field_by_field() {
         assert!(u(&n["round_trip_us"]) > 0, "{what}");
         let phase = |name: &str| u(&n["phases"][name]);
         let order = ["bootstrap", "hello", "done"].map(phase);
-        assert!(order.windows(2).all(|w| w[0] <= w[1] + 1_000), "{what}");
+        assert!(order.windows(2).all(|w| w[0] <= w[1] + slack), "{what}");
         let own = ["launched", "ranks_started", "done"].map(phase);
         assert!(own.windows(2).all(|w| w[0] <= w[1]), "{what}");
-        assert!(job_start <= phase("bootstrap") + 1_000 && phase("done") <= job_end, "{what}");
+        let (start, end) = (phase("bootstrap"), phase("done"));
+        assert!(job_start <= start + slack && end <= job_end + slack, "{what}");
         assert_eq!(n["phases"].as_object().unwrap().len(), 5, "{what}");
     }
     proxies.sort();
