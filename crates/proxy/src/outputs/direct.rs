@@ -32,7 +32,7 @@
 //! reader, and no line is cut.
 
 use std::fs::File;
-use std::io::{self, Read};
+use std::io;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 
 use nix::libc;
@@ -290,7 +290,7 @@ impl Direct {
         let chunk = teed as usize;
         let tail_len = chunk.min(TAIL);
         self.throw_away(self.scratch.0.as_raw_fd(), chunk - tail_len)?;
-        let tail = read_exact(self.scratch.0.as_raw_fd(), tail_len)?;
+        let tail = splice::read_exact_now(self.scratch.0.as_raw_fd(), tail_len)?;
         if let Some(end) = last_line_end(&tail) {
             // Splice the lines; read what follows the last one, already in `tail`.
             let lines = chunk - tail_len + end;
@@ -306,7 +306,7 @@ impl Direct {
             self.throw_away(pipe, chunk)?;
             tail
         } else {
-            read_exact(pipe, chunk)?
+            splice::read_exact_now(pipe, chunk)?
         };
         self.partial.extend_from_slice(&data);
         let cut = match last_line_end(&self.partial) {
@@ -395,16 +395,11 @@ impl Direct {
     }
 
     /// Throws away the next `len` bytes of the pipe `from`, which holds them.
-    fn throw_away(&self, from: RawFd, mut len: usize) -> io::Result<()> {
-        while len > 0 {
-            match splice::splice(from, self.null.as_raw_fd(), len, libc::SPLICE_F_NONBLOCK) {
-                Ok(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
-                Ok(n) => len -= n,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(e),
-            }
+    fn throw_away(&self, from: RawFd, len: usize) -> io::Result<()> {
+        match splice::splice_now(from, self.null.as_raw_fd(), len)? {
+            moved if moved == len => Ok(()),
+            _ => Err(io::ErrorKind::UnexpectedEof.into()),
         }
-        Ok(())
     }
 
     fn empty_scratch(&self) {
@@ -428,16 +423,6 @@ fn stage(to: RawFd, data: &[u8]) -> io::Result<usize> {
     }
 }
 
-/// Reads exactly `len` bytes that the pipe `fd` holds.
-fn read_exact(fd: RawFd, len: usize) -> io::Result<Vec<u8>> {
-    let mut buf = vec![0; len];
-    // SAFETY: the File is never dropped (ManuallyDrop): `fd` stays its owner's.
-    let mut file =
-        std::mem::ManuallyDrop::new(unsafe { <File as std::os::fd::FromRawFd>::from_raw_fd(fd) });
-    file.read_exact(&mut buf)?;
-    Ok(buf)
-}
-
 /// Where the last whole line of `data` ends: the length up to and with its last newline.
 fn last_line_end(data: &[u8]) -> Option<usize> {
     data.iter().rposition(|&b| b == b'\n').map(|i| i + 1)
@@ -446,7 +431,7 @@ fn last_line_end(data: &[u8]) -> Option<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::io::Write;
+    use std::io::{Read, Write};
 
     /// A rank's pipe (read end, write end as a File) and stdout (read end as a File).
     struct Rig {

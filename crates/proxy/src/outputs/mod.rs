@@ -261,11 +261,14 @@ impl<F: FnMut(StreamEnd)> Hub<F> {
             }
             _ => OnAdd::Relay { first: Vec::new() },
         };
-        match &on_add {
+        let take = match on_add {
             OnAdd::Hold => return self.direct.as_mut().expect("holding").hold(add),
-            OnAdd::Relay { first } if !first.is_empty() => self.handed_back(first.clone()).await,
-            _ => {}
-        }
+            OnAdd::Relay { first } => {
+                self.handed_back(first).await;
+                false
+            }
+            OnAdd::Take => true,
+        };
         self.send(add.first, None).await;
         for (stream, fd) in [(Stream::Stdout, add.stdout), (Stream::Stderr, add.stderr)] {
             let pipe = Pipe { fd, rank: add.rank, local: add.local, stream, bytes: 0, first: None };
@@ -278,7 +281,7 @@ impl<F: FnMut(StreamEnd)> Hub<F> {
             match watch(self.set_fd, &pipe.fd, key) {
                 Ok(()) => {
                     self.pipes.insert(key, pipe);
-                    if let (OnAdd::Take, Stream::Stdout) = (&on_add, stream) {
+                    if take && stream == Stream::Stdout {
                         self.direct.as_mut().expect("taking").take(key);
                     }
                 }
@@ -444,11 +447,11 @@ impl<F: FnMut(StreamEnd)> Hub<F> {
     /// lone rank's pipe is watched again.
     async fn unblock(&mut self) {
         let Some(direct) = self.direct.as_mut() else { return };
-        let Some(pipe) = direct.key().and_then(|key| self.pipes.get(&key)) else {
+        let Some((key, pipe)) = direct.key().and_then(|key| Some((key, self.pipes.get(&key)?)))
+        else {
             direct.blocked = false;
             return;
         };
-        let key = direct.key().expect("looked up");
         let state = direct.resume(pipe.fd.as_raw_fd());
         // Done, or not going on (its output is thrown away, or relayed): watched again.
         if !matches!(state, State::Full) {

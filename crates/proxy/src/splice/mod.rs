@@ -230,7 +230,7 @@ fn wait_for_room(to: &File) {
 
 /// Moves up to `len` bytes from `from` to `to` without blocking: fewer when `to` (a pipe) is
 /// full or `from` holds less. An error once some bytes moved only stops it.
-fn splice_now(from: RawFd, to: RawFd, len: usize) -> io::Result<usize> {
+pub(crate) fn splice_now(from: RawFd, to: RawFd, len: usize) -> io::Result<usize> {
     let mut moved = 0;
     while moved < len {
         match splice(from, to, len - moved, libc::SPLICE_F_MOVE | libc::SPLICE_F_NONBLOCK) {
@@ -285,7 +285,7 @@ fn registered_dup(fd: RawFd, interest: Interest) -> io::Result<AsyncFd<OwnedFd>>
 }
 
 /// Reads exactly `len` bytes that `fd` (a socket or pipe) already holds.
-fn read_exact_now(fd: RawFd, len: usize) -> io::Result<Vec<u8>> {
+pub(crate) fn read_exact_now(fd: RawFd, len: usize) -> io::Result<Vec<u8>> {
     let mut buf = Vec::with_capacity(len);
     while buf.len() < len {
         let want = len - buf.len();
