@@ -4,6 +4,20 @@
 
 use std::collections::BTreeMap;
 
+/// What the proxy of a lone rank logged (`RLAUNCH_LOG=debug`) of the rank's output it wrote
+/// into rlaunch's stdout itself: the bytes, and how many of them it copied rather than
+/// spliced.
+pub fn written_by_the_proxy(stderr: &str) -> (u64, u64) {
+    let line =
+        stderr.lines().find(|l| l.contains(" bytes of output written into rlaunch's stdout"));
+    let words: Vec<&str> = line.expect("the proxy's count").split_whitespace().collect();
+    let before = |word: &str, by: usize| -> u64 {
+        let at = words.iter().position(|&w| w == word).expect("the count's words");
+        words[at - by].parse().expect("a count")
+    };
+    (before("bytes", 1), before("them", 2))
+}
+
 /// rank -> the lines it printed, in order, from the `-l` output `lines`; panics on a line
 /// without the prefix.
 pub fn by_rank(lines: &[String]) -> BTreeMap<u32, Vec<String>> {

@@ -131,16 +131,6 @@ fn logged_bytes(stderr: &str, what: &str) -> u64 {
     lines.iter().map(count).sum()
 }
 
-/// What a proxy says it wrote into rlaunch's stdout itself (a lone rank's output), and how
-/// much of that it copied rather than spliced.
-fn written_by_the_proxy(stderr: &str) -> (u64, u64) {
-    let written = logged_bytes(stderr, " bytes of output written into rlaunch's stdout");
-    let line = stderr.lines().find(|l| l.contains(" of them copied")).expect("the proxy's count");
-    let words: Vec<&str> = line.split_whitespace().collect();
-    let at = words.iter().position(|&w| w == "them").unwrap();
-    (written, words[at - 2].parse().unwrap())
-}
-
 /// What the writer says the link readers spliced straight into rlaunch's stdout.
 fn direct_bytes(stderr: &str) -> u64 {
     let line = stderr.lines().find(|l| l.contains(" of them straight from the links"));
@@ -176,7 +166,7 @@ fn a_lone_ranks_output_into_a_pipe_is_spliced_by_its_proxy_and_arrives_byte_for_
     let expected: Vec<u8> =
         (0..lines[0]).flat_map(|seq| rlaunch_tests::ragged_line(0, seq)).collect();
     assert!(out.stdout == expected, "the bytes differ from what the rank wrote");
-    let (written, copied) = written_by_the_proxy(&out.stderr_str());
+    let (written, copied) = rlaunch_tests::output::written_by_the_proxy(&out.stderr_str());
     assert_eq!(written, expected.len() as u64);
     // Only the start of the last line of each piece goes through memory.
     assert!(copied < bytes / 8, "{copied} of {bytes} bytes were copied");

@@ -75,13 +75,9 @@ fn a_lone_rank_that_spawns_hands_stdout_back_without_cutting_a_line() {
     }
     assert_eq!(lines.len(), 5000 + 1 + 3 * 2001 + 1, "{out}");
     // The parent's lines went in from its proxy; the rest came through rlaunch.
-    let stderr = out.stderr_str();
-    let written =
-        stderr.lines().find(|l| l.contains(" bytes of output written into rlaunch's stdout"));
-    let words: Vec<&str> = written.expect("the proxy's count").split_whitespace().collect();
-    let at = words.iter().position(|&w| w == "bytes").unwrap();
-    let parent_bytes: usize = parent.iter().map(|l| l.len() + 1).sum();
-    assert_eq!(words[at - 1].parse::<usize>().unwrap(), parent_bytes, "{stderr}");
+    let (written, _) = rlaunch_tests::output::written_by_the_proxy(&out.stderr_str());
+    let parent_bytes: u64 = parent.iter().map(|l| l.len() as u64 + 1).sum();
+    assert_eq!(written, parent_bytes, "{out}");
 }
 
 #[test]

@@ -82,17 +82,37 @@ fn rank_pipes() -> (OwnedFd, OwnedFd, File, OwnedFd) {
     (out_r, err_r, File::from(out_w), err_w)
 }
 
-#[tokio::test]
-async fn a_rank_added_while_the_lone_rank_is_mid_move_waits_and_stdout_is_handed_back_whole() {
-    // rlaunch's stdout: a 64 KiB pipe nobody reads yet.
+/// A hub that writes a lone rank's output into `stdout` (a 64 KiB pipe nobody reads yet)
+/// itself, and that rank, added (its first frame taken): its stdout's write end, and its
+/// stderr's.
+struct Lone {
+    stdout: File,
+    data: mpsc::UnboundedReceiver<Queued>,
+    outputs: Outputs,
+    rank: File,
+    rank_err: OwnedFd,
+}
+
+async fn lone_rank() -> Lone {
     let (stdout, sink) = splice::pipe(0).unwrap();
-    let mut stdout = File::from(stdout);
     let (data_tx, mut data) = mpsc::unbounded_channel();
     let outputs = Outputs::start(data_tx, None, Some(sink), |_| {}).unwrap();
-    let (out_r, err_r, mut lone, _lone_err) = rank_pipes();
+    let (out_r, err_r, rank, rank_err) = rank_pipes();
     outputs.add(0, 0, Up::Ping, out_r, err_r);
     assert!(matches!(next_up(&mut data, PATIENCE).await, Some(Up::Ping)));
-    let lines: Vec<u8> = (0..20000).flat_map(|i| format!("line {i:05}\n").into_bytes()).collect();
+    Lone { stdout: File::from(stdout), data, outputs, rank, rank_err }
+}
+
+/// Lines of 11 bytes, 220,000 in all: more than rlaunch's stdout here takes.
+fn many_lines() -> Vec<u8> {
+    (0..20000).flat_map(|i| format!("line {i:05}\n").into_bytes()).collect()
+}
+
+#[tokio::test]
+async fn a_rank_added_while_the_lone_rank_is_mid_move_waits_and_stdout_is_handed_back_whole() {
+    let Lone { mut stdout, mut data, outputs, rank: mut lone, rank_err: _lone_err } =
+        lone_rank().await;
+    let lines = many_lines();
     lone.write_all(&lines).unwrap();
     lone.write_all(b"open").unwrap();
     // The move stalls on the full stdout; none of it goes up.
@@ -145,15 +165,10 @@ fn cpu_time() -> Duration {
 
 #[tokio::test]
 async fn a_lone_rank_that_ends_while_stdout_is_full_is_waited_for_quietly_and_loses_nothing() {
-    let (stdout, sink) = splice::pipe(0).unwrap();
-    let mut stdout = File::from(stdout);
-    let (data_tx, mut data) = mpsc::unbounded_channel();
-    let outputs = Outputs::start(data_tx, None, Some(sink), |_| {}).unwrap();
-    let (out_r, err_r, mut lone, lone_err) = rank_pipes();
-    outputs.add(0, 0, Up::Ping, out_r, err_r);
+    let Lone { mut stdout, mut data, outputs: _outputs, rank: mut lone, rank_err: lone_err } =
+        lone_rank().await;
     // Lines, then 10 KiB with no newline (taken by copying), and the rank ends.
-    let mut written: Vec<u8> =
-        (0..20000).flat_map(|i| format!("line {i:05}\n").into_bytes()).collect();
+    let mut written = many_lines();
     written.extend(std::iter::repeat_n(b'x', 10 << 10));
     lone.write_all(&written).unwrap();
     drop((lone, lone_err));
