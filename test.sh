@@ -29,6 +29,9 @@ need "/usr/lib/$multiarch/openmpi/lib/libmpi.so" libopenmpi-dev
 need "/usr/lib/$multiarch/pmix2/include/pmix_server.h" libpmix-dev
 need "/usr/lib/$multiarch/pkgconfig/pmix.pc" libpmix-dev
 need /usr/bin/pkg-config pkgconf
+# Real applications that reach Open MPI through another library: ScaLAPACK's testers.
+need "/usr/lib/$multiarch/scalapack/openmpi-tests/xdlu" scalapack-mpi-test
+need "/usr/lib/$multiarch/scalapack/openmpi-tests/xdqr" scalapack-mpi-test
 need /usr/bin/python3 python3
 need /usr/sbin/ip iproute2
 need /usr/sbin/sshd openssh-server

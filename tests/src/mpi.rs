@@ -208,6 +208,67 @@ fn compile(program: CProgram) -> PathBuf {
     out
 }
 
+/// How [`via_library`]'s program finds its library.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LibraryPath {
+    /// A `DT_RUNPATH` of `$ORIGIN/lib` in the program.
+    OriginRunpath,
+    /// Nothing in the program: the job's `LD_LIBRARY_PATH` must name `lib/`.
+    Environment,
+}
+
+/// `tests/c/via_library.c`, a plain C program linked only to `lib/libmpihello.so`, which is
+/// [`CProgram::Hello`] built with Open MPI as a shared library: the program reaches libmpi
+/// through another library, as ScaLAPACK's testers and PETSc programs do. Returns the
+/// program; its library is in `lib/` beside it. Built on first use in this process.
+pub fn via_library(path: LibraryPath) -> &'static Path {
+    static BUILT: [OnceLock<PathBuf>; 2] = [const { OnceLock::new() }; 2];
+    BUILT[path as usize].get_or_init(|| {
+        let name = match path {
+            LibraryPath::OriginRunpath => "via-runpath",
+            LibraryPath::Environment => "via-environment",
+        };
+        // Built under a name of this process, then renamed into place whole: another test
+        // process may be using the same directory.
+        let dir = output_dir().join(name);
+        let partial = output_dir().join(format!("{name}.{}.partial", std::process::id()));
+        let _ = std::fs::remove_dir_all(&partial);
+        let lib = partial.join("lib");
+        std::fs::create_dir_all(&lib)
+            .unwrap_or_else(|e| panic!("error: cannot create {}: {e}", lib.display()));
+        let c = Path::new(env!("CARGO_MANIFEST_DIR")).join("c");
+        let library = lib.join("libmpihello.so");
+        let mut command = Command::new("mpicc.openmpi");
+        command.args(["-Wall", "-O1", "-shared", "-fPIC", "-Dmain=mpi_hello_main", "-o"]);
+        run_compiler(command.arg(&library).arg(c.join("hello.c")), "mpicc.openmpi");
+        let mut command = Command::new("cc");
+        command.args(["-Wall", "-O1", "-o"]).arg(partial.join("via-library"));
+        command.arg(c.join("via_library.c")).arg("-L").arg(&lib).arg("-lmpihello");
+        if path == LibraryPath::OriginRunpath {
+            command.args(["-Wl,--enable-new-dtags", "-Wl,-rpath,$ORIGIN/lib"]);
+        }
+        run_compiler(&mut command, "cc");
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::rename(&partial, &dir)
+            .unwrap_or_else(|e| panic!("error: cannot move {} into place: {e}", dir.display()));
+        dir.join("via-library")
+    })
+}
+
+/// Runs a compiler; panics with what it said if it fails.
+fn run_compiler(command: &mut Command, compiler: &str) {
+    let output = command.output().unwrap_or_else(|e| {
+        panic!("error: cannot run {compiler}: {e}; install it (./test.sh does)")
+    });
+    assert!(
+        output.status.success(),
+        "error: {compiler} failed ({}):\n{}{}",
+        output.status,
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
 /// Each MPI run's bound in the tests; they take well under two seconds here.
 pub const MPI_LIMIT: std::time::Duration = std::time::Duration::from_secs(60);
 

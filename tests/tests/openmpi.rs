@@ -10,7 +10,9 @@
 use std::time::Duration;
 
 use rlaunch_tests::hosts::hostname;
-use rlaunch_tests::mpi::{check_abort, check_hello, fake_nodes, mpi_run, CProgram, MPI_LIMIT};
+use rlaunch_tests::mpi::{
+    check_abort, check_hello, fake_nodes, mpi_run, via_library, CProgram, LibraryPath, MPI_LIMIT,
+};
 use rlaunch_tests::output::{rlaunch_lines, sorted};
 use rlaunch_tests::Run;
 
@@ -389,6 +391,66 @@ fn pmix_is_served_only_where_a_program_can_use_it() {
     };
     assert!(env(&[]), "sh gets a PMIx server by default");
     assert!(!env(&["--pmi", "simple"]), "--pmi simple starts no PMIx server");
+}
+
+#[test]
+fn an_open_mpi_program_reached_through_a_library_of_its_own_sees_its_whole_world() {
+    // The program links only libmpihello.so, which links Open MPI: found through the
+    // program's RUNPATH ($ORIGIN/lib), or through LD_LIBRARY_PATH in the job's environment.
+    for path in [LibraryPath::OriginRunpath, LibraryPath::Environment] {
+        let program = via_library(path);
+        let lib = program.parent().unwrap().join("lib");
+        let env = match path {
+            LibraryPath::OriginRunpath => vec![],
+            LibraryPath::Environment => {
+                vec!["-genv".to_string(), "LD_LIBRARY_PATH".into(), lib.display().to_string()]
+            }
+        };
+        for nodes in [vec![], fake_nodes(2, 2)] {
+            let out = Run::new(&[]).args(&env).args(&nodes).args(["-n", "4"]);
+            let out = out.arg(program).arg("4").timeout(MPI_LIMIT).run();
+            check_hello(&out, 4);
+        }
+    }
+}
+
+/// Where Debian's `scalapack-mpi-test` keeps its Open MPI testers and their input files.
+const SCALAPACK_TESTS: &str = "/usr/lib/x86_64-linux-gnu/scalapack/openmpi-tests";
+
+#[test]
+fn scalapack_testers_built_with_open_mpi_run_on_every_rank_of_one_grid() {
+    // Each tester links libscalapack-openmpi.so, and only that library links libmpi: the
+    // testers themselves look like plain programs. Run as singletons, each rank prints
+    // "ILLEGAL GRID" for every 2x2 grid of its input and skips those tests.
+    let dir = std::path::Path::new(SCALAPACK_TESTS);
+    assert!(
+        dir.join("xdlu").is_file(),
+        "error: {SCALAPACK_TESTS}/xdlu is missing: install Debian's scalapack-mpi-test (./test.sh does)"
+    );
+    // Two fake nodes of 2 ranks each are 4 ranks on this machine's 2 CPUs, which no proxy
+    // sees: told, Open MPI yields the CPU instead of polling (3.5 min, not 0.7 s, here).
+    let oversubscribed = ["-genv", "OMPI_MCA_mpi_oversubscribe", "1"].map(String::from);
+    let fake = [fake_nodes(2, 2), oversubscribed.to_vec()].concat();
+    for (tester, passed, skipped) in [("xdlu", 240, 0), ("xdqr", 352, 32)] {
+        for nodes in [vec![], fake.clone()] {
+            let out = Run::new(&[]).args(&nodes).args(["-n", "4"]).arg(dir.join(tester));
+            let out = out.current_dir(dir).timeout(MPI_LIMIT).run();
+            out.assert_code(0);
+            let summary: Vec<String> = out
+                .lines()
+                .into_iter()
+                .filter(|l| l.trim_start().split(' ').nth(1) == Some("tests"))
+                .collect();
+            let want = [
+                format!("{passed} tests completed and passed residual checks."),
+                "0 tests completed and failed residual checks.".to_string(),
+                format!("{skipped} tests skipped because of illegal input values."),
+            ];
+            let summary: Vec<&str> = summary.iter().map(|l| l.trim()).collect();
+            assert_eq!(summary, want, "{tester} on {nodes:?}, one summary for one world: {out}");
+            assert!(!out.lines().iter().any(|l| l.contains("ILLEGAL GRID")), "{out}");
+        }
+    }
 }
 
 #[test]

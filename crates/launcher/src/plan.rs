@@ -12,6 +12,7 @@
 //! `place` and `tree` are pure; this file reads the hostfiles and finds the proxy.
 
 mod elf;
+mod ldso;
 mod place;
 mod tree;
 
@@ -166,17 +167,27 @@ enum Serve {
 }
 
 /// Whether the job's nodes start a PMIx server: `--pmi`, or (by default) whether any of its
-/// programs, found as the ranks will find it, can be a PMIx client.
+/// programs, found as the ranks will find them and with the libraries the loader would map
+/// for them, can be a PMIx client.
 fn serves_pmix(kinds: PmiKinds, segments: &[Segment], job_env: &[(Vec<u8>, Vec<u8>)]) -> Serve {
     let mut uses = std::collections::HashSet::new();
     if kinds != PmiKinds::Simple {
-        let path =
-            job_env.iter().find(|(k, _)| k == b"PATH").map_or(&b"/bin:/usr/bin"[..], |(_, v)| v);
+        let mut loader = ldso::Loader::default();
+        // Segments of one program and environment are judged once.
+        let mut judged = std::collections::HashMap::new();
         for segment in segments {
-            let inherited = if segment.inherit_env { path } else { &b"/bin:/usr/bin"[..] };
-            let path = segment.env.iter().find(|(k, _)| k == b"PATH").map_or(inherited, |(_, v)| v);
+            let var = |name: &[u8]| segment_var(segment, job_env, name);
+            let path = var(b"PATH").unwrap_or(b"/bin:/usr/bin");
             let found = find_program(&segment.exe, path, &segment.wdir);
-            let uses_pmix = found.as_deref().map_or(elf::PmixUse::Maybe, elf::pmix_use);
+            let wdir = std::path::Path::new(std::ffi::OsStr::from_bytes(&segment.wdir));
+            let search = ldso::Search::new(var(b"LD_LIBRARY_PATH"), var(b"LD_PRELOAD"), wdir);
+            let uses_pmix =
+                *judged.entry((found.clone(), search)).or_insert_with_key(|(found, search)| {
+                    match found {
+                        Some(found) => elf::pmix_use(found, search, &mut loader),
+                        None => elf::PmixUse::Maybe,
+                    }
+                });
             tracing::debug!(program = ?found, ?uses_pmix, "does the program use PMIx?");
             uses.insert(uses_pmix);
         }
@@ -191,6 +202,19 @@ fn serves_pmix(kinds: PmiKinds, segments: &[Segment], job_env: &[(Vec<u8>, Vec<u
         }
         PmiKinds::Auto => Serve::No,
     }
+}
+
+/// A variable as a segment's ranks will have it: its own `-env` pairs (the last one wins),
+/// else the job's, unless the segment starts from an environment of its own.
+fn segment_var<'a>(
+    segment: &'a Segment,
+    job_env: &'a [(Vec<u8>, Vec<u8>)],
+    name: &[u8],
+) -> Option<&'a [u8]> {
+    let own = segment.env.iter().rev().find(|(k, _)| k == name);
+    let inherited =
+        || job_env.iter().rev().find(|(k, _)| k == name).filter(|_| segment.inherit_env);
+    own.or_else(inherited).map(|(_, v)| v.as_slice())
 }
 
 /// `exe` as the ranks' execvp finds it: a name with a slash from the working directory,

@@ -1,19 +1,28 @@
-//! Whether a program can be a PMIx client, read from its ELF dynamic section, so that jobs
-//! that cannot use PMIx do not pay for a PMIx server (8 ms a node here, against 3 ms for a
-//! whole `-n 1 /bin/true`). Conservative: anything not shown unable to reach libpmix needs it.
+//! Whether a program can be a PMIx client, read from the ELF dynamic sections of the program
+//! and of every library the dynamic loader would map for it (`super::ldso`), so that jobs
+//! that cannot use PMIx do not pay for a PMIx server. Conservative: anything not shown unable
+//! to reach libpmix needs it.
 //!
 //! ```text
-//!   needs libpmix / Open MPI (libmpi.so.40 ...)   ──► PMIx
+//!   program or any library it loads needs libpmix /
+//!   Open MPI (libmpi.so.40 ...)                  ──► PMIx
 //!   needs MPICH's libmpi.so.12 / libmpich         ──► PMI-1/2 only
+//!   a library that cannot be found               ──► PMIx (it may be the one)
 //!   can load or start another program (dlopen, exec*, posix_spawn, system, popen),
 //!   is static (no dynamic section to tell), is Go (execs by raw system calls),
 //!   is not ELF, or cannot be read                 ──► PMIx
 //!   anything else (/bin/true, hostname, sleep)    ──► PMI-1/2 only
 //! ```
+//!
+//! The whole closure matters: ScaLAPACK's testers need only `libscalapack-openmpi.so`, and
+//! only that library needs `libmpi.so.40`; read alone, they looked like plain tools and ran
+//! as one singleton per rank.
 
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
+
+use super::ldso::{Closure, Loader, Search};
 
 /// Imports through which a program may load or start an MPI program of another kind.
 const GATEWAYS: &[&[u8]] = &[
@@ -48,55 +57,75 @@ pub(crate) enum PmixUse {
     Never,
 }
 
-/// Reads `path`'s dynamic section; any doubt is [`PmixUse::Maybe`].
-pub(crate) fn pmix_use(path: &Path) -> PmixUse {
+/// Reads `path`'s dynamic section and those of the libraries the loader would map for it
+/// under `search`; any doubt is [`PmixUse::Maybe`]. `loader` keeps what it read for the
+/// job's other programs.
+pub(crate) fn pmix_use(path: &Path, search: &Search, loader: &mut Loader) -> PmixUse {
     let Ok(file) = File::open(path) else { return PmixUse::Maybe };
-    match Dynamic::read(&file) {
-        Some(dynamic) => dynamic.pmix_use(),
-        None => PmixUse::Maybe,
-    }
+    let Some(program) = Dynamic::read(&file, true) else { return PmixUse::Maybe };
+    let closure = loader.closure(path, &program, search);
+    verdict(&program, &closure)
 }
 
-/// The libraries a program needs and the symbols it imports.
+/// Open MPI's libraries and libpmix, by the names objects ask for.
+fn open_mpi(name: &[u8]) -> bool {
+    name.starts_with(b"libpmix.so")
+        || name == b"libmpi.so.40"
+        || name.starts_with(b"libmpi_")
+        || name.starts_with(b"libopen-pal.so")
+        || name.starts_with(b"libopen-rte.so")
+}
+
+fn mpich(name: &[u8]) -> bool {
+    name.starts_with(b"libmpich") || name == b"libmpi.so.12"
+}
+
+fn verdict(program: &Dynamic, closure: &Closure) -> PmixUse {
+    // Static (and static-pie, whose dynamic section needs nothing): exec or dlopen would
+    // not show among imports.
+    if program.needed.is_empty() || program.go {
+        return PmixUse::Maybe;
+    }
+    if closure.needed.iter().any(|n| open_mpi(n)) {
+        return PmixUse::Needs;
+    }
+    // What a library that is not there here would bring cannot be told.
+    if let Some(missing) = &closure.missing {
+        tracing::debug!(library = %String::from_utf8_lossy(missing), "not found here");
+        return PmixUse::Maybe;
+    }
+    if closure.needed.iter().any(|n| mpich(n)) {
+        return PmixUse::Never;
+    }
+    if program.imports.iter().any(|i| GATEWAYS.contains(&i.as_slice())) {
+        return PmixUse::Maybe;
+    }
+    PmixUse::Never
+}
+
+/// What the loader needs of an object: the libraries it asks for, where it says to look for
+/// them, and (for the program) the symbols it imports.
 #[derive(Debug, Default)]
-struct Dynamic {
-    needed: Vec<Vec<u8>>,
+pub(super) struct Dynamic {
+    /// `DT_NEEDED`, in order.
+    pub(super) needed: Vec<Vec<u8>>,
+    /// Read for the program only.
     imports: Vec<Vec<u8>>,
     /// Go's toolchain built it (a `.note.go.buildid` section): Go starts programs with raw
     /// system calls, so no import shows it.
     go: bool,
+    /// `DT_RPATH`, unless there is a `DT_RUNPATH` (the loader then ignores it).
+    pub(super) rpath: Option<Vec<u8>>,
+    pub(super) runpath: Option<Vec<u8>>,
+    /// `e_machine`: the loader passes over a library built for another.
+    pub(super) machine: u16,
 }
 
 impl Dynamic {
-    fn pmix_use(&self) -> PmixUse {
-        // Static (and static-pie, whose dynamic section needs nothing): exec or dlopen would
-        // not show among imports.
-        if self.needed.is_empty() || self.go {
-            return PmixUse::Maybe;
-        }
-        let needs = |f: &dyn Fn(&[u8]) -> bool| self.needed.iter().any(|n| f(n));
-        let open_mpi = |n: &[u8]| {
-            n.starts_with(b"libpmix.so")
-                || n == b"libmpi.so.40"
-                || n.starts_with(b"libmpi_")
-                || n.starts_with(b"libopen-pal.so")
-                || n.starts_with(b"libopen-rte.so")
-        };
-        if needs(&open_mpi) {
-            return PmixUse::Needs;
-        }
-        if needs(&|n| n.starts_with(b"libmpich") || n == b"libmpi.so.12") {
-            return PmixUse::Never;
-        }
-        if self.imports.iter().any(|i| GATEWAYS.contains(&i.as_slice())) {
-            return PmixUse::Maybe;
-        }
-        PmixUse::Never
-    }
-
     /// The dynamic section of a 64-bit little-endian ELF file, from its section headers; a
     /// static executable has none, and an empty one. `None` if it is not such a file.
-    fn read(file: &File) -> Option<Dynamic> {
+    /// `imports`: read the dynamic symbols too.
+    pub(super) fn read(file: &File, imports: bool) -> Option<Dynamic> {
         let mut header = [0u8; 64];
         file.read_exact_at(&mut header, 0).ok()?;
         // Magic, 64-bit, little-endian.
@@ -115,30 +144,39 @@ impl Dynamic {
         let sections: Vec<Section> =
             table.chunks_exact(shentsize as usize).map(Section::parse).collect();
         let mut budget = MAX_SECTION;
-        let mut dynamic = Dynamic::default();
-        let names = sections.get(shstrndx).and_then(|s| s.read(file, &mut budget));
-        dynamic.go = names.as_ref().is_some_and(|names| {
-            sections.iter().any(|s| {
-                let name = c_str(names, s.name as u64).unwrap_or_default();
-                name == b".note.go.buildid" || name == b".go.buildinfo"
-            })
-        });
+        let mut dynamic = Dynamic { machine: u16_at(&header, 0x12), ..Dynamic::default() };
+        if imports {
+            let names = sections.get(shstrndx).and_then(|s| s.read(file, &mut budget));
+            dynamic.go = names.as_ref().is_some_and(|names| {
+                sections.iter().any(|s| {
+                    let name = c_str(names, s.name as u64).unwrap_or_default();
+                    name == b".note.go.buildid" || name == b".go.buildinfo"
+                })
+            });
+        }
         for section in &sections {
             let strings =
                 |budget: &mut u64| sections.get(section.link as usize)?.read(file, budget);
             match section.kind {
-                // SHT_DYNAMIC: (tag, value) pairs; DT_NEEDED (1) names a library.
+                // SHT_DYNAMIC: (tag, value) pairs: DT_NEEDED (1) names a library, DT_RPATH
+                // (15) and DT_RUNPATH (29) say where to look.
+                // Its few strings are read one by one: a library's whole string table
+                // (32 KiB for libc) is most of the time a closure takes.
                 6 => {
                     let body = section.read(file, &mut budget)?;
-                    let strings = strings(&mut budget)?;
+                    let strings = sections.get(section.link as usize)?;
                     for entry in body.chunks_exact(16) {
-                        if u64_at(entry, 0) == 1 {
-                            dynamic.needed.push(c_str(&strings, u64_at(entry, 8))?);
+                        let value = || strings.string(file, u64_at(entry, 8));
+                        match u64_at(entry, 0) {
+                            1 => dynamic.needed.push(value()?),
+                            15 => dynamic.rpath = Some(value()?),
+                            29 => dynamic.runpath = Some(value()?),
+                            _ => {}
                         }
                     }
                 }
                 // SHT_DYNSYM: undefined symbols (section index 0) are imports.
-                11 => {
+                11 if imports => {
                     let body = section.read(file, &mut budget)?;
                     let strings = strings(&mut budget)?;
                     for symbol in body.chunks_exact(24).skip(1) {
@@ -150,7 +188,21 @@ impl Dynamic {
                 _ => {}
             }
         }
+        if dynamic.runpath.is_some() {
+            dynamic.rpath = None;
+        }
         Some(dynamic)
+    }
+
+    /// What the loader's search needs of it: its libraries and paths, not its imports.
+    pub(super) fn search_part(&self) -> Dynamic {
+        Dynamic {
+            needed: self.needed.clone(),
+            rpath: self.rpath.clone(),
+            runpath: self.runpath.clone(),
+            machine: self.machine,
+            ..Dynamic::default()
+        }
     }
 }
 
@@ -172,6 +224,15 @@ impl Section {
             size: u64_at(h, 0x20),
             link: u32_at(h, 0x28),
         }
+    }
+
+    /// The string at `at` of this string table, read alone.
+    fn string(&self, file: &File, at: u64) -> Option<Vec<u8>> {
+        const MAX_NAME: u64 = 4096;
+        let len = self.size.checked_sub(at)?.min(MAX_NAME);
+        let mut bytes = vec![0u8; len as usize];
+        file.read_exact_at(&mut bytes, self.offset.checked_add(at)?).ok()?;
+        c_str(&bytes, 0)
     }
 
     /// Its bytes, taken from `budget`; `None` past it.
@@ -208,37 +269,46 @@ mod tests {
         Dynamic {
             needed: needed.iter().map(|n| n.as_bytes().to_vec()).collect(),
             imports: imports.iter().map(|i| i.as_bytes().to_vec()).collect(),
-            go: false,
+            ..Dynamic::default()
         }
+    }
+
+    /// The verdict on a program whose closure is its own needs, all found.
+    fn alone(d: &Dynamic) -> PmixUse {
+        verdict(d, &Closure { needed: d.needed.clone(), missing: None })
+    }
+
+    fn real(path: &str) -> PmixUse {
+        pmix_use(Path::new(path), &Search::default(), &mut Loader::default())
     }
 
     #[test]
     fn static_and_go_programs_may_use_pmix() {
         let mut d = dynamic(&["libc.so.6"], &["write"]);
         d.go = true;
-        assert_eq!(d.pmix_use(), PmixUse::Maybe);
-        assert_eq!(dynamic(&[], &[]).pmix_use(), PmixUse::Maybe, "static needs nothing");
+        assert_eq!(alone(&d), PmixUse::Maybe);
+        assert_eq!(alone(&dynamic(&[], &[])), PmixUse::Maybe, "static needs nothing");
     }
 
     #[test]
     fn open_mpi_and_gateways_need_pmix_mpich_and_plain_tools_do_not() {
-        assert_eq!(dynamic(&["libmpi.so.40", "libc.so.6"], &[]).pmix_use(), PmixUse::Needs);
-        assert_eq!(dynamic(&["libpmix.so.2"], &[]).pmix_use(), PmixUse::Needs);
-        assert_eq!(dynamic(&["libmpich.so.12"], &["dlopen"]).pmix_use(), PmixUse::Never);
-        assert_eq!(dynamic(&["libc.so.6"], &["execve"]).pmix_use(), PmixUse::Maybe);
-        assert_eq!(dynamic(&["libc.so.6"], &["write", "exit"]).pmix_use(), PmixUse::Never);
+        assert_eq!(alone(&dynamic(&["libmpi.so.40", "libc.so.6"], &[])), PmixUse::Needs);
+        assert_eq!(alone(&dynamic(&["libpmix.so.2"], &[])), PmixUse::Needs);
+        assert_eq!(alone(&dynamic(&["libmpich.so.12"], &["dlopen"])), PmixUse::Never);
+        assert_eq!(alone(&dynamic(&["libc.so.6"], &["execve"])), PmixUse::Maybe);
+        assert_eq!(alone(&dynamic(&["libc.so.6"], &["write", "exit"])), PmixUse::Never);
     }
 
     #[test]
     fn real_executables_read_as_expected() {
         // Debian's coreutils start nothing; its shell does.
-        assert_eq!(pmix_use(Path::new("/bin/true")), PmixUse::Never);
-        assert_eq!(pmix_use(Path::new("/bin/sh")), PmixUse::Maybe);
-        assert_eq!(pmix_use(Path::new("/nonexistent/program")), PmixUse::Maybe);
+        assert_eq!(real("/bin/true"), PmixUse::Never);
+        assert_eq!(real("/bin/sh"), PmixUse::Maybe);
+        assert_eq!(real("/nonexistent/program"), PmixUse::Maybe);
         // Not ELF: a script could run anything.
         let script = std::env::temp_dir().join(format!("rlaunch-elf-{}", std::process::id()));
         std::fs::write(&script, "#!/bin/sh\nexec ./app\n").unwrap();
-        assert_eq!(pmix_use(&script), PmixUse::Maybe);
+        assert_eq!(real(script.to_str().unwrap()), PmixUse::Maybe);
         std::fs::remove_file(&script).unwrap();
     }
 }
