@@ -73,7 +73,7 @@ struct ChildClock {
 /// the first answer may wait behind the ranks it starts (round trips of 5-7 ms were seen on
 /// a loaded machine, putting a proxy on the same clock 3.5 ms off); the shortest of a few is
 /// close to the true offset.
-const CLOCK_PROBES: u32 = 4;
+pub const CLOCK_PROBES: u32 = 4;
 
 /// Every child proxy of one parent.
 #[derive(Default)]

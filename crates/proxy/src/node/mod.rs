@@ -124,6 +124,8 @@ pub(crate) struct Node {
     dial_deadline: Option<Instant>,
     /// This node's PMIx server, if the job serves PMIx.
     pmix: Option<pmix::Pmix>,
+    /// How many of the parent's clock probes this proxy has answered (see `run`'s end).
+    probes: tokio::sync::watch::Receiver<u32>,
     /// This node's share of the launched job's PMIx fences, with or without a server.
     pmix_fence: pmix_fence::NodeFence,
     /// Direct modex requests of other nodes that this node's server is answering.
@@ -131,6 +133,9 @@ pub(crate) struct Node {
     /// The launcher's stdin that came while the ranks waited to start, in order.
     held_stdin: Vec<StdinChunk>,
 }
+
+/// How long a finished node waits for its parent's clock probes before it reports.
+const PROBE_WAIT: Duration = Duration::from_secs(1);
 
 impl Node {
     async fn run(
@@ -207,6 +212,14 @@ impl Node {
         // Nothing of this node outlives it, whatever was left waiting.
         procs::kill_descendants(&HashSet::new());
         if !self.orphaned {
+            // The parent stamps this node's record with its clock's offset when the record
+            // comes: a node done before the parent's probes were answered (a parent slow to
+            // read its greeting, on a loaded machine) would be stamped unmeasured. The
+            // answers go on the control path, ahead of the record.
+            let probed = self.probes.wait_for(|&n| n >= crate::children::CLOCK_PROBES);
+            if tokio::time::timeout(PROBE_WAIT, probed).await.is_err() {
+                tracing::debug!("the parent's clock probes did not all come");
+            }
             let record = Box::new(self.record());
             let done = Up::NodeDone { node: self.plan.index, record };
             let _ = self.up.data.send(Queued::plain(done));

@@ -135,7 +135,9 @@ pub async fn serve(
     }
     let (events_tx, events_rx) = mpsc::unbounded_channel();
     // Weak: the pump ends when the dispatcher's control sender goes, not when the reader's.
-    tokio::spawn(read_upstream(reader, window, control_tx.downgrade(), events_tx.clone()));
+    let (probed, probes) = tokio::sync::watch::channel(0);
+    let control = control_tx.downgrade();
+    tokio::spawn(read_upstream(reader, window, control, probed, events_tx.clone()));
 
     let closed = events_tx.clone();
     let outputs = Outputs::start(data_tx.clone(), carrying, direct_stdout, move |end| {
@@ -181,6 +183,7 @@ pub async fn serve(
         dial,
         dial_deadline: None,
         pmix: None,
+        probes,
         pmix_fence: pmix_fence::NodeFence::default(),
         dmodex: dmodex::Asks::default(),
         held_stdin: Vec::new(),
@@ -217,6 +220,7 @@ async fn read_upstream(
     mut reader: FrameReader<LinkRead>,
     window: Arc<Window>,
     control: mpsc::WeakUnboundedSender<Up>,
+    probed: tokio::sync::watch::Sender<u32>,
     events: mpsc::UnboundedSender<Event>,
 ) {
     loop {
@@ -228,6 +232,7 @@ async fn read_upstream(
             Ok(Some(Down::ClockProbe { sent })) => {
                 if let Some(control) = control.upgrade() {
                     let _ = control.send(Up::ClockEcho { sent, at: record::now_us() });
+                    probed.send_modify(|n| *n += 1);
                 }
                 continue;
             }
