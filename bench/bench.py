@@ -228,6 +228,33 @@ def launch_cases():
     return cases
 
 
+def wrapper_cases():
+    """Rank programs that may start an Open MPI program but do not (a shell, Python): rlaunch
+    starts a node's PMIx server only when a rank connects, so these must cost what they cost
+    with `--pmi simple` (no PMIx at all). On one node, and on 8 fake nodes of 2 ranks."""
+    cases = []
+    python = "/usr/bin/python3"
+    for what, program in (("sh -c true", ["sh", "-c", "true"]), ("python3 -c pass", [python, "-c", "pass"])):
+        for nodes, n in ((None, 4), (8, 16)):
+            two_each = None if nodes is None else ",".join(f"h{i}:2" for i in range(1, nodes + 1))
+            fake = [] if nodes is None else ["--launcher", "fork", "--hosts", two_each]
+            hydra_fake = [] if nodes is None else ["-launcher", "fork", "-hosts", two_each]
+            where = "" if nodes is None else f" on {nodes} nodes"
+            cases.append(
+                Case(
+                    "launch",
+                    f"-n {n} {what}{where}",
+                    [
+                        Command("rlaunch", [[RLAUNCH, *fake, "-n", str(n), *program]]),
+                        Command("simple", [[RLAUNCH, "--pmi", "simple", *fake, "-n", str(n), *program]]),
+                        Command("hydra", [[HYDRA, *hydra_fake, "-n", str(n), *program]]),
+                    ],
+                    {"simple": 1.10},
+                )
+            )
+    return cases
+
+
 def record_cases():
     """What --report and --timeline cost: the same job with and without them."""
     out = os.path.join(tempfile.gettempdir(), f"rlaunch-bench-{os.getpid()}")
@@ -679,7 +706,7 @@ def results_path(args, started, source):
 
 def run_sections(args, scratch, emit):
     timed = {
-        "launch": launch_cases,
+        "launch": lambda: launch_cases() + wrapper_cases(),
         "mpi": mpi_cases,
         "openmpi": openmpi_cases,
         "stdio": lambda: stdio_cases(args.quick),

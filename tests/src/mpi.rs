@@ -215,18 +215,25 @@ pub enum LibraryPath {
     OriginRunpath,
     /// Nothing in the program: the job's `LD_LIBRARY_PATH` must name `lib/`.
     Environment,
+    /// The program links `lib/libloader.so` (`tests/c/loader.c`, by a `$ORIGIN/lib`
+    /// RUNPATH), which loads the library the rank's `MPI_HELLO_LIBRARY` names with
+    /// `dlopen`: no ELF file shows Open MPI.
+    Dlopen,
 }
 
 /// `tests/c/via_library.c`, a plain C program linked only to `lib/libmpihello.so`, which is
 /// [`CProgram::Hello`] built with Open MPI as a shared library: the program reaches libmpi
-/// through another library, as ScaLAPACK's testers and PETSc programs do. Returns the
-/// program; its library is in `lib/` beside it. Built on first use in this process.
+/// through another library, as ScaLAPACK's testers and PETSc programs do (or, with
+/// [`LibraryPath::Dlopen`], through a library that loads it by a name read at run time).
+/// Returns the program; its libraries are in `lib/` beside it. Built on first use in this
+/// process.
 pub fn via_library(path: LibraryPath) -> &'static Path {
-    static BUILT: [OnceLock<PathBuf>; 2] = [const { OnceLock::new() }; 2];
+    static BUILT: [OnceLock<PathBuf>; 3] = [const { OnceLock::new() }; 3];
     BUILT[path as usize].get_or_init(|| {
         let name = match path {
             LibraryPath::OriginRunpath => "via-runpath",
             LibraryPath::Environment => "via-environment",
+            LibraryPath::Dlopen => "via-dlopen",
         };
         // Built under a name of this process, then renamed into place whole: another test
         // process may be using the same directory.
@@ -241,10 +248,20 @@ pub fn via_library(path: LibraryPath) -> &'static Path {
         let mut command = Command::new("mpicc.openmpi");
         command.args(["-Wall", "-O1", "-shared", "-fPIC", "-Dmain=mpi_hello_main", "-o"]);
         run_compiler(command.arg(&library).arg(c.join("hello.c")), "mpicc.openmpi");
+        let (source, linked) = match path {
+            LibraryPath::Dlopen => {
+                let mut command = Command::new("cc");
+                command.args(["-Wall", "-O1", "-shared", "-fPIC", "-o"]);
+                command.arg(lib.join("libloader.so")).arg(c.join("loader.c")).arg("-ldl");
+                run_compiler(&mut command, "cc");
+                ("via_loader.c", "-lloader")
+            }
+            _ => ("via_library.c", "-lmpihello"),
+        };
         let mut command = Command::new("cc");
         command.args(["-Wall", "-O1", "-o"]).arg(partial.join("via-library"));
-        command.arg(c.join("via_library.c")).arg("-L").arg(&lib).arg("-lmpihello");
-        if path == LibraryPath::OriginRunpath {
+        command.arg(c.join(source)).arg("-L").arg(&lib).arg(linked);
+        if path != LibraryPath::Environment {
             command.args(["-Wl,--enable-new-dtags", "-Wl,-rpath,$ORIGIN/lib"]);
         }
         run_compiler(&mut command, "cc");

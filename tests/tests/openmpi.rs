@@ -302,8 +302,10 @@ fn nodes_that_lost_their_pmix_server_still_take_part_in_the_fence_with_nothing()
     // Five nodes, two children a proxy: n1 has n3 and n4 below it, n2 has n5. Ranks 0 (n1)
     // and 4 (n5) are no PMIx clients, and their nodes' servers are killed: n1 must fold its
     // children's entries into one, and n5, a leaf, must enter with nothing, or the other
-    // ranks' fence miscounts or never completes.
-    let options = [fake_nodes(5, 1), vec!["--tree-width".into(), "2".into()]].concat();
+    // ranks' fence miscounts or never completes. `--pmi all`: every node's server starts
+    // with it (by default, sh's ranks get one only when a rank connects).
+    let all = ["--pmi", "all", "--tree-width", "2"].map(String::from);
+    let options = [fake_nodes(5, 1), all.to_vec()].concat();
     let fence = CProgram::Fence.path_str();
     let script =
         format!("case $PMIX_RANK in 0|4) read x; exit 0;; esac; exec {fence} 1000 0,4 wait");
@@ -401,7 +403,7 @@ fn an_open_mpi_program_reached_through_a_library_of_its_own_sees_its_whole_world
         let program = via_library(path);
         let lib = program.parent().unwrap().join("lib");
         let env = match path {
-            LibraryPath::OriginRunpath => vec![],
+            LibraryPath::OriginRunpath | LibraryPath::Dlopen => vec![],
             LibraryPath::Environment => {
                 vec!["-genv".to_string(), "LD_LIBRARY_PATH".into(), lib.display().to_string()]
             }
@@ -411,6 +413,67 @@ fn an_open_mpi_program_reached_through_a_library_of_its_own_sees_its_whole_world
             let out = out.arg(program).arg("4").timeout(MPI_LIMIT).run();
             check_hello(&out, 4);
         }
+    }
+}
+
+/// rlaunch's line about a rank served no PMIx that started Open MPI alone.
+fn singleton_line(rank: u32, pid: u32, host: &str) -> String {
+    format!(
+        "rlaunch: rank {rank} (pid {pid} on {host}) started Open MPI as a singleton, which \
+         would compute alone: it needs PMIx, which it was not served (run with --pmi pmix)"
+    )
+}
+
+/// Checks a job whose ranks were served no PMIx and started Open MPI: exit 255, one line
+/// naming one of its ranks on its node (`hosts`: each rank's), no rank computed, nothing
+/// left.
+fn check_singleton(out: &rlaunch_tests::Outcome, hosts: &[&str]) {
+    out.assert_code(255);
+    let err = out.stderr_str();
+    let ours = rlaunch_lines(&err);
+    assert_eq!(ours.len(), 1, "{out}");
+    let named = (0..hosts.len() as u32).any(|rank| {
+        let prefix = format!("rlaunch: rank {rank} (pid ");
+        let pid = ours[0].strip_prefix(&prefix).and_then(|r| r.split(' ').next());
+        let pid = pid.and_then(|p| p.parse().ok()).unwrap_or(0);
+        pid > 0 && ours[0] == singleton_line(rank, pid, hosts[rank as usize])
+    });
+    assert!(named, "{out}");
+    assert!(out.lines().is_empty(), "no rank computed alone: {out}");
+    out.tag.wait_until_none(Duration::from_secs(5)).unwrap_or_else(|left| {
+        panic!("left running: {left:?}");
+    });
+}
+
+#[test]
+fn an_open_mpi_rank_served_no_pmix_fails_the_job_naming_it_instead_of_computing_alone() {
+    // `--pmi simple`: the user said no PMIx; each rank would be a world of one.
+    let simple = ["--pmi".to_string(), "simple".to_string()];
+    let out = mpi_run(&simple, 2, CProgram::OmpiHello, &["2"]).run();
+    let here = hostname();
+    check_singleton(&out, &[&here, &here]);
+    let fake = [simple.to_vec(), fake_nodes(2, 1)].concat();
+    let out = mpi_run(&fake, 2, CProgram::OmpiHello, &["2"]).run();
+    check_singleton(&out, &["n1", "n2"]);
+}
+
+#[test]
+fn a_program_that_loads_open_mpi_by_a_name_no_file_shows_is_caught_not_run_alone() {
+    // Only the library the program links knows, at run time, that it loads Open MPI: by
+    // default no PMIx is served, and the trap names the rank; `--pmi pmix` serves it.
+    let program = via_library(LibraryPath::Dlopen);
+    let hello = program.parent().unwrap().join("lib").join("libmpihello.so");
+    let env = ["-genv".to_string(), "MPI_HELLO_LIBRARY".into(), hello.display().to_string()];
+    for (nodes, hosts) in
+        [(vec![], vec![hostname(); 2]), (fake_nodes(2, 1), vec!["n1".into(), "n2".into()])]
+    {
+        let run = Run::new(&[]).args(&env).args(&nodes).args(["-n", "2"]).arg(program);
+        let out = run.arg("2").timeout(MPI_LIMIT).run();
+        let hosts: Vec<&str> = hosts.iter().map(String::as_str).collect();
+        check_singleton(&out, &hosts);
+        let run = Run::new(&["--pmi", "pmix"]).args(&env).args(&nodes).args(["-n", "2"]);
+        let out = run.arg(program).arg("2").timeout(MPI_LIMIT).run();
+        check_hello(&out, 2);
     }
 }
 
@@ -450,6 +513,69 @@ fn scalapack_testers_built_with_open_mpi_run_on_every_rank_of_one_grid() {
             assert_eq!(summary, want, "{tester} on {nodes:?}, one summary for one world: {out}");
             assert!(!out.lines().iter().any(|l| l.contains("ILLEGAL GRID")), "{out}");
         }
+    }
+}
+
+#[test]
+fn a_shell_jobs_server_starts_only_when_a_rank_connects() {
+    // sh may start an Open MPI program: its ranks are told of a server at once, and the
+    // server starts when the first of them connects, on every fake node; until then none
+    // runs.
+    let hello = CProgram::OmpiHello.path_str();
+    let script = format!("echo waiting; read x; exec {hello} 4");
+    let mut job = Run::new(&[])
+        .args(fake_nodes(2, 2))
+        .args(["--stdin", "all", "-n", "4", "sh", "-c", &script])
+        .stdin_piped()
+        .timeout(MPI_LIMIT)
+        .spawn();
+    for _ in 0..4 {
+        job.wait_for_line(|l| l == "waiting", MPI_LIMIT);
+    }
+    let servers = |job: &rlaunch_tests::Job| {
+        let procs = rlaunch_tests::tagged_processes(job.tag());
+        procs.into_iter().filter(|p| p.comm == "rlaunch-pmix").count()
+    };
+    assert_eq!(servers(&job), 0, "no rank has connected yet");
+    job.write_stdin(b"go\n");
+    let out = job.wait(MPI_LIMIT);
+    let lines: Vec<String> = out.lines().into_iter().filter(|l| l != "waiting").collect();
+    let sizes =
+        lines.iter().filter(|l| l.starts_with("rank ") && l.contains(" size 4 sum 6 ")).count();
+    assert_eq!(sizes, 4, "one world of 4: {out}");
+    out.assert_code(0);
+    assert!(rlaunch_lines(&out.stderr_str()).is_empty(), "{out}");
+}
+
+#[test]
+fn a_late_servers_environment_is_what_the_library_gives_its_clients() {
+    // The variables a late server's ranks get before it starts are written by rlaunch; the
+    // ones a server that starts with the node gives come from PMIx_server_setup_fork. Any
+    // difference but the server's address, files and data stores is a libpmix rlaunch does
+    // not know.
+    let env = |options: &[&str]| -> std::collections::BTreeMap<String, String> {
+        let out = Run::new(options).args(["-n", "1", "sh", "-c", "env"]).timeout(MPI_LIMIT).run();
+        out.assert_code(0);
+        let vars = out.lines().into_iter().filter(|l| l.starts_with("PMIX_"));
+        vars.filter_map(|l| l.split_once('=').map(|(k, v)| (k.to_string(), v.to_string())))
+            .collect()
+    };
+    let forked = env(&["--pmi", "all"]);
+    let late = env(&[]);
+    let names = |vars: &std::collections::BTreeMap<String, String>| {
+        vars.keys().filter(|k| !k.starts_with("PMIX_DSTORE_")).cloned().collect::<Vec<_>>()
+    };
+    assert_eq!(names(&late), names(&forked), "late: {late:?}\nforked: {forked:?}");
+    for same in ["PMIX_SECURITY_MODE", "PMIX_BFROP_BUFFER_TYPE", "PMIX_VERSION", "PMIX_HOSTNAME"] {
+        assert_eq!(late[same], forked[same], "{same}");
+    }
+    assert_eq!(late["PMIX_RANK"], "0");
+    let stores: Vec<&str> = forked["PMIX_GDS_MODULE"].split(',').collect();
+    assert!(stores.contains(&late["PMIX_GDS_MODULE"].as_str()), "{late:?} {forked:?}");
+    let uri = &late["PMIX_SERVER_URI41"];
+    assert!(uri.contains(";tcp4://127.0.0.1:"), "{uri}");
+    for name in ["PMIX_SERVER_URI4", "PMIX_SERVER_URI3", "PMIX_SERVER_URI2", "PMIX_SERVER_URI21"] {
+        assert_eq!(&late[name], uri, "{name}");
     }
 }
 
@@ -515,10 +641,18 @@ fn a_server_that_never_becomes_ready_fails_a_job_that_needs_pmix_and_not_one_tha
     out.tag.wait_until_none(Duration::from_secs(5)).unwrap_or_else(|left| {
         panic!("left running: {left:?}");
     });
-    // sh needs no PMIx: a note, and its ranks start without it.
+    // sh needs no PMIx: with `--pmi all` its server starts with the node, and when it
+    // cannot, a note, and the ranks start without it.
     std::fs::remove_file(&fifo).unwrap();
-    let run =
-        Run::new(&QUICK_LIVENESS).args(["-n", "2", "sh", "-c", "echo ran ${PMIX_RANK-alone}"]);
+    let run = Run::new(&QUICK_LIVENESS).args([
+        "--pmi",
+        "all",
+        "-n",
+        "2",
+        "sh",
+        "-c",
+        "echo ran ${PMIX_RANK-alone}",
+    ]);
     let out = with_a_server_that_never_starts(run, &fifo).timeout(MPI_LIMIT).run();
     out.assert_code(0);
     let want = format!(
@@ -528,6 +662,28 @@ fn a_server_that_never_becomes_ready_fails_a_job_that_needs_pmix_and_not_one_tha
     );
     assert_eq!(rlaunch_lines(&out.stderr_str()), [want], "{out}");
     assert_eq!(out.lines(), ["ran alone", "ran alone"], "{out}");
+    out.tag.wait_until_none(Duration::from_secs(5)).unwrap_or_else(|left| {
+        panic!("left running: {left:?}");
+    });
+    // By default sh's ranks start at once, and the server only when one of them connects:
+    // that rank needs it, so a server that never becomes ready then ends the job.
+    std::fs::remove_file(&fifo).unwrap();
+    let hello = format!("exec {} 2", CProgram::OmpiHello.path_str());
+    let run = Run::new(&QUICK_LIVENESS).args(["-n", "2", "sh", "-c", &hello]);
+    let out = with_a_server_that_never_starts(run, &fifo).timeout(MPI_LIMIT).run();
+    out.assert_code(255);
+    let want = format!(
+        "rlaunch: lost proxy on {} (it cannot serve PMIx, which the program needs: the PMIx \
+         server of this node did not answer for 1 s)",
+        hostname()
+    );
+    let err = out.stderr_str();
+    let ours = rlaunch_lines(&err);
+    assert_eq!(ours[0], want, "{out}");
+    // Cut off from the server they waited on, the ranks may fail before the teardown ends
+    // them: then the table of failed ranks follows.
+    let table = ours.len() == 1 || (ours[1] == "rlaunch: 2 ranks failed:" && ours.len() == 5);
+    assert!(table, "{out}");
     out.tag.wait_until_none(Duration::from_secs(5)).unwrap_or_else(|left| {
         panic!("left running: {left:?}");
     });
@@ -585,7 +741,8 @@ fn pmix_files_a_killed_proxy_left_are_swept_by_the_next_server() {
         std::fs::create_dir(dir).unwrap();
         std::fs::write(dir.join("pmix.sock"), b"").unwrap();
     }
-    let out = Run::new(&["-n", "1", "sh", "-c", "true"]).env("TMPDIR", tmp.path()).run();
+    let run = Run::new(&["--pmi", "all", "-n", "1", "sh", "-c", "true"]);
+    let out = run.env("TMPDIR", tmp.path()).run();
     out.assert_code(0);
     assert!(!left.exists(), "a dead proxy's directory is swept");
     assert!(alive.exists(), "a live proxy's directory is kept");

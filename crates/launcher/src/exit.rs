@@ -21,8 +21,8 @@ pub const SIGNALED: i32 = 128;
 pub const INTERRUPTED: i32 = SIGNALED + 2;
 /// rlaunch's stdout was closed, so the job ended quietly.
 pub const STDOUT_CLOSED: i32 = 141;
-/// A proxy or node was lost, a rank broke the PMI protocol, an output file could not be
-/// written, or rlaunch itself could not run the job.
+/// A proxy or node was lost, a rank broke the PMI protocol or started Open MPI alone without
+/// PMIx, an output file could not be written, or rlaunch itself could not run the job.
 pub const FAILURE: i32 = 255;
 
 /// The status a rank's end passes on when it decides the job's: its own code, 128 + its
@@ -68,8 +68,9 @@ pub const TABLE: &[Row] = &[
     row("141", "rlaunch's stdout was closed"),
     row(
         "255",
-        "a proxy or node was lost, a rank broke the PMI protocol, an output file could not be \
-         written, or rlaunch itself could not run the job",
+        "a proxy or node was lost, a rank broke the PMI protocol or started Open MPI alone \
+         without PMIx, an output file could not be written, or rlaunch itself could not run \
+         the job",
     ),
     row("2", "bad command line"),
 ];

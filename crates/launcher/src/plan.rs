@@ -109,7 +109,7 @@ pub fn build(o: &Options, env: &[(OsString, OsString)]) -> Result<job::Plan, Pla
     let pmix = pmix_job(o, &node_hosts, &rank_node, lists.rank_segments().collect(), size)?;
     let pmix = match serves_pmix(o.pmi, &segments, &job_env) {
         Serve::No => None,
-        Serve::Yes { required } => Some(PmixJob { required, ..pmix }),
+        Serve::Yes { required, late } => Some(PmixJob { required, late, ..pmix }),
     };
     // Created now, so that a path that cannot be written stops the launch, not the end.
     let out_file = |what, path: &Option<std::path::PathBuf>| {
@@ -160,9 +160,11 @@ pub fn build(o: &Options, env: &[(OsString, OsString)]) -> Result<job::Plan, Pla
 enum Serve {
     No,
     /// `required`: a node that cannot serve PMIx fails the job rather than start ranks
-    /// that would run as singletons (`--pmi pmix`, or a program linking Open MPI).
+    /// that would run as singletons (`--pmi pmix`, or a program linking Open MPI). `late`:
+    /// each node's server starts when a rank first connects (see `PmixJob::late`).
     Yes {
         required: bool,
+        late: bool,
     },
 }
 
@@ -195,10 +197,12 @@ fn serves_pmix(kinds: PmiKinds, segments: &[Segment], job_env: &[(Vec<u8>, Vec<u
     let needed = uses.contains(&elf::PmixUse::Needs);
     match kinds {
         PmiKinds::Simple => Serve::No,
-        PmiKinds::Pmix => Serve::Yes { required: true },
-        PmiKinds::All => Serve::Yes { required: needed },
-        PmiKinds::Auto if needed || uses.contains(&elf::PmixUse::Maybe) => {
-            Serve::Yes { required: needed }
+        PmiKinds::Pmix => Serve::Yes { required: true, late: false },
+        PmiKinds::All => Serve::Yes { required: needed, late: false },
+        // Programs that only may use PMIx (a shell, python) get a server when a rank asks.
+        PmiKinds::Auto if needed => Serve::Yes { required: true, late: false },
+        PmiKinds::Auto if uses.contains(&elf::PmixUse::Maybe) => {
+            Serve::Yes { required: false, late: true }
         }
         PmiKinds::Auto => Serve::No,
     }
@@ -275,7 +279,7 @@ fn pmix_job(
         psets.push((name.clone(), ranks));
     }
     let (hosts, rank_node) = (hosts.to_vec(), rank_node.to_vec());
-    Ok(PmixJob { hosts, rank_node, rank_app, psets, required: false })
+    Ok(PmixJob { hosts, rank_node, rank_app, psets, required: false, late: false })
 }
 
 /// The host lists the segments draw on, and how many ranks each segment takes from which.

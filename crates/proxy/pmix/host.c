@@ -13,9 +13,16 @@
  * The link is fd 3, a stream socket: each message is a little-endian u32 length, then a tag
  * byte, then fields: u32 and i32 little-endian, strings and blobs as a u32 length and bytes.
  * The host exits when the link closes, after PMIx_server_finalize.
+ *
+ * Started late (for a job whose ranks may never use PMIx, once the first of them connects),
+ * the host takes over a listening socket the proxy made before the ranks started, whose
+ * address their environment already names, and whose backlog holds the clients that came
+ * first: libpmix's own listener is that socket (see "the proxy's listener" below), and no
+ * client is accepted before its namespace and ranks are registered.
  */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdint.h>
@@ -23,6 +30,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <pmix.h>
@@ -1186,20 +1195,86 @@ static pmix_server_module_t module = {
     .disconnect = on_disconnect,
 };
 
+/* ---- the proxy's listener ------------------------------------------------------------------ */
+
+/* libpmix makes its listener with socket(), bind(), getsockname() and listen(), then accepts
+ * on its own thread. This executable's bind() and accept() come first in the symbol search
+ * (the program before its libraries), so a late host can make libpmix's listener the proxy's
+ * socket, and hold libpmix's accepts until the clients are registered: a client that libpmix
+ * accepts before then is refused as unknown. */
+
+/* The proxy's listening socket, until libpmix binds its listener (-1: none, or taken). */
+static int adopt_fd = -1;
+static pthread_mutex_t gate_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t gate_cond = PTHREAD_COND_INITIALIZER;
+/* Accepts wait while this is set: from a late start until the launched job's clients are
+ * registered. */
+static bool gate_shut = false;
+
+static void open_gate(void)
+{
+    pthread_mutex_lock(&gate_lock);
+    gate_shut = false;
+    pthread_cond_broadcast(&gate_cond);
+    pthread_mutex_unlock(&gate_lock);
+}
+
+static void wait_at_gate(void)
+{
+    pthread_mutex_lock(&gate_lock);
+    while (gate_shut)
+        pthread_cond_wait(&gate_cond, &gate_lock);
+    pthread_mutex_unlock(&gate_lock);
+}
+
+int bind(int fd, const struct sockaddr *addr, socklen_t len)
+{
+    bool inet = addr && (addr->sa_family == AF_INET || addr->sa_family == AF_INET6);
+    if (adopt_fd >= 0 && inet) {
+        /* The proxy's socket, bound and listening, in place of libpmix's fresh one. */
+        if (dup3(adopt_fd, fd, O_CLOEXEC) < 0)
+            return -1;
+        close(adopt_fd);
+        adopt_fd = -1;
+        return 0;
+    }
+    return (int)syscall(SYS_bind, fd, addr, len);
+}
+
+int accept4(int fd, struct sockaddr *addr, socklen_t *len, int flags)
+{
+    wait_at_gate();
+    return (int)syscall(SYS_accept4, fd, addr, len, flags);
+}
+
+int accept(int fd, struct sockaddr *addr, socklen_t *len)
+{
+    return accept4(fd, addr, len, 0);
+}
+
 /* ---- main ---------------------------------------------------------------------------------- */
 
 /* argv[1]: the directory for the server's rendezvous files (private to this job and node);
- * argv[2]: the node's name in the job (what its ranks call their host). */
+ * argv[2]: the node's name in the job (what its ranks call their host); for a late start,
+ * argv[3]: the proxy's listening socket's descriptor, argv[4]: the server's namespace (its
+ * rank is 0), as the ranks' environment names them. */
 int main(int argc, char **argv)
 {
-    if (argc != 3) {
-        fprintf(stderr, "usage: rlaunch-pmix-host TMPDIR HOST (started by rlaunch-proxy, link on fd 3)\n");
+    if (argc != 3 && argc != 5) {
+        fprintf(stderr, "usage: rlaunch-pmix-host TMPDIR HOST [LISTENER NSPACE] (started by "
+                        "rlaunch-proxy, link on fd 3)\n");
         return 2;
+    }
+    bool late = argc == 5;
+    if (late) {
+        adopt_fd = atoi(argv[3]);
+        gate_shut = true;
     }
     /* Exec'd from a memfd, the process would be named after its descriptor's number. */
     prctl(PR_SET_NAME, "rlaunch-pmix", 0, 0, 0);
     tmpdir = argv[1];
-    pmix_info_t info[5];
+    pmix_info_t info[7];
+    size_t ninfo = 5;
     bool no = false;
     PMIx_Info_load(&info[0], PMIX_SERVER_TMPDIR, argv[1], PMIX_STRING);
     PMIx_Info_load(&info[1], PMIX_SYSTEM_TMPDIR, argv[1], PMIX_STRING);
@@ -1209,7 +1284,16 @@ int main(int argc, char **argv)
     PMIx_Info_load(&info[3], PMIX_HOSTNAME, argv[2], PMIX_STRING);
     bool yes = true;
     PMIx_Info_load(&info[4], PMIX_SERVER_SHARE_TOPOLOGY, &yes, PMIX_BOOL);
-    pmix_status_t rc = PMIx_server_init(&module, info, 5);
+    pmix_rank_t server_rank = 0;
+    if (late) {
+        PMIx_Info_load(&info[ninfo++], PMIX_SERVER_NSPACE, argv[4], PMIX_STRING);
+        PMIx_Info_load(&info[ninfo++], PMIX_SERVER_RANK, &server_rank, PMIX_PROC_RANK);
+    }
+    pmix_status_t rc = PMIx_server_init(&module, info, ninfo);
+    if (rc == PMIX_SUCCESS && adopt_fd >= 0) {
+        /* libpmix bound no TCP listener: the ranks could never reach it. */
+        rc = PMIX_ERR_INIT;
+    }
     struct buf b = message(rc == PMIX_SUCCESS ? EV_READY : EV_FAILED);
     if (rc == PMIX_SUCCESS) {
         put_str(&b, PMIx_Get_version());
@@ -1237,7 +1321,11 @@ int main(int argc, char **argv)
         struct reader r = {body + 1, body + n};
         switch (body[0]) {
         case CMD_SETUP: setup(&r); break;
-        case CMD_CLIENTS: clients(&r); break;
+        case CMD_CLIENTS:
+            clients(&r);
+            /* The launched job's clients come first: the ones waiting may be accepted. */
+            open_gate();
+            break;
         case CMD_FENCE_DONE:
         case CMD_DMODEX_DONE: modex_done(&r); break;
         case CMD_OP_DONE: op_done(&r); break;

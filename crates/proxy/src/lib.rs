@@ -42,6 +42,7 @@ pub mod procs;
 pub mod rank;
 mod ranks;
 pub mod secure;
+pub mod singleton;
 mod spawn;
 pub mod splice;
 

@@ -2,6 +2,11 @@
 //! stdout are the control channel to its parent.
 
 fn main() {
+    // Open MPI's singleton start, in a rank served no PMIx (see `singleton`).
+    let name = std::env::args_os().next().unwrap_or_default();
+    if std::path::Path::new(&name).file_name() == Some(rlaunch_proxy::singleton::ORTED.as_ref()) {
+        std::process::exit(rlaunch_proxy::singleton::trapped());
+    }
     rlaunch_proxy::tune_malloc();
     rlaunch_proxy::procs::cloexec_inherited_fds();
     rlaunch_proxy::init_logging("rlaunch-proxy");

@@ -43,6 +43,11 @@ pub(crate) enum Cause {
         what: String,
     },
     OutputFile(FileFailure),
+    /// A rank served no PMIx started Open MPI alone, as a singleton.
+    Singleton {
+        rank: u32,
+        pid: u32,
+    },
     /// A rank asked to spawn more processes than can be laid out.
     SpawnTooLarge {
         rank: u32,
@@ -96,6 +101,7 @@ impl Cause {
             Cause::Aborted { code, .. } => *code,
             Cause::LostProxy { .. }
             | Cause::PmiFault { .. }
+            | Cause::Singleton { .. }
             | Cause::OutputFile(_)
             | Cause::SpawnTooLarge { .. }
             | Cause::PmixFenceTooLarge(_) => exit::FAILURE,
@@ -127,6 +133,12 @@ impl Cause {
                 Some(rank_said(*rank, *pid, &format!("aborted the job with exit code {code}{msg}")))
             }
             Cause::PmiFault { rank, pid, what } => Some(rank_said(*rank, *pid, what)),
+            Cause::Singleton { rank, pid } => Some(rank_said(
+                *rank,
+                *pid,
+                "started Open MPI as a singleton, which would compute alone: it needs PMIx, \
+                 which it was not served (run with --pmi pmix)",
+            )),
             Cause::OutputFile(failure) => Some(failure.to_string()),
             Cause::SpawnTooLarge { rank, asked } => Some(format!(
                 "{} on {} asked to spawn {asked} processes, more than a node can run",

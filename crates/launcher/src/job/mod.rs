@@ -404,6 +404,7 @@ impl Root {
             }
             Up::ProxyLost { host, reason } => self.fail(Cause::LostProxy { host, reason }),
             Up::StdoutClosed => self.fail(Cause::StdoutClosed),
+            Up::Singleton { rank, pid } => self.fail(Cause::Singleton { rank, pid }),
             Up::Notice { host, text } => eprintln!("rlaunch: note: on {host}: {text}"),
             Up::Started { node } => {
                 tracing::debug!(node, "node started its ranks");

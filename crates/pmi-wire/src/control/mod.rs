@@ -37,7 +37,7 @@ pub use services::{
 /// First bytes on every control channel, in both directions.
 pub const MAGIC: [u8; 8] = *b"\x7fRLAUNCH";
 /// Bumped whenever a frame changes meaning.
-pub const PROTOCOL_VERSION: u32 = 14;
+pub const PROTOCOL_VERSION: u32 = 15;
 /// Length of the raw hello: magic + u32 BE version.
 pub const HELLO_LEN: usize = MAGIC.len() + 4;
 /// Largest frame either side accepts; checked before any allocation.
@@ -353,6 +353,9 @@ pub enum Up {
     /// output there itself (a proxy forked from rlaunch: see `rlaunch_proxy::outputs`);
     /// rlaunch ends the job as when it finds that itself.
     StdoutClosed,
+    /// A rank served no PMIx started Open MPI's singleton machinery (it forked `orted`): it
+    /// would compute alone, as a world of one.
+    Singleton { rank: u32, pid: u32 },
 }
 
 impl Frame for Down {

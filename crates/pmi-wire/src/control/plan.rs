@@ -58,6 +58,10 @@ pub struct PmixJob {
     /// A node that cannot serve PMIx fails the job instead of starting its ranks without it
     /// (they would run as singletons): `--pmi pmix`, or a program linking Open MPI.
     pub required: bool,
+    /// The ranks start at once, and each node's server only when one of its ranks first
+    /// connects: for programs that may never use PMIx (a shell, python), which then cost
+    /// what a job without PMIx costs. A server started so is needed as if `required`.
+    pub late: bool,
 }
 
 /// `--bind-to`: each rank gets `count` objects of kind `unit`, in local-rank order, from the

@@ -22,6 +22,7 @@ mod launch;
 mod pmix;
 mod pmix_fence;
 mod pmix_spawn;
+mod singleton;
 mod start;
 mod subtree;
 
@@ -68,6 +69,13 @@ pub(crate) enum Event {
     Dialed(Box<Dialed>),
     /// From this node's PMIx server.
     Pmix(crate::pmix::HostNews),
+    /// A rank connected to the socket of a server not started yet ([`crate::pmix::Late`]).
+    PmixWanted,
+    /// Process `pid` reported at the singleton trap (`crate::singleton`).
+    Singleton {
+        pid: i32,
+        stream: tokio::net::UnixStream,
+    },
 }
 
 /// One job's state on this node: the launched job (0), and any job its ranks spawned here.
@@ -122,8 +130,15 @@ pub(crate) struct Node {
     dial: Option<DialContext>,
     /// Children that have not dialed in by then are lost.
     dial_deadline: Option<Instant>,
-    /// This node's PMIx server, if the job serves PMIx.
+    /// This node's PMIx server, if the job serves PMIx and it has started.
     pmix: Option<pmix::Pmix>,
+    /// What this node's ranks were told of a server that starts when the first of them
+    /// connects, until then.
+    pmix_late: Option<pmix::Waiting>,
+    /// The trap for Open MPI's singleton start, made for the first rank served no PMIx.
+    singleton: Option<singleton::Armed>,
+    /// Reports at the trap, held (their processes wait) until the node ends.
+    trapped: Vec<tokio::net::UnixStream>,
     /// How many of the parent's clock probes this proxy has answered (see `run`'s end).
     probes: tokio::sync::watch::Receiver<u32>,
     /// This node's share of the launched job's PMIx fences, with or without a server.
@@ -279,6 +294,8 @@ impl Node {
             }
             Event::UpstreamClosed(why) => self.lose_upstream(&why, true),
             Event::Pmix(news) => self.pmix_news(news),
+            Event::PmixWanted => self.start_late_pmix(),
+            Event::Singleton { pid, stream } => self.singleton_reported(pid, stream),
             Event::OutputClosed(end) => {
                 let seen = &mut self.ranks.get_mut(end.local).seen;
                 match end.stream {

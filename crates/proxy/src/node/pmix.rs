@@ -5,8 +5,13 @@
 //! ranks held like the launched job's (`super::pmix_spawn`). A server that stops answering
 //! is lost as one that died is.
 //!
+//! A job whose programs may never use PMIx (a shell, python: `PmixJob::required` unset)
+//! starts its ranks at once, told of a server that starts when the first of them connects
+//! (`Late`): a job whose ranks never connect pays for no server.
+//!
 //! ```text
 //!   start_launched ──Setup, Clients──► host ──Env × ranks──► ranks start
+//!   start_launched (late) ──► ranks start; first connect ──► host (socket) ──Setup, Clients
 //!   host ──Fence(id, data)──► super::pmix_fence
 //!   host ──Spawn(id)──► Up::Spawn ─► root ─► Down::Spawn ─► super::pmix_spawn
 //!   every heartbeat ──Sync──► host ──Synced──► (silent for the silence timeout: lost)
@@ -23,7 +28,7 @@ use super::pmix_spawn::{Registered, Spawning};
 use super::{Event, Node};
 use crate::kvs::Local;
 use crate::pmix::wire::Proc;
-use crate::pmix::{self, wire, Command, Host, HostNews};
+use crate::pmix::{self, wire, Command, Files, Host, HostNews, Late};
 
 /// The node's PMIx server and what it waits for.
 pub(super) struct Pmix {
@@ -98,22 +103,90 @@ pub(super) fn pmix_id(tag: &Option<String>) -> Option<u32> {
     tag.as_deref()?.strip_prefix(TAG_PREFIX)?.parse().ok()
 }
 
+/// A server that starts when the first client connects: what the ranks were told, the
+/// files they were given, and the task that watches the socket.
+pub(super) struct Waiting {
+    late: Late,
+    files: Files,
+    _watch: Watch,
+}
+
+/// A task that watches a socket for the node, stopped when this is dropped.
+pub(super) struct Watch(tokio::task::AbortHandle);
+
+impl Watch {
+    pub(super) fn new(task: tokio::task::AbortHandle) -> Watch {
+        Watch(task)
+    }
+}
+
+impl Drop for Watch {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
 impl Node {
     /// Starts this node's PMIx server if the job serves PMIx, and asks it for the local
-    /// ranks' environments. Returns true if the ranks' start must wait for them.
+    /// ranks' environments; for a job that may do without it, only makes ready to start one
+    /// when a rank connects. Returns true if the ranks' start must wait for their
+    /// environments.
     pub(super) fn start_pmix(&mut self) -> bool {
         let Some(job) = self.job.pmix.as_ref() else { return false };
-        let events = self.events.clone();
-        let started = Host::start(&self.job.jobid, self.plan.index, &self.plan.host, move |news| {
-            events.send(Event::Pmix(news)).is_ok()
-        });
-        let host = match started {
-            Ok(host) => host,
-            Err(e) => {
-                // Ranks that need PMIx never start (the job fails); others start without it.
-                return self.pmix_unavailable(e.to_string());
+        if job.late && !self.plan.ranks.is_empty() {
+            match self.wait_for_client() {
+                Ok(waiting) => self.pmix_late = Some(waiting),
+                // The job can do without PMIx: its ranks run on PMI, and nothing is said.
+                Err(e) => tracing::debug!("PMIx is not served on this node: {e}"),
             }
-        };
+            return false;
+        }
+        let files = Files::at(&self.job.jobid, self.plan.index);
+        match self.start_host(files, None) {
+            Ok(()) => self.pmix.as_ref().is_some_and(|p| p.holding),
+            // Ranks that need PMIx never start (the job fails); others start without it.
+            Err(e) => self.pmix_unavailable(e.to_string(), false),
+        }
+    }
+
+    /// The socket and files of a server that starts when the first rank connects.
+    fn wait_for_client(&self) -> std::io::Result<Waiting> {
+        let late = Late::listen(self.plan.index)?;
+        let files = Files::at(&self.job.jobid, self.plan.index);
+        let readable = tokio::io::Interest::READABLE;
+        // SAFETY: the descriptor is the AsyncFd's own, open until it is dropped.
+        let watched =
+            unsafe { tokio::io::unix::AsyncFd::register_with_interest(late.watch()?, readable) }
+                .map_err(|e| e.into_parts().1)?;
+        let events = self.events.clone();
+        let watch = tokio::spawn(async move {
+            if watched.readable().await.is_ok() {
+                let _ = events.send(Event::PmixWanted);
+            }
+        });
+        Ok(Waiting { late, files, _watch: Watch(watch.abort_handle()) })
+    }
+
+    /// A rank connected to the socket of the server that was waiting: it starts now, takes
+    /// the socket over, and serves the ranks already running.
+    pub(super) fn start_late_pmix(&mut self) {
+        let Some(Waiting { late, files, .. }) = self.pmix_late.take() else { return };
+        tracing::debug!("a rank connected: starting the PMIx server");
+        if let Err(e) = self.start_host(files, Some(late)) {
+            // Its clients wait for an answer that will not come: the job ends.
+            self.pmix_unavailable(e.to_string(), true);
+        }
+    }
+
+    /// Starts the host with `files` (on `late`'s socket for a late start), registers the
+    /// launched job and its local ranks, and asks for their environments.
+    fn start_host(&mut self, files: Files, late: Option<Late>) -> std::io::Result<()> {
+        let job = self.job.pmix.as_ref().expect("the job serves PMIx");
+        let events = self.events.clone();
+        let holding = late.is_none() && !self.plan.ranks.is_empty();
+        let host = Host::start(files, &self.plan.host, late, move |news| {
+            events.send(Event::Pmix(news)).is_ok()
+        })?;
         host.send(Command::Setup {
             nspace: self.job.jobid.clone(),
             jobid: self.job.jobid.clone(),
@@ -125,7 +198,6 @@ impl Node {
             spawned: false,
         });
         let ranks: Vec<u32> = self.plan.ranks.iter().map(|r| r.rank).collect();
-        let holding = !ranks.is_empty();
         host.send(Command::Clients {
             nspace: self.job.jobid.clone(),
             uid: nix::unistd::getuid().as_raw(),
@@ -149,7 +221,7 @@ impl Node {
             next_sync: 0,
             heard: Instant::now(),
         });
-        holding
+        Ok(())
     }
 
     /// Stops this node's server (its ranks are done, or being killed): on purpose, not news.
@@ -160,6 +232,7 @@ impl Node {
             self.judge_reaped(local, outcome);
         }
         self.pmix = None;
+        self.pmix_late = None;
         self.dmodex_server_gone();
         self.pmix_fence_without_server();
     }
@@ -200,7 +273,8 @@ impl Node {
     fn lose_pmix(&mut self, why: String) {
         let Some(pmix) = self.pmix.take() else { return };
         self.dmodex_server_gone();
-        let never = self.pmix_unavailable(why);
+        // A late server started because a rank connected: that rank needs it.
+        let never = self.pmix_unavailable(why, self.job.pmix.as_ref().is_some_and(|p| p.late));
         if pmix.holding && !never {
             self.start_launched_ranks();
         }
@@ -209,12 +283,12 @@ impl Node {
         }
     }
 
-    /// This node cannot serve PMIx (`why`). If the job needs it (`PmixJob::required`) that
-    /// ends the job, naming the node: ranks started without it would each run alone as a
-    /// world of one. Otherwise the user hears of it, and the ranks run on PMI. Returns true
-    /// if the ranks must not start.
-    fn pmix_unavailable(&mut self, why: String) -> bool {
-        let required = self.job.pmix.as_ref().is_some_and(|p| p.required);
+    /// This node cannot serve PMIx (`why`). If the job needs it (`PmixJob::required`, or
+    /// `wanted`: a rank connected) that ends the job, naming the node: ranks started without
+    /// it would each run alone as a world of one. Otherwise the user hears of it, and the
+    /// ranks run on PMI. Returns true if the ranks must not start.
+    fn pmix_unavailable(&mut self, why: String, wanted: bool) -> bool {
+        let required = wanted || self.job.pmix.as_ref().is_some_and(|p| p.required);
         if required {
             let reason = format!("it cannot serve PMIx, which the program needs: {why}");
             let _ = self.up.control.send(Up::ProxyLost { host: self.plan.host.clone(), reason });
@@ -225,13 +299,17 @@ impl Node {
         required
     }
 
-    /// The PMIx environment of a local rank of job `index` (empty without PMIx), started
+    /// The PMIx environment of a local rank of job `index` (without PMIx, the singleton
+    /// trap's: see `super::singleton`), started
     /// with `local` ranks on this node. With more ranks here than CPUs to run them, Open
     /// MPI is told it is oversubscribed, as mpirun tells it, or its ranks busy-poll each
     /// other's CPU away.
     pub(super) fn pmix_env(&mut self, index: u32, rank: u32, local: usize) -> Vec<Vec<u8>> {
-        let Some(mut vars) = self.pmix.as_mut().and_then(|p| p.envs.remove(&(index, rank))) else {
-            return Vec::new();
+        let waiting = self.pmix_late.as_ref().filter(|_| index == 0);
+        let late = waiting.map(|w| w.late.env(&w.files, &self.job.jobid, rank, &self.plan.host));
+        let held = || self.pmix.as_mut().and_then(|p| p.envs.remove(&(index, rank)));
+        let Some(mut vars) = late.or_else(held) else {
+            return self.singleton_env();
         };
         let cpus = nix::sched::sched_getaffinity(nix::unistd::Pid::from_raw(0))
             .map(|set| {
@@ -242,7 +320,11 @@ impl Node {
         if local > cpus && !user_sets(OVERSUBSCRIBE) {
             vars.push([OVERSUBSCRIBE, b"=1"].concat());
         }
-        let shm = self.pmix.as_ref().and_then(|p| p.host.shm_dir());
+        let shm = match (&self.pmix_late, &self.pmix) {
+            (Some(waiting), _) => waiting.files.shm_dir(),
+            (None, Some(pmix)) => pmix.host.shm_dir(),
+            (None, None) => None,
+        };
         if let Some(dir) = shm.filter(|_| !user_sets(VADER_DIR)) {
             vars.push([VADER_DIR, b"=", dir.as_os_str().as_bytes()].concat());
         }
@@ -319,6 +401,10 @@ impl Node {
                 let Some(&(index, _, _)) = pmix.nspaces.get(&nspace) else {
                     return tracing::warn!(%nspace, "a PMIx environment for an unknown namespace");
                 };
+                if index == 0 && !pmix.holding {
+                    // A late server's: the rank runs already, with what `Late` gave it.
+                    return;
+                }
                 pmix.envs.insert((index, rank), vars);
                 let have = pmix.envs_of(index);
                 if index == 0 {

@@ -61,10 +61,12 @@ impl Node {
         self.pmix_fence_arrive();
     }
 
-    /// This node has no PMIx server (any more): its party of each fence is in at once, with
-    /// no data. Nothing to do for a job that serves no PMIx.
+    /// This node has no PMIx server (any more), nor one waiting for its first client: its
+    /// party of each fence is in at once, with no data. Nothing to do for a job that serves
+    /// no PMIx.
     pub(super) fn pmix_fence_without_server(&mut self) {
-        if self.job.pmix.is_none() || self.pmix.is_some() || self.pmix_fence.own_in {
+        let server = self.pmix.is_some() || self.pmix_late.is_some();
+        if self.job.pmix.is_none() || server || self.pmix_fence.own_in {
             return;
         }
         self.pmix_fence.own_in = true;

@@ -34,15 +34,134 @@ pub fn version() -> Option<&'static str> {
 #[cfg(rlaunch_pmix)]
 const HOST_EXE: &[u8] = include_bytes!(env!("RLAUNCH_PMIX_HOST"));
 
-/// A running PMIx host: where commands go, and the directories this node's share of the job
-/// keeps its files in (removed when the host is dropped).
+/// A node's PMIx files for one job: the server's rendezvous and session directory, and the
+/// directory of Open MPI's shared-memory segments if /dev/shm is there. Named first (a late
+/// server's ranks are told of them before it starts), made by [`Files::make`], and removed
+/// when dropped.
+pub struct Files {
+    dir: PathBuf,
+    shm: Option<PathBuf>,
+    made: bool,
+}
+
+impl Files {
+    /// Where job `jobid` keeps its files on node `node`; nothing is made yet.
+    pub fn at(jobid: &str, node: u32) -> Files {
+        let name = format!("rlaunch-pmix.{}.{}.{}", sanitize(jobid), node, std::process::id());
+        let dir = std::env::temp_dir().join(&name);
+        // Open MPI names its shared-memory segments after the host name, the job and the
+        // local rank: the ranks of two fake nodes of one machine would share them. A
+        // directory per node and job keeps them apart, and goes with the job however its
+        // ranks end.
+        let shm = Path::new("/dev/shm");
+        let shm = shm.is_dir().then(|| shm.join(&name));
+        Files { dir, shm, made: false }
+    }
+
+    /// Makes the directories, private to this user (and first removes what dead proxies
+    /// left).
+    pub fn make(mut self) -> io::Result<Files> {
+        sweep_leftovers();
+        private_dir(&self.dir)?;
+        self.made = true;
+        if self.shm.as_ref().is_some_and(|shm| private_dir(shm).is_err()) {
+            self.shm = None;
+        }
+        Ok(self)
+    }
+
+    /// Where this node's ranks keep their shared-memory segments.
+    pub fn shm_dir(&self) -> Option<&Path> {
+        self.shm.as_deref()
+    }
+}
+
+impl Drop for Files {
+    fn drop(&mut self) {
+        if !self.made {
+            return;
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+        if let Some(shm) = &self.shm {
+            let _ = std::fs::remove_dir_all(shm);
+        }
+    }
+}
+
+/// What a node gives its ranks before its server exists, for a job whose ranks may never
+/// use PMIx: a listening socket on the loopback, and the environment that names it. The
+/// server starts when the first client connects (the socket becomes readable), takes the
+/// socket over with the clients waiting in its backlog, and serves them as if it had been
+/// there first ([`Host::start`] with it). A job whose ranks never connect pays for a socket
+/// and a few variables, not for a server (8-19 ms a node here).
+pub struct Late {
+    listener: std::net::TcpListener,
+    /// The server's namespace in the ranks' `PMIX_SERVER_URI*` (its rank is 0).
+    server: String,
+    uri: String,
+}
+
+impl Late {
+    /// A listening socket for node `node`'s ranks. Fails where this proxy has no PMIx.
+    pub fn listen(node: u32) -> io::Result<Late> {
+        if version().is_none() {
+            return Err(no_pmix());
+        }
+        let listener = std::net::TcpListener::bind((std::net::Ipv4Addr::LOCALHOST, 0))?;
+        let port = listener.local_addr()?.port();
+        let server = format!("rlaunch-server.{node}.{}", std::process::id());
+        let uri = format!("{server}.0;tcp4://127.0.0.1:{port}");
+        Ok(Late { listener, server, uri })
+    }
+
+    /// A descriptor that becomes readable when the first client connects.
+    pub fn watch(&self) -> io::Result<std::os::fd::OwnedFd> {
+        Ok(self.listener.try_clone()?.into())
+    }
+
+    /// The variables `PMIx_server_setup_fork` gives rank `rank` of `nspace`, for the server
+    /// this proxy will start with [`Host::start`]: its address, its namespace, the session
+    /// directory of `files`, `host`'s name, and the one data store every libpmix has (the
+    /// late server is started with no other, so no shared segment need exist first).
+    pub fn env(&self, files: &Files, nspace: &str, rank: u32, host: &str) -> Vec<Vec<u8>> {
+        let dir = files.dir.display();
+        let mut vars: Vec<String> = ["PMIX_SERVER_URI41", "PMIX_SERVER_URI4", "PMIX_SERVER_URI3"]
+            .iter()
+            .chain(&["PMIX_SERVER_URI2", "PMIX_SERVER_URI21"])
+            .map(|name| format!("{name}={}", self.uri))
+            .collect();
+        vars.extend([
+            format!("PMIX_NAMESPACE={nspace}"),
+            format!("PMIX_RANK={rank}"),
+            "PMIX_SECURITY_MODE=native".into(),
+            "PMIX_BFROP_BUFFER_TYPE=PMIX_BFROP_BUFFER_NON_DESC".into(),
+            format!("PMIX_GDS_MODULE={LATE_GDS}"),
+            format!("PMIX_SERVER_TMPDIR={dir}"),
+            format!("PMIX_SYSTEM_TMPDIR={dir}"),
+            format!("PMIX_HOSTNAME={host}"),
+            format!("PMIX_VERSION={}", version().unwrap_or_default()),
+        ]);
+        vars.into_iter().map(String::into_bytes).collect()
+    }
+}
+
+/// The data store of a late server and its clients: libpmix's own `hash`, which needs no
+/// shared segment made before the ranks start.
+const LATE_GDS: &str = "hash";
+
+fn no_pmix() -> io::Error {
+    io::Error::new(
+        io::ErrorKind::Unsupported,
+        "this rlaunch-proxy was built without PMIx (OpenPMIx's development files were missing)",
+    )
+}
+
+/// A running PMIx host: where commands go, and this node's files of the job (removed when
+/// the host is dropped).
 pub struct Host {
     commands: mpsc::UnboundedSender<Command>,
     pid: i32,
-    /// The server's rendezvous and the job's session directory on this node.
-    dir: PathBuf,
-    /// Open MPI's shared-memory segments of this node's ranks, if /dev/shm is there.
-    shm: Option<PathBuf>,
+    files: Files,
 }
 
 /// What the host's reader task reports.
@@ -53,30 +172,20 @@ pub enum HostNews {
 }
 
 impl Host {
-    /// Starts the host for job `jobid` on node `node`, named `host` in the job; `news` hears
-    /// its events and its end. Fails if this proxy was built without PMIx or the host cannot
-    /// start.
+    /// Starts the host with `files` (made here), on the node named `host` in the job (for a
+    /// late start, on `late`'s socket); `news` hears its events and its end. Fails if this
+    /// proxy was built without PMIx or the host cannot start.
     pub fn start(
-        jobid: &str,
-        node: u32,
+        files: Files,
         host_name: &str,
+        late: Option<Late>,
         news: impl Fn(HostNews) -> bool + Send + 'static,
     ) -> io::Result<Host> {
-        sweep_leftovers();
-        let name = format!("rlaunch-pmix.{}.{}.{}", sanitize(jobid), node, std::process::id());
-        let dir = std::env::temp_dir().join(&name);
-        private_dir(&dir)?;
-        // Open MPI names its shared-memory segments after the host name, the job and the
-        // local rank: the ranks of two fake nodes of one machine would share them. A
-        // directory per node and job keeps them apart, and goes with the job however its
-        // ranks end.
-        let shm = Path::new("/dev/shm").join(&name);
-        let shm = private_dir(&shm).ok().map(|_| shm);
+        let files = files.make()?;
         let (commands, rx) = mpsc::unbounded_channel();
-        // Made first, so that its drop removes the directories whatever fails next.
-        let mut host = Host { commands, pid: 0, dir, shm };
-        let (child, link) = spawn_host(&host.dir, host_name, std::process::Stdio::inherit())?;
-        host.pid = child.id() as i32;
+        let (child, link) =
+            spawn_host(&files.dir, host_name, late, std::process::Stdio::inherit())?;
+        let host = Host { commands, pid: child.id() as i32, files };
         link.set_nonblocking(true)?;
         let link = tokio::net::UnixStream::from_std(link)?;
         let (read, write) = link.into_split();
@@ -104,17 +213,7 @@ impl Host {
 
     /// Where this node's ranks keep their shared-memory segments.
     pub fn shm_dir(&self) -> Option<&Path> {
-        self.shm.as_deref()
-    }
-}
-
-impl Drop for Host {
-    fn drop(&mut self) {
-        // The writer ends, the link closes, the host finalizes libpmix and exits.
-        let _ = std::fs::remove_dir_all(&self.dir);
-        if let Some(shm) = &self.shm {
-            let _ = std::fs::remove_dir_all(shm);
-        }
+        self.files.shm_dir()
     }
 }
 
@@ -159,11 +258,13 @@ fn sanitize(jobid: &str) -> String {
     jobid.chars().map(|c| if c.is_ascii_alphanumeric() || c == '-' { c } else { '_' }).collect()
 }
 
-/// Starts the embedded host with its link on fd 3; returns it and our end of the link.
+/// Starts the embedded host with its link on fd 3 (and a late start's listening socket on
+/// fd 4); returns it and our end of the link.
 #[cfg(rlaunch_pmix)]
 fn spawn_host(
     dir: &Path,
     name: &str,
+    late: Option<Late>,
     stderr: std::process::Stdio,
 ) -> io::Result<(std::process::Child, std::os::unix::net::UnixStream)> {
     use std::io::Write;
@@ -195,6 +296,14 @@ fn spawn_host(
     let mut command = std::process::Command::new(format!("/proc/self/fd/{}", exe.as_raw_fd()));
     command.arg0("rlaunch-pmix-host").arg(dir).arg(name);
     command.stdin(std::process::Stdio::null()).stderr(stderr);
+    let listener = late.as_ref().map(|late| late.listener.as_raw_fd()).unwrap_or(-1);
+    if let Some(late) = &late {
+        command.arg(LATE_LISTENER.to_string()).arg(&late.server);
+        // Its clients were told of this store alone; a user's own choice wins.
+        if std::env::var_os("PMIX_MCA_gds").is_none() {
+            command.env("PMIX_MCA_gds", LATE_GDS);
+        }
+    }
     // libpmix reads the node's topology with hwloc at start: with hwloc's I/O, PCI, OpenCL
     // and GL discovery that is three quarters of its 19 ms here, and the ranks need none of
     // it from the server (measured: 4.5-6 ms without). A user's own setting wins.
@@ -210,31 +319,55 @@ fn spawn_host(
             {
                 return Err(io::Error::last_os_error());
             }
-            let to = 3;
-            if theirs_fd == to {
-                let flags = nix::libc::fcntl(to, nix::libc::F_GETFD);
-                nix::libc::fcntl(to, nix::libc::F_SETFD, flags & !nix::libc::FD_CLOEXEC);
-            } else if nix::libc::dup2(theirs_fd, to) < 0 {
-                return Err(io::Error::last_os_error());
+            // The listener first: the link may be on fd 4 now, and moves off it next.
+            let mut link = theirs_fd;
+            if listener >= 0 {
+                if link == LATE_LISTENER {
+                    link = nix::libc::fcntl(link, nix::libc::F_DUPFD_CLOEXEC, 5);
+                    if link < 0 {
+                        return Err(io::Error::last_os_error());
+                    }
+                }
+                inherit(listener, LATE_LISTENER)?;
             }
-            Ok(())
+            inherit(link, 3)
         });
     }
     let child = command.spawn()?;
     drop(theirs);
+    // The host holds the listener now.
+    drop(late);
     Ok((child, std::os::unix::net::UnixStream::from(ours)))
+}
+
+/// Where a late host finds the proxy's listening socket.
+#[cfg(rlaunch_pmix)]
+const LATE_LISTENER: i32 = 4;
+
+/// Puts `fd` on `to`, open across the exec. Between fork and exec: async-signal-safe calls
+/// only.
+#[cfg(rlaunch_pmix)]
+fn inherit(fd: i32, to: i32) -> io::Result<()> {
+    // SAFETY: fcntl and dup2 on descriptors this process holds.
+    unsafe {
+        if fd == to {
+            let flags = nix::libc::fcntl(to, nix::libc::F_GETFD);
+            nix::libc::fcntl(to, nix::libc::F_SETFD, flags & !nix::libc::FD_CLOEXEC);
+        } else if nix::libc::dup2(fd, to) < 0 {
+            return Err(io::Error::last_os_error());
+        }
+    }
+    Ok(())
 }
 
 #[cfg(not(rlaunch_pmix))]
 fn spawn_host(
     _dir: &Path,
     _name: &str,
+    _late: Option<Late>,
     _stderr: std::process::Stdio,
 ) -> io::Result<(std::process::Child, std::os::unix::net::UnixStream)> {
-    Err(io::Error::new(
-        io::ErrorKind::Unsupported,
-        "this rlaunch-proxy was built without PMIx (OpenPMIx's development files were missing)",
-    ))
+    Err(no_pmix())
 }
 
 async fn write_commands(
@@ -325,8 +458,8 @@ mod tests {
             let name = format!("rlaunch-pmix-test.{}.{n}", std::process::id());
             let dir = std::env::temp_dir().join(name);
             private_dir(&dir).unwrap();
-            let (child, link) =
-                spawn_host(&dir, "n1", std::process::Stdio::piped()).expect("the host starts");
+            let (child, link) = spawn_host(&dir, "n1", None, std::process::Stdio::piped())
+                .expect("the host starts");
             let mut host = TestHost { child, link, dir };
             let ready = host.event();
             assert!(matches!(ready, Event::Ready { .. }), "{ready:?}");
