@@ -87,4 +87,7 @@ for f in "${need_files[@]}"; do
 done
 
 cargo build --workspace --all-targets
+# rlaunch as it builds where OpenPMIx's development files are missing: quiet where a job needs
+# no PMIx, one line naming what to install where it does (tests/tests/openmpi.rs).
+RLAUNCH_NO_PMIX=1 cargo build -p rlaunch -p rlaunch-proxy --target-dir target/no-pmix
 cargo test --workspace -- --test-threads="${RLAUNCH_TEST_THREADS:-4}"

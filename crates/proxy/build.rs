@@ -23,8 +23,10 @@ fn main() {
     }
     let Some(flags) = pkg_config(&["--cflags", "--libs", "pmix"]) else {
         println!(
-            "cargo::warning=OpenPMIx's development files (pkg-config pmix) are not installed: \
-             this rlaunch-proxy serves PMI-1 and PMI-2 only (Debian: apt install libpmix-dev)"
+            "cargo::warning=built without PMIx: OpenPMIx's development files (pkg-config pmix) \
+             are not installed, so Open MPI programs cannot run under this rlaunch (MPICH's \
+             can). Install them and rebuild: Debian and Ubuntu: libpmix-dev; RHEL and its \
+             rebuilds: pmix-devel"
         );
         return;
     };

@@ -77,7 +77,7 @@ pub use procs::{
 };
 pub use programs::{
     chaos, fake_scheduler_launchers, fakessh, pmiprog, pmiprog_str, proxy, proxy_str, rankprog,
-    rankprog_str, rlaunch, spawn_client,
+    rankprog_str, rlaunch, rlaunch_without_pmix, spawn_client,
 };
 pub use run::{Job, Outcome, Run, DEFAULT_TIMEOUT};
 pub use tempdir::{tempdir, TempDir};

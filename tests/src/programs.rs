@@ -17,6 +17,24 @@ pub fn rlaunch() -> PathBuf {
     built_binary("rlaunch", "cargo build --workspace")
 }
 
+/// `rlaunch` built without PMIx (`RLAUNCH_NO_PMIX=1`), as on a machine without OpenPMIx's
+/// development files: `target/no-pmix/<triple>/<profile>/`, which ./test.sh builds.
+pub fn rlaunch_without_pmix() -> PathBuf {
+    let dir = target_dir();
+    let (profile, triple) = (dir.file_name(), dir.parent().and_then(Path::file_name));
+    let target = dir.parent().and_then(Path::parent).expect("target/<triple>/<profile>");
+    let exe =
+        target.join("no-pmix").join(triple.expect("a triple")).join(profile.expect("a profile"));
+    let exe = exe.join(format!("rlaunch{}", std::env::consts::EXE_SUFFIX));
+    assert!(
+        exe.is_file(),
+        "error: {} does not exist; build it with `RLAUNCH_NO_PMIX=1 cargo build -p rlaunch \
+         -p rlaunch-proxy --target-dir target/no-pmix` (./test.sh does)",
+        exe.display()
+    );
+    exe
+}
+
 /// The `rlaunch-proxy` executable.
 pub fn proxy() -> PathBuf {
     built_binary("rlaunch-proxy", "cargo build --workspace")

@@ -477,6 +477,60 @@ fn a_program_that_loads_open_mpi_by_a_name_no_file_shows_is_caught_not_run_alone
     }
 }
 
+#[test]
+fn a_build_without_pmix_is_quiet_where_no_pmix_is_needed_and_says_what_to_install_where_it_is() {
+    let rlaunch = rlaunch_tests::rlaunch_without_pmix();
+    let run = |args: &[&str]| Run::program(&rlaunch, args).timeout(MPI_LIMIT);
+    let get = "rebuild rlaunch with OpenPMIx's development files installed (Debian and Ubuntu: \
+               libpmix-dev; RHEL and its rebuilds: pmix-devel)";
+    let fake = ["--launcher", "fork", "--hosts", "n1,n2"];
+    // A shell's ranks, which may use PMIx and do not: not a word of it.
+    let out = run(&fake).args(["-n", "2", "sh", "-c", "echo ran"]).run();
+    out.assert_code(0);
+    assert_eq!(out.lines(), ["ran", "ran"], "{out}");
+    assert_eq!(out.stderr_str(), "", "{out}");
+    // Open MPI's hello needs it: one line for the job, naming the first node.
+    let out = run(&fake).args(["-n", "2", &CProgram::OmpiHello.path_str(), "2"]).run();
+    out.assert_code(255);
+    let want = format!(
+        "rlaunch: lost proxy on n1 (it cannot serve PMIx, which the program needs: this \
+         rlaunch-proxy was built without PMIx; {get})"
+    );
+    assert_eq!(rlaunch_lines(&out.stderr_str()), [want], "{out}");
+    assert!(out.lines().is_empty(), "no rank ran: {out}");
+    // A shell that starts Open MPI's hello: caught as it would start alone.
+    let script = format!("exec {} 2", CProgram::OmpiHello.path_str());
+    let out = run(&fake).args(["-n", "2", "sh", "-c", &script]).run();
+    out.assert_code(255);
+    let err = out.stderr_str();
+    let ours = rlaunch_lines(&err);
+    let tail = format!(
+        "started Open MPI as a singleton, which would compute alone: it needs PMIx, which this \
+         rlaunch was built without; {get}"
+    );
+    assert!(ours.len() == 1 && ours[0].ends_with(&tail), "{out}");
+    // `--pmi all` asks for it: one note for the job, not one a node; MPICH runs on PMI.
+    let hello = CProgram::Hello.path_str();
+    let all = [&fake[..], &["--pmi", "all", "-n", "2", &hello, "2"]].concat();
+    let out = run(&all).run();
+    let note = format!("rlaunch: PMIx is not served: this rlaunch was built without it; {get}");
+    assert_eq!(rlaunch_lines(&out.stderr_str()), [note], "{out}");
+    let lines: Vec<String> = out.lines();
+    assert_eq!(lines.len(), 2, "{out}");
+    assert!(lines.iter().all(|l| l.contains(" size 2 sum 1 ")), "{out}");
+    // `--info` says what is missing and how to get it.
+    let out = run(&["--info"]).run();
+    out.assert_code(0);
+    let info = out.stdout_str();
+    assert!(
+        info.contains(
+            "  PMIx:       not built in: Open MPI programs cannot run (MPICH's can); to have it,\n"
+        ),
+        "{info}"
+    );
+    assert!(info.contains(&format!("\n              {get}\n")), "{info}");
+}
+
 /// Where Debian's `scalapack-mpi-test` keeps its Open MPI testers and their input files.
 const SCALAPACK_TESTS: &str = "/usr/lib/x86_64-linux-gnu/scalapack/openmpi-tests";
 

@@ -143,7 +143,11 @@ pub fn info(getenv: impl Fn(&str) -> Option<String>) -> String {
         pmix = match rlaunch_proxy::pmix::version() {
             Some(v) =>
                 format!("OpenPMIx {v} server on every node, for programs that can use it (--pmi)"),
-            None => "not built in (OpenPMIx's development files were missing)".to_string(),
+            None => format!(
+                "not built in: Open MPI programs cannot run (MPICH's can); to have it,\n{:14}{}",
+                "",
+                rlaunch_proxy::pmix::GET_PMIX
+            ),
         },
     )
 }

@@ -108,6 +108,13 @@ pub fn build(o: &Options, env: &[(OsString, OsString)]) -> Result<job::Plan, Pla
     // Built (and `--pset` checked) whether or not PMIx is served.
     let pmix = pmix_job(o, &node_hosts, &rank_node, lists.rank_segments().collect(), size)?;
     let pmix = match serves_pmix(o.pmi, &segments, &job_env) {
+        // Said once for the job, here, not by each node's proxy (a job that needs PMIx
+        // fails on its first node instead, naming it).
+        Serve::Yes { required: false, late: false } if rlaunch_proxy::pmix::version().is_none() => {
+            let get = rlaunch_proxy::pmix::GET_PMIX;
+            notices.push(format!("PMIx is not served: this rlaunch was built without it; {get}"));
+            None
+        }
         Serve::No => None,
         Serve::Yes { required, late } => Some(PmixJob { required, late, ..pmix }),
     };

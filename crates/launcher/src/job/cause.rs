@@ -133,12 +133,20 @@ impl Cause {
                 Some(rank_said(*rank, *pid, &format!("aborted the job with exit code {code}{msg}")))
             }
             Cause::PmiFault { rank, pid, what } => Some(rank_said(*rank, *pid, what)),
-            Cause::Singleton { rank, pid } => Some(rank_said(
-                *rank,
-                *pid,
-                "started Open MPI as a singleton, which would compute alone: it needs PMIx, \
-                 which it was not served (run with --pmi pmix)",
-            )),
+            Cause::Singleton { rank, pid } => {
+                let get = match rlaunch_proxy::pmix::version() {
+                    Some(_) => "which it was not served (run with --pmi pmix)".to_string(),
+                    None => format!(
+                        "which this rlaunch was built without; {}",
+                        rlaunch_proxy::pmix::GET_PMIX
+                    ),
+                };
+                let what = format!(
+                    "started Open MPI as a singleton, which would compute alone: it needs PMIx, \
+                     {get}"
+                );
+                Some(rank_said(*rank, *pid, &what))
+            }
             Cause::OutputFile(failure) => Some(failure.to_string()),
             Cause::SpawnTooLarge { rank, asked } => Some(format!(
                 "{} on {} asked to spawn {asked} processes, more than a node can run",

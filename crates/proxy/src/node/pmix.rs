@@ -141,9 +141,16 @@ impl Node {
             }
             return false;
         }
+        let required = job.required;
         let files = Files::at(&self.job.jobid, self.plan.index);
         match self.start_host(files, None) {
             Ok(()) => self.pmix.as_ref().is_some_and(|p| p.holding),
+            // A build without PMIx: rlaunch said so once for the job, if it does not need it.
+            Err(e) if e.kind() == std::io::ErrorKind::Unsupported && !required => {
+                tracing::debug!("PMIx is not served on this node: {e}");
+                self.pmix_fence_without_server();
+                false
+            }
             // Ranks that need PMIx never start (the job fails); others start without it.
             Err(e) => self.pmix_unavailable(e.to_string(), false),
         }

@@ -97,6 +97,10 @@ impl Drop for Files {
 pub struct Late {
     listener: std::net::TcpListener,
     /// The server's namespace in the ranks' `PMIX_SERVER_URI*` (its rank is 0).
+    #[cfg_attr(
+        not(rlaunch_pmix),
+        expect(dead_code, reason = "a proxy without PMIx never starts a host")
+    )]
     server: String,
     uri: String,
 }
@@ -149,10 +153,15 @@ impl Late {
 /// shared segment made before the ranks start.
 const LATE_GDS: &str = "hash";
 
+/// What to install to have PMIx, for messages about a build without it.
+pub const GET_PMIX: &str = "rebuild rlaunch with OpenPMIx's development files installed \
+                            (Debian and Ubuntu: libpmix-dev; RHEL and its rebuilds: pmix-devel)";
+
+/// This proxy has no PMIx host: `ErrorKind::Unsupported`, and nothing else is.
 fn no_pmix() -> io::Error {
     io::Error::new(
         io::ErrorKind::Unsupported,
-        "this rlaunch-proxy was built without PMIx (OpenPMIx's development files were missing)",
+        format!("this rlaunch-proxy was built without PMIx; {GET_PMIX}"),
     )
 }
 
