@@ -13,6 +13,7 @@
 //! later is tried too (and [`wrong_value`] matches every option key without a wildcard).
 
 use std::fs;
+use std::net::ToSocketAddrs;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -597,5 +598,29 @@ fn a_remote_shell_that_answers_garbage_loses_its_host() {
          install the same rlaunch version on every host)",
         pmi_wire::control::PROTOCOL_VERSION
     );
+    refused_alone(&dir, run, &line, 255);
+}
+
+#[test]
+fn a_node_no_address_of_which_is_known_is_named_with_what_was_tried() {
+    // Neither its name nor Slurm (no controller outside the tests' cluster) gives nosuch1 an
+    // address: one line saying both, exit 255, nothing started.
+    let dir = tempdir();
+    let by_name = ("nosuch1", 9).to_socket_addrs().expect_err("nosuch1 does not resolve");
+    let by_name = by_name.to_string();
+    let by_name = by_name.split(" (os error").next().unwrap();
+    let scontrol = std::process::Command::new("scontrol")
+        .args(["-o", "show", "node", "nosuch1,nosuch2"])
+        .output()
+        .expect("scontrol runs (./test.sh installs slurm-client)");
+    let said = String::from_utf8_lossy(&scontrol.stderr);
+    let last = said.lines().rev().find(|l| !l.trim().is_empty()).unwrap().trim().to_string();
+    let last = if last.len() > 64 { cut(&last) } else { last };
+    let line = format!(
+        "cannot find the address that reaches nosuch1 to listen on for its proxy (its name: \
+         {by_name}; Slurm's NodeAddr: scontrol failed ({}): {last}); give --bind-address",
+        scontrol.status
+    );
+    let run = Run::new(&["--launcher", "slurm", "--hosts", "nosuch1,nosuch2", "-n", "1", "true"]);
     refused_alone(&dir, run, &line, 255);
 }

@@ -173,13 +173,15 @@ fn scancel_leaves_no_process_of_the_job(cluster: &SlurmCluster) {
 }
 
 /// The head's address on the cluster's network (tests/cluster/slurm.sh). The head does not
-/// resolve the nodes' names, so rlaunch is told where to listen.
+/// resolve the nodes' names, as at many sites (slurm.conf's `NodeAddr` alone has them): rlaunch
+/// finds the route to a node through Slurm's `NodeAddr`, and listens here, with no option.
+/// rlaunch in a batch script runs on the first node, where the names do resolve.
 const HEAD_IP: &str = "10.214.0.1";
 
 fn rlaunch_inside_salloc_starts_its_proxies_with_one_srun(cluster: &SlurmCluster) {
     let hello = CProgram::Hello.path_str();
     let rlaunch = rlaunch_tests::rlaunch().to_string_lossy().into_owned();
-    let options = ["--rmk", "slurm", "--launcher", "slurm", "--bind-address", HEAD_IP];
+    let options = ["--rmk", "slurm", "--launcher", "slurm"];
     let args = [&["-N3", "-n6", rlaunch.as_str()][..], &options, &[hello.as_str(), "6"]].concat();
     let out =
         cluster.run("salloc", &args).env("HWLOC_COMPONENTS", "-pci,-linuxio").timeout(WAIT).run();
@@ -207,7 +209,7 @@ fn rlaunch_inside_salloc_starts_its_proxies_with_one_srun(cluster: &SlurmCluster
 fn open_mpi_inside_salloc_gets_a_pmix_server_on_every_node(cluster: &SlurmCluster) {
     let hello = CProgram::OmpiHello.path_str();
     let rlaunch = rlaunch_tests::rlaunch().to_string_lossy().into_owned();
-    let options = ["--launcher", "slurm", "--bind-address", HEAD_IP];
+    let options = ["--launcher", "slurm"];
     let args = [&["-N3", "-n6", rlaunch.as_str()][..], &options, &[hello.as_str(), "6"]].concat();
     let out = cluster.run("salloc", &args).timeout(WAIT).run();
     out.assert_code(0);
@@ -272,7 +274,7 @@ fn rlaunch_inside_a_step_overlaps_it_instead_of_hanging(cluster: &SlurmCluster) 
 fn waiting_rlaunch_job(cluster: &SlurmCluster, name: &str) -> (rlaunch_tests::Job, Vec<i32>) {
     let rlaunch = rlaunch_tests::rlaunch().to_string_lossy().into_owned();
     let rankprog = rlaunch_tests::rankprog_str();
-    let args = ["-N3", "-n3", "-J", name, &rlaunch, "--bind-address", HEAD_IP];
+    let args = ["-N3", "-n3", "-J", name, &rlaunch];
     let args = [&args[..], &[rankprog.as_str(), "ready", "sleep", "600"]].concat();
     let mut job = cluster.run("salloc", &args).timeout(WAIT).spawn();
     let ready = job.wait_for_ready(3, WAIT);
@@ -327,7 +329,7 @@ fn strangers_at_the_listener_get_nothing_and_never_disturb_the_job(cluster: &Slu
     // Width 1 over 3 nodes: rlaunch, n1's proxy and n2's proxy each listen.
     let rlaunch = rlaunch_tests::rlaunch().to_string_lossy().into_owned();
     let rankprog = rlaunch_tests::rankprog_str();
-    let args = ["-N3", "-n3", &rlaunch, "-vv", "--tree-width", "1", "--bind-address", HEAD_IP];
+    let args = ["-N3", "-n3", &rlaunch, "-vv", "--tree-width", "1"];
     let args = [&args[..], &[rankprog.as_str(), "ready", "wait-signal", "echo", "done"]].concat();
     let mut job = cluster.run("salloc", &args).timeout(WAIT).spawn();
     let address_in = |line: &str| -> std::net::SocketAddr {
@@ -342,7 +344,12 @@ fn strangers_at_the_listener_get_nothing_and_never_disturb_the_job(cluster: &Slu
     for _ in 0..2 {
         let line =
             job.wait_for_stderr_line(|l| l.contains("a proxy listens for its children"), WAIT);
-        listeners.push(address_in(&line));
+        let theirs = address_in(&line);
+        // An interior proxy listens on its end of its link to its parent: an address of its
+        // node on the cluster's network, not the wildcard, found without a name.
+        let ip = theirs.ip().to_string();
+        assert!(ip.starts_with("10.214.0.") && ip != HEAD_IP, "a proxy listens on {theirs}");
+        listeners.push(theirs);
     }
     let ready = job.wait_for_ready(3, WAIT);
 

@@ -14,7 +14,7 @@
 //! Reading is pure but for the files these name; errors name the variable or file:line.
 
 mod files;
-mod slurm;
+pub(crate) mod slurm;
 
 use std::path::PathBuf;
 

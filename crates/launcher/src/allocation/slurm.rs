@@ -1,5 +1,6 @@
 //! Slurm's compressed forms: hostlists (`n[01-16,20],gpu-a[1-2]`) and per-node counts
-//! (`2(x3),1`). Pure; errors say what is wrong, the caller names the variable.
+//! (`2(x3),1`), and the nodes' addresses in `scontrol -o show node`'s lines. Pure; errors say
+//! what is wrong, the caller names the variable.
 
 /// Most hosts a hostlist may expand to: far beyond any machine, small enough that a typo
 /// (`n[1-99999999999]`) is an error rather than an allocation of gigabytes.
@@ -130,6 +131,20 @@ pub(crate) fn expand_counts(counts: &str) -> Result<Vec<u32>, FormError> {
     Ok(out)
 }
 
+/// Each node's `NodeAddr` (what slurmctld reaches it at: an address, or a name), by
+/// `NodeName`, from `scontrol -o show node`'s output: one line a node of `key=value` fields.
+pub(crate) fn node_addresses(shown: &str) -> std::collections::HashMap<String, String> {
+    shown
+        .lines()
+        .filter_map(|line| {
+            let field = |key: &str| {
+                line.split_whitespace().find_map(|f| f.strip_prefix(key)).map(str::to_string)
+            };
+            Some((field("NodeName=")?, field("NodeAddr=")?))
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -168,6 +183,17 @@ mod tests {
         assert_eq!(expand_hostlist("n[1-]"), Err(FormError::BadRange("1-".into())));
         assert_eq!(expand_hostlist("n[1-99999999999]"), Err(FormError::TooMany));
         assert_eq!(expand_hostlist("a[1-1024]-b[1-1024]-c[1-2]"), Err(FormError::TooMany));
+    }
+
+    #[test]
+    fn node_addresses_are_read_from_scontrols_lines() {
+        let shown = "NodeName=n1 Arch=x86_64 CoresPerSocket=1 NodeAddr=10.214.0.11 \
+                     NodeHostName=n1 Version=22.05\nNodeName=n2 NodeAddr=n2-ib State=IDLE\n\
+                     garbage\nNodeName=n3 State=DOWN\n";
+        let found = node_addresses(shown);
+        assert_eq!(found.len(), 2, "{found:?}");
+        assert_eq!(found["n1"], "10.214.0.11");
+        assert_eq!(found["n2"], "n2-ib");
     }
 
     #[test]

@@ -15,6 +15,7 @@
 //! are not its own children to their parent's listener (`Down::Redirect`), once that parent
 //! has said where it listens (`Up::Listening`).
 
+use std::collections::HashMap;
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, ToSocketAddrs, UdpSocket};
 use std::os::unix::process::CommandExt;
@@ -28,6 +29,8 @@ use tokio::sync::mpsc;
 
 use super::cause::Cause;
 use super::{route, Event, Root};
+use crate::error::cut;
+use crate::hosts::plain;
 use crate::output::Feed;
 
 /// How the proxies of a dialing launch are started.
@@ -88,14 +91,30 @@ pub(crate) fn start(
 
 /// An address of this machine that the `nodes` can reach it at: the local end of the route
 /// to the first node whose name is not this machine's (Debian maps its own name to
-/// 127.0.1.1, and rlaunch often runs on the allocation's first node). Loopback only if every
-/// node is this machine. An error names the node that could not be resolved.
+/// 127.0.1.1, and rlaunch often runs on the allocation's first node). A node's address is
+/// its name's, or where its name does not resolve here (sites often list their nodes to
+/// slurmctld only: `NodeName=n[1-3] NodeAddr=10.1.0.[11-13]`), the `NodeAddr` that
+/// `scontrol` gives. Loopback only if every node is this machine. An error names the node
+/// and what was tried.
 pub(crate) fn reaching(nodes: &[String]) -> Result<IpAddr, (String, io::Error)> {
+    let mut slurm: Option<Result<HashMap<String, String>, String>> = None;
     for node in nodes {
-        let resolved = (node.as_str(), 9).to_socket_addrs().map_err(|e| (node.clone(), e))?;
-        let Some(target) = resolved.into_iter().find(SocketAddr::is_ipv4) else {
-            let none = format!("{node} has no IPv4 address");
-            return Err((node.clone(), io::Error::new(io::ErrorKind::NotFound, none)));
+        let target = match ipv4_of(node) {
+            Ok(target) => target,
+            Err(by_name) => {
+                let known = slurm.get_or_insert_with(|| slurm_addresses(nodes));
+                let by_slurm = match known {
+                    Ok(known) => match known.get(node) {
+                        Some(addr) => ipv4_of(addr).map_err(|e| format!("{}: {e}", cut(addr))),
+                        None => Err("scontrol does not show it".to_string()),
+                    },
+                    Err(e) => Err(e.clone()),
+                };
+                by_slurm.map_err(|by_slurm| {
+                    let tried = format!("its name: {by_name}; Slurm's NodeAddr: {by_slurm}");
+                    (node.clone(), io::Error::new(io::ErrorKind::NotFound, tried))
+                })?
+            }
         };
         if target.ip().is_loopback() {
             continue;
@@ -109,6 +128,29 @@ pub(crate) fn reaching(nodes: &[String]) -> Result<IpAddr, (String, io::Error)> 
         return route().map_err(|e| (node.clone(), e));
     }
     Ok(IpAddr::V4(Ipv4Addr::LOCALHOST))
+}
+
+/// The first IPv4 address `host` (a name or an address) resolves to, or why there is none.
+fn ipv4_of(host: &str) -> Result<SocketAddr, String> {
+    let resolved = (host, 9).to_socket_addrs().map_err(|e| plain(&e))?;
+    resolved.into_iter().find(SocketAddr::is_ipv4).ok_or_else(|| "no IPv4 address".to_string())
+}
+
+/// Each node's `NodeAddr`, as `scontrol -o show node` gives it for `nodes`.
+fn slurm_addresses(nodes: &[String]) -> Result<HashMap<String, String>, String> {
+    let shown = Command::new("scontrol")
+        .args(["-o", "show", "node", &nodes.join(",")])
+        .stdin(Stdio::null())
+        .stderr(Stdio::piped())
+        .output()
+        .map_err(|e| format!("cannot run scontrol: {}", plain(&e)))?;
+    if !shown.status.success() {
+        // Its last line says why (the ones before, where it looked).
+        let said = String::from_utf8_lossy(&shown.stderr);
+        let why = said.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or_default();
+        return Err(format!("scontrol failed ({}): {}", shown.status, cut(why.trim())));
+    }
+    Ok(crate::allocation::slurm::node_addresses(&String::from_utf8_lossy(&shown.stdout)))
 }
 
 /// The one process (srun) that started every proxy of a dialing launch.
