@@ -295,7 +295,9 @@ fn wrong_value(key: Key) -> Option<(&'static str, &'static str, i32)> {
         Key::ProxyPath => None,
         // Names of variables, set or not.
         Key::Genvlist | Key::Envlist => None,
-        Key::NoEffect(_) => None,
+        Key::NoEffect(_) | Key::Habit(_) => None,
+        // Any NAME VALUE: Open MPI judges its parameters.
+        Key::Mca => None,
         Key::PmiPort
         | Key::Oversubscribe
         | Key::Genvall

@@ -71,6 +71,12 @@ pub enum Key {
     Info,
     /// Accepted so that scripts run, but meaningless here: the reason is printed once.
     NoEffect(&'static str),
+    /// Open MPI's `--mca NAME VALUE`: `OMPI_MCA_NAME=VALUE` in every rank's environment, as
+    /// mpirun passes it.
+    Mca,
+    /// Typed out of habit, asks for nothing rlaunch would not do anyway: accepted quietly
+    /// (the reason is in `--help-all`), since a job that runs fine prints nothing of ours.
+    Habit(&'static str),
 }
 
 /// What follows an option on the command line.
@@ -265,13 +271,13 @@ pub const OPTIONS: &[Opt] = &[
         Global, Compatibility, false, "Hydra: I/O demultiplexer"),
     opt(&["-disable-x", "-enable-x"], Flag, Key::NoEffect("ssh always runs with -x"),
         Global, Compatibility, false, "Hydra: X forwarding"),
-    opt(&["--mca", "-mca", "--gmca", "-gmca"], Pair, Key::NoEffect(
-        "MCA parameters belong to Open MPI; MPICH reads MPIR_CVAR_* variables (use -genv)"),
-        Global, Compatibility, false, "Open MPI: MCA parameter"),
-    opt(&["--allow-run-as-root"], Flag, Key::NoEffect("rlaunch runs as root without it"),
-        Global, Compatibility, false, "Open MPI: allow root"),
-    opt(&["-q", "--quiet"], Flag, Key::NoEffect("rlaunch prints only errors unless -v"),
-        Global, Compatibility, false, "Open MPI: quiet"),
+    opt(&["--mca", "-mca", "--gmca", "-gmca"], Pair, Key::Mca, Global, Compatibility, false,
+        "Open MPI's MCA parameter: OMPI_MCA_NAME=VALUE in every rank's environment, as mpirun \
+         passes it (MPICH reads MPIR_CVAR_* variables instead: use -genv)"),
+    opt(&["--allow-run-as-root"], Flag, Key::Habit("rlaunch runs as root without it"),
+        Global, Compatibility, false, "Open MPI's permission for root: accepted, rlaunch needs none"),
+    opt(&["-q", "--quiet"], Flag, Key::Habit("rlaunch prints only errors unless -v"),
+        Global, Compatibility, false, "Open MPI's quiet: accepted, rlaunch prints only errors"),
     opt(&["--display-map", "-display-map"], Flag, Key::NoEffect(
         "use -v to see the placement"),
         Global, Compatibility, false, "Open MPI: print the map"),

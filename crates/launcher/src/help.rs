@@ -110,8 +110,22 @@ fn title(topic: Topic) -> &'static str {
         Topic::Output => "Output",
         Topic::Binding => "CPU binding",
         Topic::Information => "Information",
-        Topic::Compatibility => "Accepted for compatibility, no effect",
+        Topic::Compatibility => "Accepted for compatibility",
     }
+}
+
+/// `--version`: one line, as tools that run `mpirun --version` read it (the exit status, or
+/// the first line): the version, the commit it was built from, and its PMIx.
+pub fn version() -> String {
+    let pmix = match rlaunch_proxy::pmix::version() {
+        Some(v) => format!("OpenPMIx {v}"),
+        None => "not built in".to_string(),
+    };
+    format!(
+        "rlaunch {} (commit {}, PMIx: {pmix})",
+        env!("CARGO_PKG_VERSION"),
+        env!("RLAUNCH_COMMIT")
+    )
 }
 
 /// `--info`: what this rlaunch is and can do.

@@ -27,7 +27,7 @@ fn main() {
     let options = match options::parse(&args, &env, &cwd) {
         Ok(Request::Run(options)) => options,
         Ok(Request::Help { all }) => return print!("{}", help::help(all)),
-        Ok(Request::Version) => return println!("rlaunch {}", env!("CARGO_PKG_VERSION")),
+        Ok(Request::Version) => return println!("{}", rlaunch::help::version()),
         Ok(Request::Info) => {
             let getenv = |name: &str| std::env::var(name).ok();
             return print!("{}", help::info(getenv));

@@ -439,6 +439,11 @@ fn fold(
                 Key::BindTo => o.binding = parse_bind_to(item.name, &value)?,
                 Key::ReportBindings => o.report_bindings = true,
                 Key::Verbose => o.verbose = o.verbose.saturating_add(1),
+                Key::Mca => {
+                    let (name, value) = split_pair(item)?;
+                    o.genv.push(([b"OMPI_MCA_", &name[..]].concat(), value));
+                }
+                Key::Habit(why) => tracing::debug!("{} has no effect: {why}", item.name),
                 Key::NoEffect(why) => {
                     let notice = format!("note: {} has no effect: {why}", item.name);
                     if !o.notices.contains(&notice) {
@@ -580,8 +585,11 @@ mod tests {
         assert!(o.output.tag);
         assert!(run("--map-by ppr:x:node ./a", &[]).is_err());
         assert!(run("--bind-to cores:0 ./a", &[]).is_err());
-        let o = run("--mca btl tcp --mca x y ./a", &[]).unwrap();
-        assert_eq!(o.notices.len(), 1);
+        // MCA parameters reach the ranks as mpirun passes them, with nothing said.
+        let o = run("--mca btl tcp -mca x=y --allow-run-as-root ./a", &[]).unwrap();
+        assert!(o.notices.is_empty(), "{:?}", o.notices);
+        let mca = |k: &str, v: &str| (k.as_bytes().to_vec(), v.as_bytes().to_vec());
+        assert_eq!(o.genv, [mca("OMPI_MCA_btl", "tcp"), mca("OMPI_MCA_x", "y")]);
     }
 
     #[test]
