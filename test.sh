@@ -39,6 +39,13 @@ need /usr/bin/ssh openssh-client
 need /usr/bin/ssh-keygen openssh-client
 need /usr/bin/strace strace
 need /usr/bin/flock util-linux
+# `make install` and its manual page, completions and mpi4py under the installed mpiexec
+# (tests/tests/cli.rs).
+need /usr/bin/make make
+need /usr/bin/man man-db
+need /usr/bin/zsh zsh
+need /usr/bin/fish fish
+need /usr/lib/python3/dist-packages/mpi4py/__init__.py python3-mpi4py
 # A real browser draws the page of `rlaunch timeline` in tests/tests/timeline.rs.
 need /usr/bin/chromium chromium
 need /usr/bin/unshare util-linux

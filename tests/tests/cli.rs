@@ -351,3 +351,89 @@ fn iface_names_the_interface_rlaunch_listens_on() {
     one_line_error(&out, "--iface rl-nosuch0: no interface of that name has an IPv4 address");
     assert!(out.stderr_str().contains("(these do: ") && out.stderr_str().contains("lo"), "{out}");
 }
+
+/// Runs `command` to completion; panics with what it said unless it succeeds. Its stdout.
+fn succeeds(command: &mut std::process::Command) -> String {
+    let out = command.output().unwrap_or_else(|e| panic!("cannot run {command:?}: {e}"));
+    let said = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+    assert!(
+        out.status.success(),
+        "{command:?}: {}\n{}{}",
+        out.status,
+        said(&out.stdout),
+        said(&out.stderr)
+    );
+    said(&out.stdout)
+}
+
+#[test]
+fn make_install_puts_binaries_manual_completions_and_mpi_names_under_a_prefix() {
+    let prefix = rlaunch_tests::tempdir();
+    let repo = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+    // The binaries this test run built (no cargo inside cargo test: it holds the build lock).
+    let built = rlaunch_tests::rlaunch().parent().unwrap().to_path_buf();
+    succeeds(std::process::Command::new("make").current_dir(repo).args([
+        "-s".to_string(),
+        "install-mpi-links".into(),
+        format!("PREFIX={}", prefix.path().display()),
+        format!("BUILT={}", built.display()),
+    ]));
+    let bin = prefix.join("bin");
+
+    // A job from the prefix: rlaunch finds the rlaunch-proxy installed beside it.
+    let out = Run::program(bin.join("rlaunch"), &["-n", "2", &rankprog_str(), "echo", "ran"]).run();
+    out.assert_code(0);
+    assert_eq!(out.lines(), ["ran", "ran"], "{out}");
+    // `mpirun --version`, which Ray's MPI runtime and Lightning's Jittor strategy run first.
+    let out = Run::program(bin.join("mpirun"), &["--version"]).run();
+    out.assert_code(0);
+    assert!(out.stdout_str().starts_with("rlaunch "), "{out}");
+    // mpi4py's own hello as its documentation runs it, under mpiexec started detached, with
+    // no terminal and stdin closed (as MPIClusterManagers.jl's mpirun_cmd does): Debian's
+    // mpi4py is an Open MPI program under python, served PMIx when it connects.
+    let mpiexec = bin.join("mpiexec").display().to_string();
+    let args = ["-w", &mpiexec, "-n", "2", "/usr/bin/python3", "-m", "mpi4py.bench", "helloworld"];
+    let out = Run::program("setsid", &args).run();
+    out.assert_code(0);
+    let host = rlaunch_tests::hosts::hostname();
+    let want: Vec<String> =
+        (0..2).map(|r| format!("Hello, World! I am process {r} of 2 on {host}.")).collect();
+    assert_eq!(rlaunch_tests::output::sorted(out.lines()), want, "{out}");
+
+    // The manual, rendered as man shows it, names every spelling of every option.
+    let man = prefix.join("share/man/man1/rlaunch.1");
+    let page = succeeds(
+        std::process::Command::new("man")
+            .arg("-l")
+            .arg(&man)
+            .env("LC_ALL", "C")
+            .env("MANWIDTH", "200"),
+    );
+    assert!(page.starts_with("RLAUNCH(1)"), "{page}");
+    for o in rlaunch::args::OPTIONS {
+        for name in o.names {
+            assert!(page.contains(name), "the manual lacks {name}");
+        }
+    }
+    assert!(std::fs::read_link(prefix.join("share/man/man1/mpirun.1")).is_ok());
+
+    // bash completes option names, and a hostfile's path after -f.
+    let hosts = prefix.join("myhosts");
+    std::fs::write(&hosts, "localhost\n").unwrap();
+    let completion = prefix.join("share/bash-completion/completions/rlaunch");
+    let script = format!(
+        "source {}; COMP_WORDS=(mpirun --hos); COMP_CWORD=1; _rlaunch; echo ${{COMPREPLY[@]}}; \
+         COMP_WORDS=(rlaunch -f {}/myh); COMP_CWORD=2; _rlaunch; echo ${{COMPREPLY[@]}}",
+        completion.display(),
+        prefix.path().display()
+    );
+    let said = succeeds(std::process::Command::new("bash").args(["-c", &script]));
+    assert_eq!(said, format!("--hosts --host --hostfile\n{}\n", hosts.display()));
+    // zsh reads its script; fish completes from its own.
+    let zsh = prefix.join("share/zsh/site-functions/_rlaunch");
+    succeeds(std::process::Command::new("zsh").arg("-n").arg(&zsh));
+    let fish = prefix.join("share/fish/vendor_completions.d/rlaunch.fish");
+    let script = format!("source {}; complete -C 'rlaunch --hostf'", fish.display());
+    let said = succeeds(std::process::Command::new("fish").args(["--no-config", "-c", &script]));
+    assert!(said.starts_with("--hostfile\t"), "{said}");
+}

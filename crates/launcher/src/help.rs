@@ -102,7 +102,7 @@ fn exit_status() -> String {
     }
     out
 }
-fn title(topic: Topic) -> &'static str {
+pub(crate) fn title(topic: Topic) -> &'static str {
     match topic {
         Topic::Job => "Job",
         Topic::Hosts => "Hosts and launching",

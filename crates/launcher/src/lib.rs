@@ -9,11 +9,13 @@
 //!
 //! Start reading at [`options::parse`] for the command line, [`plan::build`] for how a job is
 //! laid out over hosts and proxies, and [`job::run`] for how it runs. [`exit`] is the table of
-//! every status rlaunch ends with; [`help`] says what the user sees of each option.
+//! every status rlaunch ends with; [`help`] says what the user sees of each option, and [`docs`]
+//! writes the same table as a manual page and shell completions.
 
 mod allocation;
 pub mod args;
 mod configfile;
+pub mod docs;
 pub mod error;
 pub mod exit;
 #[doc(hidden)]
