@@ -489,15 +489,21 @@ fn a_build_without_pmix_is_quiet_where_no_pmix_is_needed_and_says_what_to_instal
     out.assert_code(0);
     assert_eq!(out.lines(), ["ran", "ran"], "{out}");
     assert_eq!(out.stderr_str(), "", "{out}");
-    // Open MPI's hello needs it: one line for the job, naming the first node.
+    // Open MPI's hello needs it: one line for the job before anything starts (rlaunch forks
+    // its machine's proxies from itself: they have no PMIx either); `--pmi pmix` likewise.
     let out = run(&fake).args(["-n", "2", &CProgram::OmpiHello.path_str(), "2"]).run();
-    out.assert_code(255);
     let want = format!(
-        "rlaunch: lost proxy on n1 (it cannot serve PMIx, which the program needs: this \
-         rlaunch-proxy was built without PMIx; {get})"
+        "rlaunch: the program needs PMIx (it links Open MPI or libpmix), which this rlaunch \
+         was built without; {get}"
     );
-    assert_eq!(rlaunch_lines(&out.stderr_str()), [want], "{out}");
+    assert_eq!(out.stderr_str(), format!("{want}\n"), "{out}");
+    out.assert_code(255);
     assert!(out.lines().is_empty(), "no rank ran: {out}");
+    let out = run(&["--pmi", "pmix", "-n", "1", "true"]).run();
+    let want =
+        format!("rlaunch: --pmi pmix asks for PMIx, which this rlaunch was built without; {get}");
+    assert_eq!(out.stderr_str(), format!("{want}\n"), "{out}");
+    out.assert_code(255);
     // A shell that starts Open MPI's hello: caught as it would start alone.
     let script = format!("exec {} 2", CProgram::OmpiHello.path_str());
     let out = run(&fake).args(["-n", "2", "sh", "-c", &script]).run();

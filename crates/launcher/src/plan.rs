@@ -107,10 +107,18 @@ pub fn build(o: &Options, env: &[(OsString, OsString)]) -> Result<job::Plan, Pla
     let job_env = job_env(o, env);
     // Built (and `--pset` checked) whether or not PMIx is served.
     let pmix = pmix_job(o, &node_hosts, &rank_node, lists.rank_segments().collect(), size)?;
+    let built_in = rlaunch_proxy::pmix::version().is_some();
     let pmix = match serves_pmix(o.pmi, &segments, &job_env) {
-        // Said once for the job, here, not by each node's proxy (a job that needs PMIx
-        // fails on its first node instead, naming it).
-        Serve::Yes { required: false, late: false } if rlaunch_proxy::pmix::version().is_none() => {
+        // This rlaunch forks its machine's proxies from itself: said once for the job, here,
+        // not by each node's proxy.
+        Serve::Yes { required: true, .. } if !built_in => {
+            let asks = match o.pmi {
+                PmiKinds::Pmix => "--pmi pmix asks for PMIx",
+                _ => "the program needs PMIx (it links Open MPI or libpmix)",
+            };
+            return Err(SetupError::NoPmix { asks }.into());
+        }
+        Serve::Yes { required: false, late: false } if !built_in => {
             let get = rlaunch_proxy::pmix::GET_PMIX;
             notices.push(format!("PMIx is not served: this rlaunch was built without it; {get}"));
             None
