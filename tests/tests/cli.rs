@@ -299,9 +299,7 @@ fn version_and_info_say_what_rlaunch_is() {
             .expect("git runs");
         String::from_utf8_lossy(&out.stdout).trim().to_string()
     };
-    let hash = git(&["rev-parse", "--short=12", "HEAD"]);
-    let dirty = !git(&["status", "--porcelain", "--untracked-files=no"]).is_empty();
-    let commit = if dirty { format!("{hash}-dirty") } else { hash };
+    let commit = git(&["rev-parse", "--short=12", "HEAD"]);
     let pmix = std::process::Command::new("pkg-config").args(["--modversion", "pmix"]).output();
     let pmix = String::from_utf8_lossy(&pmix.expect("pkg-config runs").stdout).trim().to_string();
     let out = Run::new(&["--version"]).run();

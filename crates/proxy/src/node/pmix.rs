@@ -5,7 +5,7 @@
 //! ranks held like the launched job's (`super::pmix_spawn`). A server that stops answering
 //! is lost as one that died is.
 //!
-//! A job whose programs may never use PMIx (a shell, python: `PmixJob::required` unset)
+//! A job whose programs may never use PMIx (a shell, python: `PmixJob::late`)
 //! starts its ranks at once, told of a server that starts when the first of them connects
 //! (`Late`): a job whose ranks never connect pays for no server.
 //!
@@ -112,13 +112,7 @@ pub(super) struct Waiting {
 }
 
 /// A task that watches a socket for the node, stopped when this is dropped.
-pub(super) struct Watch(tokio::task::AbortHandle);
-
-impl Watch {
-    pub(super) fn new(task: tokio::task::AbortHandle) -> Watch {
-        Watch(task)
-    }
-}
+pub(super) struct Watch(pub(super) tokio::task::AbortHandle);
 
 impl Drop for Watch {
     fn drop(&mut self) {

@@ -45,7 +45,7 @@ impl Node {
                 }
             }
         });
-        Ok(Armed { dir, _reports: super::pmix::Watch::new(task.abort_handle()) })
+        Ok(Armed { dir, _reports: super::pmix::Watch(task.abort_handle()) })
     }
 
     /// Process `pid` was started as the trap's `orted`: the rank it descends from started
