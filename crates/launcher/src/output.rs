@@ -254,6 +254,15 @@ fn same_file(a: RawFd, b: RawFd) -> bool {
     matches!((id(a), id(b)), (Ok(x), Ok(y)) if x == y)
 }
 
+/// Whether `fd` is a pipe at least half full: its reader is behind.
+fn pipe_backed_up(fd: RawFd) -> bool {
+    let capacity = nix::fcntl::fcntl(fd, nix::fcntl::FcntlArg::F_GETPIPE_SZ).unwrap_or(0);
+    let mut unread: nix::libc::c_int = 0;
+    // SAFETY: FIONREAD writes one int, the bytes waiting in the pipe, into `unread`.
+    let read = unsafe { nix::libc::ioctl(fd, nix::libc::FIONREAD, &mut unread) };
+    capacity > 0 && read == 0 && unread as i64 * 2 >= i64::from(capacity)
+}
+
 /// Gives rlaunch's stdout or stderr pipe a rank pipe's capacity, unless it has more.
 fn grow_pipe(fd: RawFd) {
     let size = nix::fcntl::fcntl(fd, nix::fcntl::FcntlArg::F_GETPIPE_SZ).unwrap_or(0);
@@ -267,10 +276,13 @@ impl Feed {
         self.splicer.clone()
     }
 
-    /// Whether the writer is behind: output piles up in its queue, so the reader of
-    /// rlaunch's output (not the proxy tree) is what holds the output up.
+    /// Whether the writer is behind: output piles up in its queue, or in rlaunch's stdout
+    /// pipe, so the reader of rlaunch's output (not the proxy tree) is what holds the output
+    /// up. The pipe counts: output spliced into it straight from the links never enters the
+    /// queue, and behind a slow reader the queue then stayed short while the pipe was full
+    /// (under_load's Ctrl-C waited for the proxies' deadline in 1 run of 3).
     pub(crate) fn writer_behind(&self) -> bool {
-        self.queued.load(Ordering::Relaxed) >= BEHIND
+        self.queued.load(Ordering::Relaxed) >= BEHIND || pipe_backed_up(1)
     }
 
     /// Queues `chunk` for the writer; once the output is dropped, throws it away instead
@@ -583,5 +595,28 @@ fn stream_name(stream: Stream) -> &'static str {
     match stream {
         Stream::Stdout => "stdout",
         Stream::Stderr => "stderr",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::fd::AsRawFd;
+
+    use super::*;
+
+    #[test]
+    fn a_pipe_is_backed_up_once_half_full() {
+        let (read, write) = nix::unistd::pipe().unwrap();
+        let fd = write.as_raw_fd();
+        let capacity = nix::fcntl::fcntl(fd, nix::fcntl::FcntlArg::F_GETPIPE_SZ).unwrap();
+        assert!(!pipe_backed_up(fd), "empty");
+        let half = vec![b'x'; capacity as usize / 2];
+        nix::unistd::write(&write, &half[..half.len() - 1]).unwrap();
+        assert!(!pipe_backed_up(fd), "just under half");
+        nix::unistd::write(&write, b"x").unwrap();
+        assert!(pipe_backed_up(fd), "half");
+        assert!(pipe_backed_up(read.as_raw_fd()), "either end tells");
+        let file = std::fs::File::open("/proc/self/status").unwrap();
+        assert!(!pipe_backed_up(file.as_raw_fd()), "not a pipe");
     }
 }
