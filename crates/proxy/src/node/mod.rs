@@ -230,10 +230,15 @@ impl Node {
             // The parent stamps this node's record with its clock's offset when the record
             // comes: a node done before the parent's probes were answered (a parent slow to
             // read its greeting, on a loaded machine) would be stamped unmeasured. The
-            // answers go on the control path, ahead of the record.
-            let probed = self.probes.wait_for(|&n| n >= crate::children::CLOCK_PROBES);
-            if tokio::time::timeout(PROBE_WAIT, probed).await.is_err() {
-                tracing::debug!("the parent's clock probes did not all come");
+            // answers go on the control path, ahead of the record. Not in a teardown: a
+            // parent tearing its subtree down (itself orphaned, perhaps) may probe no more,
+            // and each level's wait would add up (chaos: kill -9 rlaunch during an ssh
+            // launch left proxies 3 s later).
+            if !self.kill.started() {
+                let probed = self.probes.wait_for(|&n| n >= crate::children::CLOCK_PROBES);
+                if tokio::time::timeout(PROBE_WAIT, probed).await.is_err() {
+                    tracing::debug!("the parent's clock probes did not all come");
+                }
             }
             let record = Box::new(self.record());
             let done = Up::NodeDone { node: self.plan.index, record };
