@@ -84,6 +84,7 @@ pub fn build(o: &Options, env: &[(OsString, OsString)]) -> Result<job::Plan, Pla
     };
     let tree::Nodes { nodes, hosts: node_hosts, rank_node } =
         tree::group_nodes(&rank_hosts, lists.rank_segments(), fork_host);
+    let forked_ranks = nodes.iter().filter(|n| n.fork).map(|n| n.ranks.len() as u32).sum();
     let roots = tree::build_tree(nodes, o.tree_width);
     tracing::debug!(nodes = node_hosts.len(), depth = tree::depth(&roots), "plan ready");
     let dial = if dialing {
@@ -150,6 +151,7 @@ pub fn build(o: &Options, env: &[(OsString, OsString)]) -> Result<job::Plan, Pla
         liveness: o.liveness,
         pmix,
         progress: job::progress::wanted(node_hosts.len(), getenv),
+        forked_ranks,
     };
     Ok(job::Plan {
         job,

@@ -150,6 +150,7 @@ fn corpus() -> Vec<Vec<u8>> {
             liveness: Liveness::default(),
             pmix: None,
             progress: false,
+            forked_ranks: 2,
         },
         node: NodePlan {
             index: 0,

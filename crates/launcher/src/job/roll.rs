@@ -287,6 +287,7 @@ mod tests {
             liveness: Liveness::default(),
             pmix: None,
             progress: false,
+            forked_ranks: 0,
         }
     }
 

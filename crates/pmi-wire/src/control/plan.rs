@@ -41,6 +41,10 @@ pub struct Job {
     /// rlaunch shows a progress line: each proxy says when it is up and as its ranks
     /// initialise PMI ([`super::Up::Progress`]).
     pub progress: bool,
+    /// The ranks of every node started by fork ([`NodePlan::fork`]), together: those nodes
+    /// are all rlaunch's machine (fake nodes, `--launcher fork`) and share its CPUs, which a
+    /// node's own count does not show.
+    pub forked_ranks: u32,
 }
 
 /// The job as PMIx describes it to its clients: where every rank is, which application it

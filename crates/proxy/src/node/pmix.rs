@@ -302,9 +302,10 @@ impl Node {
 
     /// The PMIx environment of a local rank of job `index` (without PMIx, the singleton
     /// trap's: see `super::singleton`), started
-    /// with `local` ranks on this node. With more ranks here than CPUs to run them, Open
-    /// MPI is told it is oversubscribed, as mpirun tells it, or its ranks busy-poll each
-    /// other's CPU away.
+    /// with `local` ranks on this node. With more ranks on this machine (this node's, or
+    /// those of every node started by fork, which share it) than CPUs to run them, Open MPI
+    /// is told it is oversubscribed, as mpirun tells it, or its ranks busy-poll each other's
+    /// CPU away.
     pub(super) fn pmix_env(&mut self, index: u32, rank: u32, local: usize) -> Vec<Vec<u8>> {
         let waiting = self.pmix_late.as_ref().filter(|_| index == 0);
         let late = waiting.map(|w| w.late.env(&w.files, &self.job.jobid, rank, &self.plan.host));
@@ -318,7 +319,10 @@ impl Node {
             })
             .unwrap_or(1);
         let user_sets = |name: &[u8]| self.job.env.iter().any(|(k, _)| k == name);
-        if local > cpus && !user_sets(OVERSUBSCRIBE) {
+        // Nodes started by fork share this machine's CPUs.
+        let sharing =
+            if self.plan.fork { local.max(self.job.forked_ranks as usize) } else { local };
+        if sharing > cpus && !user_sets(OVERSUBSCRIBE) {
             vars.push([OVERSUBSCRIBE, b"=1"].concat());
         }
         let shm = match (&self.pmix_late, &self.pmix) {
