@@ -40,26 +40,22 @@ pub fn trap_dir(proxy_exe: &Path) -> io::Result<PathBuf> {
     let uid = nix::unistd::getuid().as_raw();
     let dir = std::env::temp_dir().join(format!("rlaunch-singleton.{uid}"));
     let orted = dir.join(ORTED);
-    // Following the link: there, and an executable file.
-    if std::fs::metadata(&orted).is_ok_and(|m| m.is_file() && m.mode() & 0o111 != 0) {
+    // Ours alone: no one else may put an `orted` in it.
+    let ours = || {
         let owned = std::fs::symlink_metadata(&dir)?;
         if owned.uid() != uid || owned.mode() & 0o022 != 0 || !owned.is_dir() {
             return Err(io::Error::other(format!("{} is not this user's alone", dir.display())));
         }
+        Ok(())
+    };
+    // Following the link: there, and an executable file.
+    if std::fs::metadata(&orted).is_ok_and(|m| m.is_file() && m.mode() & 0o111 != 0) {
+        ours()?;
         return Ok(dir);
     }
     match std::fs::DirBuilder::new().mode(0o700).create(&dir) {
-        Ok(()) => {}
-        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
-            let owned = std::fs::symlink_metadata(&dir)?;
-            if owned.uid() != uid || owned.mode() & 0o022 != 0 || !owned.is_dir() {
-                return Err(io::Error::other(format!(
-                    "{} is not this user's alone",
-                    dir.display()
-                )));
-            }
-        }
-        Err(e) => return Err(e),
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => ours()?,
+        made => made?,
     }
     // A link to an executable that is gone is replaced; two proxies at once may both try.
     let _ = std::fs::remove_file(&orted);
