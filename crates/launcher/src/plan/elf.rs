@@ -62,7 +62,9 @@ pub(crate) enum PmixUse {
 /// job's other programs.
 pub(crate) fn pmix_use(path: &Path, search: &Search, loader: &mut Loader) -> PmixUse {
     let Ok(file) = File::open(path) else { return PmixUse::Maybe };
-    let Some(program) = Dynamic::read(&file, true) else { return PmixUse::Maybe };
+    let Some(program) = Dynamic::read(&file, true).map(std::rc::Rc::new) else {
+        return PmixUse::Maybe;
+    };
     let closure = loader.closure(path, &program, search);
     verdict(&program, &closure)
 }
@@ -192,17 +194,6 @@ impl Dynamic {
             dynamic.rpath = None;
         }
         Some(dynamic)
-    }
-
-    /// What the loader's search needs of it: its libraries and paths, not its imports.
-    pub(super) fn search_part(&self) -> Dynamic {
-        Dynamic {
-            needed: self.needed.clone(),
-            rpath: self.rpath.clone(),
-            runpath: self.runpath.clone(),
-            machine: self.machine,
-            ..Dynamic::default()
-        }
     }
 }
 

@@ -86,14 +86,19 @@ struct Object {
 
 impl Loader {
     /// The libraries `program` (at `path`) would have mapped under `search`.
-    pub(crate) fn closure(&mut self, path: &Path, program: &Dynamic, search: &Search) -> Closure {
+    pub(crate) fn closure(
+        &mut self,
+        path: &Path,
+        program: &Rc<Dynamic>,
+        search: &Search,
+    ) -> Closure {
         let mut closure = Closure::default();
         if program.needed.is_empty() {
             return closure;
         }
         // The program's $ORIGIN is where its file really is (the kernel's /proc/self/exe).
         let real = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
-        let root = self.object(&real, Rc::new(program.search_part()), &Rc::default());
+        let root = self.object(&real, program.clone(), &Rc::default());
         let machine = program.machine;
         let mut seen: HashSet<Vec<u8>> = HashSet::new();
         let mut queue = VecDeque::from([root]);
@@ -303,7 +308,7 @@ mod tests {
     #[test]
     fn libc_is_found_and_its_loader_with_it() {
         let true_ = File::open("/bin/true").unwrap();
-        let program = Dynamic::read(&true_, true).unwrap();
+        let program = Rc::new(Dynamic::read(&true_, true).unwrap());
         let closure =
             Loader::default().closure(Path::new("/bin/true"), &program, &Search::default());
         assert_eq!(closure.missing, None);
