@@ -135,8 +135,9 @@ pub(crate) struct Node {
     /// What this node's ranks were told of a server that starts when the first of them
     /// connects, until then.
     pmix_late: Option<pmix::Waiting>,
-    /// The trap for Open MPI's singleton start, made for the first rank served no PMIx.
-    singleton: Option<singleton::Armed>,
+    /// The trap for Open MPI's singleton start, set for the first rank served no PMIx
+    /// (`Some(None)`: it could not be).
+    singleton: Option<Option<singleton::Armed>>,
     /// Reports at the trap, held (their processes wait) until the node ends.
     trapped: Vec<tokio::net::UnixStream>,
     /// How many of the parent's clock probes this proxy has answered (see `run`'s end).

@@ -21,15 +21,12 @@ impl Node {
             return Vec::new();
         }
         if self.singleton.is_none() {
-            match self.arm_singleton_trap() {
-                Ok(armed) => self.singleton = Some(armed),
-                Err(e) => {
-                    tracing::debug!("no singleton trap on this node: {e}");
-                    return Vec::new();
-                }
-            }
+            // Tried once: a trap that cannot be set is not tried again for every rank.
+            let armed = self.arm_singleton_trap();
+            let armed = armed.inspect_err(|e| tracing::debug!("no singleton trap here: {e}"));
+            self.singleton = Some(armed.ok());
         }
-        let Some(armed) = self.singleton.as_ref() else { return Vec::new() };
+        let Some(Some(armed)) = self.singleton.as_ref() else { return Vec::new() };
         use std::os::unix::ffi::OsStrExt;
         vec![[BINDIR_VAR.as_bytes(), b"=", armed.dir.as_os_str().as_bytes()].concat()]
     }

@@ -129,11 +129,9 @@ impl Late {
     /// late server is started with no other, so no shared segment need exist first).
     pub fn env(&self, files: &Files, nspace: &str, rank: u32, host: &str) -> Vec<Vec<u8>> {
         let dir = files.dir.display();
-        let mut vars: Vec<String> = ["PMIX_SERVER_URI41", "PMIX_SERVER_URI4", "PMIX_SERVER_URI3"]
-            .iter()
-            .chain(&["PMIX_SERVER_URI2", "PMIX_SERVER_URI21"])
-            .map(|name| format!("{name}={}", self.uri))
-            .collect();
+        let uris = ["URI41", "URI4", "URI3", "URI2", "URI21"];
+        let mut vars: Vec<String> =
+            uris.iter().map(|v| format!("PMIX_SERVER_{v}={}", self.uri)).collect();
         vars.extend([
             format!("PMIX_NAMESPACE={nspace}"),
             format!("PMIX_RANK={rank}"),
