@@ -6,7 +6,8 @@
  * spawning communicator's size, and sends each parent back what it got plus its rank.
  * Prints `parent R spawned 2`, `child C of 2 got N from P`, `parent R heard C: N`, and
  * `rank R idle` from the ranks that spawn nothing. Parents and children disconnect before
- * MPI_Finalize. */
+ * MPI_Finalize. SPAWN_INFO=key=value gives the spawn that hint (`host=b`); a spawn that
+ * fails prints `parent R spawn failed` and the parent finalizes as if nothing happened. */
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -43,8 +44,20 @@ int main(int argc, char **argv)
         int errs[2], remote;
         MPI_Comm inter;
         MPI_Comm comm = world ? MPI_COMM_WORLD : MPI_COMM_SELF;
-        if (MPI_Comm_spawn(argv[0], args, 2, MPI_INFO_NULL, 0, comm, &inter, errs) != MPI_SUCCESS)
-            MPI_Abort(MPI_COMM_WORLD, 6);
+        MPI_Info info = MPI_INFO_NULL;
+        const char *hint = getenv("SPAWN_INFO");
+        if (hint && strchr(hint, '=')) {
+            char key[64];
+            snprintf(key, sizeof key, "%.*s", (int)(strchr(hint, '=') - hint), hint);
+            MPI_Info_create(&info);
+            MPI_Info_set(info, key, strchr(hint, '=') + 1);
+        }
+        MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN);
+        if (MPI_Comm_spawn(argv[0], args, 2, info, 0, comm, &inter, errs) != MPI_SUCCESS) {
+            printf("parent %d spawn failed\n", rank);
+            MPI_Finalize();
+            return 0;
+        }
         int me;
         MPI_Comm_rank(comm, &me);
         MPI_Comm_remote_size(inter, &remote);

@@ -3,6 +3,8 @@
 Debian's MPICH cannot call MPI_Comm_spawn (its UCX netmod has no dynamic processes), so
 the spawn path is exercised with the wire bytes spec/PMI.md gives, for PMI-1 and PMI-2.
 Usage: spawn_client.py 1|2   (run under rlaunch; the spawned children run the same file)
+SPAWN_INFO="key=value;..." gives the spawn those hints; each child prints the host it runs
+on after "on", and the PMI_process_mapping its job has after "map".
 """
 import os
 import socket
@@ -27,6 +29,7 @@ def pmi2(body):
 
 
 spawned = os.environ.get("PMI_SPAWNED") == "1"
+hints = [h.split("=", 1) for h in os.environ.get("SPAWN_INFO", "").split(";") if h]
 me = os.environ["PMI_RANK"]
 if VERSION == "1":
     assert line("cmd=init pmi_version=1 pmi_subversion=1").endswith("rc=0")
@@ -36,13 +39,16 @@ if VERSION == "1":
         line(f"cmd=put kvsname={kvs} key=child{me} value=here{me}")
         assert line("cmd=barrier_in") == "cmd=barrier_out"
         peer = line(f"cmd=get kvsname={kvs} key=child0").split("value=")[1]
-        print(f"child {me} of {os.environ['PMI_SIZE']} kvs {kvs} port {port} peer {peer}", flush=True)
+        mapping = line(f"cmd=get kvsname={kvs} key=PMI_process_mapping").split("value=")[1]
+        print(f"child {me} of {os.environ['PMI_SIZE']} kvs {kvs} port {port} peer {peer} on {socket.gethostname()} map {mapping}", flush=True)
     else:
         block = [
             "mcmd=spawn", f"nprocs={os.environ.get('SPAWN_NPROCS', '2')}", f"execname={sys.executable}", "totspawns=1", "spawnssofar=1",
             f"arg1={os.path.abspath(__file__)}", "arg2=1", "argcnt=2", "preput_num=1",
-            "preput_key_0=PARENT_ROOT_PORT_NAME", "preput_val_0=port-of-parent", "info_num=0",
+            "preput_key_0=PARENT_ROOT_PORT_NAME", "preput_val_0=port-of-parent", f"info_num={len(hints)}",
         ]
+        for i, (key, value) in enumerate(hints):
+            block += [f"info_key_{i}={key}", f"info_val_{i}={value}"]
         sock.sendall(("\n".join(block) + "\nendcmd\n").encode())
         print(f"parent {me} {stream.readline().decode().strip()}", flush=True)
     assert line("cmd=finalize") == "cmd=finalize_ack"
@@ -51,7 +57,8 @@ else:
     init = pmi2("cmd=fullinit;pmirank=%s;threaded=FALSE;" % me)
     if spawned:
         got = pmi2("cmd=kvs-get;key=PARENT_ROOT_PORT_NAME;")
-        print(f"child {init['rank']} of {init['size']} spawner {init['spawner-jobid']} port {got['value']}", flush=True)
+        mapping = pmi2("cmd=info-getjobattr;key=PMI_process_mapping;")["value"]
+        print(f"child {init['rank']} of {init['size']} spawner {init['spawner-jobid']} port {got['value']} on {socket.gethostname()} map {mapping}", flush=True)
         for i in range(int(os.environ.get("CHILD_LINES", "0"))):
             print(f"child {init['rank']} line {i}", flush=True)
     else:
@@ -63,9 +70,11 @@ else:
         reply = pmi2(
             "cmd=spawn;thrid=t7;ncmds=1;preputcount=1;ppkey0=PARENT_ROOT_PORT_NAME;ppval0=port2;"
             f"subcmd={sys.executable};maxprocs=3;argc=2;argv0={os.path.abspath(__file__)};argv1=2;"
-            "infokeycount=0;"
+            f"infokeycount={len(hints)};"
+            + "".join(f"infokey{i}={k};infoval{i}={v};" for i, (k, v) in enumerate(hints))
         )
         if before:
             print(" and ends it after the spawn", flush=True)
-        print(f"parent {me} rc={reply['rc']} thrid={reply['thrid']} jobid={reply['jobid']}", flush=True)
+        refused = f" errmsg={reply['errmsg']}" if "errmsg" in reply else ""
+        print(f"parent {me} rc={reply['rc']} thrid={reply['thrid']} jobid={reply.get('jobid', '')}{refused}", flush=True)
     assert pmi2("cmd=finalize;")["rc"] == "0"

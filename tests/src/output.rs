@@ -90,3 +90,18 @@ mod tests {
         assert_eq!(sorted(["b", "a"]), ["a", "b"]);
     }
 }
+
+/// The hosts job `job`'s ranks ran on, in rank order, as a `--report` file lists them (0: the
+/// launched job; 1, 2, ...: spawned jobs).
+pub fn report_hosts(report: &std::path::Path, job: u64) -> Vec<String> {
+    let text = std::fs::read_to_string(report).expect("the report was written");
+    let json: serde_json::Value = serde_json::from_str(&text).expect("the report is JSON");
+    let ranks = json["ranks"].as_array().expect("the report lists its ranks");
+    let mut hosts: Vec<(u64, String)> = ranks
+        .iter()
+        .filter(|r| r["job"].as_u64() == Some(job))
+        .map(|r| (r["rank"].as_u64().unwrap(), r["host"].as_str().unwrap().to_string()))
+        .collect();
+    hosts.sort();
+    hosts.into_iter().map(|(_, host)| host).collect()
+}

@@ -46,6 +46,7 @@ fn jobs_run_across_hosts_over_ssh_and_failures_leave_nothing() {
     hello_runs_on_four_nodes_with_two_ranks_each(&cluster, CProgram::Hello);
     hello_runs_on_four_nodes_with_two_ranks_each(&cluster, CProgram::OmpiHello);
     tree_spawn_with_width_two_covers_seven_nodes(&cluster);
+    spawned_ranks_start_on_hosts_that_had_no_proxy(&cluster);
     an_unknown_host_fails_the_launch(&cluster);
     a_stopped_sshd_fails_the_launch(&cluster);
     a_killed_node_proxy_aborts_the_job(&cluster);
@@ -102,6 +103,30 @@ fn hello_runs_on_four_nodes_with_two_ranks_each(cluster: &Cluster, program: CPro
         let name = |e: &serde_json::Value| e["name"] == "process_name";
         assert_eq!(count(pid, &name), 1);
     }
+}
+
+/// MPI_Comm_spawn over ssh: one rank on n1 spawns three (PMI-2) after its slot, round the
+/// hosts: n2 and n3 get a proxy over ssh then, and each child runs where rlaunch says.
+fn spawned_ranks_start_on_hosts_that_had_no_proxy(cluster: &Cluster) {
+    let report = cluster.dir().join("spawn-report.json");
+    let client = rlaunch_tests::spawn_client();
+    let out = cluster
+        .run(&["--hosts", "n1,n2,n3", "-n", "1", "--report", report.to_str().unwrap()])
+        .args(["/usr/bin/python3", &client, "2"])
+        .env("SPAWN_NPROCS", "3")
+        .timeout(WAIT)
+        .run();
+    out.assert_code(0);
+    let placed = rlaunch_tests::output::report_hosts(&report, 1);
+    assert_eq!(placed, ["n2", "n3", "n1"], "{out}");
+    let mut children: Vec<String> =
+        out.lines().into_iter().filter(|l| l.starts_with("child ")).collect();
+    children.sort();
+    assert_eq!(children.len(), 3, "{out}");
+    for (child, host) in children.iter().zip(&placed) {
+        assert!(child.ends_with(&format!(" on {host} map (vector,(0,3,1))")), "{child}");
+    }
+    wait_no_remote_proxies(WAIT);
 }
 
 fn tree_spawn_with_width_two_covers_seven_nodes(cluster: &Cluster) {

@@ -13,7 +13,7 @@ use rlaunch_tests::hosts::hostname;
 use rlaunch_tests::mpi::{
     check_abort, check_hello, fake_nodes, mpi_run, via_library, CProgram, LibraryPath, MPI_LIMIT,
 };
-use rlaunch_tests::output::{rlaunch_lines, sorted};
+use rlaunch_tests::output::{report_hosts, rlaunch_lines, sorted};
 use rlaunch_tests::Run;
 
 #[test]
@@ -203,35 +203,82 @@ fn open_mpi_publish_and_lookup_on_one_node_and_across_fake_nodes() {
 
 #[test]
 fn open_mpi_spawn_starts_children_that_talk_to_their_parent() {
-    // One node; and two fake nodes with the spawning rank on the second, whose children
-    // start there, beside it.
+    // One node; and two fake nodes with the spawning rank on the second: its children go
+    // after the last slot, round the hosts (a, b).
     let two_nodes = vec!["--launcher".into(), "fork".into(), "--hosts".into(), "a,b".into()];
-    for (options, n, spawner) in [(vec![], 1, 0), (two_nodes, 2, 1)] {
+    for (options, n, spawner, hosts) in [
+        (vec![], 1, 0, vec![hostname(), hostname()]),
+        (two_nodes, 2, 1, vec!["a".into(), "b".into()]),
+    ] {
+        let dir = rlaunch_tests::tempdir();
+        let report = dir.path().join("report.json");
+        let options = [options, vec!["--report".into(), report.to_str().unwrap().into()]].concat();
         let out = mpi_run(&options, n, CProgram::OmpiSpawn, &[&spawner.to_string()]).run();
         out.assert_code(0);
-        let mut want = vec![
-            format!("parent {spawner} spawned 2"),
-            "child 0 of 2 got 100 from 0".to_string(),
-            "child 1 of 2 got 100 from 0".to_string(),
-            format!("parent {spawner} heard 0: 100"),
-            format!("parent {spawner} heard 1: 101"),
-        ];
-        want.extend((0..n).filter(|&r| r != spawner).map(|r| format!("rank {r} idle")));
-        assert_eq!(sorted(out.lines()), sorted(want), "{out}");
+        assert_eq!(sorted(out.lines()), sorted(spawned_pair(spawner, n)), "{out}");
         assert_eq!(rlaunch_lines(&out.stderr_str()), Vec::<&str>::new(), "{out}");
+        assert_eq!(report_hosts(&report, 1), hosts, "{out}");
         out.tag.wait_until_none(Duration::from_secs(5)).unwrap_or_else(|left| {
             panic!("left running after the spawn: {left:?}");
         });
     }
 }
 
+/// What `spawn SPAWNER` prints on `n` ranks when the spawn works.
+fn spawned_pair(spawner: u32, n: u32) -> Vec<String> {
+    let mut want = vec![
+        format!("parent {spawner} spawned 2"),
+        "child 0 of 2 got 100 from 0".to_string(),
+        "child 1 of 2 got 100 from 0".to_string(),
+        format!("parent {spawner} heard 0: 100"),
+        format!("parent {spawner} heard 1: 101"),
+    ];
+    want.extend((0..n).filter(|&r| r != spawner).map(|r| format!("rank {r} idle")));
+    want
+}
+
+#[test]
+fn open_mpi_spawn_places_children_on_other_nodes_as_its_hints_say() {
+    // One rank on a (of a:1,b:1,c:1): by default its two children go to b and c, which had
+    // no proxy; the `host` hint puts both on c; `add-host` on a host the job did not have.
+    // A host the job does not have fails MPI_Comm_spawn, and the program goes on.
+    for (hint, hosts) in [("", ["b", "c"]), ("host=c", ["c", "c"]), ("add-host=d:2", ["d", "d"])] {
+        let dir = rlaunch_tests::tempdir();
+        let report = dir.path().join("report.json");
+        let options = ["--launcher", "fork", "--hosts", "a:1,b:1,c:1", "--report"];
+        let out = Run::new(&options)
+            .arg(&report)
+            .args(["-n", "1", CProgram::OmpiSpawn.path_str().as_str(), "0"])
+            .env("SPAWN_INFO", hint)
+            .timeout(MPI_LIMIT)
+            .run();
+        out.assert_code(0);
+        assert_eq!(sorted(out.lines()), sorted(spawned_pair(0, 1)), "{out}");
+        assert_eq!(rlaunch_lines(&out.stderr_str()), Vec::<&str>::new(), "{out}");
+        assert_eq!(report_hosts(&report, 1), hosts, "{hint}: {out}");
+        out.tag.wait_until_none(Duration::from_secs(5)).unwrap();
+    }
+    let out = Run::new(&["--launcher", "fork", "--hosts", "a:1,b:1", "-n", "1"])
+        .args([CProgram::OmpiSpawn.path_str().as_str(), "0"])
+        .env("SPAWN_INFO", "host=z")
+        .timeout(MPI_LIMIT)
+        .run();
+    out.assert_code(0);
+    assert_eq!(out.lines(), ["parent 0 spawn failed"], "{out}");
+    let note = "rlaunch: note: the spawn of rank 0 failed: host z is not one of the job's hosts \
+                (the add-host hint adds one)";
+    assert_eq!(rlaunch_lines(&out.stderr_str()), [note], "{out}");
+}
+
 #[test]
 fn open_mpi_spawn_collective_over_parents_on_two_nodes() {
-    // Every rank spawns over MPI_COMM_WORLD; the children start on rank 0's node, and the
-    // parent on the other node connects to them, gets their data by direct modex, and
+    // Every rank spawns over MPI_COMM_WORLD; the children go after the last slot, round the
+    // hosts (a, b), and each parent connects to both, gets their data by direct modex, and
     // disconnects through a fence over both jobs' processes on both nodes.
-    let options = ["--launcher", "fork", "--hosts", "a:1,b:1", "-n", "2"];
-    let out = Run::new(&options).arg(CProgram::OmpiSpawn.path_str()).arg("world");
+    let dir = rlaunch_tests::tempdir();
+    let report = dir.path().join("report.json");
+    let options = ["--launcher", "fork", "--hosts", "a:1,b:1", "-n", "2", "--report"];
+    let out = Run::new(&options).arg(&report).arg(CProgram::OmpiSpawn.path_str()).arg("world");
     let out = out.timeout(MPI_LIMIT).run();
     out.assert_code(0);
     let mut want = Vec::new();
@@ -244,6 +291,7 @@ fn open_mpi_spawn_collective_over_parents_on_two_nodes() {
     }
     assert_eq!(sorted(out.lines()), sorted(want), "{out}");
     assert_eq!(rlaunch_lines(&out.stderr_str()), Vec::<&str>::new(), "{out}");
+    assert_eq!(report_hosts(&report, 1), ["a", "b"], "{out}");
     out.tag.wait_until_none(Duration::from_secs(5)).unwrap_or_else(|left| {
         panic!("left running after the spawn: {left:?}");
     });

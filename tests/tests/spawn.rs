@@ -2,6 +2,9 @@
 //! cannot spawn over UCX, so a raw client (tests/scripts/spawn_client.py) sends the wire
 //! bytes spec/PMI.md gives.
 
+use std::collections::BTreeMap;
+
+use rlaunch_tests::output::{report_hosts, rlaunch_lines, sorted};
 use rlaunch_tests::{spawn_client, Run};
 
 fn python() -> &'static str {
@@ -34,6 +37,94 @@ fn pmi1_spawn_starts_a_new_job_with_its_own_kvs_and_preput() {
     let kvsnames: std::collections::BTreeSet<_> =
         children.iter().map(|c| c.split_whitespace().nth(5).unwrap().to_string()).collect();
     assert_eq!(kvsnames.len(), 2, "{out}");
+}
+
+/// The `child ...` lines, sorted, each cut at its rank's kvsname or spawner (which differ
+/// per run).
+fn children(lines: &[String]) -> Vec<String> {
+    sorted(lines.iter().filter(|l| l.starts_with("child ")).cloned())
+}
+
+#[test]
+fn spawned_ranks_go_after_the_last_slot_round_the_hosts_with_proxies_where_none_was() {
+    // One rank on n1; the three children on n2, n3 (no proxy there yet) and n1 again. Their
+    // node map counts the job's own nodes, in the order it first uses them.
+    for version in ["1", "2"] {
+        let dir = rlaunch_tests::tempdir();
+        let report = dir.path().join("report.json");
+        let hosts = ["--launcher", "fork", "--hosts", "n1,n2,n3", "-n", "1", "--report"];
+        let out = Run::new(&hosts)
+            .arg(&report)
+            .args([python(), &spawn_client(), version])
+            .env("SPAWN_NPROCS", "3")
+            .run();
+        out.assert_code(0);
+        assert_eq!(rlaunch_lines(&out.stderr_str()), Vec::<&str>::new(), "{out}");
+        assert_eq!(report_hosts(&report, 1), ["n2", "n3", "n1"], "{out}");
+        let kids = children(&out.lines());
+        assert_eq!(kids.len(), 3, "{out}");
+        assert!(kids.iter().all(|l| l.ends_with(" map (vector,(0,3,1))")), "{out}");
+        if version == "1" {
+            // Every child got the pair child 0 put on another node: the fence spans them.
+            assert!(kids.iter().all(|l| l.contains(" peer here0 ")), "{out}");
+        }
+        out.tag.wait_until_none(std::time::Duration::from_secs(5)).unwrap();
+    }
+}
+
+#[test]
+fn spawn_hints_choose_the_hosts_and_a_host_not_in_the_job_fails_the_spawn_call() {
+    let run = |version: &str, info: &str, report: &std::path::Path| {
+        let hosts = ["--launcher", "fork", "--hosts", "n1:2,n2:2", "-n", "1", "--report"];
+        Run::new(&hosts)
+            .arg(report)
+            .args([python(), &spawn_client(), version])
+            .env("SPAWN_NPROCS", "3")
+            .env("SPAWN_INFO", info)
+            .run()
+    };
+    let dir = rlaunch_tests::tempdir();
+    let report = dir.path().join("report.json");
+    let mut placed = BTreeMap::new();
+    for (version, info) in [
+        ("1", "host=n2"),
+        ("2", "host=n1,n2;map-by=node"),
+        ("2", "host=n1:1,n2"),
+        ("1", "add-host=n7:2"),
+    ] {
+        let out = run(version, info, &report);
+        out.assert_code(0);
+        assert_eq!(children(&out.lines()).len(), 3, "{out}");
+        placed.insert(info, report_hosts(&report, 1));
+    }
+    let want: BTreeMap<_, _> = [
+        // Past the slots the hints give, round them again.
+        ("host=n2", vec!["n2", "n2", "n2"]),
+        ("host=n1,n2;map-by=node", vec!["n1", "n2", "n1"]),
+        ("host=n1:1,n2", vec!["n1", "n2", "n2"]),
+        ("add-host=n7:2", vec!["n7", "n7", "n7"]),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k, v.into_iter().map(String::from).collect::<Vec<_>>()))
+    .collect();
+    assert_eq!(placed, want);
+    // A host the job does not have: the spawn call fails (the program goes on and says so),
+    // and the job is not hung.
+    for version in ["1", "2"] {
+        let out = run(version, "host=n9", &report);
+        out.assert_code(0);
+        let want = "rlaunch: note: the spawn of rank 0 failed: host n9 is not one of the job's \
+                    hosts (the add-host hint adds one)";
+        assert_eq!(rlaunch_lines(&out.stderr_str()), [want], "{out}");
+        let parent = out.lines().into_iter().find(|l| l.starts_with("parent 0 ")).unwrap();
+        let refused = match version {
+            "1" => "parent 0 cmd=spawn_result rc=-1 msg=host_n9_is_not_one_of_the_job's_hosts_(the_add-host_hint_adds_one)",
+            _ => "parent 0 rc=1 thrid=t7 jobid= errmsg=host n9 is not one of the job's hosts \
+                  (the add-host hint adds one)",
+        };
+        assert_eq!(parent, refused);
+        assert!(children(&out.lines()).is_empty(), "{out}");
+    }
 }
 
 #[test]

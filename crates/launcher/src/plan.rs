@@ -13,7 +13,7 @@
 
 mod elf;
 mod ldso;
-mod place;
+pub(crate) mod place;
 mod tree;
 
 use std::ffi::OsString;
@@ -69,7 +69,9 @@ pub fn build(o: &Options, env: &[(OsString, OsString)]) -> Result<job::Plan, Pla
     let lists = host_lists(o, &own_host, allocation.as_ref(), &mut notices)?;
     let size = lists.size()?;
     lists.fit_hosts()?;
-    let rank_hosts = place::place_segments(&lists.hosts, &lists.segments, o.map_by == MapBy::Node);
+    let by_node = o.map_by == MapBy::Node;
+    let rank_hosts = place::place_segments(&lists.hosts, &lists.segments, by_node);
+    let universe = place::Universe::new(&lists.hosts, by_node, size);
     let proxy_exe = proxy_exe()?;
     let bootstrap = bootstrap(o, launcher, &proxy_exe, getenv("SGE_BINARY_PATH"));
     let stdin = stdin_target(&o.stdin, size)?;
@@ -170,6 +172,9 @@ pub fn build(o: &Options, env: &[(OsString, OsString)]) -> Result<job::Plan, Pla
         timeline,
         command: o.command.clone(),
         started_us,
+        universe,
+        own_host,
+        forced_remote,
     })
 }
 

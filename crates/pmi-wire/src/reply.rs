@@ -43,6 +43,10 @@ pub enum Reply {
     Spawn {
         jobid: String,
     },
+    /// The spawn did not happen, for `reason` (a sentence).
+    SpawnFailed {
+        reason: String,
+    },
     JobConnect,
     JobDisconnect,
     Finalize,
@@ -71,6 +75,7 @@ impl Reply {
             // A PMIx value of another type is no port name PMI could carry.
             Reply::Name(NameAnswer::Lookup(_)) => Resp1::LookupNotFound,
             Reply::Spawn { .. } => Resp1::SpawnOk { errcodes: Vec::new() },
+            Reply::SpawnFailed { reason } => Resp1::SpawnFailed { reason },
             Reply::Finalize => Resp1::FinalizeAck,
             Reply::FullInit { .. }
             | Reply::JobAttr(_)
@@ -114,6 +119,7 @@ impl Reply {
                 Resp2::NameLookup { port }
             }
             Reply::Spawn { jobid } => Resp2::Spawn { jobid },
+            Reply::SpawnFailed { reason } => failed("spawn-response", &reason),
             Reply::JobConnect => Resp2::JobConnect,
             Reply::JobDisconnect => Resp2::JobDisconnect,
             Reply::Finalize => Resp2::Finalize,

@@ -159,6 +159,7 @@ fn corpus() -> Vec<Vec<u8>> {
             ranks: vec![RankPlan { rank: 0, segment: 0 }, RankPlan { rank: 1, segment: 0 }],
             children: vec![],
         },
+        late: false,
     };
     let down = [
         Down::Launch(Box::new(launch)),

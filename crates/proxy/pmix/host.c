@@ -1108,7 +1108,6 @@ static pmix_status_t on_spawn(const pmix_proc_t *proc, const pmix_info_t job_inf
                               const pmix_app_t apps[], size_t napps, pmix_spawn_cbfunc_t cbfunc,
                               void *cbdata)
 {
-    (void)job_info, (void)ninfo;
     struct buf b = message(EV_SPAWN);
     put_u32(&b, remember(PEND_SPAWN, (void *)cbfunc, cbdata));
     put_proc(&b, proc);
@@ -1119,15 +1118,25 @@ static pmix_status_t on_spawn(const pmix_proc_t *proc, const pmix_info_t job_inf
         put_strs(&b, app->argv);
         put_strs(&b, app->env);
         put_u32(&b, app->maxprocs > 0 ? (uint32_t)app->maxprocs : 0);
+        /* The application's string hints, then the job's (Open MPI puts its mapping there),
+         * which the proxy reads as the application's where it has none of its own. */
         uint32_t count = 0;
         for (size_t i = 0; i < app->ninfo; i++)
             count += app->info[i].value.type == PMIX_STRING;
+        for (size_t i = 0; i < ninfo; i++)
+            count += job_info[i].value.type == PMIX_STRING;
         put_u32(&b, count);
         for (size_t i = 0; i < app->ninfo; i++) {
             if (app->info[i].value.type != PMIX_STRING)
                 continue;
             put_str(&b, app->info[i].key);
             put_str(&b, app->info[i].value.data.string);
+        }
+        for (size_t i = 0; i < ninfo; i++) {
+            if (job_info[i].value.type != PMIX_STRING)
+                continue;
+            put_str(&b, job_info[i].key);
+            put_str(&b, job_info[i].value.data.string);
         }
     }
     send_message(&b);

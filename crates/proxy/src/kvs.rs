@@ -5,7 +5,8 @@
 //! ```text
 //!  rank put ──────► held ──┐
 //!  rank fence ────► waiting├─ FenceFold ──every rank and child in──► FenceIn up (Tree)
-//!  child FenceIn ─────────►┘                                        or done here (ThisNode)
+//!  child FenceIn ─────────►┘                         JobFenceIn to the root (Root: spawned)
+//!                                                               or done here (ThisNode)
 //!  FenceOut / done ──► visible += pairs, every waiting rank answered
 //! ```
 
@@ -25,8 +26,11 @@ pub type Reply = (Local, PmiAnswer);
 pub enum FenceScope {
     /// The launched job: every node's ranks, so a fence folds up the tree to the root.
     Tree,
-    /// A job spawned on this node: all its ranks are here, so its fences complete here.
+    /// A job spawned on this node alone: all its ranks are here, so its fences complete here.
     ThisNode,
+    /// A job spawned over several nodes, none of them below another: each node's part goes
+    /// straight to the root, which folds the job's nodes.
+    Root,
 }
 
 /// What a rank's fence entry led to.
@@ -34,7 +38,8 @@ pub enum FenceScope {
 pub enum FenceStep {
     /// Still waiting for other parties.
     Waiting,
-    /// This node's part is complete: send `FenceIn { epoch, pairs }` up the tree.
+    /// This node's part is complete: send it up (`FenceIn` for the tree, `JobFenceIn` for the
+    /// root).
     GoUp { epoch: u64, pairs: Vec<Pair> },
     /// The fence is complete (a `ThisNode` job): these ranks are released.
     Done(Vec<Reply>),
@@ -97,12 +102,12 @@ impl Kvs {
     fn step(&mut self, children: usize) -> FenceStep {
         let children = match self.scope {
             FenceScope::Tree => children,
-            FenceScope::ThisNode => 0,
+            FenceScope::ThisNode | FenceScope::Root => 0,
         };
         match self.fold.complete(self.ranks + children) {
             None => FenceStep::Waiting,
             Some((epoch, pairs)) => match self.scope {
-                FenceScope::Tree => FenceStep::GoUp { epoch, pairs },
+                FenceScope::Tree | FenceScope::Root => FenceStep::GoUp { epoch, pairs },
                 FenceScope::ThisNode => FenceStep::Done(self.complete(epoch, pairs)),
             },
         }
@@ -216,6 +221,18 @@ mod tests {
         let FenceStep::Done(released) = kvs.enter(0, None, 5) else { panic!("not done") };
         assert_eq!(fence_tags(&released), [(0, None)]);
         assert_eq!(kvs.get("k").as_deref(), Some("v"));
+    }
+
+    #[test]
+    fn a_spawned_job_over_several_nodes_goes_to_the_root_without_the_children() {
+        let mut kvs = Kvs::new(FenceScope::Root, 2, [pair("PARENT_ROOT_PORT_NAME", "p")]);
+        kvs.put("k0".into(), "v".into());
+        assert!(matches!(kvs.enter(0, None, 3), FenceStep::Waiting));
+        let FenceStep::GoUp { epoch, pairs } = kvs.enter(1, None, 3) else { panic!("not up") };
+        assert_eq!((epoch, pairs), (0, vec![pair("k0", "v")]));
+        let released = kvs.complete(0, vec![pair("k0", "v"), pair("k9", "w")]);
+        assert_eq!(fence_tags(&released), [(0, None), (1, None)]);
+        assert_eq!(kvs.get("k9").as_deref(), Some("w"));
     }
 
     #[test]

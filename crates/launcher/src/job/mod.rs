@@ -35,7 +35,7 @@ use std::time::Duration;
 
 use nix::sys::signal::Signal;
 use pmi_wire::control::{DmodexAnswer, DmodexData, Down, Job, NameOp, NodePlan, StdinTarget, Up};
-use rlaunch_proxy::children::{ChildNews, Children, Lost};
+use rlaunch_proxy::children::{ChildNews, Children};
 use rlaunch_proxy::dialin::Dialed;
 use rlaunch_proxy::fence::FenceFold;
 use rlaunch_proxy::link::{self, ForkedProxy, LinkEvent};
@@ -43,7 +43,7 @@ use rlaunch_proxy::procs;
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 
-use crate::output::{self, OutputEvent, OutputSpec, Roster, SpawnedJob};
+use crate::output::{self, Feed, OutputEvent, OutputSpec, Roster, SpawnedJob};
 use crate::stdin;
 use cause::Cause;
 pub(crate) use dial::reaching;
@@ -99,6 +99,12 @@ pub struct Plan {
     pub command: Vec<String>,
     /// When rlaunch began to build the job, on its clock: the job's start in the report.
     pub started_us: Micros,
+    /// The hosts spawned ranks are placed on, and where the next go.
+    pub(crate) universe: crate::plan::place::Universe,
+    /// This machine's name: a proxy started during the run (for spawned ranks) on it is
+    /// forked, unless `forced_remote` (a launcher named on the command line).
+    pub own_host: String,
+    pub forced_remote: bool,
 }
 
 /// What a link to a top proxy reports (its output goes straight to the writer thread).
@@ -160,6 +166,10 @@ struct Root {
     listening: HashMap<u32, String>,
     /// Proxies that dialed rlaunch before their parent said where it listens.
     redirects: Vec<(Dialed, u32)>,
+    /// Spawned jobs on their way, and fences of those over several nodes.
+    spawns: spawn::Spawns,
+    /// Where a proxy started during the run sends its link's news and its output.
+    links: Option<(mpsc::UnboundedSender<Event>, Feed)>,
 }
 
 /// Runs the job to the end; returns rlaunch's exit status.
@@ -216,6 +226,8 @@ pub async fn run(mut plan: Plan) -> i32 {
         parent_of: HashMap::new(),
         listening: HashMap::new(),
         redirects: Vec::new(),
+        spawns: spawn::Spawns::default(),
+        links: None,
         plan,
     };
     let (dialed_tx, mut dialed) = mpsc::unbounded_channel();
@@ -321,6 +333,8 @@ pub async fn run(mut plan: Plan) -> i32 {
         launcher.acceptor.abort();
     }
     root.children.stop_links().await;
+    // The writer ends once every sender of output is gone, the one kept for late proxies too.
+    root.links = None;
     drop(output_tx);
     // Every sender is gone, so the writer is flushing its last bytes: wait for it right here
     // (a blocking-pool thread just for this costs more than the wait).
@@ -356,9 +370,7 @@ impl Root {
     fn handle(&mut self, Event { child, event }: Event) {
         match self.children.on_link(child, event) {
             Some(ChildNews::Up(up)) => self.handle_up(up),
-            Some(ChildNews::Lost(Lost { host, reason })) => {
-                self.fail(Cause::LostProxy { host, reason })
-            }
+            Some(ChildNews::Lost(lost)) => self.proxy_lost(lost),
             None => {}
         }
         self.dmodex_unanswerable();
@@ -453,6 +465,8 @@ impl Root {
             }
             Up::PmiFault { rank, pid, what } => self.fail(Cause::PmiFault { rank, pid, what }),
             Up::Spawn { rank, tag, request } => self.spawn(rank, tag, request),
+            Up::SpawnStarted { job, node, refused } => self.spawn_started(job, node, refused),
+            Up::JobFenceIn { job, epoch, pairs } => self.job_fence(job, epoch, pairs),
             Up::PmixGroupFenceIn { node, members, data } => {
                 self.pmix_group_fence(node, members, data)
             }
@@ -596,8 +610,8 @@ impl Root {
                     let name = launcher.name.clone();
                     self.give_up_dialing(&format!("{name} {outcome} before its proxy called back"));
                 }
-            } else if let Some(Lost { host, reason }) = self.children.reaped(pid, outcome) {
-                self.fail(Cause::LostProxy { host, reason });
+            } else if let Some(lost) = self.children.reaped(pid, outcome) {
+                self.proxy_lost(lost);
             }
         }
         self.dmodex_unanswerable();

@@ -96,26 +96,40 @@ impl Roll {
         &self.node_hosts[node as usize]
     }
 
-    /// Adds a job of `request`'s processes on `node`; returns its index and its first
-    /// process's global id.
-    pub(crate) fn add_spawned(&mut self, node: u32, request: &SpawnRequest) -> (u32, u32) {
+    /// How many nodes the run has had: the plan's, then those started for spawns.
+    pub(crate) fn node_count(&self) -> u32 {
+        self.node_hosts.len() as u32
+    }
+
+    /// A node started during the run, on `host`; returns its index.
+    pub(crate) fn add_node(&mut self, host: &str) -> u32 {
+        self.node_hosts.push(host.to_string());
+        self.node_hosts.len() as u32 - 1
+    }
+
+    /// Node `node` runs a process that has not ended: its proxy is there for a while yet.
+    pub(crate) fn node_busy(&self, node: u32) -> bool {
+        self.procs.iter().any(|p| p.node == node && p.outcome.is_none())
+    }
+
+    /// Adds a job of `request`'s processes, process r on node `nodes[r]`; returns its index
+    /// and its first process's global id.
+    pub(crate) fn add_spawned(&mut self, nodes: &[u32], request: &SpawnRequest) -> (u32, u32) {
         let job = self.jobs;
         self.jobs += 1;
         let first = self.len();
-        for cmd in &request.cmds {
-            for _ in 0..cmd.nprocs {
-                let rank = self.len() - first;
-                self.procs.push(Proc {
-                    job,
-                    rank,
-                    node,
-                    exe: cmd.exe.clone(),
-                    segment: 0,
-                    outcome: None,
-                    usage: RankUsage::default(),
-                    torn_down: false,
-                });
-            }
+        let exes = request.cmds.iter().flat_map(|c| std::iter::repeat_n(&c.exe, c.nprocs as usize));
+        for (rank, (exe, &node)) in exes.zip(nodes).enumerate() {
+            self.procs.push(Proc {
+                job,
+                rank: rank as u32,
+                node,
+                exe: exe.clone(),
+                segment: 0,
+                outcome: None,
+                usage: RankUsage::default(),
+                torn_down: false,
+            });
         }
         (job, first)
     }
@@ -309,7 +323,8 @@ mod tests {
         let cmd =
             SpawnCmd { exe: "./c".into(), args: vec![], nprocs: 2, info: vec![], env: vec![] };
         let request = SpawnRequest { cmds: vec![cmd], preput: vec![] };
-        assert_eq!(roll.add_spawned(1, &request), (1, 3));
+        assert_eq!(roll.add_spawned(&[1, 1], &request), (1, 3));
+        assert!(roll.node_busy(1) && !roll.node_busy(2));
         assert_eq!(roll.name(4), "rank 1 of spawned job 1");
         assert!(roll.contains(4) && !roll.contains(5));
         let used = RankUsage::default();

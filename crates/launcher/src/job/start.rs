@@ -48,6 +48,7 @@ impl Root {
         dialed: mpsc::UnboundedSender<Dialed>,
     ) {
         let report = self.plan.report_bindings;
+        self.links = Some((events.clone(), output.clone()));
         let splicer = output.splicer();
         let plan = &mut self.plan;
         let dialing = plan.dial.is_some();

@@ -11,8 +11,9 @@ pub(crate) struct SpawnedJob {
     /// Global id of its rank 0.
     pub first: u32,
     pub size: u32,
-    /// Host of the node that runs it (the spawning rank's).
-    pub host: String,
+    /// The hosts of its nodes, and each rank's (an index into `hosts`).
+    pub hosts: Vec<String>,
+    pub rank_node: Vec<u32>,
     /// Its kvsname, which `%t` gives for its ranks.
     pub jobid: String,
 }
@@ -67,7 +68,7 @@ impl Roster {
                 job: j.job,
                 rank: gid - j.first,
                 size: j.size,
-                host: &j.host,
+                host: &j.hosts[j.rank_node[(gid - j.first) as usize] as usize],
                 jobid: &j.jobid,
             },
             None => {
@@ -88,10 +89,11 @@ mod tests {
         let mut roster = Roster::new("j".into(), vec!["a".into(), "b".into()], vec![0, 0, 1], rx);
         let p = roster.place(2);
         assert_eq!((p.job, p.rank, p.size, p.host, p.jobid), (0, 2, 3, "b", "j"));
-        tx.send(SpawnedJob { job: 1, first: 3, size: 2, host: "a".into(), jobid: "j_1".into() })
+        let (hosts, rank_node) = (vec!["a".into(), "c".into()], vec![0, 1]);
+        tx.send(SpawnedJob { job: 1, first: 3, size: 2, hosts, rank_node, jobid: "j_1".into() })
             .unwrap();
         let p = roster.place(4);
-        assert_eq!((p.job, p.rank, p.size, p.host, p.jobid), (1, 1, 2, "a", "j_1"));
+        assert_eq!((p.job, p.rank, p.size, p.host, p.jobid), (1, 1, 2, "c", "j_1"));
         assert_eq!(roster.place(9).host, "unknown");
     }
 }

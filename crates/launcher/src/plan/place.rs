@@ -1,5 +1,6 @@
 //! Where ranks go: each segment's ranks on its hosts' slots, in blocks or round-robin, and
-//! the `PMI_process_mapping` that tells MPI the result. Pure functions.
+//! the `PMI_process_mapping` that tells MPI the result; and where spawned ranks go
+//! ([`Universe`]). Pure.
 
 use crate::hosts::Host;
 
@@ -53,6 +54,61 @@ pub(crate) fn place_segments<'a>(
     out
 }
 
+/// The hosts a run places spawned ranks on (MPI_Comm_spawn), with their slots, and where
+/// the next placement starts when the spawn does not say: after the last slot taken, round
+/// the job's hosts, as Hydra and mpirun place them.
+#[derive(Debug, Clone)]
+pub(crate) struct Universe {
+    hosts: Vec<Host>,
+    by_node: bool,
+    /// Ranks placed on it so far without a host asked for: the launched job's, then spawned.
+    placed: u32,
+}
+
+impl Universe {
+    /// The hosts of every list, each once (its first slot count), `placed` ranks on them.
+    pub(crate) fn new(lists: &[Vec<Host>], by_node: bool, placed: u32) -> Universe {
+        let mut hosts: Vec<Host> = Vec::new();
+        for host in lists.iter().flatten() {
+            if hosts.iter().all(|h| h.name != host.name) {
+                hosts.push(host.clone());
+            }
+        }
+        Universe { hosts, by_node, placed }
+    }
+
+    /// The hosts of `n` more ranks, placed after the last slot taken (`by_node`: one host
+    /// after the other; `None`: as the job was placed).
+    pub(crate) fn next(&mut self, n: u32, by_node: Option<bool>) -> Vec<String> {
+        let (from, upto) = (self.placed as usize, self.placed.saturating_add(n));
+        let all = match by_node.unwrap_or(self.by_node) {
+            true => place_round_robin(&self.hosts, upto),
+            false => place_block(&self.hosts, upto),
+        };
+        self.placed = upto;
+        all[from.min(all.len())..].iter().map(|&h| self.hosts[h].name.clone()).collect()
+    }
+
+    /// The hosts of `n` ranks on `chosen`, from its first slot (`by_node`: one host after
+    /// the other), round again past its slots.
+    pub(crate) fn on(chosen: &[Host], n: u32, by_node: bool) -> Vec<String> {
+        let placed = if by_node { place_round_robin(chosen, n) } else { place_block(chosen, n) };
+        placed.into_iter().map(|h| chosen[h].name.clone()).collect()
+    }
+
+    /// The host of this name, if the run has it.
+    pub(crate) fn find(&self, name: &str) -> Option<&Host> {
+        self.hosts.iter().find(|h| h.name == name)
+    }
+
+    /// A host the run did not have (a spawn's `add-host`), from now on one of its own.
+    pub(crate) fn add(&mut self, host: Host) {
+        if self.find(&host.name).is_none() {
+            self.hosts.push(host);
+        }
+    }
+}
+
 /// `PMI_process_mapping` for a placement (`rank_node[r]` = node id of rank r): one
 /// `(s,n,p)` triple per stretch of consecutive nodes each holding `p` consecutive ranks.
 /// `None` if the value would not fit what an MPICH client can receive.
@@ -103,6 +159,23 @@ mod tests {
         assert_eq!(hosts, ["a", "c", "c", "a", "b", "b"]);
         let hosts = place_segments(&lists, &[(0, 1), (0, 3)], true);
         assert_eq!(hosts, ["a", "b", "a", "b"]);
+    }
+
+    #[test]
+    fn spawned_ranks_go_after_the_last_slot_taken_round_the_hosts() {
+        let lists = [parse_host_list("a:2,b:2").unwrap(), parse_host_list("b,c").unwrap()];
+        let mut universe = Universe::new(&lists, false, 3);
+        assert_eq!(universe.next(3, None), ["b", "c", "a"]);
+        assert_eq!(universe.next(1, None), ["a"]);
+        assert_eq!(universe.next(2, Some(true)), ["c", "a"]);
+        let mut by_node = Universe::new(&lists[..1], true, 1);
+        assert_eq!(by_node.next(4, None), ["b", "a", "b", "a"]);
+        let chosen = parse_host_list("x:2,y").unwrap();
+        assert_eq!(Universe::on(&chosen, 4, false), ["x", "x", "y", "x"]);
+        assert_eq!(Universe::on(&chosen, 3, true), ["x", "y", "x"]);
+        assert!(universe.find("x").is_none());
+        universe.add(chosen[0].clone());
+        assert_eq!(universe.find("x").map(|h| h.slots), Some(2));
     }
 
     #[test]

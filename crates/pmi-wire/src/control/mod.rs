@@ -31,13 +31,13 @@ pub use plan::{
 };
 pub use services::{
     DmodexAnswer, DmodexAsk, DmodexData, LookupWait, NameAnswer, NameOp, NameValue, SpawnCmd,
-    SpawnJob, SpawnRequest,
+    SpawnJob, SpawnOutcome, SpawnRequest,
 };
 
 /// First bytes on every control channel, in both directions.
 pub const MAGIC: [u8; 8] = *b"\x7fRLAUNCH";
 /// Bumped whenever a frame changes meaning.
-pub const PROTOCOL_VERSION: u32 = 15;
+pub const PROTOCOL_VERSION: u32 = 16;
 /// Length of the raw hello: magic + u32 BE version.
 pub const HELLO_LEN: usize = MAGIC.len() + 4;
 /// Largest frame either side accepts; checked before any allocation.
@@ -248,10 +248,18 @@ pub enum Down {
     PmixFencePart { epoch: u64, data: Vec<u8> },
     /// The root's answer to a rank's name-service request.
     NameReply { rank: u32, tag: Option<String>, answer: NameAnswer },
-    /// A job spawned by a rank (MPI_Comm_spawn), sent to every node: the spawning rank's
-    /// starts it; the others' PMIx servers register its namespace, for their ranks that are
-    /// its parents too (a spawn collective over ranks of several nodes).
+    /// A job spawned by a rank (MPI_Comm_spawn), sent to every node: those it places ranks
+    /// on start them and answer [`Up::SpawnStarted`]; the others' PMIx servers register its
+    /// namespace, for their ranks that are its parents too (a spawn collective over ranks of
+    /// several nodes).
     Spawn(Box<SpawnJob>),
+    /// How the spawn of rank `rank` (a global id) went, once every node of the new job
+    /// started its ranks or the root refused it: routed down to that rank's node.
+    SpawnAnswer { rank: u32, tag: Option<String>, outcome: SpawnOutcome },
+    /// A fence of spawned job `job`, whose ranks are on several nodes, is complete: every
+    /// pair its ranks put during `epoch`. Sent to every node; those with ranks of the job
+    /// release them.
+    JobFenceOut { job: u32, epoch: u64, pairs: Vec<(String, String)> },
     /// A PMIx fence over `members` (global ids; not the whole launched job) is complete: every
     /// participating node's data, routed down to each of those nodes (`node`).
     PmixGroupFenceOut { node: u32, members: Vec<u32>, data: Vec<u8> },
@@ -330,8 +338,15 @@ pub enum Up {
     Abort { rank: u32, pid: u32, code: i32, msg: String },
     /// A rank broke the PMI protocol; `what` says how, quoting what it sent.
     PmiFault { rank: u32, pid: u32, what: String },
-    /// A rank asks to spawn a new job (MPI_Comm_spawn); the root assigns its ids.
+    /// A rank asks to spawn a new job (MPI_Comm_spawn); the root assigns its ids and places
+    /// its ranks.
     Spawn { rank: u32, tag: Option<String>, request: SpawnRequest },
+    /// Node `node` started its ranks of spawned job `job` (`refused`: could not, and why).
+    SpawnStarted { job: u32, node: u32, refused: Option<String> },
+    /// Every local rank of spawned job `job` (whose ranks are on several nodes) entered fence
+    /// `epoch`, with the pairs they put since the last; relayed up unchanged, the root folds
+    /// the nodes of the job.
+    JobFenceIn { job: u32, epoch: u64, pairs: Vec<(String, String)> },
     /// Every local process of node `node` entered a PMIx fence over `members` (global ids,
     /// sorted; not the whole launched job, e.g. Open MPI's disconnect of parents and spawned
     /// children); the root folds it with the other nodes that host members.

@@ -9,6 +9,10 @@ pub struct Launch {
     pub job: Job,
     /// This proxy's node and, below it, the nodes it must start itself.
     pub node: NodePlan,
+    /// Started during the run for the ranks of a spawn placed on a host with no proxy left
+    /// (MPI_Comm_spawn): it runs none of the launched job's ranks, takes no part in its
+    /// fences, and waits for its first [`super::Down::Spawn`].
+    pub late: bool,
 }
 
 /// The parts of a job that every proxy needs.

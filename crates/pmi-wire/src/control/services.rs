@@ -16,28 +16,75 @@ pub struct SpawnCmd {
     pub exe: String,
     pub args: Vec<String>,
     pub nprocs: u32,
-    /// MPI_Info hints; `wdir` and `path` are honoured.
+    /// MPI_Info hints: `host`, `hostfile`, `add-host`, `add-hostfile` and `map-by` place
+    /// the ranks (at the root), `wdir` and `path` start them (at their nodes).
     pub info: Vec<(String, String)>,
     /// `NAME=value` set for the new ranks on top of the job's environment (a PMIx spawn's
     /// application environment: Open MPI's `OMPI_PARENT_PORT`, for one).
     pub env: Vec<String>,
 }
 
-/// A spawned job, as the root hands it to the spawning rank's node.
+/// A spawned job, as the root hands it to every node: those it places ranks on start them,
+/// the others' PMIx servers learn its map, for their ranks that are its parents too.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SpawnJob {
     /// Index of the job (the launched job is 0).
     pub job: u32,
     pub kvsname: String,
     pub parent_kvsname: String,
-    /// The node that starts the job's ranks (the spawning rank's).
-    pub node: u32,
+    /// The nodes that run the job's ranks, each its index in the tree and its host's name,
+    /// in the order the job's own node ids count them (its `PMI_process_mapping`, its PMIx
+    /// node map).
+    pub nodes: Vec<(u32, String)>,
+    /// Each rank's node: an index into `nodes`.
+    pub rank_node: Vec<u32>,
+    /// Its `PMI_process_mapping`, if it fits a PMI value.
+    pub process_mapping: Option<String>,
     /// Global id of the job's rank 0; rank r is `first: first + r` in every Up and Down frame.
     pub first: u32,
     /// The spawning rank (global id) and the thrid its answer echoes.
     pub parent: u32,
     pub tag: Option<String>,
     pub request: SpawnRequest,
+}
+
+impl SpawnJob {
+    pub fn size(&self) -> u32 {
+        self.rank_node.len() as u32
+    }
+
+    /// The job's own id of tree node `node`, if the job has ranks there.
+    pub fn node_id(&self, node: u32) -> Option<u32> {
+        self.nodes.iter().position(|&(n, _)| n == node).map(|i| i as u32)
+    }
+
+    /// The job's ranks on tree node `node`, in order.
+    pub fn ranks_on(&self, node: u32) -> Vec<u32> {
+        let Some(id) = self.node_id(node) else { return Vec::new() };
+        (0..self.size()).filter(|&r| self.rank_node[r as usize] == id).collect()
+    }
+
+    /// Each run of consecutive global ids on one tree node: (node, ids).
+    pub fn runs(&self) -> Vec<(u32, std::ops::Range<u32>)> {
+        let mut runs: Vec<(u32, std::ops::Range<u32>)> = Vec::new();
+        for (r, &id) in self.rank_node.iter().enumerate() {
+            let (node, gid) = (self.nodes[id as usize].0, self.first + r as u32);
+            match runs.last_mut() {
+                Some((n, range)) if *n == node && range.end == gid => range.end += 1,
+                _ => runs.push((node, gid..gid + 1)),
+            }
+        }
+        runs
+    }
+}
+
+/// How a spawn went, as the spawning rank hears it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum SpawnOutcome {
+    /// Every rank of the new job started: its kvsname (its PMIx namespace).
+    Started { kvsname: String },
+    /// The job was not started: why, in a sentence the program may print.
+    Refused { reason: String },
 }
 
 /// A direct modex request: the PMIx server of node `asker` wants what rank `rank` committed

@@ -139,6 +139,10 @@ pub enum Response {
     SpawnOk {
         errcodes: Vec<i32>,
     },
+    /// The spawn did not happen: `reason` goes in `msg`, one word as PMI-1 values are.
+    SpawnFailed {
+        reason: String,
+    },
     /// The 4-line answer to [`Request::InitAck`].
     InitAck {
         size: u32,
@@ -349,6 +353,14 @@ impl Response {
             Response::SpawnOk { errcodes } => {
                 let codes: Vec<String> = errcodes.iter().map(i32::to_string).collect();
                 format!("cmd=spawn_result rc=0 errcodes={}", codes.join(","))
+            }
+            Response::SpawnFailed { reason } => {
+                let word: String = reason
+                    .chars()
+                    .map(|c| if c.is_whitespace() || c == '=' { '_' } else { c })
+                    .take(VALLEN_MAX)
+                    .collect();
+                format!("cmd=spawn_result rc=-1 msg={word}")
             }
             Response::InitAck { size, rank } => {
                 format!("cmd=initack\ncmd=set size={size}\ncmd=set rank={rank}\ncmd=set debug=0")
@@ -566,6 +578,8 @@ oops
             assert_eq!(String::from_utf8(resp.encode()).unwrap(), text);
         }
         assert_eq!(Response::SpawnOk { errcodes: vec![] }.encode(), b"cmd=spawn_result rc=0\n");
+        let failed = Response::SpawnFailed { reason: "host x=1 is not here".into() };
+        assert_eq!(failed.encode(), b"cmd=spawn_result rc=-1 msg=host_x_1_is_not_here\n");
         assert_eq!(SERVED_VALUE_LIMIT, 674);
     }
 

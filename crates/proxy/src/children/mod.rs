@@ -56,6 +56,9 @@ struct Child {
     clock: ChildClock,
     /// What its subtree saw, once it is done.
     record: Option<NodeRecord>,
+    /// Started during the run for spawned ranks (`Launch::late`): no party of the launched
+    /// job's fences.
+    late: bool,
 }
 
 #[derive(Default)]
@@ -116,47 +119,90 @@ impl Children {
         let behind = |plan: &NodePlan| plan.walk().iter().map(|n| n.ranks.len()).sum::<usize>();
         let total: usize = plans.iter().map(behind).sum();
         for (index, plan) in plans.iter().enumerate() {
-            let (down, down_rx) = mpsc::unbounded_channel();
-            let mut dialing = None;
+            let window = credit::window(budget, behind(plan), total);
             let started = process(index, plan);
-            // A child forked holding its launch is the one that needs none; a child that will
-            // dial in finds its launch queued when it does.
-            if started.as_ref().is_ok_and(|p| p.as_ref().is_none_or(|p| !p.launched)) {
-                let launch = Launch { job: job.clone(), node: plan.clone() };
-                let _ = down.send(Down::Launch(Box::new(launch)));
+            if let Err(gone) = children.add(job, plan, false, window, started, deliver(index)) {
+                lost.push(gone);
             }
-            let credit =
-                ChildCredit::open(down.clone(), credit::window(budget, behind(plan), total));
-            let state = match started {
-                Ok(None) => {
-                    dialing = Some(down_rx);
-                    ChildState::dialing(plan.host.clone())
-                }
-                Ok(Some(process)) => {
-                    let state = ChildState::new(plan.host.clone(), process.pid, &process.what);
-                    children.by_pid.insert(process.pid, index);
-                    children.run_link(&down, down_rx, &credit, process, job, deliver(index));
-                    state
-                }
-                Err(e) => {
-                    let reason = format!("cannot start its launcher: {e}");
-                    lost.push(Lost { host: plan.host.clone(), reason });
-                    ChildState::failed(plan.host.clone())
-                }
-            };
-            let mut stdin_ranks = 0;
-            for node in plan.walk() {
-                children.node_child.insert(node.index, index);
-                for r in &node.ranks {
-                    children.rank_child.insert(r.rank, index);
-                    stdin_ranks += usize::from(job.stdin.includes(r.rank));
-                }
-            }
-            let clock = ChildClock { started: record::now_us(), ..Default::default() };
-            let child = Child { state, down, credit, dialing, stdin_ranks, clock, record: None };
-            children.list.push(child);
         }
         (children, lost)
+    }
+
+    /// Starts a late child (`Launch::late`) for ranks a spawn places on a host that has no
+    /// proxy of this parent's: it takes no part in the launched job's fences. `window`: the
+    /// output it may have on the way. Returns its index, or why it is lost.
+    pub fn start_late<F, Fut>(
+        &mut self,
+        job: &Job,
+        plan: &NodePlan,
+        window: u64,
+        process: io::Result<ProxyProcess>,
+        deliver: impl FnOnce(usize) -> F,
+    ) -> Result<usize, Lost>
+    where
+        F: FnMut(LinkEvent) -> Fut + Send + 'static,
+        Fut: std::future::Future<Output = bool> + Send + 'static,
+    {
+        let index = self.list.len();
+        self.add(job, plan, true, window, process.map(Some), deliver(index))?;
+        Ok(index)
+    }
+
+    /// Takes on a child whose process `started` (by fork, exec or the remote launcher; `None`
+    /// for one that will dial in): its launch queued, its link running.
+    fn add<F, Fut>(
+        &mut self,
+        job: &Job,
+        plan: &NodePlan,
+        late: bool,
+        window: u64,
+        started: io::Result<Option<ProxyProcess>>,
+        deliver: F,
+    ) -> Result<(), Lost>
+    where
+        F: FnMut(LinkEvent) -> Fut + Send + 'static,
+        Fut: std::future::Future<Output = bool> + Send + 'static,
+    {
+        let index = self.list.len();
+        let (down, down_rx) = mpsc::unbounded_channel();
+        let mut dialing = None;
+        let mut lost = Ok(());
+        // A child forked holding its launch is the one that needs none; a child that will
+        // dial in finds its launch queued when it does.
+        if started.as_ref().is_ok_and(|p| p.as_ref().is_none_or(|p| !p.launched)) {
+            let launch = Launch { job: job.clone(), node: plan.clone(), late };
+            let _ = down.send(Down::Launch(Box::new(launch)));
+        }
+        let credit = ChildCredit::open(down.clone(), window);
+        let state = match started {
+            Ok(None) => {
+                dialing = Some(down_rx);
+                ChildState::dialing(plan.host.clone())
+            }
+            Ok(Some(process)) => {
+                let state = ChildState::new(plan.host.clone(), process.pid, &process.what);
+                self.by_pid.insert(process.pid, index);
+                self.run_link(&down, down_rx, &credit, process, job, deliver);
+                state
+            }
+            Err(e) => {
+                let reason = format!("cannot start its launcher: {e}");
+                lost = Err(Lost { host: plan.host.clone(), reason });
+                ChildState::failed(plan.host.clone())
+            }
+        };
+        let mut stdin_ranks = 0;
+        for node in plan.walk() {
+            self.node_child.insert(node.index, index);
+            for r in &node.ranks {
+                self.rank_child.insert(r.rank, index);
+                stdin_ranks += usize::from(job.stdin.includes(r.rank));
+            }
+        }
+        let clock = ChildClock { started: record::now_us(), ..Default::default() };
+        let child = Child { state, down, credit, dialing, stdin_ranks, clock, record: None, late };
+        self.list.push(child);
+        lost
     }
 
     /// A proxy dialed in and greeted as `greeting.host`: runs its link as the child of that
@@ -248,7 +294,8 @@ impl Children {
                 }
                 None
             }
-            LinkEvent::Up(Up::NodeDone { record, .. }) => {
+            LinkEvent::Up(Up::NodeDone { record, node }) => {
+                tracing::debug!(node, host = %state.host, "subtree done");
                 state.done = true;
                 *kept = Some(clock.stamp(*record));
                 None
@@ -267,6 +314,7 @@ impl Children {
     /// A child's process ended: returns it as lost if it had not finished.
     pub fn reaped(&mut self, pid: i32, outcome: ExitOutcome) -> Option<Lost> {
         let &child = self.by_pid.get(&pid)?;
+        tracing::debug!(child, pid, %outcome, "child proxy ended");
         self.list[child].state.on_exit(outcome)
     }
 
@@ -366,12 +414,18 @@ impl Children {
         expected
     }
 
-    /// How many child subtrees each fence waits for: every child, lost ones included. A
-    /// lost child fails the job; completing a fence without its subtree would hand the
-    /// surviving ranks a key space with holes, and the errors they then report race the
-    /// true culprit to the launcher (found by the chaos runner).
+    /// How many child subtrees each of the launched job's fences waits for: every child
+    /// but the late ones, lost ones included. A lost child fails the job; completing a fence
+    /// without its subtree would hand the surviving ranks a key space with holes, and the
+    /// errors they then report race the true culprit to the launcher (found by the chaos
+    /// runner).
     pub fn fence_parties(&self) -> usize {
-        self.list.len()
+        self.list.iter().filter(|c| !c.late).count()
+    }
+
+    /// Child `child` is finished (it said NodeDone) or lost: nothing sent to it is read.
+    pub fn gone(&self, child: usize) -> bool {
+        self.list.get(child).is_none_or(|c| c.state.lost || c.state.done)
     }
 
     /// Tells every child to tear its subtree down: SIGTERM, `grace`, SIGKILL.

@@ -112,7 +112,7 @@ pub unsafe fn fork_proxy(
             });
             let code = match set_up {
                 Ok((input, stdout)) => {
-                    let launch = Launch { job: job.clone(), node: node.clone() };
+                    let launch = Launch { job: job.clone(), node: node.clone(), late: false };
                     let forked = crate::node::Forked { launch, stdout };
                     crate::run(input, theirs, proxy_exe.to_owned(), Some(forked))
                 }

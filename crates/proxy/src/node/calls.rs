@@ -50,7 +50,7 @@ impl Node {
                 if launched && matches!(step, Some(FenceStep::Done(_))) {
                     self.fences.complete(record::now_us());
                 }
-                self.fence_step(step);
+                self.fence_step(peer.job, step);
             }
             PmiCall::PutNodeAttr { key, value } => {
                 if let Some(replies) = self.kvs(peer.job).map(|kvs| kvs.put_node_attr(key, value)) {
@@ -81,11 +81,15 @@ impl Node {
         }
     }
 
-    /// Where a fence entry led: this node's part goes up, or a node-local fence is done.
-    pub(super) fn fence_step(&mut self, step: Option<FenceStep>) {
+    /// Where a fence entry of job `job` led: this node's part goes up (the tree's fold for
+    /// the launched job, the root's for a spawned one), or a node-local fence is done.
+    pub(super) fn fence_step(&mut self, job: u32, step: Option<FenceStep>) {
         match step {
-            Some(FenceStep::GoUp { epoch, pairs }) => {
+            Some(FenceStep::GoUp { epoch, pairs }) if job == 0 => {
                 let _ = self.up.control.send(Up::FenceIn { epoch, pairs });
+            }
+            Some(FenceStep::GoUp { epoch, pairs }) => {
+                let _ = self.up.control.send(Up::JobFenceIn { job, epoch, pairs });
             }
             Some(FenceStep::Done(released)) => self.send_replies(released),
             Some(FenceStep::Waiting) | None => {}

@@ -14,7 +14,7 @@ use tokio::sync::mpsc;
 use super::{JobState, Node};
 use crate::binding::RankCpus;
 use crate::kvs::{FenceScope, Kvs};
-use crate::pmi::{self, PmiAnswer, PmiJob, PmiPeer};
+use crate::pmi::{self, PmiJob, PmiPeer};
 use crate::rank::{self, Placement, PmiSetup};
 use crate::ranks::PmiState;
 
@@ -251,28 +251,32 @@ impl Node {
         unbound
     }
 
-    /// Starts a job a local rank spawned, on this node, and answers the spawner; a PMIx
-    /// spawn's ranks first wait for their PMIx environments.
+    /// Starts this node's ranks of a job a rank spawned, and tells the root, which answers
+    /// the spawner once every node of the job has; a PMIx spawn's ranks first wait for their
+    /// PMIx environments.
     pub(super) fn start_spawned(&mut self, sj: SpawnJob) {
         let (job, ranks) = self.spawned_job(&sj);
         let (job, ranks) = match super::pmix::pmix_id(&sj.tag) {
-            Some(id) => match self.pmix_spawn(id, &sj, job, ranks) {
+            Some(_) => match self.pmix_spawn(&sj, job, ranks) {
                 Some(unserved) => unserved,
                 None => return,
             },
             None => (job, ranks),
         };
         self.start_spawned_ranks(&job, sj.job, &ranks);
-        if let Some(tx) = self.ranks.find(sj.parent).and_then(|r| r.answers.as_ref()) {
-            let _ = tx.send(Box::new(PmiAnswer::Spawn { kvsname: sj.kvsname, tag: sj.tag }));
-        }
+        self.spawn_started(sj.job, None);
+    }
+
+    /// Tells the root that this node started its ranks of spawned job `job`, or why not.
+    pub(super) fn spawn_started(&self, job: u32, refused: Option<String>) {
+        let _ = self.up.control.send(Up::SpawnStarted { job, node: self.plan.index, refused });
     }
 
     /// A spawned job as this node runs it, its state made: the job, and (rank in the job,
-    /// global id, segment) of each of its ranks.
+    /// global id, segment) of each of its ranks here.
     fn spawned_job(&mut self, sj: &SpawnJob) -> (Job, JobRanks) {
         let mut segments = Vec::new();
-        let mut plan = Vec::new();
+        let mut rank_app = Vec::new();
         for (appnum, cmd) in sj.request.cmds.iter().enumerate() {
             let info = |k: &str| cmd.info.iter().find(|(key, _)| key == k).map(|(_, v)| v.clone());
             let exe = match info("path") {
@@ -292,9 +296,9 @@ impl Node {
                 env,
                 wdir: wdir.unwrap_or_else(|| self.job.segments[0].wdir.clone()),
             });
-            plan.extend((0..cmd.nprocs).map(|_| appnum as u32));
+            rank_app.extend((0..cmd.nprocs).map(|_| appnum as u32));
         }
-        let size = plan.len() as u32;
+        let size = sj.size();
         let mut job = (*self.job).clone();
         job.jobid = sj.kvsname.clone();
         job.size = size;
@@ -302,14 +306,16 @@ impl Node {
         let pmi = Arc::new(PmiJob {
             kvsname: sj.kvsname.clone(),
             size,
-            process_mapping: Some(format!("(vector,(0,1,{size}))")),
+            process_mapping: sj.process_mapping.clone(),
             spawner: Some(sj.parent_kvsname.clone()),
         });
-        let kvs = Kvs::new(FenceScope::ThisNode, plan.len(), sj.request.preput.iter().cloned());
+        let here = sj.ranks_on(self.plan.index);
+        let scope = if sj.nodes.len() > 1 { FenceScope::Root } else { FenceScope::ThisNode };
+        let kvs = Kvs::new(scope, here.len(), sj.request.preput.iter().cloned());
         self.jobs.insert(sj.job, JobState { pmi, kvs });
         // Nothing is swept while the job is on its way.
         self.swept = false;
-        let ranks = (0..size).zip(plan).map(|(r, seg)| (r, sj.first + r, seg)).collect();
+        let ranks = here.into_iter().map(|r| (r, sj.first + r, rank_app[r as usize])).collect();
         (job, ranks)
     }
 

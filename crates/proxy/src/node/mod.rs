@@ -148,6 +148,11 @@ pub(crate) struct Node {
     dmodex: dmodex::Asks,
     /// The launcher's stdin that came while the ranks waited to start, in order.
     held_stdin: Vec<StdinChunk>,
+    /// Started during the run for a spawned job's ranks (`Launch::late`): no part in the
+    /// launched job, its ranks or its fences.
+    late: bool,
+    /// A late node before the spawn it was started for: not finished, whatever it runs.
+    awaiting_spawn: bool,
 }
 
 /// How long a finished node waits for its parent's clock probes before it reports.
@@ -164,7 +169,9 @@ impl Node {
         let mut sighup = signal(SignalKind::hangup()).expect("SIGHUP handler");
         let mut sigint = signal(SignalKind::interrupt()).expect("SIGINT handler");
         self.start_children();
-        self.start_launched().await;
+        if !self.late {
+            self.start_launched().await;
+        }
         self.reap();
         let silence = self.job.liveness.silence();
         let mut pmix_ping = tokio::time::interval(self.job.liveness.heartbeat());
@@ -316,7 +323,7 @@ impl Node {
                     Some(ChildNews::Up(Up::FenceIn { pairs, .. })) => {
                         let parties = self.children.fence_parties();
                         let step = self.kvs(0).map(|kvs| kvs.child_entered(pairs, parties));
-                        self.fence_step(step);
+                        self.fence_step(0, step);
                     }
                     Some(ChildNews::Up(Up::PmixFenceIn { epoch, served })) => {
                         self.pmix_child_fence(epoch, served)
@@ -368,6 +375,9 @@ impl Node {
                 self.outputs.drop_all();
                 let _ = self.up.shed_output.send(true);
             }
+            // A late node is no party of the launched job's fences.
+            Down::FenceOut { .. } | Down::PmixFencePart { .. } | Down::PmixFenceOut { .. }
+                if self.late => {}
             Down::FenceOut { epoch, pairs } => {
                 self.children.broadcast(&Down::FenceOut { epoch, pairs: pairs.clone() });
                 if let Some(kvs) = self.kvs(0) {
@@ -378,16 +388,40 @@ impl Node {
             }
             Down::PmixFencePart { epoch, data } => self.pmix_fence_part(epoch, data),
             Down::PmixFenceOut { epoch, data } => self.pmix_fence_out(epoch, data),
-            // Every node hears of a spawn: the spawner's starts it, and the others' PMIx
-            // servers learn its namespace, for their ranks that are its parents too.
+            // Every node hears of a spawn: those it places ranks on start them, and the
+            // others' PMIx servers learn its namespace, for their ranks that are its parents.
             Down::Spawn(sj) => {
-                let size: u32 = sj.request.cmds.iter().map(|c| c.nprocs).sum();
-                self.children.add_ranks(sj.node, sj.first..sj.first + size);
+                for (node, ranks) in sj.runs() {
+                    self.children.add_ranks(node, ranks);
+                }
                 self.children.broadcast(&Down::Spawn(sj.clone()));
-                if sj.node == self.plan.index {
+                if sj.node_id(self.plan.index).is_some() {
+                    self.awaiting_spawn = false;
                     self.start_spawned(*sj);
                 } else if pmix::pmix_id(&sj.tag).is_some() {
                     self.pmix_spawned_elsewhere(&sj);
+                }
+            }
+            Down::SpawnAnswer { rank, tag, outcome } => {
+                if self.ranks.find(rank).is_none() {
+                    let down = Down::SpawnAnswer { rank, tag, outcome };
+                    self.children.send_toward_rank(rank, down);
+                    return;
+                }
+                match pmix::pmix_id(&tag) {
+                    Some(id) => self.pmix_spawn_answer(id, outcome),
+                    None => {
+                        if let Some(tx) = self.ranks.find(rank).and_then(|r| r.answers.as_ref()) {
+                            let _ = tx.send(Box::new(PmiAnswer::Spawn { outcome, tag }));
+                        }
+                    }
+                }
+            }
+            Down::JobFenceOut { job, epoch, pairs } => {
+                self.children.broadcast(&Down::JobFenceOut { job, epoch, pairs: pairs.clone() });
+                if let Some(kvs) = self.kvs(job) {
+                    let released = kvs.complete(epoch, pairs);
+                    self.send_replies(released);
                 }
             }
             Down::PmixGroupFenceOut { node, members, data } => {
@@ -519,6 +553,9 @@ impl Node {
 
     fn finished(&self) -> bool {
         self.kill.gave_up()
-            || (!self.holding_ranks() && self.ranks.finished() && self.children.settled())
+            || (!self.awaiting_spawn
+                && !self.holding_ranks()
+                && self.ranks.finished()
+                && self.children.settled())
     }
 }

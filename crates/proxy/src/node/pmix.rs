@@ -181,17 +181,19 @@ impl Node {
 
     /// Starts the host with `files` (on `late`'s socket for a late start), registers the
     /// launched job and its local ranks, and asks for their environments.
-    fn start_host(&mut self, files: Files, late: Option<Late>) -> std::io::Result<()> {
+    pub(super) fn start_host(&mut self, files: Files, late: Option<Late>) -> std::io::Result<()> {
         let job = self.job.pmix.as_ref().expect("the job serves PMIx");
         let events = self.events.clone();
         let holding = late.is_none() && !self.plan.ranks.is_empty();
         let host = Host::start(files, &self.plan.host, late, move |news| {
             events.send(Event::Pmix(news)).is_ok()
         })?;
+        // A late node runs none of the launched job's ranks: its map only, for the ranks
+        // spawned here, whose parents they are.
         host.send(Command::Setup {
             nspace: self.job.jobid.clone(),
             jobid: self.job.jobid.clone(),
-            node: Some(self.plan.index),
+            node: (!self.late).then_some(self.plan.index),
             hosts: job.hosts.clone(),
             rank_node: job.rank_node.clone(),
             rank_app: job.rank_app.clone(),
@@ -199,12 +201,14 @@ impl Node {
             spawned: false,
         });
         let ranks: Vec<u32> = self.plan.ranks.iter().map(|r| r.rank).collect();
-        host.send(Command::Clients {
-            nspace: self.job.jobid.clone(),
-            uid: nix::unistd::getuid().as_raw(),
-            gid: nix::unistd::getgid().as_raw(),
-            ranks,
-        });
+        if !ranks.is_empty() {
+            host.send(Command::Clients {
+                nspace: self.job.jobid.clone(),
+                uid: nix::unistd::getuid().as_raw(),
+                gid: nix::unistd::getgid().as_raw(),
+                ranks,
+            });
+        }
         tracing::debug!(pid = host.pid(), "PMIx host started");
         self.pmix = Some(Pmix {
             host,

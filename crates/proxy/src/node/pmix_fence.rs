@@ -63,10 +63,10 @@ impl Node {
 
     /// This node has no PMIx server (any more), nor one waiting for its first client: its
     /// party of each fence is in at once, with no data. Nothing to do for a job that serves
-    /// no PMIx.
+    /// no PMIx, nor on a late node, which is no party.
     pub(super) fn pmix_fence_without_server(&mut self) {
         let server = self.pmix.is_some() || self.pmix_late.is_some();
-        if self.job.pmix.is_none() || server || self.pmix_fence.own_in {
+        if self.job.pmix.is_none() || server || self.pmix_fence.own_in || self.late {
             return;
         }
         self.pmix_fence.own_in = true;

@@ -1,25 +1,26 @@
-//! Jobs a rank of this node spawns through PMIx (MPI_Comm_spawn): each is one more namespace
-//! of the node's server, its ranks held until their environments are in, then started, and
-//! the spawner answered; a job the server cannot register never starts, and the spawner
-//! hears why. A job spawned on another node is registered here too, for parents here.
+//! Spawned jobs (MPI_Comm_spawn) and this node's PMIx server: each is one more namespace of
+//! the server, registered with the job's whole map. A node the job places ranks on holds
+//! them until their environments are in, starts them, and tells the root; a job the server
+//! cannot register never starts here, and the root hears why. Every other node registers
+//! the job too, for its ranks that are its parents. The spawner's server hears how the
+//! spawn went from the root, once every node of the job has started its ranks.
 //!
 //! ```text
-//!   host ──Spawn(id)──► Up::Spawn ─► root ─► Down::Spawn ─► Setup, Clients ──► host
-//!        ──SetupDone, Env × ranks──► Registration ──ranks start, SpawnDone(id, nspace)──► host
-//!                                                 └─refused: SpawnDone(id, status)──────► host
+//!   host ──Spawn(id)──► Up::Spawn ─► root ─► Down::Spawn ─► every node: Setup (its map)
+//!   a node with ranks: Clients ──SetupDone, Env × ranks──► Registration
+//!        ──ranks start──► Up::SpawnStarted ─► root (refused: why)
+//!   root, every node in ──Down::SpawnAnswer──► spawner's node ──SpawnDone(id)──► host
 //! ```
 
-use pmi_wire::control::{Job, SpawnCmd, SpawnJob};
+use pmi_wire::control::{Job, SpawnCmd, SpawnJob, SpawnOutcome};
 
 use super::launch::JobRanks;
 use super::Node;
 use crate::pmix::wire::{self, App};
 use crate::pmix::Command;
 
-/// A spawned job between its registration with the server and its start.
+/// A spawned job between its registration with the server and the start of its ranks here.
 pub(super) struct Spawning {
-    /// The host's id of the spawn request, answered once the ranks are started (or cannot).
-    pub(super) id: u32,
     pub(super) nspace: String,
     pub(super) job: Job,
     pub(super) index: u32,
@@ -71,29 +72,21 @@ impl Registration {
 }
 
 impl Node {
-    /// Registers a job a local rank spawned through PMIx with this node's server; its ranks
-    /// start once their environments are in. Hands the job back if there is no server.
+    /// Registers this node's ranks of a job a rank spawned through PMIx with this node's
+    /// server (started now if it waited for a first client); its ranks start once their
+    /// environments are in. Hands the job back if there is no server.
     pub(super) fn pmix_spawn(
         &mut self,
-        id: u32,
         sj: &SpawnJob,
         job: Job,
         ranks: JobRanks,
     ) -> Option<(Job, JobRanks)> {
-        let host_name = self.plan.host.clone();
+        self.pmix_for_spawn();
+        let node = sj.node_id(self.plan.index);
         let Some(pmix) = self.pmix.as_mut() else { return Some((job, ranks)) };
         let nspace = sj.kvsname.clone();
-        pmix.nspaces.insert(nspace.clone(), (sj.job, sj.first, ranks.len() as u32));
-        pmix.host.send(Command::Setup {
-            nspace: nspace.clone(),
-            jobid: nspace.clone(),
-            node: Some(0),
-            hosts: vec![host_name],
-            rank_node: vec![0; ranks.len()],
-            rank_app: ranks.iter().map(|&(_, _, segment)| segment).collect(),
-            psets: Vec::new(),
-            spawned: true,
-        });
+        pmix.nspaces.insert(nspace.clone(), (sj.job, sj.first, sj.size()));
+        pmix.host.send(setup(sj, node));
         pmix.host.send(Command::Clients {
             nspace: nspace.clone(),
             uid: nix::unistd::getuid().as_raw(),
@@ -101,7 +94,7 @@ impl Node {
             ranks: ranks.iter().map(|&(rank, _, _)| rank).collect(),
         });
         let registration = Registration::new(ranks.len());
-        let spawning = Spawning { id, nspace, job, index: sj.job, ranks, registration };
+        let spawning = Spawning { nspace, job, index: sj.job, ranks, registration };
         if spawning.ranks.is_empty() {
             self.pmix_spawned(spawning);
         } else {
@@ -110,67 +103,106 @@ impl Node {
         None
     }
 
-    /// Registers a job a rank of another node spawned through PMIx (every rank on that node)
-    /// with this node's server, whose ranks may be its parents too (a spawn collective over
-    /// ranks of several nodes): they connect to it, and get its ranks' data by direct modex.
-    pub(super) fn pmix_spawned_elsewhere(&mut self, sj: &SpawnJob) {
-        let Some(pmix) = self.pmix.as_mut() else { return };
-        let Some(spawner) = self.job.pmix.as_ref().and_then(|p| p.hosts.get(sj.node as usize))
-        else {
+    /// A late node (`Launch::late`), or one whose server waits for its first client, gets
+    /// its server now: a PMIx spawn places ranks here.
+    fn pmix_for_spawn(&mut self) {
+        if self.pmix.is_some() || self.job.pmix.is_none() {
             return;
-        };
-        let rank_app: Vec<u32> = (sj.request.cmds.iter().enumerate())
-            .flat_map(|(app, cmd)| std::iter::repeat_n(app as u32, cmd.nprocs as usize))
-            .collect();
-        let nspace = sj.kvsname.clone();
-        pmix.nspaces.insert(nspace.clone(), (sj.job, sj.first, rank_app.len() as u32));
-        pmix.host.send(Command::Setup {
-            nspace: nspace.clone(),
-            jobid: nspace,
-            node: None,
-            hosts: vec![spawner.clone()],
-            rank_node: vec![0; rank_app.len()],
-            rank_app,
-            psets: Vec::new(),
-            spawned: true,
-        });
+        }
+        if self.pmix_late.is_some() {
+            return self.start_late_pmix();
+        }
+        let files = crate::pmix::Files::at(&self.job.jobid, self.plan.index);
+        if let Err(e) = self.start_host(files, None) {
+            self.notice(format!("PMIx is not served on this node: {e}"));
+        }
     }
 
-    /// The server could not take a spawned job: its ranks never start, and the spawner hears
-    /// why (its MPI_Comm_spawn fails).
+    /// Registers a job a rank spawned through PMIx, with no rank here, with this node's
+    /// server, whose ranks may be its parents (a spawn collective over ranks of several
+    /// nodes): they connect to it, and get its ranks' data by direct modex.
+    pub(super) fn pmix_spawned_elsewhere(&mut self, sj: &SpawnJob) {
+        let Some(pmix) = self.pmix.as_mut() else { return };
+        pmix.nspaces.insert(sj.kvsname.clone(), (sj.job, sj.first, sj.size()));
+        pmix.host.send(setup(sj, None));
+    }
+
+    /// The server could not take a spawned job: its ranks never start here, and the root
+    /// hears why (the spawner's MPI_Comm_spawn fails).
     pub(super) fn pmix_spawn_failed(&mut self, spawning: Spawning, status: wire::Status) {
-        let Spawning { id, nspace, index, .. } = spawning;
+        let Spawning { nspace, index, .. } = spawning;
         let text = format!("{nspace} does not start: PMIx cannot register it (status {status})");
-        self.notice(text);
+        self.notice(text.clone());
         self.jobs.remove(&index);
         if let Some(pmix) = self.pmix.as_mut() {
             pmix.nspaces.remove(&nspace);
             pmix.envs.retain(|&(job, _), _| job != index);
-            pmix.host.send(Command::SpawnDone { id, status, nspace: String::new() });
         }
+        self.spawn_started(index, Some(text));
     }
 
-    /// Every rank of a spawned job has its environment: they start, and the spawner hears.
+    /// Every rank of a spawned job here has its environment: they start, and the root hears.
     pub(super) fn pmix_spawned(&mut self, spawning: Spawning) {
-        let Spawning { id, nspace, job, index, ranks, .. } = spawning;
+        let Spawning { nspace, job, index, ranks, .. } = spawning;
         self.start_spawned_ranks(&job, index, &ranks);
         tracing::debug!(job = index, %nspace, "PMIx spawned job started");
-        if let Some(pmix) = self.pmix.as_ref() {
-            pmix.host.send(Command::SpawnDone { id, status: wire::SUCCESS, nspace });
-        }
+        self.spawn_started(index, None);
+    }
+
+    /// How the spawn of a local client (the host's request `id`) went.
+    pub(super) fn pmix_spawn_answer(&mut self, id: u32, outcome: SpawnOutcome) {
+        let Some(pmix) = self.pmix.as_ref() else { return };
+        let (status, nspace) = match outcome {
+            SpawnOutcome::Started { kvsname } => (wire::SUCCESS, kvsname),
+            SpawnOutcome::Refused { reason } => {
+                tracing::info!("a PMIx spawn failed: {reason}");
+                (wire::ERR_BAD_PARAM, String::new())
+            }
+        };
+        pmix.host.send(Command::SpawnDone { id, status, nspace });
+    }
+}
+
+/// The registration of spawned job `sj` with a server, as node `node` of the job (`None`:
+/// with no rank here).
+fn setup(sj: &SpawnJob, node: Option<u32>) -> Command {
+    let rank_app: Vec<u32> = (sj.request.cmds.iter().enumerate())
+        .flat_map(|(app, cmd)| std::iter::repeat_n(app as u32, cmd.nprocs as usize))
+        .collect();
+    Command::Setup {
+        nspace: sj.kvsname.clone(),
+        jobid: sj.kvsname.clone(),
+        node,
+        hosts: sj.nodes.iter().map(|(_, host)| host.clone()).collect(),
+        rank_node: sj.rank_node.clone(),
+        rank_app,
+        psets: Vec::new(),
+        spawned: true,
     }
 }
 
 /// What rlaunch's spawn makes of a PMIx application: its argv after the program's name, its
-/// working directory, its environment.
+/// environment, and its hints under the names PMI spawns give them (the first of a name
+/// wins: the application's own come ahead of the job's).
 pub(super) fn spawn_cmd(app: App) -> SpawnCmd {
     let App { cmd, argv, env, maxprocs, info } = app;
-    let info = info
-        .into_iter()
-        .filter_map(|(key, value)| (key == "pmix.wdir").then(|| ("wdir".to_string(), value)))
-        .collect();
+    let mut hints: Vec<(String, String)> = Vec::new();
+    for (key, value) in info {
+        let name = match key.as_str() {
+            "pmix.wdir" => "wdir",
+            "pmix.host" => "host",
+            "pmix.hostfile" => "hostfile",
+            "pmix.addhost" => "add-host",
+            "pmix.addhostfile" => "add-hostfile",
+            "pmix.mapby" => "map-by",
+            _ => continue,
+        };
+        if hints.iter().all(|(k, _)| k != name) {
+            hints.push((name.to_string(), value));
+        }
+    }
     let args = argv.into_iter().skip(1).collect();
-    SpawnCmd { exe: cmd, args, nprocs: maxprocs, info, env }
+    SpawnCmd { exe: cmd, args, nprocs: maxprocs, info: hints, env }
 }
 
 #[cfg(test)]

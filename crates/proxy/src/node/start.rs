@@ -184,6 +184,8 @@ pub async fn serve(
         dial_deadline: None,
         pmix: None,
         pmix_late: None,
+        late: launch.late,
+        awaiting_spawn: launch.late,
         singleton: None,
         trapped: Vec::new(),
         probes,

@@ -108,7 +108,7 @@ pub enum PmiAnswer {
     Fence { tag: Option<String> },
     GetNodeAttr { value: Option<String>, tag: Option<String> },
     Name { answer: pmi_wire::control::NameAnswer, tag: Option<String> },
-    Spawn { kvsname: String, tag: Option<String> },
+    Spawn { outcome: pmi_wire::control::SpawnOutcome, tag: Option<String> },
 }
 
 /// Answers on their way to one rank's connection task (see [`crate::mailbox`] for why not a

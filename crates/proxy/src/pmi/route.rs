@@ -1,6 +1,7 @@
 //! What the connection answers itself and what goes to the node (PMI.md §5: Hydra's proxy
 //! answers the same set locally). Pure: the job's facts in, a [`Route`] out.
 
+use pmi_wire::control::SpawnOutcome;
 use pmi_wire::reply::Reply;
 use pmi_wire::request::{Protocol, Request};
 
@@ -90,7 +91,12 @@ pub(crate) fn reply_to(answer: PmiAnswer) -> (Reply, Option<String>) {
         PmiAnswer::Fence { tag } => (Reply::Fence, tag),
         PmiAnswer::GetNodeAttr { value, tag } => (Reply::NodeAttr(value), tag),
         PmiAnswer::Name { answer, tag } => (Reply::Name(answer), tag),
-        PmiAnswer::Spawn { kvsname, tag } => (Reply::Spawn { jobid: kvsname }, tag),
+        PmiAnswer::Spawn { outcome: SpawnOutcome::Started { kvsname }, tag } => {
+            (Reply::Spawn { jobid: kvsname }, tag)
+        }
+        PmiAnswer::Spawn { outcome: SpawnOutcome::Refused { reason }, tag } => {
+            (Reply::SpawnFailed { reason }, tag)
+        }
     }
 }
 
@@ -275,8 +281,18 @@ mod tests {
                 Reply::Name(NameAnswer::Published(false)),
             ),
             (
-                PmiAnswer::Spawn { kvsname: s("kvs_2"), tag: t() },
+                PmiAnswer::Spawn {
+                    outcome: SpawnOutcome::Started { kvsname: s("kvs_2") },
+                    tag: t(),
+                },
                 Reply::Spawn { jobid: s("kvs_2") },
+            ),
+            (
+                PmiAnswer::Spawn {
+                    outcome: SpawnOutcome::Refused { reason: s("no such host") },
+                    tag: t(),
+                },
+                Reply::SpawnFailed { reason: s("no such host") },
             ),
         ];
         for (answer, reply) in cases {
