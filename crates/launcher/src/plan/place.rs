@@ -68,13 +68,10 @@ pub(crate) struct Universe {
 impl Universe {
     /// The hosts of every list, each once (its first slot count), `placed` ranks on them.
     pub(crate) fn new(lists: &[Vec<Host>], by_node: bool, placed: u32) -> Universe {
-        let mut hosts: Vec<Host> = Vec::new();
-        for host in lists.iter().flatten() {
-            if hosts.iter().all(|h| h.name != host.name) {
-                hosts.push(host.clone());
-            }
-        }
-        Universe { hosts, by_node, placed }
+        // A hostfile may hold a hundred thousand hosts: each looked up once.
+        let mut seen = std::collections::HashSet::new();
+        let hosts = lists.iter().flatten().filter(|h| seen.insert(h.name.as_str())).cloned();
+        Universe { hosts: hosts.collect(), by_node, placed }
     }
 
     /// The hosts of `n` more ranks, placed after the last slot taken (`by_node`: one host
