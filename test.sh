@@ -46,6 +46,8 @@ need /usr/bin/man man-db
 need /usr/bin/zsh zsh
 need /usr/bin/fish fish
 need /usr/lib/python3/dist-packages/mpi4py/__init__.py python3-mpi4py
+# PyTorch jobs with no wrapper (tests/tests/frameworks.rs): Debian's CPU build, gloo.
+need /usr/lib/python3/dist-packages/torch/distributed/__init__.py python3-torch
 # A real browser draws the page of `rlaunch timeline` in tests/tests/timeline.rs.
 need /usr/bin/chromium chromium
 need /usr/bin/unshare util-linux

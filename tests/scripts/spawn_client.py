@@ -29,6 +29,9 @@ def pmi2(body):
 
 
 spawned = os.environ.get("PMI_SPAWNED") == "1"
+# torchrun's view of the rank, which a spawned job has of its own.
+env = os.environ
+torch = f"torch {env['RANK']}/{env['WORLD_SIZE']} group {env['GROUP_RANK']}/{env['GROUP_WORLD_SIZE']}"
 hints = [h.split("=", 1) for h in os.environ.get("SPAWN_INFO", "").split(";") if h]
 me = os.environ["PMI_RANK"]
 if VERSION == "1":
@@ -40,7 +43,7 @@ if VERSION == "1":
         assert line("cmd=barrier_in") == "cmd=barrier_out"
         peer = line(f"cmd=get kvsname={kvs} key=child0").split("value=")[1]
         mapping = line(f"cmd=get kvsname={kvs} key=PMI_process_mapping").split("value=")[1]
-        print(f"child {me} of {os.environ['PMI_SIZE']} kvs {kvs} port {port} peer {peer} on {socket.gethostname()} map {mapping}", flush=True)
+        print(f"child {me} of {os.environ['PMI_SIZE']} kvs {kvs} port {port} peer {peer} {torch} on {socket.gethostname()} map {mapping}", flush=True)
     else:
         block = [
             "mcmd=spawn", f"nprocs={os.environ.get('SPAWN_NPROCS', '2')}", f"execname={sys.executable}", "totspawns=1", "spawnssofar=1",
@@ -58,7 +61,7 @@ else:
     if spawned:
         got = pmi2("cmd=kvs-get;key=PARENT_ROOT_PORT_NAME;")
         mapping = pmi2("cmd=info-getjobattr;key=PMI_process_mapping;")["value"]
-        print(f"child {init['rank']} of {init['size']} spawner {init['spawner-jobid']} port {got['value']} on {socket.gethostname()} map {mapping}", flush=True)
+        print(f"child {init['rank']} of {init['size']} spawner {init['spawner-jobid']} port {got['value']} {torch} on {socket.gethostname()} map {mapping}", flush=True)
         for i in range(int(os.environ.get("CHILD_LINES", "0"))):
             print(f"child {init['rank']} line {i}", flush=True)
     else:

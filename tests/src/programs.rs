@@ -81,6 +81,11 @@ pub fn spawn_client() -> String {
     path_str(script("spawn_client.py"))
 }
 
+/// `tests/scripts/torch_job.py`: a torch.distributed job as users write it for torchrun.
+pub fn torch_job() -> String {
+    path_str(script("torch_job.py"))
+}
+
 /// The directory of the running profile's binaries, `target/<profile>/`.
 pub(crate) fn target_dir() -> PathBuf {
     let exe = std::env::current_exe()

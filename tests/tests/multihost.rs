@@ -47,6 +47,7 @@ fn jobs_run_across_hosts_over_ssh_and_failures_leave_nothing() {
     hello_runs_on_four_nodes_with_two_ranks_each(&cluster, CProgram::OmpiHello);
     tree_spawn_with_width_two_covers_seven_nodes(&cluster);
     spawned_ranks_start_on_hosts_that_had_no_proxy(&cluster);
+    torch_meets_at_rank_zeros_address_over_ssh(&cluster);
     an_unknown_host_fails_the_launch(&cluster);
     a_stopped_sshd_fails_the_launch(&cluster);
     a_killed_node_proxy_aborts_the_job(&cluster);
@@ -126,6 +127,35 @@ fn spawned_ranks_start_on_hosts_that_had_no_proxy(cluster: &Cluster) {
     for (child, host) in children.iter().zip(&placed) {
         assert!(child.ends_with(&format!(" on {host} map (vector,(0,3,1))")), "{child}");
     }
+    wait_no_remote_proxies(WAIT);
+}
+
+/// A torch.distributed job with no host of its own on this machine: rank 0's proxy (on n1)
+/// chooses the rendezvous, at the address its ssh session came in at, and n2's ranks wait
+/// for it; gloo's all_reduce then crosses the hosts.
+fn torch_meets_at_rank_zeros_address_over_ssh(cluster: &Cluster) {
+    let envs = cluster
+        .run(&["--hosts", "n1:2,n2:2", "-l", "-n", "4", &rankprog_str(), "env"])
+        .timeout(WAIT)
+        .run();
+    envs.assert_code(0);
+    let envs = rlaunch_tests::output::envs_by_rank(&envs.lines());
+    let n1 = "10.213.0.11";
+    for rank in 0..4 {
+        assert_eq!(envs[&rank]["MASTER_ADDR"], n1, "rank {rank}");
+        assert_eq!(envs[&rank]["MASTER_PORT"], envs[&0]["MASTER_PORT"], "rank {rank}");
+        assert_eq!(envs[&rank]["GROUP_RANK"], (rank / 2).to_string(), "rank {rank}");
+    }
+    let job = rlaunch_tests::torch_job();
+    let out = cluster
+        .run(&["--hosts", "n1:2,n2:2", "-n", "4", "/usr/bin/python3", &job, "allreduce"])
+        .timeout(WAIT)
+        .run();
+    out.assert_code(0);
+    let want: Vec<String> = (0..4)
+        .map(|r| format!("rank {r} of 4 local {} of 2 group {} of 2 sum 6", r % 2, r / 2))
+        .collect();
+    assert_eq!(sorted(out.lines()), want, "{out}");
     wait_no_remote_proxies(WAIT);
 }
 

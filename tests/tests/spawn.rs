@@ -64,6 +64,10 @@ fn spawned_ranks_go_after_the_last_slot_round_the_hosts_with_proxies_where_none_
         let kids = children(&out.lines());
         assert_eq!(kids.len(), 3, "{out}");
         assert!(kids.iter().all(|l| l.ends_with(" map (vector,(0,3,1))")), "{out}");
+        // torchrun's variables are the spawned job's own: each child alone on its node.
+        for (rank, kid) in kids.iter().enumerate() {
+            assert!(kid.contains(&format!(" torch {rank}/3 group {rank}/3 on ")), "{kid}");
+        }
         if version == "1" {
             // Every child got the pair child 0 put on another node: the fence spans them.
             assert!(kids.iter().all(|l| l.contains(" peer here0 ")), "{out}");

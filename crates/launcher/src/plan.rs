@@ -87,6 +87,7 @@ pub fn build(o: &Options, env: &[(OsString, OsString)]) -> Result<job::Plan, Pla
     let tree::Nodes { nodes, hosts: node_hosts, rank_node } =
         tree::group_nodes(&rank_hosts, lists.rank_segments(), fork_host);
     let forked_ranks = nodes.iter().filter(|n| n.fork).map(|n| n.ranks.len() as u32).sum();
+    let rendezvous = rendezvous(&nodes, &rank_node);
     let roots = tree::build_tree(nodes, o.tree_width);
     tracing::debug!(nodes = node_hosts.len(), depth = tree::depth(&roots), "plan ready");
     let dial = if dialing {
@@ -154,6 +155,8 @@ pub fn build(o: &Options, env: &[(OsString, OsString)]) -> Result<job::Plan, Pla
         pmix,
         progress: job::progress::wanted(node_hosts.len(), getenv),
         forked_ranks,
+        nodes: node_hosts.len() as u32,
+        rendezvous,
     };
     Ok(job::Plan {
         job,
@@ -176,6 +179,33 @@ pub fn build(o: &Options, env: &[(OsString, OsString)]) -> Result<job::Plan, Pla
         own_host,
         forced_remote,
     })
+}
+
+/// Where rank 0 serves the frameworks' rendezvous, if rank 0 runs on this machine: loopback
+/// when every node does, else this machine's address that the other nodes reach. `None`
+/// leaves the choice to rank 0's proxy (it runs elsewhere, or no address was found here).
+fn rendezvous(
+    nodes: &[pmi_wire::control::NodePlan],
+    rank_node: &[u32],
+) -> Option<pmi_wire::control::Rendezvous> {
+    let first = &nodes[*rank_node.first()? as usize];
+    if !first.fork {
+        return None;
+    }
+    let addr = if nodes.iter().all(|n| n.fork) {
+        std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST)
+    } else {
+        let others: Vec<String> =
+            nodes.iter().filter(|n| !n.fork).map(|n| n.host.clone()).collect();
+        match job::reaching(&others) {
+            Ok(addr) => addr,
+            Err((node, e)) => {
+                tracing::debug!(%node, "no address of this machine reaches it: {e}");
+                return None;
+            }
+        }
+    };
+    rlaunch_proxy::rendezvous::pick(addr).inspect_err(|e| tracing::debug!("no free port: {e}")).ok()
 }
 
 /// Whether the job's nodes start a PMIx server, and must.

@@ -151,6 +151,8 @@ fn corpus() -> Vec<Vec<u8>> {
             pmix: None,
             progress: false,
             forked_ranks: 2,
+            rendezvous: None,
+            nodes: 1,
         },
         node: NodePlan {
             index: 0,

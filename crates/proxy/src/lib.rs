@@ -41,6 +41,7 @@ pub mod pmix;
 pub mod procs;
 pub mod rank;
 mod ranks;
+pub mod rendezvous;
 pub mod secure;
 pub mod singleton;
 mod spawn;

@@ -25,6 +25,11 @@ pub struct Placement<'a> {
     pub local_id: usize,
     pub local_count: usize,
     pub host: &'a str,
+    /// Its node among its job's nodes (torchrun's group), and how many nodes its job has.
+    pub node_id: u32,
+    pub nodes: u32,
+    /// Where it may write why it failed (`TORCHELASTIC_ERROR_FILE`).
+    pub error_file: Option<String>,
 }
 
 /// How a rank reaches its PMI server.
@@ -59,6 +64,24 @@ pub const RANK_VARS: &[&str] = &[
     "MPI_LOCALNRANKS",
     "MPIR_CVAR_CH3_INTERFACE_HOSTNAME",
     "GFORTRAN_UNBUFFERED_PRECONNECTED",
+    // torchrun's contract (torch.distributed's env://, Lightning, Accelerate, DeepSpeed).
+    "RANK",
+    "WORLD_SIZE",
+    "LOCAL_RANK",
+    "LOCAL_WORLD_SIZE",
+    "GROUP_RANK",
+    "GROUP_WORLD_SIZE",
+    "ROLE_RANK",
+    "ROLE_WORLD_SIZE",
+    "ROLE_NAME",
+    "TORCHELASTIC_RUN_ID",
+    "TORCHELASTIC_RESTART_COUNT",
+    "TORCHELASTIC_MAX_RESTARTS",
+    "TORCHELASTIC_ERROR_FILE",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    // JAX's coordinator (`jax.distributed.initialize`).
+    "JAX_COORDINATOR_ADDRESS",
 ];
 
 /// Prepares a segment's program for its ranks: the program found on the ranks' PATH, their
@@ -89,7 +112,7 @@ struct RankFds {
 /// [`start_all`] starts it. Returns why if it cannot run.
 pub fn prepare(
     program: Arc<Program>,
-    size: u32,
+    job: &Job,
     at: &Placement,
     gets_stdin: bool,
     pmi: &PmiSetup,
@@ -110,12 +133,13 @@ pub fn prepare(
     };
     let mut env = vec![
         ("PMI_RANK", at.rank.to_string()),
-        ("PMI_SIZE", size.to_string()),
+        ("PMI_SIZE", job.size.to_string()),
         ("MPI_LOCALRANKID", at.local_id.to_string()),
         ("MPI_LOCALNRANKS", at.local_count.to_string()),
         ("MPIR_CVAR_CH3_INTERFACE_HOSTNAME", at.host.to_string()),
         ("GFORTRAN_UNBUFFERED_PRECONNECTED", "y".to_string()),
     ];
+    framework_vars(job, at, &mut env);
     // Both ends close on exec; the child clears the flag on its own end only, so each rank
     // inherits exactly one PMI socket: its own.
     let pair = match pmi {
@@ -147,6 +171,66 @@ pub fn prepare(
     let stdout_capacity = crate::fdio::rank_pipe_capacity(at.local_count);
     let fds = RankFds { theirs, pmi: pair, stdout, stdout_capacity, stderr, stdin };
     Ok(Prepared { spawn, fds })
+}
+
+/// What the frameworks read, as torchrun sets it for one role of `job.size` workers with no
+/// restarts: a rank's place, and where rank 0 serves their rendezvous (if the job has one).
+fn framework_vars(job: &Job, at: &Placement, env: &mut Vec<(&'static str, String)>) {
+    let (rank, size) = (at.rank.to_string(), job.size.to_string());
+    env.extend([
+        ("RANK", rank.clone()),
+        ("WORLD_SIZE", size.clone()),
+        ("LOCAL_RANK", at.local_id.to_string()),
+        ("LOCAL_WORLD_SIZE", at.local_count.to_string()),
+        ("GROUP_RANK", at.node_id.to_string()),
+        ("GROUP_WORLD_SIZE", at.nodes.to_string()),
+        ("ROLE_RANK", rank),
+        ("ROLE_WORLD_SIZE", size),
+        ("ROLE_NAME", "default".to_string()),
+        ("TORCHELASTIC_RUN_ID", job.jobid.clone()),
+        ("TORCHELASTIC_RESTART_COUNT", "0".to_string()),
+        ("TORCHELASTIC_MAX_RESTARTS", "0".to_string()),
+    ]);
+    if let Some(path) = &at.error_file {
+        env.push(("TORCHELASTIC_ERROR_FILE", path.clone()));
+    }
+    if let Some(r) = &job.rendezvous {
+        env.push(("MASTER_ADDR", r.addr.clone()));
+        env.push(("MASTER_PORT", r.port.to_string()));
+        // An IPv6 address is bracketed before its port, as gRPC reads it.
+        let host = if r.addr.contains(':') { format!("[{}]", r.addr) } else { r.addr.clone() };
+        env.push(("JAX_COORDINATOR_ADDRESS", format!("{host}:{}", r.jax_port)));
+    }
+}
+
+/// A directory of this node's for its ranks' error files (`TORCHELASTIC_ERROR_FILE`), the
+/// user's alone, made now; `None` if it cannot be.
+pub fn error_dir(jobid: &str, node: u32) -> Option<std::path::PathBuf> {
+    use std::os::unix::fs::DirBuilderExt;
+    let dir = std::env::temp_dir().join(format!("rlaunch-errors-{jobid}-{node}"));
+    match std::fs::DirBuilder::new().mode(0o700).create(&dir) {
+        Ok(()) => Some(dir),
+        Err(e) => {
+            tracing::debug!(dir = %dir.display(), "no directory for error files: {e}");
+            None
+        }
+    }
+}
+
+/// The error file of the rank with global id `gid` in `dir`.
+pub fn error_file(dir: &std::path::Path, gid: u32) -> std::path::PathBuf {
+    dir.join(format!("{gid}.json"))
+}
+
+/// What a rank wrote in its error file, at most [`pmi_wire::control::MAX_ERROR_REPORT`]
+/// bytes; `None` if it wrote nothing.
+pub fn error_report(dir: &std::path::Path, gid: u32) -> Option<Vec<u8>> {
+    use std::io::Read;
+    let file = std::fs::File::open(error_file(dir, gid)).ok()?;
+    let mut report = Vec::new();
+    let limit = pmi_wire::control::MAX_ERROR_REPORT as u64;
+    file.take(limit).read_to_end(&mut report).ok()?;
+    (!report.is_empty()).then_some(report)
 }
 
 /// Starts prepared ranks, each in its own process group, several at a time (see

@@ -406,6 +406,7 @@ impl Root {
                     }
                 }
             }
+            Up::RankError { rank, report } => self.roll.set_error(rank, &report),
             Up::StdinAck { seq } => {
                 if let Some(left) = self.stdin.pending.get_mut(&seq) {
                     *left -= 1;
@@ -465,6 +466,10 @@ impl Root {
             }
             Up::PmiFault { rank, pid, what } => self.fail(Cause::PmiFault { rank, pid, what }),
             Up::Spawn { rank, tag, request } => self.spawn(rank, tag, request),
+            Up::Rendezvous(rendezvous) => {
+                tracing::debug!(?rendezvous, "rank 0's proxy chose the rendezvous");
+                self.children.broadcast(&Down::Rendezvous(rendezvous));
+            }
             Up::SpawnStarted { job, node, refused } => self.spawn_started(job, node, refused),
             Up::JobFenceIn { job, epoch, pairs } => self.job_fence(job, epoch, pairs),
             Up::PmixGroupFenceIn { node, members, data } => {

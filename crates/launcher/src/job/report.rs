@@ -125,6 +125,10 @@ struct Rank<'a> {
     signal: Option<i32>,
     /// Why it never ran (`SpawnFailed`, `NoWorkdir`), as the culprit line words it.
     failed_to_start: Option<String>,
+    /// Why it failed, as it wrote it in its error file (`TORCHELASTIC_ERROR_FILE`), and the
+    /// traceback it gave.
+    error: Option<&'a str>,
+    traceback: Option<&'a str>,
     user_s: f64,
     system_s: f64,
     maxrss_kib: u64,
@@ -211,6 +215,8 @@ fn build<'a>(facts: &'a JobFacts, roll: &'a Roll, placed: &[Placed<'a>]) -> Repo
                 exit_code,
                 signal,
                 failed_to_start,
+                error: e.error.map(|e| e.message.as_str()),
+                traceback: e.error.and_then(|e| e.traceback.as_deref()),
                 user_s: e.usage.user_us as f64 / 1e6,
                 system_s: e.usage.system_us as f64 / 1e6,
                 maxrss_kib: e.usage.maxrss_kib,

@@ -21,6 +21,34 @@ struct Proc {
     usage: RankUsage,
     /// It ended after the teardown began, by the signal that ends what still runs.
     torn_down: bool,
+    /// Why it failed, as it wrote it in its error file (`TORCHELASTIC_ERROR_FILE`).
+    error: Option<RankError>,
+}
+
+/// What a failed rank wrote in its error file: torch's `@record` writes the exception and
+/// its traceback, `{"message": {"message": "ValueError: ...", "extraInfo": {"py_callstack":
+/// "Traceback ..."}}}` (or a plain string for `message`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct RankError {
+    pub message: String,
+    pub traceback: Option<String>,
+}
+
+impl RankError {
+    /// The error in `report`, or `None` if it holds none rlaunch can read.
+    pub(crate) fn parse(report: &[u8]) -> Option<RankError> {
+        let json: serde_json::Value = serde_json::from_slice(report).ok()?;
+        let text = |v: &serde_json::Value| v.as_str().map(str::to_string);
+        match &json["message"] {
+            serde_json::Value::String(message) => {
+                Some(RankError { message: message.clone(), traceback: None })
+            }
+            inner => Some(RankError {
+                message: text(&inner["message"])?,
+                traceback: text(&inner["extraInfo"]["py_callstack"]),
+            }),
+        }
+    }
 }
 
 /// One process of the run as the report shows it.
@@ -33,6 +61,7 @@ pub(crate) struct Entry<'a> {
     pub segment: u32,
     pub outcome: Option<(u32, ExitOutcome)>,
     pub usage: RankUsage,
+    pub error: Option<&'a RankError>,
 }
 
 pub(crate) struct Roll {
@@ -67,6 +96,7 @@ impl Roll {
                     outcome: None,
                     usage: RankUsage::default(),
                     torn_down: false,
+                    error: None,
                 });
             }
         }
@@ -129,9 +159,19 @@ impl Roll {
                 outcome: None,
                 usage: RankUsage::default(),
                 torn_down: false,
+                error: None,
             });
         }
         (job, first)
+    }
+
+    /// Process `gid` wrote why it failed in its error file.
+    pub(crate) fn set_error(&mut self, gid: u32, report: &[u8]) {
+        match (self.procs.get_mut(gid as usize), RankError::parse(report)) {
+            (Some(p), Some(error)) => p.error = Some(error),
+            (Some(_), None) => tracing::debug!(gid, "an error file rlaunch cannot read"),
+            (None, _) => tracing::warn!(gid, "an error report of an unknown rank"),
+        }
     }
 
     /// Process `gid` has ended (its end is recorded).
@@ -180,6 +220,7 @@ impl Roll {
             segment: p.segment,
             outcome: p.outcome,
             usage: p.usage,
+            error: p.error.as_ref(),
         })
     }
 
@@ -253,7 +294,13 @@ impl Roll {
                     strerror(errno)
                 )
             }
-            _ => format!("{} (pid {pid} on {host}) {outcome}", self.name(gid)),
+            _ => {
+                let why = match &p.error {
+                    Some(e) => format!(": {}", cut(e.message.lines().next().unwrap_or(""))),
+                    None => String::new(),
+                };
+                format!("{} (pid {pid} on {host}) {outcome}{why}", self.name(gid))
+            }
         }
     }
 
@@ -269,6 +316,8 @@ impl Roll {
             .collect()
     }
 }
+
+use crate::error::cut;
 
 fn strerror(errno: i32) -> String {
     crate::hosts::plain(&std::io::Error::from_raw_os_error(errno))
@@ -302,6 +351,8 @@ mod tests {
             pmix: None,
             progress: false,
             forked_ranks: 0,
+            rendezvous: None,
+            nodes: 1,
         }
     }
 
@@ -338,6 +389,24 @@ mod tests {
         assert_eq!(lines[0], "rank 0 (on n0) did not report an exit");
         assert!(roll.record(0, 0, ExitOutcome::SpawnFailed { errno: 2 }, used, false));
         assert_eq!(roll.failures(), (vec![2, 4], 1), "a rank that never ran is not tabled");
+    }
+
+    #[test]
+    fn a_rank_that_wrote_its_error_is_named_with_it() {
+        let roots = [node(0, &[(0, 0), (1, 1), (2, 1)], vec![])];
+        let mut roll = Roll::new(&job(), &roots, vec!["n0".into()]);
+        let torch = br#"{"message": {"message": "ValueError: no\nmore", "extraInfo":
+            {"py_callstack": "Traceback (most recent call last): ...", "timestamp": "1"}}}"#;
+        roll.set_error(1, torch);
+        roll.set_error(2, b"not json");
+        let line = roll.describe(1, 42, ExitOutcome::Exited(1));
+        assert_eq!(line, "rank 1 (pid 42 on n0) exited with code 1: ValueError: no");
+        let plain = RankError::parse(br#"{"message": "it broke"}"#).unwrap();
+        assert_eq!((plain.message.as_str(), plain.traceback), ("it broke", None));
+        let entries: Vec<_> = roll.entries().map(|e| e.error.cloned()).collect();
+        let traceback = entries[1].as_ref().and_then(|e| e.traceback.clone());
+        assert_eq!(traceback.as_deref(), Some("Traceback (most recent call last): ..."));
+        assert_eq!(entries[2], None);
     }
 
     #[test]

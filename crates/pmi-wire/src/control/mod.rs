@@ -26,8 +26,8 @@ mod plan;
 mod services;
 
 pub use plan::{
-    Binding, Bootstrap, CpuUnit, Job, Launch, Liveness, NodePlan, PmixJob, RankPlan, Segment,
-    StdinTarget,
+    Binding, Bootstrap, CpuUnit, Job, Launch, Liveness, NodePlan, PmixJob, RankPlan, Rendezvous,
+    Segment, StdinTarget,
 };
 pub use services::{
     DmodexAnswer, DmodexAsk, DmodexData, LookupWait, NameAnswer, NameOp, NameValue, SpawnCmd,
@@ -37,7 +37,7 @@ pub use services::{
 /// First bytes on every control channel, in both directions.
 pub const MAGIC: [u8; 8] = *b"\x7fRLAUNCH";
 /// Bumped whenever a frame changes meaning.
-pub const PROTOCOL_VERSION: u32 = 16;
+pub const PROTOCOL_VERSION: u32 = 17;
 /// Length of the raw hello: magic + u32 BE version.
 pub const HELLO_LEN: usize = MAGIC.len() + 4;
 /// Largest frame either side accepts; checked before any allocation.
@@ -45,6 +45,8 @@ pub const MAX_FRAME_LEN: usize = 64 << 20;
 /// How much of a PMIx fence's data one frame carries: more travels in several
 /// ([`Up::PmixFencePart`], [`Down::PmixFencePart`]), so that no fence is too large for a frame.
 pub const PMIX_FENCE_PART: usize = 16 << 20;
+/// The most of a rank's error file that goes up ([`Up::RankError`]).
+pub const MAX_ERROR_REPORT: usize = 64 << 10;
 /// How much a peer may print before its hello before we give up looking for it.
 pub const MAX_PREAMBLE: usize = 64 << 10;
 
@@ -267,6 +269,9 @@ pub enum Down {
     DmodexAsk(DmodexAsk),
     /// The answer to a direct modex request, routed down to the node that asked.
     DmodexAnswer(DmodexAnswer),
+    /// Where rank 0 serves the frameworks' rendezvous, as its proxy chose it: every node
+    /// starts its ranks with it (each node waits for it when the launch had none).
+    Rendezvous(Rendezvous),
     /// Heartbeat: a link that stays silent for long is a lost one (a dropped network link
     /// closes nothing).
     Ping,
@@ -308,6 +313,10 @@ pub enum Up {
     RankExited { rank: u32, pid: u32, outcome: ExitOutcome, unfinalized: bool, usage: RankUsage },
     /// A stdin chunk has been written to one rank.
     StdinAck { seq: u64 },
+    /// What a rank that failed wrote in its `TORCHELASTIC_ERROR_FILE` (torch's `@record`:
+    /// JSON with the exception and its traceback), at most [`MAX_ERROR_REPORT`] bytes; sent
+    /// ahead of its `RankExited`.
+    RankError { rank: u32, report: Vec<u8> },
     /// A proxy below lost one of its children.
     ProxyLost { host: String, reason: String },
     /// Every rank of this node has ended and its output has been sent. `record`: what the
@@ -359,6 +368,9 @@ pub enum Up {
     /// Something the user should know that does not fail the job (bindings wrap around);
     /// the launcher prints it as one line.
     Notice { host: String, text: String },
+    /// Rank 0's proxy chose where rank 0 serves the frameworks' rendezvous (the launch had
+    /// none: rank 0 runs on another machine than rlaunch).
+    Rendezvous(Rendezvous),
     /// Heartbeat, as [`Down::Ping`].
     Ping,
     /// The proxy of `node` listens at `address` for its children to dial in; relayed up to

@@ -49,6 +49,25 @@ pub struct Job {
     /// are all rlaunch's machine (fake nodes, `--launcher fork`) and share its CPUs, which a
     /// node's own count does not show.
     pub forked_ranks: u32,
+    /// How many nodes run the job's ranks (its node indexes count them from 0, rank 0's
+    /// first).
+    pub nodes: u32,
+    /// Where rank 0 serves the frameworks' rendezvous (`MASTER_ADDR`/`MASTER_PORT`, JAX's
+    /// coordinator): chosen by rlaunch when rank 0 runs on its machine; `None`, by rank 0's
+    /// proxy, which sends it up ([`super::Up::Rendezvous`]) for every node to start its
+    /// ranks with ([`super::Down::Rendezvous`]).
+    pub rendezvous: Option<Rendezvous>,
+}
+
+/// An address of rank 0's node that every node reaches (an IP, not a name), and ports that
+/// were free there at launch.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Rendezvous {
+    pub addr: String,
+    /// `MASTER_PORT` (torch.distributed's TCPStore).
+    pub port: u16,
+    /// The port of `JAX_COORDINATOR_ADDRESS`.
+    pub jax_port: u16,
 }
 
 /// The job as PMIx describes it to its clients: where every rank is, which application it

@@ -47,9 +47,9 @@ type Unbound = HashMap<u32, (PmiPeer, pmi::AnswerRx)>;
 
 impl Node {
     /// Starts the launched job's ranks on this node, once its PMIx server (if the job serves
-    /// PMIx) has their environments.
+    /// PMIx) has their environments and the frameworks' rendezvous is known.
     pub(super) async fn start_launched(&mut self) {
-        if !self.start_pmix() {
+        if !self.start_pmix() && !self.awaiting_rendezvous {
             self.start_launched_ranks_yielding().await;
         }
     }
@@ -138,11 +138,24 @@ impl Node {
         ranks: &[(u32, u32, u32)],
     ) -> Vec<StartRank<'a>> {
         let count = ranks.len();
+        let (node_id, nodes) = self.jobs.get(&job_index).map_or((0, 1), |j| j.group);
         ranks
             .iter()
             .enumerate()
             .map(|(local_id, &(rank, gid, segment))| {
-                let at = Placement { rank, local_id, local_count: count, host };
+                let error_file = self
+                    .error_dir
+                    .as_deref()
+                    .map(|dir| rank::error_file(dir, gid).to_string_lossy().into_owned());
+                let at = Placement {
+                    rank,
+                    local_id,
+                    local_count: count,
+                    host,
+                    node_id,
+                    nodes,
+                    error_file,
+                };
                 let cpus = job.binding.and_then(|b| self.binder.cpus(b, local_id, count));
                 StartRank { job, job_index, gid, segment, at, cpus }
             })
@@ -192,7 +205,7 @@ impl Node {
                     .clone()?;
                 let gets_stdin = job_index == 0 && job.stdin.includes(start.gid);
                 let mask = start.cpus.as_ref().map(|c| &c.mask);
-                rank::prepare(program, job.size, &start.at, gets_stdin, setup, mask, front_env)
+                rank::prepare(program, job, &start.at, gets_stdin, setup, mask, front_env)
             })
             .collect();
         let started = rank::start_all(prepared);
@@ -303,6 +316,9 @@ impl Node {
         job.jobid = sj.kvsname.clone();
         job.size = size;
         job.segments = segments;
+        job.nodes = sj.nodes.len() as u32;
+        // Its rank 0 serves no rendezvous rlaunch knows of.
+        job.rendezvous = None;
         let pmi = Arc::new(PmiJob {
             kvsname: sj.kvsname.clone(),
             size,
@@ -312,7 +328,8 @@ impl Node {
         let here = sj.ranks_on(self.plan.index);
         let scope = if sj.nodes.len() > 1 { FenceScope::Root } else { FenceScope::ThisNode };
         let kvs = Kvs::new(scope, here.len(), sj.request.preput.iter().cloned());
-        self.jobs.insert(sj.job, JobState { pmi, kvs });
+        let group = (sj.node_id(self.plan.index).unwrap_or(0), sj.nodes.len() as u32);
+        self.jobs.insert(sj.job, JobState { pmi, kvs, group });
         // Nothing is swept while the job is on its way.
         self.swept = false;
         let ranks = here.into_iter().map(|r| (r, sj.first + r, rank_app[r as usize])).collect();

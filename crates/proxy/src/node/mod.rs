@@ -82,6 +82,8 @@ pub(crate) enum Event {
 struct JobState {
     pmi: Arc<PmiJob>,
     kvs: Kvs,
+    /// This node's index among the job's nodes, and how many it has.
+    group: (u32, u32),
 }
 
 /// What goes to the parent: control messages, and the bounded channel that output and
@@ -153,6 +155,11 @@ pub(crate) struct Node {
     late: bool,
     /// A late node before the spawn it was started for: not finished, whatever it runs.
     awaiting_spawn: bool,
+    /// The launched job's ranks wait for the rendezvous rank 0's proxy chooses
+    /// (`Job::rendezvous` was `None`).
+    awaiting_rendezvous: bool,
+    /// Where the ranks write why they failed (`TORCHELASTIC_ERROR_FILE`), removed at the end.
+    error_dir: Option<std::path::PathBuf>,
 }
 
 /// How long a finished node waits for its parent's clock probes before it reports.
@@ -169,7 +176,9 @@ impl Node {
         let mut sighup = signal(SignalKind::hangup()).expect("SIGHUP handler");
         let mut sigint = signal(SignalKind::interrupt()).expect("SIGINT handler");
         self.start_children();
+        self.error_dir = crate::rank::error_dir(&self.job.jobid, self.plan.index);
         if !self.late {
+            self.find_rendezvous();
             self.start_launched().await;
         }
         self.reap();
@@ -234,6 +243,9 @@ impl Node {
         }
         // Nothing of this node outlives it, whatever was left waiting.
         procs::kill_descendants(&HashSet::new());
+        if let Some(dir) = self.error_dir.take() {
+            let _ = std::fs::remove_dir_all(dir);
+        }
         if !self.orphaned {
             // The parent stamps this node's record with its clock's offset when the record
             // comes: a node done before the parent's probes were answered (a parent slow to
@@ -390,6 +402,10 @@ impl Node {
             Down::PmixFenceOut { epoch, data } => self.pmix_fence_out(epoch, data),
             // Every node hears of a spawn: those it places ranks on start them, and the
             // others' PMIx servers learn its namespace, for their ranks that are its parents.
+            Down::Rendezvous(rendezvous) => {
+                self.children.broadcast(&Down::Rendezvous(rendezvous.clone()));
+                self.rendezvous_found(rendezvous);
+            }
             Down::Spawn(sj) => {
                 for (node, ranks) in sj.runs() {
                     self.children.add_ranks(node, ranks);
@@ -487,6 +503,44 @@ impl Node {
         tracing::debug!(?grace, "terminating ranks");
         let steps = self.kill.terminate(Instant::now(), grace);
         self.apply(steps);
+        // Ranks that waited for the rendezvous never start: reported so.
+        if std::mem::take(&mut self.awaiting_rendezvous) && !self.holding_ranks() {
+            self.start_launched_ranks();
+        }
+    }
+
+    /// Without a rendezvous from rlaunch, rank 0's proxy chooses one and tells every node,
+    /// and the other nodes' ranks wait for it.
+    fn find_rendezvous(&mut self) {
+        if self.job.rendezvous.is_some() || self.plan.ranks.is_empty() {
+            return;
+        }
+        if self.plan.ranks.iter().all(|r| r.rank != 0) {
+            self.awaiting_rendezvous = true;
+            return;
+        }
+        let addr = crate::rendezvous::own_address();
+        let picked = crate::rendezvous::pick(addr).unwrap_or_else(|e| {
+            // Rank 0's programs will say what is wrong with the address; the others must
+            // not wait for ever.
+            self.notice(format!("no free port for the rendezvous at {addr}: {e}"));
+            pmi_wire::control::Rendezvous { addr: addr.to_string(), port: 0, jax_port: 0 }
+        });
+        tracing::debug!(?picked, "rendezvous chosen");
+        let _ = self.up.control.send(Up::Rendezvous(picked.clone()));
+        Arc::make_mut(&mut self.job).rendezvous = Some(picked);
+    }
+
+    /// Rank 0's proxy chose the rendezvous: the ranks that waited for it start (once their
+    /// PMIx environments are in, if they wait for those too).
+    fn rendezvous_found(&mut self, rendezvous: pmi_wire::control::Rendezvous) {
+        if self.job.rendezvous.is_none() {
+            Arc::make_mut(&mut self.job).rendezvous = Some(rendezvous);
+        }
+        let pmix_holding = self.pmix.as_ref().is_some_and(|p| p.holding);
+        if std::mem::take(&mut self.awaiting_rendezvous) && !pmix_holding {
+            self.start_launched_ranks();
+        }
     }
 
     fn apply(&mut self, steps: Vec<KillStep>) {

@@ -42,7 +42,7 @@ pub(super) struct Pmix {
     /// Environments of local ranks, by job and rank, until their ranks start.
     pub(super) envs: HashMap<(u32, u32), Vec<Vec<u8>>>,
     /// The ranks are waiting for their environments (the start is held until then).
-    holding: bool,
+    pub(super) holding: bool,
     /// The host's id of the launched job's fence this node entered, answered when the fence
     /// completes (the fold is the node's, `super::pmix_fence`: it outlives the server).
     pub(super) entered: Option<u32>,
@@ -268,6 +268,11 @@ impl Node {
             let left = pmix.connected.contains(&gid) && !pmix.finalized.contains(&gid);
             self.ranks.get_mut(local).pmix_unfinalized = left && outcome.is_success();
         }
+        // Why it failed, in its own words, ahead of its verdict.
+        let report = self.error_dir.as_deref().filter(|_| !outcome.is_success());
+        if let Some(report) = report.and_then(|dir| crate::rank::error_report(dir, gid)) {
+            let _ = self.up.control.send(Up::RankError { rank: gid, report });
+        }
         if let Some(verdict) = self.ranks.reaped(local, outcome) {
             let _ = self.up.control.send(verdict);
         }
@@ -280,7 +285,7 @@ impl Node {
         self.dmodex_server_gone();
         // A late server started because a rank connected: that rank needs it.
         let never = self.pmix_unavailable(why, self.job.pmix.as_ref().is_some_and(|p| p.late));
-        if pmix.holding && !never {
+        if pmix.holding && !never && !self.awaiting_rendezvous {
             self.start_launched_ranks();
         }
         for (_, Spawning { job, index, ranks, .. }) in pmix.spawning {
@@ -419,7 +424,9 @@ impl Node {
                 if index == 0 {
                     if pmix.holding && have == self.plan.ranks.len() {
                         pmix.holding = false;
-                        self.start_launched_ranks();
+                        if !self.awaiting_rendezvous {
+                            self.start_launched_ranks();
+                        }
                     }
                 } else if let Some(spawning) = pmix.spawning.get_mut(&index) {
                     match spawning.registration.env(status) {
@@ -570,6 +577,7 @@ impl Node {
 impl Node {
     /// The launched job's ranks, or a spawned job's, wait for their PMIx environments.
     pub(super) fn holding_ranks(&self) -> bool {
-        self.pmix.as_ref().is_some_and(|p| p.holding || !p.spawning.is_empty())
+        self.awaiting_rendezvous
+            || self.pmix.as_ref().is_some_and(|p| p.holding || !p.spawning.is_empty())
     }
 }

@@ -159,6 +159,7 @@ pub async fn serve(
             spawner: None,
         }),
         kvs: Kvs::new(FenceScope::Tree, launch.node.ranks.len(), []),
+        group: (launch.node.index, launch.job.nodes),
     };
     let mut node = Node {
         phases: vec![(Phase::Launched, launched_at)],
@@ -186,6 +187,8 @@ pub async fn serve(
         pmix_late: None,
         late: launch.late,
         awaiting_spawn: launch.late,
+        awaiting_rendezvous: false,
+        error_dir: None,
         singleton: None,
         trapped: Vec::new(),
         probes,

@@ -1,0 +1,85 @@
+"""A torch.distributed job as users write it for torchrun: init_process_group("gloo") with the
+default env://, and nothing of rlaunch's.
+
+Usage: torch_job.py allreduce        each rank prints `rank R of N local L of M group G of K
+                                     sum S` (S: the all_reduce of the ranks' ids)
+       torch_job.py train            DDP over the ranks' shards of one batch; rank 0 prints
+                                     `params ...`, every rank `digest R HEX` of its parameters
+       torch_job.py reference        the same training in one process over the whole batch
+       torch_job.py raise            rank 1 raises under torch's @record
+"""
+import hashlib
+import os
+import sys
+
+import torch
+import torch.distributed as dist
+
+STEPS = 20
+SAMPLES = 48
+
+
+def batch():
+    gen = torch.Generator().manual_seed(7)
+    x = torch.randn(SAMPLES, 4, generator=gen, dtype=torch.float64)
+    y = x @ torch.tensor([[1.5], [-2.0], [0.5], [3.0]], dtype=torch.float64) + 0.25
+    return x, y
+
+
+def model():
+    torch.manual_seed(11)
+    return torch.nn.Linear(4, 1).double()
+
+
+def train(net, x, y):
+    opt = torch.optim.SGD(net.parameters(), lr=0.05)
+    for _ in range(STEPS):
+        opt.zero_grad()
+        loss = torch.nn.functional.mse_loss(net(x), y)
+        loss.backward()
+        opt.step()
+    return [p.detach() for p in net.parameters()]
+
+
+def show(params):
+    return " ".join(f"{v:.12f}" for p in params for v in p.flatten().tolist())
+
+
+what = sys.argv[1]
+if what == "reference":
+    x, y = batch()
+    print("params", show(train(model(), x, y)))
+    sys.exit(0)
+
+if what == "raise":
+    from torch.distributed.elastic.multiprocessing.errors import record
+
+    @record
+    def main():
+        if int(os.environ["RANK"]) == 1:
+            raise ValueError("rank one cannot go on")
+
+    main()
+    sys.exit(0)
+
+dist.init_process_group("gloo")
+rank, size = dist.get_rank(), dist.get_world_size()
+if what == "allreduce":
+    t = torch.tensor([rank], dtype=torch.int64)
+    dist.all_reduce(t)
+    env = os.environ
+    print(
+        f"rank {rank} of {size} local {env['LOCAL_RANK']} of {env['LOCAL_WORLD_SIZE']} "
+        f"group {env['GROUP_RANK']} of {env['GROUP_WORLD_SIZE']} sum {t.item()}",
+        flush=True,
+    )
+elif what == "train":
+    x, y = batch()
+    shard = SAMPLES // size
+    net = torch.nn.parallel.DistributedDataParallel(model())
+    params = train(net, x[rank * shard:(rank + 1) * shard], y[rank * shard:(rank + 1) * shard])
+    digest = hashlib.sha256(b"".join(p.numpy().tobytes() for p in params)).hexdigest()
+    print(f"digest {rank} {digest}", flush=True)
+    if rank == 0:
+        print("params", show(params), flush=True)
+dist.destroy_process_group()

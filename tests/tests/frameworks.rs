@@ -1,0 +1,137 @@
+//! Frameworks under rlaunch with no wrapper: Debian's PyTorch (`python3-torch`, CPU, gloo)
+//! runs `init_process_group("gloo")` with the default `env://` from the variables every rank
+//! gets (torchrun's contract), computing something checked: an all_reduce of the ranks' ids,
+//! and a DDP training whose parameters equal a one-process run's. A rank that raises under
+//! torch's `@record` is named with its exception.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use rlaunch_tests::mpi::fake_nodes;
+use rlaunch_tests::output::{envs_by_rank, rlaunch_lines, sorted};
+use rlaunch_tests::{rankprog_str, torch_job, Run};
+
+/// Debian's interpreter: its `python3-torch` is not on every other Python's path.
+const PYTHON: &str = "/usr/bin/python3";
+const LIMIT: Duration = Duration::from_secs(120);
+
+fn torch(options: &[String], n: u32, what: &str) -> Run {
+    let n = n.to_string();
+    Run::new(&[]).args(options).args(["-n", &n, PYTHON, &torch_job(), what]).timeout(LIMIT)
+}
+
+#[test]
+fn all_reduce_over_gloo_on_one_machine_and_fake_nodes() {
+    // (nodes, ranks): on this machine alone, then 2 and 4 fake nodes.
+    for (nodes, n) in [(1, 2), (1, 4), (2, 4), (4, 4)] {
+        let options = if nodes == 1 { Vec::new() } else { fake_nodes(nodes as usize, n / nodes) };
+        let out = torch(&options, n, "allreduce").run();
+        out.assert_code(0);
+        assert_eq!(rlaunch_lines(&out.stderr_str()), Vec::<&str>::new(), "{out}");
+        let per = n / nodes;
+        let want: Vec<String> = (0..n)
+            .map(|r| {
+                let (local, group) = (r % per, r / per);
+                let sum = n * (n - 1) / 2;
+                format!("rank {r} of {n} local {local} of {per} group {group} of {nodes} sum {sum}")
+            })
+            .collect();
+        assert_eq!(sorted(out.lines()), sorted(want), "{nodes} nodes: {out}");
+    }
+}
+
+#[test]
+fn ddp_training_over_four_fake_nodes_ends_with_the_one_process_parameters() {
+    let reference = Run::program(PYTHON, &[&torch_job(), "reference"]).timeout(LIMIT).run();
+    reference.assert_code(0);
+    let want = reference.lines().into_iter().find(|l| l.starts_with("params ")).unwrap();
+    let out = torch(&fake_nodes(4, 1), 4, "train").run();
+    out.assert_code(0);
+    let lines = out.lines();
+    let params = lines.iter().find(|l| l.starts_with("params ")).expect("rank 0's parameters");
+    // Shard gradients averaged by DDP are the whole batch's: equal to 1e-6 (printed to 1e-12).
+    let values = |line: &str| -> Vec<f64> {
+        line.split_whitespace().skip(1).map(|v| v.parse().unwrap()).collect()
+    };
+    for (got, want) in values(params).iter().zip(values(&want)) {
+        assert!((got - want).abs() < 1e-6, "{params} against {want}");
+    }
+    // Every rank ends with the same parameters, bit for bit.
+    let digests: BTreeMap<&str, &str> = lines
+        .iter()
+        .filter_map(|l| l.strip_prefix("digest "))
+        .map(|l| l.split_once(' ').unwrap())
+        .collect();
+    assert_eq!(digests.len(), 4, "{out}");
+    assert_eq!(digests.values().collect::<std::collections::BTreeSet<_>>().len(), 1, "{out}");
+}
+
+#[test]
+fn a_rank_that_raises_under_record_is_named_with_its_exception() {
+    let dir = rlaunch_tests::tempdir();
+    let report = dir.path().join("report.json");
+    let options = ["--report".to_string(), report.to_str().unwrap().to_string()];
+    let out = torch(&options, 2, "raise").run();
+    out.assert_code(1);
+    let pid = out.stderr_str().lines().find_map(|l| {
+        let rest = l.strip_prefix("rlaunch: rank 1 (pid ")?;
+        Some(rest.split_whitespace().next()?.to_string())
+    });
+    let pid = pid.unwrap_or_else(|| panic!("no culprit line: {out}"));
+    let host = rlaunch_tests::hosts::hostname();
+    let want = format!(
+        "rlaunch: rank 1 (pid {pid} on {host}) exited with code 1: ValueError: rank one cannot go on"
+    );
+    assert_eq!(rlaunch_lines(&out.stderr_str()), [want.as_str()], "{out}");
+    let text = std::fs::read_to_string(&report).unwrap();
+    let json: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let rank1 = &json["ranks"][1];
+    assert_eq!(rank1["error"], "ValueError: rank one cannot go on", "{text}");
+    let traceback = rank1["traceback"].as_str().unwrap();
+    assert!(traceback.starts_with("Traceback (most recent call last)"), "{traceback}");
+    assert!(traceback.contains("raise ValueError(\"rank one cannot go on\")"), "{traceback}");
+    assert_eq!(json["ranks"][0]["error"], serde_json::Value::Null, "{text}");
+}
+
+#[test]
+fn every_rank_gets_torchruns_variables_and_a_rendezvous_of_its_own() {
+    // Three ranks on two fake nodes (2 + 1): the values follow the placement, and the
+    // rendezvous is this machine's loopback (the fake nodes' names resolve nowhere).
+    let options = ["--launcher", "fork", "--hosts", "n1:2,n2:1", "-l", "-n", "3"];
+    // Two jobs at once: each its own port.
+    let env_of = || Run::new(&options).args([&rankprog_str(), "env"]).spawn();
+    let (first, second) = (env_of(), env_of());
+    let (first, second) = (first.wait(LIMIT), second.wait(LIMIT));
+    first.assert_code(0);
+    second.assert_code(0);
+    let envs = envs_by_rank(&first.lines());
+    let var = |rank: u32, name: &str| envs[&rank].get(name).cloned().unwrap_or_default();
+    for (rank, local, local_size, group) in [(0, 0, 2, 0), (1, 1, 2, 0), (2, 0, 1, 1)] {
+        let want = [
+            ("RANK", rank.to_string()),
+            ("WORLD_SIZE", "3".into()),
+            ("LOCAL_RANK", local.to_string()),
+            ("LOCAL_WORLD_SIZE", local_size.to_string()),
+            ("GROUP_RANK", group.to_string()),
+            ("GROUP_WORLD_SIZE", "2".into()),
+            ("ROLE_RANK", rank.to_string()),
+            ("ROLE_WORLD_SIZE", "3".into()),
+            ("TORCHELASTIC_RESTART_COUNT", "0".into()),
+            ("TORCHELASTIC_MAX_RESTARTS", "0".into()),
+            ("MASTER_ADDR", "127.0.0.1".into()),
+        ];
+        for (name, value) in want {
+            assert_eq!(var(rank, name), value, "rank {rank} {name}");
+        }
+        assert_eq!(var(rank, "MASTER_PORT"), var(0, "MASTER_PORT"));
+        assert_eq!(var(rank, "TORCHELASTIC_RUN_ID"), var(0, "TORCHELASTIC_RUN_ID"));
+        let jax =
+            format!("127.0.0.1:{}", var(0, "JAX_COORDINATOR_ADDRESS").rsplit(':').next().unwrap());
+        assert_eq!(var(rank, "JAX_COORDINATOR_ADDRESS"), jax);
+        assert!(var(rank, "TORCHELASTIC_ERROR_FILE").ends_with(&format!("/{rank}.json")));
+    }
+    let port: u16 = var(0, "MASTER_PORT").parse().unwrap();
+    assert_ne!(port, 29500, "not torchrun's fixed port");
+    let other = envs_by_rank(&second.lines());
+    assert_ne!(other[&0]["MASTER_PORT"], var(0, "MASTER_PORT"), "two jobs, two ports");
+}
