@@ -398,12 +398,14 @@ fn spawned_jobs_get_their_own_tags_hosts_and_job_ids() {
         assert_eq!(words[7], kvs, "%t is the spawned job's kvsname: {child}");
         let job: u32 = kvs.strip_prefix(&format!("{jobid}_")).unwrap().parse().unwrap();
         assert_eq!(tag, format!("[{},{}]", job + 1, words[3]), "{child}");
-        hosts.entry(job).or_insert_with(Vec::new).push(words[0].to_string());
+        let rank: u32 = words[3].parse().unwrap();
+        hosts.entry(job).or_insert_with(BTreeMap::new).insert(rank, words[0].to_string());
     }
-    // A spawned job runs on its spawning rank's node: one spawn from each of n1 and n2.
-    let mut per_job: Vec<Vec<String>> = hosts.into_values().collect();
-    per_job.sort();
-    assert_eq!(per_job, [["n1", "n1"], ["n2", "n2"]], "{out}");
+    // Each spawn's two children go after the last slot taken, round the hosts: child 0 on
+    // n1, child 1 on n2, and %h names each one's own.
+    let per_job: Vec<Vec<String>> =
+        hosts.into_values().map(|h| h.into_values().collect()).collect();
+    assert_eq!(per_job, [["n1", "n2"], ["n1", "n2"]], "{out}");
 }
 
 #[test]
