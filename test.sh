@@ -48,6 +48,8 @@ need /usr/bin/fish fish
 need /usr/lib/python3/dist-packages/mpi4py/__init__.py python3-mpi4py
 # PyTorch jobs with no wrapper (tests/tests/frameworks.rs): Debian's CPU build, gloo.
 need /usr/lib/python3/dist-packages/torch/distributed/__init__.py python3-torch
+# XGBoost 1.7 with rlaunch as its rabit tracker (tests/tests/frameworks.rs).
+need /usr/lib/python3/dist-packages/xgboost/collective.py python3-xgboost
 # A real browser draws the page of `rlaunch timeline` in tests/tests/timeline.rs.
 need /usr/bin/chromium chromium
 need /usr/bin/unshare util-linux

@@ -42,7 +42,7 @@
 //! `cli` (the drop-in command line), `bad_input` (the catalogue of bad input), `binding`, `fakessh` (the ssh bootstrap, with a fake ssh),
 //! `multihost` (real ssh between network namespaces; needs root), `slurm` (a real Slurm
 //! cluster of fake nodes; needs root), `sge` (a real Grid Engine cluster of fake nodes; needs
-//! root), `mpich`, `pmi`, `spawn`, `frameworks` (PyTorch under rlaunch), and `rankprog` (the
+//! root), `mpich`, `pmi`, `spawn`, `frameworks` (PyTorch, and XGBoost with rlaunch as its tracker), and `rankprog` (the
 //! helper itself).
 //!
 //! ```no_run
@@ -78,7 +78,7 @@ pub use procs::{
 };
 pub use programs::{
     chaos, fake_scheduler_launchers, fakessh, pmiprog, pmiprog_str, proxy, proxy_str, rankprog,
-    rankprog_str, rlaunch, rlaunch_without_pmix, spawn_client, torch_job,
+    rankprog_str, rlaunch, rlaunch_without_pmix, spawn_client, torch_job, xgboost_job,
 };
 pub use run::{Job, Outcome, Run, DEFAULT_TIMEOUT};
 pub use tempdir::{tempdir, TempDir};

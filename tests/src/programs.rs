@@ -86,6 +86,11 @@ pub fn torch_job() -> String {
     path_str(script("torch_job.py"))
 }
 
+/// `tests/scripts/xgboost_job.py`: an XGBoost job as users write it for a rabit tracker.
+pub fn xgboost_job() -> String {
+    path_str(script("xgboost_job.py"))
+}
+
 /// The directory of the running profile's binaries, `target/<profile>/`.
 pub(crate) fn target_dir() -> PathBuf {
     let exe = std::env::current_exe()

@@ -2,14 +2,16 @@
 //! runs `init_process_group("gloo")` with the default `env://` from the variables every rank
 //! gets (torchrun's contract), computing something checked: an all_reduce of the ranks' ids,
 //! and a DDP training whose parameters equal a one-process run's. A rank that raises under
-//! torch's `@record` is named with its exception.
+//! torch's `@record` is named with its exception. Debian's XGBoost 1.7 (`python3-xgboost`)
+//! trains `hist` trees over 2 and 4 workers with rlaunch as its rabit tracker
+//! (`--tracker rabit`): every worker ends with the same model, as good as one process's.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
 use rlaunch_tests::mpi::fake_nodes;
 use rlaunch_tests::output::{envs_by_rank, rlaunch_lines, sorted};
-use rlaunch_tests::{rankprog_str, torch_job, Run};
+use rlaunch_tests::{rankprog_str, torch_job, xgboost_job, Run};
 
 /// Debian's interpreter: its `python3-torch` is not on every other Python's path.
 const PYTHON: &str = "/usr/bin/python3";
@@ -134,4 +136,82 @@ fn every_rank_gets_torchruns_variables_and_a_rendezvous_of_its_own() {
     assert_ne!(port, 29500, "not torchrun's fixed port");
     let other = envs_by_rank(&second.lines());
     assert_ne!(other[&0]["MASTER_PORT"], var(0, "MASTER_PORT"), "two jobs, two ports");
+}
+
+fn xgboost(options: &[String], n: u32, what: &str) -> Run {
+    let n = n.to_string();
+    Run::new(&["--tracker", "rabit"])
+        .args(options)
+        .args(["-n", &n, PYTHON, &xgboost_job(), what])
+        .timeout(LIMIT)
+}
+
+/// Each worker's (model digest, error on the whole data set), from `model R H` and
+/// `rmse R E` lines.
+fn trained(lines: &[String]) -> BTreeMap<u32, (String, f64)> {
+    let mut out: BTreeMap<u32, (String, f64)> = BTreeMap::new();
+    for line in lines {
+        let mut words = line.split_whitespace();
+        let (Some(kind), Some(rank), Some(value)) = (words.next(), words.next(), words.next())
+        else {
+            continue;
+        };
+        let Ok(rank) = rank.parse() else { continue };
+        let entry = out.entry(rank).or_default();
+        match kind {
+            "model" => entry.0 = value.to_string(),
+            "rmse" => entry.1 = value.parse().unwrap(),
+            _ => {}
+        }
+    }
+    out
+}
+
+#[test]
+fn xgboost_trains_over_workers_with_rlaunch_as_its_rabit_tracker() {
+    let alone = Run::program(PYTHON, &[&xgboost_job(), "alone"]).timeout(LIMIT).run();
+    alone.assert_code(0);
+    let alone: f64 = alone.stdout_str().trim().rsplit(' ').next().unwrap().parse().unwrap();
+    // Two workers on this machine; four on four fake nodes, rank 0 first sending the
+    // tracker's port garbage, which is dropped with a warning.
+    for (options, n, what) in [(vec![], 2, "train"), (fake_nodes(4, 1), 4, "garbage")] {
+        let out = xgboost(&options, n, what).env("RLAUNCH_LOG", "debug").run();
+        out.assert_code(0);
+        let workers = trained(&out.lines());
+        assert_eq!(workers.len(), n as usize, "{out}");
+        let models: std::collections::BTreeSet<_> = workers.values().map(|(m, _)| m).collect();
+        assert_eq!(models.len(), 1, "one model, byte for byte: {out}");
+        for (rank, (_, rmse)) in &workers {
+            assert!((rmse - alone).abs() < 0.05 * alone, "worker {rank}: {rmse} against {alone}");
+        }
+        let stderr = out.stderr_str();
+        // The workers' prints come through the tracker, on rlaunch's stderr.
+        for rank in 0..n {
+            let line = format!("worker {rank} of {n} trained");
+            assert!(stderr.lines().any(|l| l == line), "{line}: {out}");
+        }
+        let all = format!("rabit tracker: every worker's links assigned workers={n}");
+        assert!(stderr.contains(&all), "{out}");
+        let warnings: Vec<&str> = rlaunch_lines(&stderr);
+        let want: Vec<&str> = match what {
+            "garbage" => vec![
+                "rlaunch: warning: dropped a connection to the rabit tracker from 127.0.0.1: it \
+                 is no rabit worker (it began with 0x20544547)",
+            ],
+            _ => vec![],
+        };
+        assert_eq!(warnings, want, "{out}");
+    }
+}
+
+#[test]
+fn a_worker_killed_mid_training_ends_the_job_naming_it() {
+    let out = xgboost(&[], 3, "die").run();
+    out.assert_code(137);
+    let stderr = out.stderr_str();
+    let lines = rlaunch_lines(&stderr);
+    assert_eq!(lines.len(), 1, "{out}");
+    assert!(lines[0].starts_with("rlaunch: rank 1 (pid "), "{out}");
+    assert!(lines[0].ends_with(" was killed by signal 9 (SIGKILL)"), "{out}");
+    out.tag.wait_until_none(Duration::from_secs(5)).unwrap();
 }

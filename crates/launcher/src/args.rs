@@ -26,6 +26,7 @@ pub enum Key {
     PmiPort,
     Pmi,
     Pset,
+    Tracker,
     Stdin,
     Hosts,
     Hostfile,
@@ -158,6 +159,8 @@ pub const OPTIONS: &[Opt] = &[
     opt(&["--pmi"], Value("KIND"), Key::Pmi, Global, Job, false,
         "which PMI the ranks are served: auto (PMI-1, PMI-2, and PMIx unless the programs \
          cannot use it: the default), all, simple (PMI-1 and PMI-2 only) or pmix"),
+    opt(&["--tracker"], Value("KIND"), Key::Tracker, Global, Job, false,
+        "be the job's tracker: rabit (XGBoost, dmlc-core; DMLC_TRACKER_URI and the rest)"),
     opt(&["--pset"], Value("NAME=RANKS"), Key::Pset, Global, Job, false,
         "a PMIx process set of these ranks (0-3,8), besides rlaunch://app/N and \
          rlaunch://node/HOST"),

@@ -54,6 +54,9 @@ pub enum SetupError {
     /// No address of this machine is known to reach `node`.
     #[error("cannot find the address that reaches {node} to listen on for its proxy ({}); give --bind-address", plain(.cause))]
     NoRoute { node: String, cause: io::Error },
+    /// `--tracker rabit` cannot listen.
+    #[error("cannot listen at {addr} for the rabit tracker: {}", plain(.error))]
+    Tracker { addr: std::net::IpAddr, error: io::Error },
     /// The job needs PMIx and this rlaunch has none.
     #[error("{asks}, which this rlaunch was built without; {}", rlaunch_proxy::pmix::GET_PMIX)]
     NoPmix { asks: &'static str },

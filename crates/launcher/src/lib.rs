@@ -35,3 +35,4 @@ pub mod process;
 mod stdin;
 mod textfile;
 pub mod timeline_page;
+mod tracker;

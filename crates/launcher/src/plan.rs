@@ -88,6 +88,16 @@ pub fn build(o: &Options, env: &[(OsString, OsString)]) -> Result<job::Plan, Pla
         tree::group_nodes(&rank_hosts, lists.rank_segments(), fork_host);
     let forked_ranks = nodes.iter().filter(|n| n.fork).map(|n| n.ranks.len() as u32).sum();
     let rendezvous = rendezvous(&nodes, &rank_node);
+    // The rabit tracker listens where every node reaches this machine.
+    let tracker = match o.rabit {
+        true => {
+            let addr = reached_here(&nodes).unwrap_or_else(rlaunch_proxy::rendezvous::own_address);
+            let listener = crate::tracker::listen(addr)
+                .map_err(|error| SetupError::Tracker { addr, error })?;
+            Some(listener)
+        }
+        false => None,
+    };
     let roots = tree::build_tree(nodes, o.tree_width);
     tracing::debug!(nodes = node_hosts.len(), depth = tree::depth(&roots), "plan ready");
     let dial = if dialing {
@@ -157,6 +167,7 @@ pub fn build(o: &Options, env: &[(OsString, OsString)]) -> Result<job::Plan, Pla
         forked_ranks,
         nodes: node_hosts.len() as u32,
         rendezvous,
+        tracker: tracker.as_ref().map(|t| (t.addr.to_string(), t.port)),
     };
     Ok(job::Plan {
         job,
@@ -178,12 +189,13 @@ pub fn build(o: &Options, env: &[(OsString, OsString)]) -> Result<job::Plan, Pla
         universe,
         own_host,
         forced_remote,
+        tracker,
     })
 }
 
-/// Where rank 0 serves the frameworks' rendezvous, if rank 0 runs on this machine: loopback
-/// when every node does, else this machine's address that the other nodes reach. `None`
-/// leaves the choice to rank 0's proxy (it runs elsewhere, or no address was found here).
+/// Where rank 0 serves the frameworks' rendezvous, if rank 0 runs on this machine (see
+/// [`reached_here`]). `None` leaves the choice to rank 0's proxy (it runs elsewhere, or no
+/// address was found here).
 fn rendezvous(
     nodes: &[pmi_wire::control::NodePlan],
     rank_node: &[u32],
@@ -192,20 +204,23 @@ fn rendezvous(
     if !first.fork {
         return None;
     }
-    let addr = if nodes.iter().all(|n| n.fork) {
-        std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST)
-    } else {
-        let others: Vec<String> =
-            nodes.iter().filter(|n| !n.fork).map(|n| n.host.clone()).collect();
-        match job::reaching(&others) {
-            Ok(addr) => addr,
-            Err((node, e)) => {
-                tracing::debug!(%node, "no address of this machine reaches it: {e}");
-                return None;
-            }
-        }
-    };
+    let addr = reached_here(nodes)?;
     rlaunch_proxy::rendezvous::pick(addr).inspect_err(|e| tracing::debug!("no free port: {e}")).ok()
+}
+
+/// An address of this machine that every node reaches: loopback when every node is this
+/// machine (fake nodes of `--launcher fork` included), else the local end of the route to
+/// the others (`job::reaching`); `None` if there is none.
+fn reached_here(nodes: &[pmi_wire::control::NodePlan]) -> Option<std::net::IpAddr> {
+    if nodes.iter().all(|n| n.fork) {
+        return Some(std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST));
+    }
+    let others: Vec<String> = nodes.iter().filter(|n| !n.fork).map(|n| n.host.clone()).collect();
+    job::reaching(&others)
+        .inspect_err(
+            |(node, e)| tracing::debug!(%node, "no address of this machine reaches it: {e}"),
+        )
+        .ok()
 }
 
 /// Whether the job's nodes start a PMIx server, and must.

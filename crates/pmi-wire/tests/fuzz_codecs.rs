@@ -153,6 +153,7 @@ fn corpus() -> Vec<Vec<u8>> {
             forked_ranks: 2,
             rendezvous: None,
             nodes: 1,
+            tracker: None,
         },
         node: NodePlan {
             index: 0,

@@ -82,6 +82,13 @@ pub const RANK_VARS: &[&str] = &[
     "MASTER_PORT",
     // JAX's coordinator (`jax.distributed.initialize`).
     "JAX_COORDINATOR_ADDRESS",
+    // The rabit tracker's (XGBoost, dmlc-core), with `--tracker rabit`.
+    "DMLC_TRACKER_URI",
+    "DMLC_TRACKER_PORT",
+    "DMLC_TASK_ID",
+    "DMLC_NUM_WORKER",
+    "DMLC_ROLE",
+    "DMLC_NUM_SERVER",
 ];
 
 /// Prepares a segment's program for its ranks: the program found on the ranks' PATH, their
@@ -200,6 +207,17 @@ fn framework_vars(job: &Job, at: &Placement, env: &mut Vec<(&'static str, String
         // An IPv6 address is bracketed before its port, as gRPC reads it.
         let host = if r.addr.contains(':') { format!("[{}]", r.addr) } else { r.addr.clone() };
         env.push(("JAX_COORDINATOR_ADDRESS", format!("{host}:{}", r.jax_port)));
+    }
+    if let Some((addr, port)) = &job.tracker {
+        env.extend([
+            ("DMLC_TRACKER_URI", addr.clone()),
+            ("DMLC_TRACKER_PORT", port.to_string()),
+            // Its rabit rank is its rank: data sharded by rank means the same everywhere.
+            ("DMLC_TASK_ID", at.rank.to_string()),
+            ("DMLC_NUM_WORKER", job.size.to_string()),
+            ("DMLC_ROLE", "worker".to_string()),
+            ("DMLC_NUM_SERVER", "0".to_string()),
+        ]);
     }
 }
 

@@ -105,6 +105,8 @@ pub struct Plan {
     /// forked, unless `forced_remote` (a launcher named on the command line).
     pub own_host: String,
     pub forced_remote: bool,
+    /// `--tracker rabit`: its listener, served while the job runs.
+    pub(crate) tracker: Option<crate::tracker::Listener>,
 }
 
 /// What a link to a top proxy reports (its output goes straight to the writer thread).
@@ -230,6 +232,10 @@ pub async fn run(mut plan: Plan) -> i32 {
         links: None,
         plan,
     };
+    let tracker = root.plan.tracker.take().map(|listener| {
+        let workers = root.plan.job.size;
+        tokio::spawn(crate::tracker::serve(listener, workers))
+    });
     let (dialed_tx, mut dialed) = mpsc::unbounded_channel();
     root.start_proxies(&events_tx, &output_tx, dialed_tx);
     // A proxy forked in main starts its ranks at once, and may be gone before the SIGCHLD
@@ -331,6 +337,10 @@ pub async fn run(mut plan: Plan) -> i32 {
 
     if let Some(launcher) = &root.launcher {
         launcher.acceptor.abort();
+    }
+    // The tracker's port closes with the job.
+    if let Some(tracker) = tracker {
+        tracker.abort();
     }
     root.children.stop_links().await;
     // The writer ends once every sender of output is gone, the one kept for late proxies too.

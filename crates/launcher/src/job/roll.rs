@@ -353,6 +353,7 @@ mod tests {
             forked_ranks: 0,
             rendezvous: None,
             nodes: 1,
+            tracker: None,
         }
     }
 

@@ -197,6 +197,8 @@ pub struct Options {
     pub(crate) psets: Vec<(String, Vec<(u32, u32)>)>,
     pub(crate) binding: Option<Binding>,
     pub(crate) report_bindings: bool,
+    /// `--tracker rabit`: rlaunch is the job's dmlc/rabit tracker.
+    pub(crate) rabit: bool,
     pub(crate) output: OutputSpec,
     pub(crate) print_all_exit_codes: bool,
     /// `--report FILE` and `--timeline FILE`, from the current directory.
@@ -283,6 +285,7 @@ fn fold(
         psets: Vec::new(),
         binding: None,
         report_bindings: false,
+        rabit: false,
         output: OutputSpec::default(),
         print_all_exit_codes: false,
         report: None,
@@ -335,6 +338,10 @@ fn fold(
                         _ => return Err(bad("auto, all, simple or pmix")),
                     }
                 }
+                Key::Tracker => match value.as_str() {
+                    "rabit" | "dmlc" | "xgboost" => o.rabit = true,
+                    _ => return Err(bad("rabit")),
+                },
                 Key::Pset => o
                     .psets
                     .push(values::pset(&value).ok_or_else(|| bad("NAME=RANKS, e.g. io=0-3,8"))?),

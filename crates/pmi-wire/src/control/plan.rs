@@ -57,6 +57,9 @@ pub struct Job {
     /// proxy, which sends it up ([`super::Up::Rendezvous`]) for every node to start its
     /// ranks with ([`super::Down::Rendezvous`]).
     pub rendezvous: Option<Rendezvous>,
+    /// rlaunch is the job's rabit tracker (`--tracker rabit`), listening here: every rank
+    /// gets the `DMLC_*` variables.
+    pub tracker: Option<(String, u16)>,
 }
 
 /// An address of rank 0's node that every node reaches (an IP, not a name), and ports that

@@ -317,8 +317,9 @@ impl Node {
         job.size = size;
         job.segments = segments;
         job.nodes = sj.nodes.len() as u32;
-        // Its rank 0 serves no rendezvous rlaunch knows of.
+        // Its rank 0 serves no rendezvous rlaunch knows of, nor is rlaunch its tracker.
         job.rendezvous = None;
+        job.tracker = None;
         let pmi = Arc::new(PmiJob {
             kvsname: sj.kvsname.clone(),
             size,

@@ -1,0 +1,61 @@
+"""An XGBoost job as users write it for a rabit tracker: `xgboost.collective.init()` with
+what the environment says (DMLC_TRACKER_URI, DMLC_TRACKER_PORT, DMLC_TASK_ID), each worker
+training `hist` trees on its share of the rows.
+
+Usage: xgboost_job.py train        every worker prints `model R SHA256` and `rmse R VALUE`
+                                   (the model's error on the whole data set)
+       xgboost_job.py alone        the same training in one process over every row
+       xgboost_job.py garbage      as train, but rank 0 first sends the tracker garbage
+       xgboost_job.py die          as train, but rank 1 kills itself after joining
+"""
+import hashlib
+import os
+import signal
+import socket
+import sys
+
+import numpy as np
+import xgboost as xgb
+
+ROWS = 2000
+PARAMS = {"tree_method": "hist", "objective": "reg:squarederror", "max_depth": 4, "eta": 0.3,
+          "seed": 0, "nthread": 1}
+
+
+def data():
+    rng = np.random.default_rng(5)
+    x = rng.normal(size=(ROWS, 6))
+    y = 2.0 * x[:, 0] - x[:, 1] ** 2 + np.sin(x[:, 2]) + 0.1 * rng.normal(size=ROWS)
+    return x, y
+
+
+def rmse(booster, x, y):
+    pred = booster.predict(xgb.DMatrix(x))
+    return float(np.sqrt(np.mean((pred - y) ** 2)))
+
+
+what = sys.argv[1]
+x, y = data()
+if what == "alone":
+    booster = xgb.train(PARAMS, xgb.DMatrix(x, label=y), num_boost_round=20)
+    print(f"rmse alone {rmse(booster, x, y):.6f}", flush=True)
+    sys.exit(0)
+
+rank = int(os.environ["DMLC_TASK_ID"])
+if what == "garbage" and rank == 0:
+    # A stranger on the tracker's port: it must not disturb the job.
+    with socket.create_connection((os.environ["DMLC_TRACKER_URI"],
+                                   int(os.environ["DMLC_TRACKER_PORT"]))) as s:
+        s.sendall(b"GET / HTTP/1.0\r\n\r\n")
+xgb.collective.init()
+size = xgb.collective.get_world_size()
+assert xgb.collective.get_rank() == rank, (xgb.collective.get_rank(), rank)
+if what == "die" and rank == 1:
+    os.kill(os.getpid(), signal.SIGKILL)
+share = slice(rank * ROWS // size, (rank + 1) * ROWS // size)
+booster = xgb.train(PARAMS, xgb.DMatrix(x[share], label=y[share]), num_boost_round=20)
+model = hashlib.sha256(booster.save_raw()).hexdigest()
+xgb.collective.communicator_print(f"worker {rank} of {size} trained\n")
+print(f"model {rank} {model}", flush=True)
+print(f"rmse {rank} {rmse(booster, x, y):.6f}", flush=True)
+xgb.collective.finalize()
