@@ -48,6 +48,10 @@ need /usr/bin/fish fish
 need /usr/lib/python3/dist-packages/mpi4py/__init__.py python3-mpi4py
 # PyTorch jobs with no wrapper (tests/tests/frameworks.rs): Debian's CPU build, gloo.
 need /usr/lib/python3/dist-packages/torch/distributed/__init__.py python3-torch
+# dask-mpi's example under the installed mpirun (tests/tests/cli.rs): Debian's dask and
+# distributed, and a venv for PyPI's dask-mpi (below).
+need /usr/lib/python3/dist-packages/distributed/__init__.py python3-distributed
+need /usr/lib/python3.11/ensurepip/__init__.py python3.11-venv
 # XGBoost 1.7 with rlaunch as its rabit tracker (tests/tests/frameworks.rs).
 need /usr/lib/python3/dist-packages/xgboost/collective.py python3-xgboost
 # A real browser draws the page of `rlaunch timeline` in tests/tests/timeline.rs.
@@ -96,6 +100,16 @@ fi
 for f in "${need_files[@]}"; do
     [ -e "$f" ] || { echo "test.sh: $f is still missing after installing its package" >&2; exit 1; }
 done
+
+# dask-mpi is not in Debian: PyPI's, in a venv that sees Debian's dask, distributed and
+# mpi4py. 2022.4.0 is the release of Debian's distributed (2022.12); kept between runs.
+venv=target/venvs/dask-mpi
+if [ ! -x "$venv/bin/dask-mpi" ]; then
+    rm -rf "$venv"
+    /usr/bin/python3 -m venv --system-site-packages "$venv"
+    "$venv/bin/pip" install -q --no-deps dask-mpi==2022.4.0
+fi
+[ -x "$venv/bin/dask-mpi" ] || { echo "test.sh: $venv/bin/dask-mpi is missing after pip install" >&2; exit 1; }
 
 cargo build --workspace --all-targets
 # rlaunch as it builds where OpenPMIx's development files are missing: quiet where a job needs
