@@ -110,6 +110,15 @@ if [ ! -x "$venv/bin/dask-mpi" ]; then
     "$venv/bin/pip" install -q --no-deps dask-mpi==2022.4.0
 fi
 [ -x "$venv/bin/dask-mpi" ] || { echo "test.sh: $venv/bin/dask-mpi is missing after pip install" >&2; exit 1; }
+# Current XGBoost (its tracker protocol from 2.1) over Debian's numpy and scipy.
+venv=target/venvs/xgboost3
+if ! "$venv/bin/python" -c 'import xgboost' 2>/dev/null; then
+    rm -rf "$venv"
+    /usr/bin/python3 -m venv --system-site-packages "$venv"
+    "$venv/bin/pip" install -q --no-deps xgboost-cpu==3.2.0
+fi
+"$venv/bin/python" -c 'import xgboost; assert xgboost.__version__ == "3.2.0"' \
+    || { echo "test.sh: $venv has no xgboost 3.2.0 after pip install" >&2; exit 1; }
 
 cargo build --workspace --all-targets
 # rlaunch as it builds where OpenPMIx's development files are missing: quiet where a job needs

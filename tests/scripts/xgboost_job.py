@@ -1,12 +1,14 @@
-"""An XGBoost job as users write it for a rabit tracker: `xgboost.collective.init()` with
-what the environment says (DMLC_TRACKER_URI, DMLC_TRACKER_PORT, DMLC_TASK_ID), each worker
-training `hist` trees on its share of the rows.
+"""An XGBoost job as users write it for a rabit tracker, each worker training `hist` trees
+on its share of the rows. XGBoost 1.7 joins with `xgboost.collective.init()`, reading
+DMLC_TRACKER_URI, DMLC_TRACKER_PORT and DMLC_TASK_ID itself; XGBoost from 2.1 reads no
+variables, and is given them as arguments (the two lines docs/frameworks.md shows).
 
 Usage: xgboost_job.py train        every worker prints `model R SHA256` and `rmse R VALUE`
                                    (the model's error on the whole data set)
        xgboost_job.py alone        the same training in one process over every row
        xgboost_job.py garbage      as train, but rank 0 first sends the tracker garbage
        xgboost_job.py die          as train, but rank 1 kills itself after joining
+       xgboost_job.py error        rank 1 reports an error to the tracker (XGBoost 2.1+)
 """
 import hashlib
 import os
@@ -47,7 +49,15 @@ if what == "garbage" and rank == 0:
     with socket.create_connection((os.environ["DMLC_TRACKER_URI"],
                                    int(os.environ["DMLC_TRACKER_PORT"]))) as s:
         s.sendall(b"GET / HTTP/1.0\r\n\r\n")
-xgb.collective.init()
+DMLC = ("DMLC_TRACKER_URI", "DMLC_TRACKER_PORT", "DMLC_TASK_ID")
+if tuple(int(v) for v in xgb.__version__.split(".")[:2]) >= (2, 1):
+    args = {k.lower(): int(v) if k.endswith("PORT") else v for k, v in os.environ.items() if k in DMLC}
+    xgb.collective.init(**args)
+else:
+    xgb.collective.init()
+if what == "error" and rank == 1:
+    xgb.collective.signal_error()
+    sys.exit(3)
 size = xgb.collective.get_world_size()
 assert xgb.collective.get_rank() == rank, (xgb.collective.get_rank(), rank)
 if what == "die" and rank == 1:

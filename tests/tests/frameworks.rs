@@ -138,11 +138,20 @@ fn every_rank_gets_torchruns_variables_and_a_rendezvous_of_its_own() {
     assert_ne!(other[&0]["MASTER_PORT"], var(0, "MASTER_PORT"), "two jobs, two ports");
 }
 
-fn xgboost(options: &[String], n: u32, what: &str) -> Run {
+/// Debian's XGBoost 1.7 (classic rabit), and PyPI's 3.2 (XGBoost 2.1's tracker protocol) in
+/// the venv test.sh makes.
+fn xgboosts() -> [(&'static str, String); 2] {
+    let repo = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+    let venv = repo.join("target/venvs/xgboost3/bin/python");
+    assert!(venv.exists(), "{} is missing: run test.sh, which makes it", venv.display());
+    [("1.7", PYTHON.to_string()), ("3.2", venv.display().to_string())]
+}
+
+fn xgboost(python: &str, options: &[String], n: u32, what: &str) -> Run {
     let n = n.to_string();
     Run::new(&["--tracker", "rabit"])
         .args(options)
-        .args(["-n", &n, PYTHON, &xgboost_job(), what])
+        .args(["-n", &n, python, &xgboost_job(), what])
         .timeout(LIMIT)
 }
 
@@ -169,49 +178,62 @@ fn trained(lines: &[String]) -> BTreeMap<u32, (String, f64)> {
 
 #[test]
 fn xgboost_trains_over_workers_with_rlaunch_as_its_rabit_tracker() {
-    let alone = Run::program(PYTHON, &[&xgboost_job(), "alone"]).timeout(LIMIT).run();
-    alone.assert_code(0);
-    let alone: f64 = alone.stdout_str().trim().rsplit(' ').next().unwrap().parse().unwrap();
-    // Two workers on this machine; four on four fake nodes, rank 0 first sending the
-    // tracker's port garbage, which is dropped with a warning.
-    for (options, n, what) in [(vec![], 2, "train"), (fake_nodes(4, 1), 4, "garbage")] {
-        let out = xgboost(&options, n, what).env("RLAUNCH_LOG", "debug").run();
-        out.assert_code(0);
-        let workers = trained(&out.lines());
-        assert_eq!(workers.len(), n as usize, "{out}");
-        let models: std::collections::BTreeSet<_> = workers.values().map(|(m, _)| m).collect();
-        assert_eq!(models.len(), 1, "one model, byte for byte: {out}");
-        for (rank, (_, rmse)) in &workers {
-            assert!((rmse - alone).abs() < 0.05 * alone, "worker {rank}: {rmse} against {alone}");
+    for (version, python) in xgboosts() {
+        let alone = Run::program(&python, &[&xgboost_job(), "alone"]).timeout(LIMIT).run();
+        alone.assert_code(0);
+        let alone: f64 = alone.stdout_str().trim().rsplit(' ').next().unwrap().parse().unwrap();
+        // Two workers on this machine; four on four fake nodes, rank 0 first sending the
+        // tracker's port garbage, which is dropped with a warning.
+        for (options, n, what) in [(vec![], 2, "train"), (fake_nodes(4, 1), 4, "garbage")] {
+            let out = xgboost(&python, &options, n, what).env("RLAUNCH_LOG", "debug").run();
+            out.assert_code(0);
+            let workers = trained(&out.lines());
+            assert_eq!(workers.len(), n as usize, "{version}: {out}");
+            let models: std::collections::BTreeSet<_> = workers.values().map(|(m, _)| m).collect();
+            assert_eq!(models.len(), 1, "{version}: one model, byte for byte: {out}");
+            for (rank, (_, rmse)) in &workers {
+                let close = (rmse - alone).abs() < 0.05 * alone;
+                assert!(close, "{version} worker {rank}: {rmse} against {alone}");
+            }
+            let stderr = out.stderr_str();
+            // The workers' prints come through the tracker, on rlaunch's stderr.
+            for rank in 0..n {
+                let line = format!("worker {rank} of {n} trained");
+                assert!(stderr.lines().any(|l| l == line), "{version}: {line}: {out}");
+            }
+            let all = format!("rabit tracker: every worker's links assigned workers={n}");
+            assert!(stderr.contains(&all), "{version}: {out}");
+            let warnings: Vec<&str> = rlaunch_lines(&stderr);
+            let want: Vec<&str> = match what {
+                "garbage" => vec![
+                    "rlaunch: warning: dropped a connection to the rabit tracker from 127.0.0.1: \
+                     it is no rabit worker (it began with 0x20544547)",
+                ],
+                _ => vec![],
+            };
+            assert_eq!(warnings, want, "{version}: {out}");
         }
-        let stderr = out.stderr_str();
-        // The workers' prints come through the tracker, on rlaunch's stderr.
-        for rank in 0..n {
-            let line = format!("worker {rank} of {n} trained");
-            assert!(stderr.lines().any(|l| l == line), "{line}: {out}");
-        }
-        let all = format!("rabit tracker: every worker's links assigned workers={n}");
-        assert!(stderr.contains(&all), "{out}");
-        let warnings: Vec<&str> = rlaunch_lines(&stderr);
-        let want: Vec<&str> = match what {
-            "garbage" => vec![
-                "rlaunch: warning: dropped a connection to the rabit tracker from 127.0.0.1: it \
-                 is no rabit worker (it began with 0x20544547)",
-            ],
-            _ => vec![],
-        };
-        assert_eq!(warnings, want, "{out}");
     }
 }
 
 #[test]
-fn a_worker_killed_mid_training_ends_the_job_naming_it() {
-    let out = xgboost(&[], 3, "die").run();
-    out.assert_code(137);
-    let stderr = out.stderr_str();
-    let lines = rlaunch_lines(&stderr);
-    assert_eq!(lines.len(), 1, "{out}");
-    assert!(lines[0].starts_with("rlaunch: rank 1 (pid "), "{out}");
-    assert!(lines[0].ends_with(" was killed by signal 9 (SIGKILL)"), "{out}");
+fn a_worker_killed_mid_training_or_reporting_an_error_ends_the_job_naming_it() {
+    for (version, python) in xgboosts() {
+        let out = xgboost(&python, &[], 3, "die").run();
+        out.assert_code(137);
+        let stderr = out.stderr_str();
+        let lines = rlaunch_lines(&stderr);
+        assert_eq!(lines.len(), 1, "{version}: {out}");
+        assert!(lines[0].starts_with("rlaunch: rank 1 (pid "), "{version}: {out}");
+        assert!(lines[0].ends_with(" was killed by signal 9 (SIGKILL)"), "{version}: {out}");
+        out.tag.wait_until_none(Duration::from_secs(5)).unwrap();
+    }
+    // XGBoost 2.1's workers report errors to the tracker (collective.signal_error).
+    let [_, (_, python)] = xgboosts();
+    let out = xgboost(&python, &[], 3, "error").run();
+    out.assert_code(255);
+    let host = rlaunch_tests::hosts::hostname();
+    let want = format!("rlaunch: rank 1 on {host} reported an error to the rabit tracker");
+    assert_eq!(rlaunch_lines(&out.stderr_str()), [want.as_str()], "{out}");
     out.tag.wait_until_none(Duration::from_secs(5)).unwrap();
 }

@@ -160,7 +160,7 @@ pub const OPTIONS: &[Opt] = &[
         "which PMI the ranks are served: auto (PMI-1, PMI-2, and PMIx unless the programs \
          cannot use it: the default), all, simple (PMI-1 and PMI-2 only) or pmix"),
     opt(&["--tracker"], Value("KIND"), Key::Tracker, Global, Job, false,
-        "be the job's tracker: rabit (XGBoost, dmlc-core; DMLC_TRACKER_URI and the rest)"),
+        "be the job's tracker: rabit (XGBoost 1.x to 3.x, dmlc-core; DMLC_TRACKER_URI ...)"),
     opt(&["--pset"], Value("NAME=RANKS"), Key::Pset, Global, Job, false,
         "a PMIx process set of these ranks (0-3,8), besides rlaunch://app/N and \
          rlaunch://node/HOST"),

@@ -55,6 +55,11 @@ pub(crate) enum Cause {
     },
     /// A PMIx fence gathered more data than a node's PMIx server takes.
     PmixFenceTooLarge(TooLarge),
+    /// A worker reported an error to the rabit tracker (`--tracker rabit`).
+    TrackerError {
+        rank: u32,
+        msg: String,
+    },
 }
 
 /// How a rank failed.
@@ -104,6 +109,7 @@ impl Cause {
             | Cause::Singleton { .. }
             | Cause::OutputFile(_)
             | Cause::SpawnTooLarge { .. }
+            | Cause::TrackerError { .. }
             | Cause::PmixFenceTooLarge(_) => exit::FAILURE,
         }
     }
@@ -153,6 +159,15 @@ impl Cause {
                 roll.name(*rank),
                 roll.host(*rank)
             )),
+            Cause::TrackerError { rank, msg } => {
+                let said = msg.lines().next().map(str::trim).unwrap_or("");
+                let said = match said {
+                    "" => String::new(),
+                    said => format!(": {}", crate::error::cut(said)),
+                };
+                let (who, host) = (roll.name(*rank), roll.host(*rank));
+                Some(format!("{who} on {host} reported an error to the rabit tracker{said}"))
+            }
             Cause::PmixFenceTooLarge(TooLarge { epoch, bytes }) => Some(format!(
                 "PMIx fence {} of the job gathered {} MiB of data, more than the {} MiB a \
                  node's PMIx server takes",
@@ -194,5 +209,7 @@ mod tests {
         assert_eq!(fault.exit_code(), 255);
         let fence = Cause::PmixFenceTooLarge(TooLarge { epoch: 0, bytes: 1 << 31 });
         assert_eq!(fence.exit_code(), 255);
+        let tracker = Cause::TrackerError { rank: 1, msg: "no data".into() };
+        assert_eq!(tracker.exit_code(), 255);
     }
 }

@@ -232,9 +232,10 @@ pub async fn run(mut plan: Plan) -> i32 {
         links: None,
         plan,
     };
+    let (tracker_news_tx, mut tracker_news) = mpsc::unbounded_channel();
     let tracker = root.plan.tracker.take().map(|listener| {
         let workers = root.plan.job.size;
-        tokio::spawn(crate::tracker::serve(listener, workers))
+        tokio::spawn(crate::tracker::serve(listener, workers, tracker_news_tx))
     });
     let (dialed_tx, mut dialed) = mpsc::unbounded_channel();
     root.start_proxies(&events_tx, &output_tx, dialed_tx);
@@ -268,6 +269,11 @@ pub async fn run(mut plan: Plan) -> i32 {
                 None => break,
             },
             Some(proxy) = dialed.recv() => root.attach(proxy, &events_tx, &output_tx),
+            Some(news) = tracker_news.recv() => match news {
+                crate::tracker::News::Error { rank, msg } => {
+                    root.fail(Cause::TrackerError { rank, msg })
+                }
+            },
             _ = sleep_until(dial_deadline), if dial_deadline.is_some() => {
                 root.dial_deadline = None;
                 let wait = link::HELLO_WAIT.as_secs();

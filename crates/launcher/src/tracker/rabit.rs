@@ -1,4 +1,5 @@
-//! The classic rabit tracker (dmlc-core, XGBoost up to 2.0) as a pure state machine: which
+//! The rabit trackers as pure state machines: the classic one (dmlc-core, XGBoost up to 2.0,
+//! [`Tracker`]) and XGBoost 2.1's ([`Ring`]). The classic one decides which
 //! rank a worker is, its tree and ring neighbours, and whom it connects to and accepts from
 //! as workers come up; the socket layer (`super`) reads and writes the bytes.
 //!
@@ -225,6 +226,75 @@ impl Tracker {
     }
 }
 
+/// The tracker of XGBoost from 2.1 for a job of `n` workers: it only tells each worker, once
+/// all have started, where its ring successor listens (the workers build the rest), and
+/// counts them out.
+#[derive(Debug)]
+pub struct Ring {
+    n: u32,
+    /// Each started worker's host and listening port, by rank.
+    started: BTreeMap<u32, (String, i32)>,
+    shut: BTreeSet<u32>,
+}
+
+/// Where a worker's ring successor listens.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Successor {
+    pub host: String,
+    pub port: i32,
+    pub rank: u32,
+}
+
+impl Ring {
+    pub fn new(n: u32) -> Ring {
+        Ring { n, started: BTreeMap::new(), shut: BTreeSet::new() }
+    }
+
+    pub fn size(&self) -> u32 {
+        self.n
+    }
+
+    /// A worker with task id `task` (its rank, from `DMLC_TASK_ID`) at `host` listens on
+    /// `port`: its rank.
+    pub fn start(&mut self, task: &str, host: String, port: i32) -> Result<u32, String> {
+        let rank = task.parse::<u32>().map_err(|_| {
+            format!("its task id {} is no rank (pass dmlc_task_id)", crate::error::cut(task))
+        })?;
+        if rank >= self.n {
+            return Err(format!("rank {rank} is beyond the job's {} workers", self.n));
+        }
+        if port <= 0 {
+            return Err(format!("it listens on port {port}"));
+        }
+        if self.started.insert(rank, (host, port)).is_some() {
+            return Err(format!("rank {rank} started twice"));
+        }
+        Ok(rank)
+    }
+
+    /// Once every worker has started: each one's successor, by rank.
+    pub fn successors(&self) -> Option<Vec<(u32, Successor)>> {
+        if self.started.len() as u32 != self.n {
+            return None;
+        }
+        let next = |r: u32| (r + 1) % self.n;
+        let of = |r: u32| {
+            let (host, port) = self.started[&next(r)].clone();
+            Successor { host, port, rank: next(r) }
+        };
+        Some((0..self.n).map(|r| (r, of(r))).collect())
+    }
+
+    /// Worker `rank` is done; true once every worker is.
+    pub fn shutdown(&mut self, rank: i32) -> Result<bool, String> {
+        if rank < 0 || rank as u32 >= self.n {
+            return Err(format!("it shuts down as rank {rank}, of {} workers", self.n));
+        }
+        self.shut.insert(rank as u32);
+        Ok(self.shut.len() as u32 == self.n)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -341,6 +411,27 @@ mod tests {
         assert_eq!(t.shutdown(1), Ok(false));
         assert_eq!(t.shutdown(2), Ok(true));
         assert!(t.shutdown(3).is_err());
+    }
+
+    #[test]
+    fn the_ring_tells_each_worker_its_successor_once_all_started() {
+        let mut ring = Ring::new(3);
+        assert_eq!(ring.start("2", "10.0.0.3".into(), 7002), Ok(2));
+        assert_eq!(ring.start("0", "10.0.0.1".into(), 7000), Ok(0));
+        assert_eq!(ring.successors(), None);
+        assert_eq!(ring.start("0", "10.0.0.1".into(), 7000).unwrap_err(), "rank 0 started twice");
+        assert_eq!(
+            ring.start("x", "h".into(), 1).unwrap_err(),
+            "its task id x is no rank (pass dmlc_task_id)"
+        );
+        assert_eq!(ring.start("1", "h".into(), 0).unwrap_err(), "it listens on port 0");
+        assert_eq!(ring.start("1", "10.0.0.2".into(), 7001), Ok(1));
+        let next = ring.successors().unwrap();
+        let ranks: Vec<(u32, u32, i32)> = next.iter().map(|(r, s)| (*r, s.rank, s.port)).collect();
+        assert_eq!(ranks, [(0, 1, 7001), (1, 2, 7002), (2, 0, 7000)]);
+        assert_eq!(ring.shutdown(1), Ok(false));
+        assert_eq!(ring.shutdown(0), Ok(false));
+        assert_eq!(ring.shutdown(2), Ok(true));
     }
 
     #[test]
