@@ -26,7 +26,7 @@ fn slurm_runs_steps_allocations_batch_jobs_and_mpi_and_cancels_cleanly() {
     let cluster = SlurmCluster::up(NODES);
     eprintln!("slurm cluster up in {:?}", started.elapsed());
     assert_eq!(cluster.running_daemons().len(), 2 + NODES, "munged, slurmctld, a slurmd a node");
-    let steps: [Step; 14] = [
+    let steps: [Step; 15] = [
         ("srun", srun_runs_a_task_on_each_node),
         ("salloc", salloc_exports_the_allocation),
         ("sbatch", sbatch_wait_runs_a_batch_script_on_the_first_node),
@@ -35,6 +35,7 @@ fn slurm_runs_steps_allocations_batch_jobs_and_mpi_and_cancels_cleanly() {
         ("rlaunch", rlaunch_inside_salloc_starts_its_proxies_with_one_srun),
         ("rlaunch-openmpi", open_mpi_inside_salloc_gets_a_pmix_server_on_every_node),
         ("rlaunch-sbatch", rlaunch_in_a_batch_script_needs_no_host_options),
+        ("rlaunch-torch", torch_in_a_batch_script_needs_no_host_options),
         ("rlaunch-nested", rlaunch_inside_a_step_overlaps_it_instead_of_hanging),
         ("rlaunch-scancel", scancel_of_an_rlaunch_job_leaves_nothing),
         ("rlaunch-kill", killing_rlaunch_in_an_allocation_leaves_nothing),
@@ -252,6 +253,53 @@ fn rlaunch_in_a_batch_script_needs_no_host_options(cluster: &SlurmCluster) {
     out.assert_code(0);
     let text = std::fs::read_to_string(&output).unwrap_or_else(|e| panic!("{e}: {out}"));
     assert_eq!(hello_lines(&text), hello_over_2_2_1(5), "{text}");
+    assert!(!text.contains("rlaunch:"), "rlaunch had something to say: {text}");
+}
+
+/// A PyTorch job in a batch script, with no host options and no wrapper: each rank has the
+/// Slurm step variables of its place and torchrun's, rank 0's proxy (on n1) chooses the
+/// rendezvous, and gloo's all_reduce spans the three nodes.
+fn torch_in_a_batch_script_needs_no_host_options(cluster: &SlurmCluster) {
+    let script = cluster.dir().join("torch-batch.sh");
+    let output = cluster.dir().join("torch-batch.out");
+    let rlaunch = rlaunch_tests::rlaunch().to_string_lossy().into_owned();
+    let (rankprog, job) = (rlaunch_tests::rankprog_str(), rlaunch_tests::torch_job());
+    let text = format!(
+        "#!/bin/sh\n{rlaunch} -l {rankprog} env\nexec {rlaunch} /usr/bin/python3 {job} allreduce\n"
+    );
+    std::fs::write(&script, text).unwrap();
+    let args = ["--wait", "-N3", "-n5", "-o", output.to_str().unwrap(), script.to_str().unwrap()];
+    let out = cluster.run("sbatch", &args).timeout(WAIT).run();
+    out.assert_code(0);
+    let text = std::fs::read_to_string(&output).unwrap_or_else(|e| panic!("{e}: {out}"));
+    let lines: Vec<String> = text.lines().map(String::from).collect();
+    // The ranks' `-l` lines (srun notes its own on the script's stderr).
+    let tagged: Vec<String> = lines.iter().filter(|l| l.starts_with('[')).cloned().collect();
+    let envs = rlaunch_tests::output::envs_by_rank(&tagged);
+    for rank in 0..5u32 {
+        let var = |name: &str| envs[&rank].get(name).cloned().unwrap_or_default();
+        let want = [
+            ("SLURM_PROCID", rank.to_string()),
+            ("SLURM_LOCALID", (rank % 2).to_string()),
+            ("SLURM_NODEID", (rank / 2).to_string()),
+            ("SLURM_NTASKS", "5".to_string()),
+            ("SLURM_STEP_NUM_NODES", "3".to_string()),
+            ("SLURM_STEP_NODELIST", "n1,n2,n3".to_string()),
+            ("RANK", rank.to_string()),
+            ("MASTER_ADDR", "10.214.0.11".to_string()),
+        ];
+        for (name, value) in want {
+            assert_eq!(var(name), value, "rank {rank} {name}: {text}");
+        }
+    }
+    let torch: Vec<&String> = lines.iter().filter(|l| l.starts_with("rank ")).collect();
+    let want: Vec<String> = (0..5)
+        .map(|r| {
+            let local_size = if r < 4 { 2 } else { 1 };
+            format!("rank {r} of 5 local {} of {local_size} group {} of 3 sum 10", r % 2, r / 2)
+        })
+        .collect();
+    assert_eq!(sorted(torch.into_iter().cloned()), want, "{text}");
     assert!(!text.contains("rlaunch:"), "rlaunch had something to say: {text}");
 }
 

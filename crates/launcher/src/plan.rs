@@ -57,6 +57,7 @@ pub fn build(o: &Options, env: &[(OsString, OsString)]) -> Result<job::Plan, Pla
         Rmk::Detect | Rmk::Off => None,
     };
     let allocation = scheduler.map(|s| read_allocation(s, getenv)).transpose()?;
+    let slurm = allocation.as_ref().is_some_and(|a| a.scheduler == Scheduler::Slurm);
     // Inside an allocation, the scheduler's own launcher starts the proxies unless told
     // otherwise (PBS's pbsdsh carries no stdin, so PBS keeps ssh).
     let launcher = o.launcher.or_else(|| match allocation.as_ref()?.scheduler {
@@ -168,6 +169,7 @@ pub fn build(o: &Options, env: &[(OsString, OsString)]) -> Result<job::Plan, Pla
         nodes: node_hosts.len() as u32,
         rendezvous,
         tracker: tracker.as_ref().map(|t| (t.addr.to_string(), t.port)),
+        slurm_nodes: slurm.then(|| node_hosts.join(",")),
     };
     Ok(job::Plan {
         job,

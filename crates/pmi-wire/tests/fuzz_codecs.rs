@@ -154,6 +154,7 @@ fn corpus() -> Vec<Vec<u8>> {
             rendezvous: None,
             nodes: 1,
             tracker: None,
+            slurm_nodes: None,
         },
         node: NodePlan {
             index: 0,

@@ -89,6 +89,15 @@ pub const RANK_VARS: &[&str] = &[
     "DMLC_NUM_WORKER",
     "DMLC_ROLE",
     "DMLC_NUM_SERVER",
+    // A Slurm step's, inside an allocation (rlaunch's own step's would be wrong for a rank).
+    "SLURM_PROCID",
+    "SLURM_LOCALID",
+    "SLURM_NODEID",
+    "SLURM_NTASKS",
+    "SLURM_NPROCS",
+    "SLURM_STEP_NUM_TASKS",
+    "SLURM_STEP_NUM_NODES",
+    "SLURM_STEP_NODELIST",
 ];
 
 /// Prepares a segment's program for its ranks: the program found on the ranks' PATH, their
@@ -207,6 +216,19 @@ fn framework_vars(job: &Job, at: &Placement, env: &mut Vec<(&'static str, String
         // An IPv6 address is bracketed before its port, as gRPC reads it.
         let host = if r.addr.contains(':') { format!("[{}]", r.addr) } else { r.addr.clone() };
         env.push(("JAX_COORDINATOR_ADDRESS", format!("{host}:{}", r.jax_port)));
+    }
+    if let Some(nodes) = &job.slurm_nodes {
+        let size = job.size.to_string();
+        env.extend([
+            ("SLURM_PROCID", at.rank.to_string()),
+            ("SLURM_LOCALID", at.local_id.to_string()),
+            ("SLURM_NODEID", at.node_id.to_string()),
+            ("SLURM_NTASKS", size.clone()),
+            ("SLURM_NPROCS", size.clone()),
+            ("SLURM_STEP_NUM_TASKS", size),
+            ("SLURM_STEP_NUM_NODES", at.nodes.to_string()),
+            ("SLURM_STEP_NODELIST", nodes.clone()),
+        ]);
     }
     if let Some((addr, port)) = &job.tracker {
         env.extend([

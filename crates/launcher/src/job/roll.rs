@@ -354,6 +354,7 @@ mod tests {
             rendezvous: None,
             nodes: 1,
             tracker: None,
+            slurm_nodes: None,
         }
     }
 

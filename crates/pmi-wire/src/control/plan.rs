@@ -60,6 +60,10 @@ pub struct Job {
     /// rlaunch is the job's rabit tracker (`--tracker rabit`), listening here: every rank
     /// gets the `DMLC_*` variables.
     pub tracker: Option<(String, u16)>,
+    /// Inside a Slurm allocation: the job's nodes, as a Slurm step's node list. Every rank
+    /// gets the step variables of its place (`SLURM_PROCID`, `SLURM_LOCALID`, ...), as if
+    /// srun had started it, for Slurm-aware programs (JAX's and Lightning's detectors).
+    pub slurm_nodes: Option<String>,
 }
 
 /// An address of rank 0's node that every node reaches (an IP, not a name), and ports that

@@ -320,6 +320,9 @@ impl Node {
         // Its rank 0 serves no rendezvous rlaunch knows of, nor is rlaunch its tracker.
         job.rendezvous = None;
         job.tracker = None;
+        job.slurm_nodes =
+            Some(sj.nodes.iter().map(|(_, host)| host.as_str()).collect::<Vec<_>>().join(","))
+                .filter(|_| job.slurm_nodes.is_some());
         let pmi = Arc::new(PmiJob {
             kvsname: sj.kvsname.clone(),
             size,
