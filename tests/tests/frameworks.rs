@@ -132,6 +132,20 @@ fn every_rank_gets_torchruns_variables_and_a_rendezvous_of_its_own() {
         assert_eq!(var(rank, "JAX_COORDINATOR_ADDRESS"), jax);
         assert!(var(rank, "TORCHELASTIC_ERROR_FILE").ends_with(&format!("/{rank}.json")));
     }
+    // Variables rlaunch sets only when it serves them reach the ranks from the user's
+    // environment otherwise: a tracker started beside rlaunch, a step's variables.
+    let inherited = Run::new(&["-l", "-n", "2", &rankprog_str(), "env"])
+        .env("DMLC_TRACKER_URI", "10.9.8.7")
+        .env("DMLC_TASK_ID", "mine")
+        .env("SLURM_PROCID", "5")
+        .run();
+    inherited.assert_code(0);
+    let seen = envs_by_rank(&inherited.lines());
+    for rank in 0..2 {
+        assert_eq!(seen[&rank]["DMLC_TRACKER_URI"], "10.9.8.7", "{inherited}");
+        assert_eq!(seen[&rank]["DMLC_TASK_ID"], "mine", "{inherited}");
+        assert_eq!(seen[&rank]["SLURM_PROCID"], "5", "{inherited}");
+    }
     let port: u16 = var(0, "MASTER_PORT").parse().unwrap();
     assert_ne!(port, 29500, "not torchrun's fixed port");
     let other = envs_by_rank(&second.lines());

@@ -78,18 +78,26 @@ pub const RANK_VARS: &[&str] = &[
     "TORCHELASTIC_RESTART_COUNT",
     "TORCHELASTIC_MAX_RESTARTS",
     "TORCHELASTIC_ERROR_FILE",
-    "MASTER_ADDR",
-    "MASTER_PORT",
-    // JAX's coordinator (`jax.distributed.initialize`).
-    "JAX_COORDINATOR_ADDRESS",
-    // The rabit tracker's (XGBoost, dmlc-core), with `--tracker rabit`.
+];
+
+/// Set per rank only when the job has a rendezvous: otherwise what the user's environment
+/// says reaches the ranks (a rendezvous of their own).
+const RENDEZVOUS_VARS: &[&str] = &["MASTER_ADDR", "MASTER_PORT", "JAX_COORDINATOR_ADDRESS"];
+
+/// Set per rank only with `--tracker rabit`: otherwise a tracker the user started beside
+/// rlaunch (its `DMLC_*` exported) reaches the ranks.
+const TRACKER_VARS: &[&str] = &[
     "DMLC_TRACKER_URI",
     "DMLC_TRACKER_PORT",
     "DMLC_TASK_ID",
     "DMLC_NUM_WORKER",
     "DMLC_ROLE",
     "DMLC_NUM_SERVER",
-    // A Slurm step's, inside an allocation (rlaunch's own step's would be wrong for a rank).
+];
+
+/// Set per rank only inside a Slurm allocation (rlaunch's own step's values would be wrong
+/// for every rank but one).
+const SLURM_VARS: &[&str] = &[
     "SLURM_PROCID",
     "SLURM_LOCALID",
     "SLURM_NODEID",
@@ -100,10 +108,25 @@ pub const RANK_VARS: &[&str] = &[
     "SLURM_STEP_NODELIST",
 ];
 
+/// Every variable `job`'s ranks get their own value of.
+pub fn rank_vars(job: &Job) -> Vec<&'static str> {
+    let mut vars = RANK_VARS.to_vec();
+    if job.rendezvous.is_some() {
+        vars.extend(RENDEZVOUS_VARS);
+    }
+    if job.tracker.is_some() {
+        vars.extend(TRACKER_VARS);
+    }
+    if job.slurm_nodes.is_some() {
+        vars.extend(SLURM_VARS);
+    }
+    vars
+}
+
 /// Prepares a segment's program for its ranks: the program found on the ranks' PATH, their
 /// shared environment, their working directory checked.
 pub fn program(job: &Job, segment: &Segment) -> Result<Program, ExitOutcome> {
-    Program::new(job, segment, RANK_VARS)
+    Program::new(job, segment, &rank_vars(job))
 }
 
 /// A rank ready to start: its pipes and socketpair made, its environment set.
@@ -172,7 +195,7 @@ pub fn prepare(
             None
         }
     };
-    debug_assert!(env.iter().all(|(name, _)| RANK_VARS.contains(name)), "{env:?}");
+    debug_assert!(env.iter().all(|(name, _)| rank_vars(job).contains(name)), "{env:?}");
     let spawn = Spawn {
         program,
         env,
