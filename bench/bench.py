@@ -3,7 +3,8 @@
 
     python3 bench/bench.py [--quick] [--only SECTION...] [--pairs K]
 
-Sections (see bench/README.md): launch, mpi, openmpi, stdio, fakehosts, memory, slurm, record.
+Sections (see bench/README.md): launch, mpi, openmpi, stdio, fakehosts, memory, slurm, record,
+frameworks.
 
 Every timed case runs one warm-up of each command, then K rounds (A B [C] A B [C] ...). Each
 command's wall time is quoted as median (min-max); rlaunch against each other command as the
@@ -62,7 +63,7 @@ MPI_HELLO = os.path.join(BUILD, "mpi_hello")
 OMPI_HELLO = os.path.join(BUILD, "ompi_hello")
 ALLGATHER = os.path.join(BUILD, "allgather")
 
-SECTIONS = ["launch", "mpi", "openmpi", "stdio", "fakehosts", "memory", "slurm", "record"]
+SECTIONS = ["launch", "mpi", "openmpi", "stdio", "fakehosts", "memory", "slurm", "record", "frameworks"]
 MPIRUN = "mpirun.openmpi"
 TOOLS = ["cargo", "cc", "mpicc.mpich", HYDRA, "hydra_pmi_proxy", "mpicc.openmpi", MPIRUN, "wc", "sh", "cat", "git"]
 # OMPI_MCA_odls_base_max_threads=0: Open MPI 4.1's mpirun hangs after 32+ local ranks exit
@@ -252,6 +253,55 @@ def wrapper_cases():
                     {"simple": 1.10},
                 )
             )
+    return cases
+
+
+def framework_cases():
+    """PyTorch and XGBoost jobs from the command to their end (each rank's first all_reduce,
+    or the whole training). torch: rlaunch against Debian's own torchrun (`--standalone`,
+    with `--redirects 1 --tee 1`, without which Debian 12's torchrun crashes on its Python
+    3.11: ../shared/notes/frameworks.md) and against the floor, the ranks started straight
+    from a script with the variables set (bench/direct.py). XGBoost 1.7: rlaunch as the
+    tracker against Debian's Python tracker started by hand beside rlaunch, and against that
+    tracker with the workers started straight from its script (bench/xgb_tracker.py)."""
+    python = "/usr/bin/python3"
+    torch_job = os.path.join(ROOT, "tests", "scripts", "torch_job.py")
+    xgb_job = os.path.join(ROOT, "tests", "scripts", "xgboost_job.py")
+    direct = os.path.join(BENCH, "direct.py")
+    xgb_tracker = os.path.join(BENCH, "xgb_tracker.py")
+    torchrun = [python, "-m", "torch.distributed.run", "--redirects", "1", "--tee", "1"]
+    cases = []
+    for n, nodes in ((4, None), (8, 4)):
+        fake = [] if nodes is None else ["--launcher", "fork", "--hosts", ",".join(f"h{i}:{n // nodes}" for i in range(1, nodes + 1))]
+        where = "" if nodes is None else f" on {nodes} fake nodes"
+        job = [torch_job, "allreduce"]
+        cases.append(
+            Case(
+                "frameworks",
+                f"torch all_reduce, {n} ranks{where}",
+                [
+                    Command("rlaunch", [[RLAUNCH, *fake, "-n", str(n), python, *job]], timeout=300),
+                    Command("torchrun", [[*torchrun, "--standalone", "--nproc_per_node", str(n), *job]], timeout=300),
+                    Command("floor", [[python, direct, str(n), python, *job]], timeout=300),
+                ],
+                {"torchrun": 0.5},
+            )
+        )
+    n = 16
+    job = [python, xgb_job, "train"]
+    cases.append(
+        Case(
+            "frameworks",
+            f"XGBoost 1.7 hist, {n} workers on 8 fake nodes",
+            [
+                Command("rlaunch", [[RLAUNCH, "--tracker", "rabit", "--launcher", "fork", "--hosts",
+                                     ",".join(f"h{i}:2" for i in range(1, 9)), "-n", str(n), *job]], timeout=300),
+                Command("beside", [[python, xgb_tracker, "rlaunch", RLAUNCH, str(n), *job]], timeout=300),
+                Command("floor", [[python, xgb_tracker, "direct", RLAUNCH, str(n), *job]], timeout=300),
+            ],
+            {"beside": 1.0},
+        )
+    )
     return cases
 
 
@@ -713,6 +763,7 @@ def run_sections(args, scratch, emit):
         "fakehosts": lambda: fakehost_cases(args.quick),
         "slurm": slurm_cases,
         "record": record_cases,
+        "frameworks": framework_cases,
     }
     for section in args.only:
         emit("")

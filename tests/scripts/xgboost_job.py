@@ -43,7 +43,8 @@ if what == "alone":
     print(f"rmse alone {rmse(booster, x, y):.6f}", flush=True)
     sys.exit(0)
 
-rank = int(os.environ["DMLC_TASK_ID"])
+# The rank rlaunch gave (a hand-started tracker hands out its own: bench/xgb_tracker.py).
+rank = int(os.environ.get("DMLC_TASK_ID") or os.environ["RANK"])
 if what == "garbage" and rank == 0:
     # A stranger on the tracker's port: it must not disturb the job.
     with socket.create_connection((os.environ["DMLC_TRACKER_URI"],
@@ -59,7 +60,9 @@ if what == "error" and rank == 1:
     xgb.collective.signal_error()
     sys.exit(3)
 size = xgb.collective.get_world_size()
-assert xgb.collective.get_rank() == rank, (xgb.collective.get_rank(), rank)
+if "DMLC_TASK_ID" in os.environ:
+    assert xgb.collective.get_rank() == rank, (xgb.collective.get_rank(), rank)
+rank = xgb.collective.get_rank()
 if what == "die" and rank == 1:
     os.kill(os.getpid(), signal.SIGKILL)
 share = slice(rank * ROWS // size, (rank + 1) * ROWS // size)
