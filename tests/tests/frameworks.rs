@@ -130,7 +130,11 @@ fn every_rank_gets_torchruns_variables_and_a_rendezvous_of_its_own() {
         let jax =
             format!("127.0.0.1:{}", var(0, "JAX_COORDINATOR_ADDRESS").rsplit(':').next().unwrap());
         assert_eq!(var(rank, "JAX_COORDINATOR_ADDRESS"), jax);
-        assert!(var(rank, "TORCHELASTIC_ERROR_FILE").ends_with(&format!("/{rank}.json")));
+        // The user's kept directory, a file per job and rank.
+        let error_file = var(rank, "TORCHELASTIC_ERROR_FILE");
+        let run_id = var(0, "TORCHELASTIC_RUN_ID");
+        assert!(error_file.ends_with(&format!("/{run_id}.{rank}.json")), "{error_file}");
+        assert!(error_file.contains("/rlaunch-errors."), "{error_file}");
     }
     // Variables rlaunch sets only when it serves them reach the ranks from the user's
     // environment otherwise: a tracker started beside rlaunch, a step's variables.

@@ -266,30 +266,45 @@ fn framework_vars(job: &Job, at: &Placement, env: &mut Vec<(&'static str, String
     }
 }
 
-/// A directory of this node's for its ranks' error files (`TORCHELASTIC_ERROR_FILE`), the
-/// user's alone, made now; `None` if it cannot be.
-pub fn error_dir(jobid: &str, node: u32) -> Option<std::path::PathBuf> {
-    use std::os::unix::fs::DirBuilderExt;
-    let dir = std::env::temp_dir().join(format!("rlaunch-errors-{jobid}-{node}"));
-    match std::fs::DirBuilder::new().mode(0o700).create(&dir) {
-        Ok(()) => Some(dir),
-        Err(e) => {
-            tracing::debug!(dir = %dir.display(), "no directory for error files: {e}");
-            None
+/// The directory of the user's ranks' error files (`TORCHELASTIC_ERROR_FILE`),
+/// `$TMPDIR/rlaunch-errors.<uid>`: made once and kept (making and removing one per job
+/// cost a tenth of a one-rank launch on a slow /tmp), the user's alone; `None` if it cannot
+/// be. A rank's file is named after its job and id, read and removed if the rank fails.
+pub fn error_dir() -> Option<std::path::PathBuf> {
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+    let uid = nix::unistd::getuid().as_raw();
+    let dir = std::env::temp_dir().join(format!("rlaunch-errors.{uid}"));
+    let ours = |dir: &std::path::Path| {
+        std::fs::symlink_metadata(dir)
+            .is_ok_and(|m| m.is_dir() && m.uid() == uid && m.mode() & 0o022 == 0)
+    };
+    if !ours(&dir) {
+        if let Err(e) = std::fs::DirBuilder::new().mode(0o700).create(&dir) {
+            if e.kind() != io::ErrorKind::AlreadyExists {
+                tracing::debug!(dir = %dir.display(), "no directory for error files: {e}");
+                return None;
+            }
+        }
+        if !ours(&dir) {
+            tracing::debug!(dir = %dir.display(), "not this user's alone: no error files");
+            return None;
         }
     }
+    Some(dir)
 }
 
-/// The error file of the rank with global id `gid` in `dir`.
-pub fn error_file(dir: &std::path::Path, gid: u32) -> std::path::PathBuf {
-    dir.join(format!("{gid}.json"))
+/// The error file of the rank with global id `gid` of job `jobid`, in `dir`.
+pub fn error_file(dir: &std::path::Path, jobid: &str, gid: u32) -> std::path::PathBuf {
+    dir.join(format!("{jobid}.{gid}.json"))
 }
 
 /// What a rank wrote in its error file, at most [`pmi_wire::control::MAX_ERROR_REPORT`]
-/// bytes; `None` if it wrote nothing.
-pub fn error_report(dir: &std::path::Path, gid: u32) -> Option<Vec<u8>> {
+/// bytes, the file removed; `None` if it wrote nothing.
+pub fn error_report(dir: &std::path::Path, jobid: &str, gid: u32) -> Option<Vec<u8>> {
     use std::io::Read;
-    let file = std::fs::File::open(error_file(dir, gid)).ok()?;
+    let path = error_file(dir, jobid, gid);
+    let file = std::fs::File::open(&path).ok()?;
+    let _ = std::fs::remove_file(&path);
     let mut report = Vec::new();
     let limit = pmi_wire::control::MAX_ERROR_REPORT as u64;
     file.take(limit).read_to_end(&mut report).ok()?;

@@ -143,10 +143,9 @@ impl Node {
             .iter()
             .enumerate()
             .map(|(local_id, &(rank, gid, segment))| {
-                let error_file = self
-                    .error_dir
-                    .as_deref()
-                    .map(|dir| rank::error_file(dir, gid).to_string_lossy().into_owned());
+                let error_file = self.error_dir.as_deref().map(|dir| {
+                    rank::error_file(dir, &job.jobid, gid).to_string_lossy().into_owned()
+                });
                 let at = Placement {
                     rank,
                     local_id,

@@ -158,7 +158,7 @@ pub(crate) struct Node {
     /// The launched job's ranks wait for the rendezvous rank 0's proxy chooses
     /// (`Job::rendezvous` was `None`).
     awaiting_rendezvous: bool,
-    /// Where the ranks write why they failed (`TORCHELASTIC_ERROR_FILE`), removed at the end.
+    /// Where the ranks write why they failed (`TORCHELASTIC_ERROR_FILE`).
     error_dir: Option<std::path::PathBuf>,
 }
 
@@ -176,7 +176,7 @@ impl Node {
         let mut sighup = signal(SignalKind::hangup()).expect("SIGHUP handler");
         let mut sigint = signal(SignalKind::interrupt()).expect("SIGINT handler");
         self.start_children();
-        self.error_dir = crate::rank::error_dir(&self.job.jobid, self.plan.index);
+        self.error_dir = crate::rank::error_dir();
         if !self.late {
             self.find_rendezvous();
             self.start_launched().await;
@@ -243,9 +243,6 @@ impl Node {
         }
         // Nothing of this node outlives it, whatever was left waiting.
         procs::kill_descendants(&HashSet::new());
-        if let Some(dir) = self.error_dir.take() {
-            let _ = std::fs::remove_dir_all(dir);
-        }
         if !self.orphaned {
             // The parent stamps this node's record with its clock's offset when the record
             // comes: a node done before the parent's probes were answered (a parent slow to

@@ -270,7 +270,9 @@ impl Node {
         }
         // Why it failed, in its own words, ahead of its verdict.
         let report = self.error_dir.as_deref().filter(|_| !outcome.is_success());
-        if let Some(report) = report.and_then(|dir| crate::rank::error_report(dir, gid)) {
+        let jobid = self.jobs.get(&self.ranks.get(local).job).map(|j| j.pmi.kvsname.clone());
+        let read = |dir| crate::rank::error_report(dir, jobid.as_deref()?, gid);
+        if let Some(report) = report.and_then(read) {
             let _ = self.up.control.send(Up::RankError { rank: gid, report });
         }
         if let Some(verdict) = self.ranks.reaped(local, outcome) {
