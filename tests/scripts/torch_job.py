@@ -7,6 +7,7 @@ Usage: torch_job.py allreduce        each rank prints `rank R of N local L of M 
                                      `params ...`, every rank `digest R HEX` of its parameters
        torch_job.py reference        the same training in one process over the whole batch
        torch_job.py raise            rank 1 raises under torch's @record
+       torch_job.py wait             prints `ready R`, waits; Ctrl-C: `cleanup R`, re-raised
 """
 import hashlib
 import os
@@ -73,6 +74,15 @@ if what == "allreduce":
         f"group {env['GROUP_RANK']} of {env['GROUP_WORLD_SIZE']} sum {t.item()}",
         flush=True,
     )
+elif what == "wait":
+    import time
+
+    print(f"ready {rank}", flush=True)
+    try:
+        time.sleep(60)
+    except KeyboardInterrupt:
+        print(f"cleanup {rank}", flush=True)
+        raise
 elif what == "train":
     x, y = batch()
     shard = SAMPLES // size

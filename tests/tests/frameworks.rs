@@ -96,6 +96,20 @@ fn a_rank_that_raises_under_record_is_named_with_its_exception() {
 }
 
 #[test]
+fn ctrl_c_reaches_every_torch_rank_as_keyboard_interrupt() {
+    let mut job = torch(&fake_nodes(2, 1), 2, "wait").spawn();
+    job.wait_for_line(|l| l.starts_with("ready "), LIMIT);
+    job.wait_for_line(|l| l.starts_with("ready "), LIMIT);
+    job.signal(nix::sys::signal::Signal::SIGINT);
+    let out = job.wait(LIMIT);
+    out.assert_code(130);
+    let cleanups: Vec<String> =
+        out.lines().into_iter().filter(|l| l.starts_with("cleanup ")).collect();
+    assert_eq!(sorted(cleanups), ["cleanup 0", "cleanup 1"], "{out}");
+    assert_eq!(rlaunch_lines(&out.stderr_str()), ["rlaunch: interrupted by SIGINT"], "{out}");
+}
+
+#[test]
 fn every_rank_gets_torchruns_variables_and_a_rendezvous_of_its_own() {
     // Three ranks on two fake nodes (2 + 1): the values follow the placement, and the
     // rendezvous is this machine's loopback (the fake nodes' names resolve nowhere).

@@ -319,9 +319,11 @@ impl Node {
         // Its rank 0 serves no rendezvous rlaunch knows of, nor is rlaunch its tracker.
         job.rendezvous = None;
         job.tracker = None;
-        job.slurm_nodes =
-            Some(sj.nodes.iter().map(|(_, host)| host.as_str()).collect::<Vec<_>>().join(","))
-                .filter(|_| job.slurm_nodes.is_some());
+        // Inside an allocation, its ranks' step is its own nodes.
+        if job.slurm_nodes.is_some() {
+            let hosts: Vec<&str> = sj.nodes.iter().map(|(_, host)| host.as_str()).collect();
+            job.slurm_nodes = Some(hosts.join(","));
+        }
         let pmi = Arc::new(PmiJob {
             kvsname: sj.kvsname.clone(),
             size,
