@@ -77,8 +77,9 @@ if what == "allreduce":
 elif what == "wait":
     import time
 
-    print(f"ready {rank}", flush=True)
+    # Ready only once inside the try: a Ctrl-C right after the line is still caught.
     try:
+        print(f"ready {rank}", flush=True)
         time.sleep(60)
     except KeyboardInterrupt:
         print(f"cleanup {rank}", flush=True)
