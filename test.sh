@@ -119,6 +119,16 @@ if ! "$venv/bin/python" -c 'import xgboost' 2>/dev/null; then
 fi
 "$venv/bin/python" -c 'import xgboost; assert xgboost.__version__ == "3.2.0"' \
     || { echo "test.sh: $venv has no xgboost 3.2.0 after pip install" >&2; exit 1; }
+# JAX on CPU is not in Debian: PyPI's, in a venv of its own (it needs a newer numpy than
+# Debian's).
+venv=target/venvs/jax
+if ! "$venv/bin/python" -c 'import jax' 2>/dev/null; then
+    rm -rf "$venv"
+    /usr/bin/python3 -m venv "$venv"
+    "$venv/bin/pip" install -q 'jax[cpu]==0.10.2'
+fi
+"$venv/bin/python" -c 'import jax; assert jax.__version__ == "0.10.2"' \
+    || { echo "test.sh: $venv has no jax 0.10.2 after pip install" >&2; exit 1; }
 
 cargo build --workspace --all-targets
 # rlaunch as it builds where OpenPMIx's development files are missing: quiet where a job needs

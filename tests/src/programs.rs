@@ -91,6 +91,20 @@ pub fn xgboost_job() -> String {
     path_str(script("xgboost_job.py"))
 }
 
+/// `tests/scripts/jax_job.py`: a multi-process JAX job on CPU as users write it.
+pub fn jax_job() -> String {
+    path_str(script("jax_job.py"))
+}
+
+/// The interpreter of the venv `target/venvs/NAME` that test.sh makes for a framework not in
+/// Debian (`jax`, `xgboost3`, `dask-mpi`); fails loudly when it is missing.
+pub fn venv_python(name: &str) -> String {
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("the repository");
+    let python = repo.join("target/venvs").join(name).join("bin/python");
+    assert!(python.exists(), "{} is missing: run test.sh, which makes it", python.display());
+    path_str(python)
+}
+
 /// The directory of the running profile's binaries, `target/<profile>/`.
 pub(crate) fn target_dir() -> PathBuf {
     let exe = std::env::current_exe()

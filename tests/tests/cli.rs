@@ -400,10 +400,8 @@ fn make_install_puts_binaries_manual_completions_and_mpi_names_under_a_prefix() 
     // dask-mpi's batch example as its documentation runs it: `mpirun -np 4 python script.py`
     // (rank 0 the scheduler, rank 1 the client, two workers), with PyPI's dask-mpi in the
     // venv test.sh makes.
-    let venv = repo.join("target/venvs/dask-mpi/bin/python");
-    assert!(venv.exists(), "{} is missing: run test.sh, which makes it", venv.display());
-    let script = repo.join("tests/scripts/dask_job.py");
-    let (venv, script) = (venv.display().to_string(), script.display().to_string());
+    let venv = rlaunch_tests::venv_python("dask-mpi");
+    let script = repo.join("tests/scripts/dask_job.py").display().to_string();
     let out = Run::program(bin.join("mpirun"), &["-np", "4", &venv, &script]).run();
     out.assert_code(0);
     assert_eq!(out.lines(), ["sum 499500 workers 2"], "{out}");

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use rlaunch_tests::mpi::fake_nodes;
 use rlaunch_tests::output::{envs_by_rank, rlaunch_lines, sorted};
-use rlaunch_tests::{rankprog_str, torch_job, xgboost_job, Run};
+use rlaunch_tests::{jax_job, rankprog_str, torch_job, venv_python, xgboost_job, Run};
 
 /// Debian's interpreter: its `python3-torch` is not on every other Python's path.
 const PYTHON: &str = "/usr/bin/python3";
@@ -173,10 +173,7 @@ fn every_rank_gets_torchruns_variables_and_a_rendezvous_of_its_own() {
 /// Debian's XGBoost 1.7 (classic rabit), and PyPI's 3.2 (XGBoost 2.1's tracker protocol) in
 /// the venv test.sh makes.
 fn xgboosts() -> [(&'static str, String); 2] {
-    let repo = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
-    let venv = repo.join("target/venvs/xgboost3/bin/python");
-    assert!(venv.exists(), "{} is missing: run test.sh, which makes it", venv.display());
-    [("1.7", PYTHON.to_string()), ("3.2", venv.display().to_string())]
+    [("1.7", PYTHON.to_string()), ("3.2", venv_python("xgboost3"))]
 }
 
 fn xgboost(python: &str, options: &[String], n: u32, what: &str) -> Run {
@@ -268,4 +265,42 @@ fn a_worker_killed_mid_training_or_reporting_an_error_ends_the_job_naming_it() {
     let want = format!("rlaunch: rank 1 on {host} reported an error to the rabit tracker");
     assert_eq!(rlaunch_lines(&out.stderr_str()), [want.as_str()], "{out}");
     out.tag.wait_until_none(Duration::from_secs(5)).unwrap();
+}
+
+#[test]
+fn jax_processes_find_each_other_from_the_coordinator_rlaunch_chooses() {
+    // PyPI's jax[cpu] in the venv test.sh makes; `initialize(num_processes=WORLD_SIZE,
+    // process_id=RANK)` as docs/frameworks.md says, the coordinator from JAX_COORDINATOR_ADDRESS.
+    let python = venv_python("jax");
+    for (nodes, n) in [(1, 2), (1, 4), (2, 4)] {
+        let options = if nodes == 1 { Vec::new() } else { fake_nodes(nodes, n / nodes as u32) };
+        let count = n.to_string();
+        let out = Run::new(&[])
+            .args(options)
+            .args(["-n", &count, &python, &jax_job(), "explicit"])
+            .timeout(LIMIT)
+            .run();
+        out.assert_code(0);
+        assert_eq!(rlaunch_lines(&out.stderr_str()), Vec::<&str>::new(), "{out}");
+        // Gloo prints its own connection lines on stdout.
+        let lines: Vec<String> =
+            out.lines().into_iter().filter(|l| l.starts_with("process ")).collect();
+        let coordinator = lines
+            .iter()
+            .find_map(|l| l.split(" coordinator ").nth(1))
+            .unwrap_or_else(|| panic!("no process line: {out}"))
+            .to_string();
+        assert!(coordinator.starts_with("127.0.0.1:"), "{out}");
+        let sum = n * (n + 1) / 2;
+        let gathered: Vec<String> = (0..n).map(|r| r.to_string()).collect();
+        let gathered = gathered.join(",");
+        let want: Vec<String> = (0..n)
+            .map(|r| {
+                format!(
+                    "process {r} of {n} sum {sum} gathered {gathered} coordinator {coordinator}"
+                )
+            })
+            .collect();
+        assert_eq!(sorted(lines), sorted(want), "{nodes} nodes: {out}");
+    }
 }

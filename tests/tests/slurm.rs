@@ -35,7 +35,7 @@ fn slurm_runs_steps_allocations_batch_jobs_and_mpi_and_cancels_cleanly() {
         ("rlaunch", rlaunch_inside_salloc_starts_its_proxies_with_one_srun),
         ("rlaunch-openmpi", open_mpi_inside_salloc_gets_a_pmix_server_on_every_node),
         ("rlaunch-sbatch", rlaunch_in_a_batch_script_needs_no_host_options),
-        ("rlaunch-torch", torch_in_a_batch_script_needs_no_host_options),
+        ("rlaunch-frameworks", frameworks_in_a_batch_script_need_no_host_options),
         ("rlaunch-nested", rlaunch_inside_a_step_overlaps_it_instead_of_hanging),
         ("rlaunch-scancel", scancel_of_an_rlaunch_job_leaves_nothing),
         ("rlaunch-kill", killing_rlaunch_in_an_allocation_leaves_nothing),
@@ -256,16 +256,19 @@ fn rlaunch_in_a_batch_script_needs_no_host_options(cluster: &SlurmCluster) {
     assert!(!text.contains("rlaunch:"), "rlaunch had something to say: {text}");
 }
 
-/// A PyTorch job in a batch script, with no host options and no wrapper: each rank has the
-/// Slurm step variables of its place and torchrun's, rank 0's proxy (on n1) chooses the
-/// rendezvous, and gloo's all_reduce spans the three nodes.
-fn torch_in_a_batch_script_needs_no_host_options(cluster: &SlurmCluster) {
+/// PyTorch and JAX jobs in a batch script, with no host options and no wrapper: each rank has
+/// the Slurm step variables of its place and torchrun's, rank 0's proxy (on n1) chooses the
+/// rendezvous, gloo's all_reduce spans the three nodes, and JAX's `initialize()` with no
+/// arguments (its own Slurm detection) finds the coordinator rlaunch chose.
+fn frameworks_in_a_batch_script_need_no_host_options(cluster: &SlurmCluster) {
     let script = cluster.dir().join("torch-batch.sh");
     let output = cluster.dir().join("torch-batch.out");
     let rlaunch = rlaunch_tests::rlaunch().to_string_lossy().into_owned();
     let (rankprog, job) = (rlaunch_tests::rankprog_str(), rlaunch_tests::torch_job());
+    let (jax, jax_job) = (rlaunch_tests::venv_python("jax"), rlaunch_tests::jax_job());
     let text = format!(
-        "#!/bin/sh\n{rlaunch} -l {rankprog} env\nexec {rlaunch} /usr/bin/python3 {job} allreduce\n"
+        "#!/bin/sh\n{rlaunch} -l {rankprog} env\n{rlaunch} /usr/bin/python3 {job} allreduce\n\
+         exec {rlaunch} {jax} {jax_job} auto\n"
     );
     std::fs::write(&script, text).unwrap();
     let args = ["--wait", "-N3", "-n5", "-o", output.to_str().unwrap(), script.to_str().unwrap()];
@@ -273,8 +276,14 @@ fn torch_in_a_batch_script_needs_no_host_options(cluster: &SlurmCluster) {
     out.assert_code(0);
     let text = std::fs::read_to_string(&output).unwrap_or_else(|e| panic!("{e}: {out}"));
     let lines: Vec<String> = text.lines().map(String::from).collect();
-    // The ranks' `-l` lines (srun notes its own on the script's stderr).
-    let tagged: Vec<String> = lines.iter().filter(|l| l.starts_with('[')).cloned().collect();
+    // The ranks' `-l` lines (srun notes its own on the script's stderr; gloo's `[Gloo] ...`).
+    let tagged: Vec<String> = lines
+        .iter()
+        .filter(|l| {
+            l.strip_prefix('[').is_some_and(|r| r.starts_with(|c: char| c.is_ascii_digit()))
+        })
+        .cloned()
+        .collect();
     let envs = rlaunch_tests::output::envs_by_rank(&tagged);
     for rank in 0..5u32 {
         let var = |name: &str| envs[&rank].get(name).cloned().unwrap_or_default();
@@ -300,6 +309,14 @@ fn torch_in_a_batch_script_needs_no_host_options(cluster: &SlurmCluster) {
         })
         .collect();
     assert_eq!(sorted(torch.into_iter().cloned()), want, "{text}");
+    let jax: Vec<&String> = lines.iter().filter(|l| l.starts_with("process ")).collect();
+    // Rank 0's node's address, the port its proxy chose (not JAX's guess from the job id).
+    let coordinator = jax.first().and_then(|l| l.split(" coordinator ").nth(1)).unwrap_or("");
+    assert!(coordinator.starts_with("10.214.0.11:"), "{text}");
+    let want: Vec<String> = (0..5)
+        .map(|r| format!("process {r} of 5 sum 15 gathered 0,1,2,3,4 coordinator {coordinator}"))
+        .collect();
+    assert_eq!(sorted(jax.into_iter().cloned()), want, "{text}");
     assert!(!text.contains("rlaunch:"), "rlaunch had something to say: {text}");
 }
 
