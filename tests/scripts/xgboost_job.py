@@ -9,6 +9,7 @@ Usage: xgboost_job.py train        every worker prints `model R SHA256` and `rms
        xgboost_job.py garbage      as train, but rank 0 first sends the tracker garbage
        xgboost_job.py die          as train, but rank 1 kills itself after joining
        xgboost_job.py error        rank 1 reports an error to the tracker (XGBoost 2.1+)
+       xgboost_job.py skip         rank 1 exits with 0 before it joins
 """
 import hashlib
 import os
@@ -50,6 +51,8 @@ if what == "garbage" and rank == 0:
     with socket.create_connection((os.environ["DMLC_TRACKER_URI"],
                                    int(os.environ["DMLC_TRACKER_PORT"]))) as s:
         s.sendall(b"GET / HTTP/1.0\r\n\r\n")
+if what == "skip" and rank == 1:
+    sys.exit(0)
 DMLC = ("DMLC_TRACKER_URI", "DMLC_TRACKER_PORT", "DMLC_TASK_ID")
 if tuple(int(v) for v in xgb.__version__.split(".")[:2]) >= (2, 1):
     args = {k.lower(): int(v) if k.endswith("PORT") else v for k, v in os.environ.items() if k in DMLC}

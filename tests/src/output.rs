@@ -94,14 +94,26 @@ mod tests {
 /// The hosts job `job`'s ranks ran on, in rank order, as a `--report` file lists them (0: the
 /// launched job; 1, 2, ...: spawned jobs).
 pub fn report_hosts(report: &std::path::Path, job: u64) -> Vec<String> {
+    report_ranks(report, job).iter().map(|r| r["host"].as_str().unwrap().to_string()).collect()
+}
+
+/// The variables rlaunch set for each of job `job`'s ranks, in rank order, as a `--report`
+/// file lists them.
+pub fn report_vars(report: &std::path::Path, job: u64) -> Vec<BTreeMap<String, String>> {
+    let vars = |r: &serde_json::Value| {
+        let vars = r["vars"].as_object().expect("the rank's variables");
+        vars.iter().map(|(k, v)| (k.clone(), v.as_str().unwrap().to_string())).collect()
+    };
+    report_ranks(report, job).iter().map(vars).collect()
+}
+
+/// Job `job`'s ranks in a `--report` file, in rank order.
+fn report_ranks(report: &std::path::Path, job: u64) -> Vec<serde_json::Value> {
     let text = std::fs::read_to_string(report).expect("the report was written");
     let json: serde_json::Value = serde_json::from_str(&text).expect("the report is JSON");
     let ranks = json["ranks"].as_array().expect("the report lists its ranks");
-    let mut hosts: Vec<(u64, String)> = ranks
-        .iter()
-        .filter(|r| r["job"].as_u64() == Some(job))
-        .map(|r| (r["rank"].as_u64().unwrap(), r["host"].as_str().unwrap().to_string()))
-        .collect();
-    hosts.sort();
-    hosts.into_iter().map(|(_, host)| host).collect()
+    let mut ranks: Vec<serde_json::Value> =
+        ranks.iter().filter(|r| r["job"].as_u64() == Some(job)).cloned().collect();
+    ranks.sort_by_key(|r| r["rank"].as_u64());
+    ranks
 }

@@ -97,7 +97,11 @@ fn a_rank_that_raises_under_record_is_named_with_its_exception() {
 
 #[test]
 fn ctrl_c_reaches_every_torch_rank_as_keyboard_interrupt() {
-    let mut job = torch(&fake_nodes(2, 1), 2, "wait").spawn();
+    // A grace longer than a loaded machine takes to run both handlers: the test is about the
+    // signal reaching every rank, not about how fast a starved one handles it.
+    let mut options = fake_nodes(2, 1);
+    options.extend(["--kill-grace".to_string(), "60".to_string()]);
+    let mut job = torch(&options, 2, "wait").spawn();
     job.wait_for_line(|l| l.starts_with("ready "), LIMIT);
     job.wait_for_line(|l| l.starts_with("ready "), LIMIT);
     job.signal(nix::sys::signal::Signal::SIGINT);
@@ -184,6 +188,31 @@ fn xgboost(python: &str, options: &[String], n: u32, what: &str) -> Run {
         .timeout(LIMIT)
 }
 
+/// The tracker's rendezvous is in the report (`job.tracker`) and on the timeline (a span of
+/// rlaunch's track), the same stretch of the job in both.
+fn tracker_span_is_reported(report: &std::path::Path, timeline: &std::path::Path) {
+    let read = |path: &std::path::Path| -> serde_json::Value {
+        serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+    };
+    let (report, timeline) = (read(report), read(timeline));
+    let job = &report["job"];
+    let span = &job["tracker"];
+    let (start, end) = (span["start_us"].as_u64().unwrap(), span["end_us"].as_u64().unwrap());
+    assert!(job["start_us"].as_u64().unwrap() <= start && start <= end, "{job}");
+    assert!(end <= job["end_us"].as_u64().unwrap(), "{job}");
+    assert_eq!(span["wall_s"].as_f64().unwrap(), (end - start) as f64 / 1e6, "{job}");
+    let events = timeline["traceEvents"].as_array().unwrap();
+    let spans: Vec<&serde_json::Value> = events.iter().filter(|e| e["cat"] == "tracker").collect();
+    assert_eq!(spans.len(), 1, "{timeline}");
+    let s = spans[0];
+    assert_eq!(
+        (&s["name"], &s["pid"], &s["tid"]),
+        (&"rabit rendezvous".into(), &0.into(), &1.into())
+    );
+    let ts = (start - job["start_us"].as_u64().unwrap()) as f64;
+    assert_eq!((s["ts"].as_f64(), s["dur"].as_f64()), (Some(ts), Some((end - start) as f64)));
+}
+
 /// Each worker's (model digest, error on the whole data set), from `model R H` and
 /// `rmse R E` lines.
 fn trained(lines: &[String]) -> BTreeMap<u32, (String, f64)> {
@@ -214,8 +243,15 @@ fn xgboost_trains_over_workers_with_rlaunch_as_its_rabit_tracker() {
         // Two workers on this machine; four on four fake nodes, rank 0 first sending the
         // tracker's port garbage, which is dropped with a warning.
         for (options, n, what) in [(vec![], 2, "train"), (fake_nodes(4, 1), 4, "garbage")] {
+            let dir = rlaunch_tests::tempdir();
+            let (report, timeline) = (dir.path().join("r.json"), dir.path().join("t.json"));
+            let mut options = options;
+            for (option, path) in [("--report", &report), ("--timeline", &timeline)] {
+                options.extend([option.to_string(), path.display().to_string()]);
+            }
             let out = xgboost(&python, &options, n, what).env("RLAUNCH_LOG", "debug").run();
             out.assert_code(0);
+            tracker_span_is_reported(&report, &timeline);
             let workers = trained(&out.lines());
             assert_eq!(workers.len(), n as usize, "{version}: {out}");
             let models: std::collections::BTreeSet<_> = workers.values().map(|(m, _)| m).collect();
@@ -257,11 +293,28 @@ fn a_worker_killed_mid_training_or_reporting_an_error_ends_the_job_naming_it() {
         assert!(lines[0].ends_with(" was killed by signal 9 (SIGKILL)"), "{version}: {out}");
         out.tag.wait_until_none(Duration::from_secs(5)).unwrap();
     }
+    // A worker that ends (with 0) before it joins: the others would wait for ever.
+    let host = rlaunch_tests::hosts::hostname();
+    for (version, python) in xgboosts() {
+        let out = xgboost(&python, &[], 3, "skip").run();
+        out.assert_code(255);
+        let stderr = out.stderr_str();
+        let lines = rlaunch_lines(&stderr);
+        let (head, tail) = (
+            "rlaunch: rank 1 (pid ",
+            format!(
+                " on {host}) exited with code 0 before it connected to the rabit tracker: the \
+                 workers that did would wait for it for ever"
+            ),
+        );
+        assert_eq!(lines.len(), 1, "{version}: {out}");
+        assert!(lines[0].starts_with(head) && lines[0].ends_with(&tail), "{version}: {out}");
+        out.tag.wait_until_none(Duration::from_secs(5)).unwrap();
+    }
     // XGBoost 2.1's workers report errors to the tracker (collective.signal_error).
     let [_, (_, python)] = xgboosts();
     let out = xgboost(&python, &[], 3, "error").run();
     out.assert_code(255);
-    let host = rlaunch_tests::hosts::hostname();
     let want = format!("rlaunch: rank 1 on {host} reported an error to the rabit tracker");
     assert_eq!(rlaunch_lines(&out.stderr_str()), [want.as_str()], "{out}");
     out.tag.wait_until_none(Duration::from_secs(5)).unwrap();
@@ -302,5 +355,59 @@ fn jax_processes_find_each_other_from_the_coordinator_rlaunch_chooses() {
             })
             .collect();
         assert_eq!(sorted(lines), sorted(want), "{nodes} nodes: {out}");
+    }
+}
+
+#[test]
+fn the_report_shows_the_variables_each_rank_was_started_with() {
+    let dir = rlaunch_tests::tempdir();
+    let report = dir.path().join("report.json");
+    let options = ["--tracker", "rabit", "--launcher", "fork", "--hosts", "n1:2,n2:1", "-l"];
+    let out = Run::new(&options)
+        .args(["-n", "3", "--report"])
+        .arg(&report)
+        .args([&rankprog_str(), "env"])
+        .timeout(LIMIT)
+        .run();
+    out.assert_code(0);
+    let envs = envs_by_rank(&out.lines());
+    let names = [
+        "PMI_RANK",
+        "PMI_SIZE",
+        "MPI_LOCALRANKID",
+        "MPI_LOCALNRANKS",
+        "MPIR_CVAR_CH3_INTERFACE_HOSTNAME",
+        "GFORTRAN_UNBUFFERED_PRECONNECTED",
+        "RANK",
+        "WORLD_SIZE",
+        "LOCAL_RANK",
+        "LOCAL_WORLD_SIZE",
+        "GROUP_RANK",
+        "GROUP_WORLD_SIZE",
+        "ROLE_RANK",
+        "ROLE_WORLD_SIZE",
+        "ROLE_NAME",
+        "TORCHELASTIC_RUN_ID",
+        "TORCHELASTIC_RESTART_COUNT",
+        "TORCHELASTIC_MAX_RESTARTS",
+        "TORCHELASTIC_ERROR_FILE",
+        "MASTER_ADDR",
+        "MASTER_PORT",
+        "JAX_COORDINATOR_ADDRESS",
+        "DMLC_TRACKER_URI",
+        "DMLC_TRACKER_PORT",
+        "DMLC_TASK_ID",
+        "DMLC_NUM_WORKER",
+        "DMLC_ROLE",
+        "DMLC_NUM_SERVER",
+    ];
+    let reported = rlaunch_tests::output::report_vars(&report, 0);
+    assert_eq!(reported.len(), 3, "{out}");
+    for (rank, vars) in reported.iter().enumerate() {
+        // Exactly these names, each with the value the rank saw.
+        assert_eq!(sorted(vars.keys().map(String::as_str)), sorted(names), "rank {rank}");
+        for (name, value) in vars {
+            assert_eq!(Some(value), envs[&(rank as u32)].get(name), "rank {rank} {name}");
+        }
     }
 }

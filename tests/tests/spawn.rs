@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use rlaunch_tests::output::{report_hosts, rlaunch_lines, sorted};
+use rlaunch_tests::output::{report_hosts, report_vars, rlaunch_lines, sorted};
 use rlaunch_tests::{spawn_client, Run};
 
 fn python() -> &'static str {
@@ -71,6 +71,17 @@ fn spawned_ranks_go_after_the_last_slot_round_the_hosts_with_proxies_where_none_
         if version == "1" {
             // Every child got the pair child 0 put on another node: the fence spans them.
             assert!(kids.iter().all(|l| l.contains(" peer here0 ")), "{out}");
+        }
+        // The report shows each child's variables: its own job's place, no rendezvous.
+        for (rank, vars) in report_vars(&report, 1).iter().enumerate() {
+            let get = |name: &str| vars.get(name).map(String::as_str);
+            for name in ["RANK", "GROUP_RANK", "PMI_RANK"] {
+                assert_eq!(get(name), Some(rank.to_string().as_str()), "{name}: {vars:?}");
+            }
+            for name in ["WORLD_SIZE", "GROUP_WORLD_SIZE", "PMI_SIZE"] {
+                assert_eq!(get(name), Some("3"), "{name}: {vars:?}");
+            }
+            assert_eq!((get("LOCAL_RANK"), get("MASTER_ADDR")), (Some("0"), None), "{vars:?}");
         }
         out.tag.wait_until_none(std::time::Duration::from_secs(5)).unwrap();
     }

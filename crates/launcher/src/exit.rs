@@ -69,8 +69,9 @@ pub const TABLE: &[Row] = &[
     row(
         "255",
         "a proxy or node was lost, a rank broke the PMI protocol or started Open MPI alone \
-         without PMIx, a worker reported an error to the rabit tracker, an output file could \
-         not be written, or rlaunch itself could not run the job",
+         without PMIx, a worker reported an error to the rabit tracker or ended before it \
+         connected while others waited, an output file could not be written, or rlaunch itself \
+         could not run the job",
     ),
     row("2", "bad command line"),
 ];

@@ -170,6 +170,7 @@ pub fn build(o: &Options, env: &[(OsString, OsString)]) -> Result<job::Plan, Pla
         rendezvous,
         tracker: tracker.as_ref().map(|t| (t.addr.to_string(), t.port)),
         slurm_nodes: slurm.then(|| node_hosts.join(",")),
+        report_vars: report.is_some(),
     };
     Ok(job::Plan {
         job,

@@ -310,6 +310,7 @@ const STYLE: &str = "<style>\
     .tick{stroke:#ddd}.tick-label{fill:#666;text-anchor:middle}\
     .span{fill:#bab0ac}.span.launch{fill:#4e79a7}.span.fence{fill:#f28e2b}\
     .span.rank{fill:#59a14f;opacity:.8}.span.job{fill:#bab0ac}\
+    .span.tracker{fill:#b07aa1}\
     .instant{fill:#e15759}</style>";
 
 fn html(trace: &Trace, svg: &str, input: &Path) -> String {

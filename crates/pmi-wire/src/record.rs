@@ -73,6 +73,10 @@ pub struct RankRecord {
     pub first_output: Option<Micros>,
     /// When it initialised PMI: its PMI-1/PMI-2 init, or its PMIx client connected.
     pub pmi_init: Option<Micros>,
+    /// The variables rlaunch set for it (its place, the frameworks' contract), when a report
+    /// asks for them ([`crate::control::Job::report_vars`]); the PMI channel's own are left
+    /// out.
+    pub vars: Vec<(String, String)>,
 }
 
 /// A fence of the launched job on one node: from when the node entered it (its first local

@@ -155,6 +155,7 @@ fn corpus() -> Vec<Vec<u8>> {
             nodes: 1,
             tracker: None,
             slurm_nodes: None,
+            report_vars: false,
         },
         node: NodePlan {
             index: 0,

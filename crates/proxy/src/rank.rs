@@ -170,15 +170,7 @@ pub fn prepare(
         // SAFETY: a descriptor just opened and owned by nothing else.
         (None, unsafe { OwnedFd::from_raw_fd(null) })
     };
-    let mut env = vec![
-        ("PMI_RANK", at.rank.to_string()),
-        ("PMI_SIZE", job.size.to_string()),
-        ("MPI_LOCALRANKID", at.local_id.to_string()),
-        ("MPI_LOCALNRANKS", at.local_count.to_string()),
-        ("MPIR_CVAR_CH3_INTERFACE_HOSTNAME", at.host.to_string()),
-        ("GFORTRAN_UNBUFFERED_PRECONNECTED", "y".to_string()),
-    ];
-    framework_vars(job, at, &mut env);
+    let mut env = vars(job, at);
     // Both ends close on exec; the child clears the flag on its own end only, so each rank
     // inherits exactly one PMI socket: its own.
     let pair = match pmi {
@@ -210,6 +202,21 @@ pub fn prepare(
     let stdout_capacity = crate::fdio::rank_pipe_capacity(at.local_count);
     let fds = RankFds { theirs, pmi: pair, stdout, stdout_capacity, stderr, stdin };
     Ok(Prepared { spawn, fds })
+}
+
+/// The variables a rank at `at` gets besides those of its PMI channel: its place, as MPICH's
+/// and the frameworks' programs read it.
+pub fn vars(job: &Job, at: &Placement) -> Vec<(&'static str, String)> {
+    let mut env = vec![
+        ("PMI_RANK", at.rank.to_string()),
+        ("PMI_SIZE", job.size.to_string()),
+        ("MPI_LOCALRANKID", at.local_id.to_string()),
+        ("MPI_LOCALNRANKS", at.local_count.to_string()),
+        ("MPIR_CVAR_CH3_INTERFACE_HOSTNAME", at.host.to_string()),
+        ("GFORTRAN_UNBUFFERED_PRECONNECTED", "y".to_string()),
+    ];
+    framework_vars(job, at, &mut env);
+    env
 }
 
 /// What the frameworks read, as torchrun sets it for one role of `job.size` workers with no

@@ -109,8 +109,15 @@ impl RankTable {
         local
     }
 
-    /// A rank that could not start: judged at once.
-    pub fn add_failed(&mut self, gid: u32, job: u32, outcome: ExitOutcome) -> Up {
+    /// A rank that could not start, with the variables it would have had (for a report):
+    /// judged at once.
+    pub fn add_failed(
+        &mut self,
+        gid: u32,
+        job: u32,
+        outcome: ExitOutcome,
+        vars: Vec<(String, String)>,
+    ) -> Up {
         self.ranks.push(Rank {
             gid,
             job,
@@ -122,7 +129,7 @@ impl RankTable {
             stdin: None,
             pmix_unfinalized: false,
             usage: RankUsage::default(),
-            seen: RankRecord { rank: gid, ..Default::default() },
+            seen: RankRecord { rank: gid, vars, ..Default::default() },
         });
         let usage = RankUsage::default();
         Up::RankExited { rank: gid, pid: 0, outcome, unfinalized: false, usage }
@@ -312,7 +319,7 @@ mod tests {
     fn a_rank_that_never_started_is_judged_at_once() {
         let mut table = RankTable::default();
         let failed = ExitOutcome::SpawnFailed { errno: 2 };
-        assert_eq!(Some(table.add_failed(5, 0, failed)), exited(5, 0, failed, false));
+        assert_eq!(Some(table.add_failed(5, 0, failed, Vec::new())), exited(5, 0, failed, false));
         assert!(table.all_reaped() && table.finished());
         assert_eq!(table.find(5).map(|r| r.state), Some(RankState::Judged));
     }

@@ -60,6 +60,11 @@ pub(crate) enum Cause {
         rank: u32,
         msg: String,
     },
+    /// A rank ended before it connected to the rabit tracker, while workers that did wait for
+    /// every one (`--tracker rabit`).
+    TrackerAbsent {
+        rank: u32,
+    },
 }
 
 /// How a rank failed.
@@ -110,6 +115,7 @@ impl Cause {
             | Cause::OutputFile(_)
             | Cause::SpawnTooLarge { .. }
             | Cause::TrackerError { .. }
+            | Cause::TrackerAbsent { .. }
             | Cause::PmixFenceTooLarge(_) => exit::FAILURE,
         }
     }
@@ -167,6 +173,16 @@ impl Cause {
                 };
                 let (who, host) = (roll.name(*rank), roll.host(*rank));
                 Some(format!("{who} on {host} reported an error to the rabit tracker{said}"))
+            }
+            Cause::TrackerAbsent { rank } => {
+                let ended = match roll.outcome(*rank) {
+                    Some((pid, outcome)) => roll.describe(*rank, pid, outcome),
+                    None => format!("{} on {} ended", roll.name(*rank), roll.host(*rank)),
+                };
+                Some(format!(
+                    "{ended} before it connected to the rabit tracker: the workers that did \
+                     would wait for it for ever"
+                ))
             }
             Cause::PmixFenceTooLarge(TooLarge { epoch, bytes }) => Some(format!(
                 "PMIx fence {} of the job gathered {} MiB of data, more than the {} MiB a \

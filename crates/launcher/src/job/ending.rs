@@ -108,6 +108,7 @@ impl Root {
             exit_code: code,
             cause: line,
             fences: self.fence.epoch() + self.pmix_fence.completed(),
+            tracker: self.tracker_span,
         };
         let records = self.children.take_records();
         let roll = &self.roll;

@@ -172,6 +172,10 @@ struct Root {
     spawns: spawn::Spawns,
     /// Where a proxy started during the run sends its link's news and its output.
     links: Option<(mpsc::UnboundedSender<Event>, Feed)>,
+    /// `--tracker rabit`: which workers started with it, and which ranks ended without.
+    roster: Option<crate::tracker::rabit::Roster>,
+    /// The tracker's rendezvous, once every worker's links were assigned.
+    tracker_span: Option<(Micros, Micros)>,
 }
 
 /// Runs the job to the end; returns rlaunch's exit status.
@@ -230,11 +234,14 @@ pub async fn run(mut plan: Plan) -> i32 {
         redirects: Vec::new(),
         spawns: spawn::Spawns::default(),
         links: None,
+        roster: None,
+        tracker_span: None,
         plan,
     };
     let (tracker_news_tx, mut tracker_news) = mpsc::unbounded_channel();
     let tracker = root.plan.tracker.take().map(|listener| {
         let workers = root.plan.job.size;
+        root.roster = Some(crate::tracker::rabit::Roster::new(workers));
         tokio::spawn(crate::tracker::serve(listener, workers, tracker_news_tx))
     });
     let (dialed_tx, mut dialed) = mpsc::unbounded_channel();
@@ -269,11 +276,7 @@ pub async fn run(mut plan: Plan) -> i32 {
                 None => break,
             },
             Some(proxy) = dialed.recv() => root.attach(proxy, &events_tx, &output_tx),
-            Some(news) = tracker_news.recv() => match news {
-                crate::tracker::News::Error { rank, msg } => {
-                    root.fail(Cause::TrackerError { rank, msg })
-                }
-            },
+            Some(news) = tracker_news.recv() => root.tracker_news(news),
             _ = sleep_until(dial_deadline), if dial_deadline.is_some() => {
                 root.dial_deadline = None;
                 let wait = link::HELLO_WAIT.as_secs();
@@ -409,6 +412,13 @@ impl Root {
                 }
                 tracing::debug!(rank, pid, %outcome, unfinalized, "rank ended");
                 self.names.forget(rank);
+                // A failing end is the job's failure already (or a forwarded signal's doing).
+                let clean = outcome == pmi_wire::ids::ExitOutcome::Exited(0);
+                if let Some(absent) =
+                    self.roster.as_mut().filter(|_| clean).and_then(|r| r.ended(rank))
+                {
+                    self.fail(Cause::TrackerAbsent { rank: absent });
+                }
                 if let Some(cause) = cause::rank_end(rank, pid, outcome, unfinalized) {
                     if !self.forwarded.hold(Instant::now(), self.kill_grace(), outcome) {
                         self.fail(cause);
@@ -570,6 +580,20 @@ impl Root {
                 continue;
             }
             self.children.send_toward_rank(rank, Down::NameReply { rank, tag, answer });
+        }
+    }
+
+    fn tracker_news(&mut self, news: crate::tracker::News) {
+        match news {
+            crate::tracker::News::Error { rank, msg } => {
+                self.fail(Cause::TrackerError { rank, msg })
+            }
+            crate::tracker::News::Assigned { first, all } => self.tracker_span = Some((first, all)),
+            crate::tracker::News::Started { rank } => {
+                if let Some(absent) = self.roster.as_mut().and_then(|r| r.started(rank)) {
+                    self.fail(Cause::TrackerAbsent { rank: absent });
+                }
+            }
         }
     }
 

@@ -84,6 +84,9 @@ pub(crate) struct JobFacts<'a> {
     pub cause: Option<String>,
     /// The launched job's fences that completed (PMI-1/2 and PMIx).
     pub fences: u64,
+    /// `--tracker rabit`: its rendezvous, from the first worker's connection to every
+    /// worker's links assigned; `None` if it never had them all.
+    pub tracker: Option<(Micros, Micros)>,
 }
 
 #[derive(Serialize)]
@@ -105,6 +108,15 @@ struct Job<'a> {
     exit_code: i32,
     cause: Option<String>,
     fences: u64,
+    tracker: Option<Span>,
+}
+
+/// A stretch of the job on rlaunch's clock.
+#[derive(Serialize)]
+struct Span {
+    start_us: Micros,
+    end_us: Micros,
+    wall_s: f64,
 }
 
 #[derive(Serialize)]
@@ -137,6 +149,9 @@ struct Rank<'a> {
     /// When it initialised PMI, and when its first output was read.
     pmi_init_us: Option<Micros>,
     first_output_us: Option<Micros>,
+    /// The variables rlaunch set for it (its place, the frameworks' contract), by name;
+    /// `null` if its node's report never came.
+    vars: Option<BTreeMap<&'a str, &'a str>>,
 }
 
 #[derive(Serialize)]
@@ -224,6 +239,9 @@ fn build<'a>(facts: &'a JobFacts, roll: &'a Roll, placed: &[Placed<'a>]) -> Repo
                 stderr_bytes: rank_seen.map(|r| r.stderr_bytes),
                 pmi_init_us: rank_seen.and_then(|r| r.pmi_init).and_then(ours),
                 first_output_us: rank_seen.and_then(|r| r.first_output).and_then(ours),
+                vars: rank_seen.map(|r| {
+                    r.vars.iter().map(|(name, value)| (name.as_str(), value.as_str())).collect()
+                }),
             }
         })
         .collect();
@@ -239,6 +257,11 @@ fn build<'a>(facts: &'a JobFacts, roll: &'a Roll, placed: &[Placed<'a>]) -> Repo
             exit_code: facts.exit_code,
             cause: facts.cause.clone(),
             fences: facts.fences,
+            tracker: facts.tracker.map(|(start_us, end_us)| Span {
+                start_us,
+                end_us,
+                wall_s: end_us.saturating_sub(start_us) as f64 / 1e6,
+            }),
         },
         ranks,
         nodes,

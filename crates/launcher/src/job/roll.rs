@@ -355,6 +355,7 @@ mod tests {
             nodes: 1,
             tracker: None,
             slurm_nodes: None,
+            report_vars: false,
         }
     }
 

@@ -97,6 +97,9 @@ fn build(facts: &JobFacts, roll: &Roll, records: &[NodeRecord]) -> Trace {
         events.push(Item::Meta(Meta { name: sort_what, ph: "M", pid, tid, args }));
     };
     meta(0, None, "rlaunch".into(), 0);
+    if facts.tracker.is_some() {
+        meta(0, Some(1), "rabit tracker".into(), 1);
+    }
     let placed = placed(records);
     for p in &placed {
         let pid = p.record.node + 1;
@@ -120,6 +123,9 @@ fn build(facts: &JobFacts, roll: &Roll, records: &[NodeRecord]) -> Trace {
         facts.ended,
         json!({ "exit_code": facts.exit_code }),
     );
+    if let Some((from, to)) = facts.tracker {
+        span("rabit rendezvous".into(), "tracker", 0, 1, from, to, Value::Null);
+    }
     for p in &placed {
         let pid = p.record.node + 1;
         let at = |phase| p.record.phase(phase).map(|t| p.ours(t));

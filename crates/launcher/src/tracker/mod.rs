@@ -31,6 +31,8 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 
+use pmi_wire::record::{self, Micros};
+
 use crate::error::cut;
 
 /// Both sides' first four bytes (the int 0xff99, little-endian).
@@ -62,6 +64,11 @@ pub fn listen(addr: IpAddr) -> io::Result<Listener> {
 pub enum News {
     /// Worker `rank` reported an error (XGBoost 2.1's `signal_error`): the job fails.
     Error { rank: u32, msg: String },
+    /// Worker `rank` started (was given its links, or its place in the ring).
+    Started { rank: u32 },
+    /// The tracker's own work is done: from the first worker's connection to every worker's
+    /// links assigned (its rendezvous), on rlaunch's clock.
+    Assigned { first: Micros, all: Micros },
 }
 
 /// Serves the job's `n` workers until every one has shut down.
@@ -75,12 +82,13 @@ pub async fn serve(listener: Listener, n: u32, news: mpsc::UnboundedSender<News>
         ring: rabit::Ring::new(n),
         waiting: Vec::new(),
         news,
+        identified: false,
     };
-    let mut first: Option<Instant> = None;
+    let mut first: Option<(Instant, Micros)> = None;
     let mut reported = false;
     loop {
         let Ok((mut conn, peer)) = socket.accept().await else { continue };
-        first.get_or_insert_with(Instant::now);
+        first.get_or_insert_with(|| (Instant::now(), record::now_us()));
         let _ = conn.set_nodelay(true);
         match trackers.serve_one(&mut conn, peer.ip()).await {
             Ok(Served::AllDone) => {
@@ -89,6 +97,10 @@ pub async fn serve(listener: Listener, n: u32, news: mpsc::UnboundedSender<News>
             }
             Ok(Served::Done) => {}
             Ok(Served::Waiting(rank)) => trackers.waiting_for_all(rank, conn).await,
+            // A worker's own connection: its end, if it ended, is what the user hears of.
+            Err(why) if trackers.identified => {
+                tracing::debug!(%peer, why, "rabit tracker: a worker's connection dropped");
+            }
             Err(why) => {
                 eprintln!(
                     "rlaunch: warning: dropped a connection to the rabit tracker from {}: {why}",
@@ -96,10 +108,11 @@ pub async fn serve(listener: Listener, n: u32, news: mpsc::UnboundedSender<News>
                 );
             }
         }
-        if (trackers.classic.all_started() || trackers.ring.successors().is_some()) && !reported {
+        if (trackers.classic.all_started() || trackers.ring.all_started()) && !reported {
             reported = true;
-            let took = first.map(|t| t.elapsed()).unwrap_or_default();
+            let (took, first) = first.map(|(t, us)| (t.elapsed(), us)).unwrap_or_default();
             tracing::debug!(workers = n, ?took, "rabit tracker: every worker's links assigned");
+            let _ = trackers.news.send(News::Assigned { first, all: record::now_us() });
         }
     }
 }
@@ -117,6 +130,8 @@ struct Trackers {
     ring: rabit::Ring,
     waiting: Vec<(u32, TcpStream)>,
     news: mpsc::UnboundedSender<News>,
+    /// The connection being served said it is a worker (a rank and a known command).
+    identified: bool,
 }
 
 /// The first frame of an XGBoost 2.1 connection.
@@ -140,6 +155,7 @@ struct Command {
 impl Trackers {
     /// One worker's connection: whole, or up to its start (XGBoost 2.1's, which waits).
     async fn serve_one(&mut self, conn: &mut TcpStream, peer: IpAddr) -> Result<Served, String> {
+        self.identified = false;
         // XGBoost 2.1's workers wait for the tracker's magic; the classic ones send theirs
         // first and take it after.
         write(conn, &[MAGIC]).await?;
@@ -158,6 +174,7 @@ impl Trackers {
         let world = i32::from_le_bytes(head[4..].try_into().expect("4 bytes"));
         let task = read_string(conn).await?;
         let cmd = read_string(conn).await?;
+        self.identified = ["print", "shutdown", "start", "recover"].contains(&cmd.as_str());
         let tracker = &mut self.classic;
         match cmd.as_str() {
             "print" => {
@@ -171,6 +188,7 @@ impl Trackers {
             },
             "start" | "recover" => {
                 let start = tracker.start(rank, world, &task)?;
+                let _ = self.news.send(News::Started { rank: start.rank });
                 let mut reply = vec![start.rank as i32, start.parent, start.world as i32];
                 reply.push(start.tree.len() as i32);
                 reply.extend(&start.tree);
@@ -225,6 +243,7 @@ impl Trackers {
         read_exact(conn, &mut body[4..]).await?;
         let connect: Connect = serde_json::from_slice(&body)
             .map_err(|e| format!("its first message is not what XGBoost sends: {e}"))?;
+        self.identified = true;
         let frame = read_string(conn).await?;
         let command: Command = serde_json::from_str(&frame)
             .map_err(|e| format!("its command is not what XGBoost sends: {e}"))?;
@@ -232,6 +251,7 @@ impl Trackers {
         match command.cmd {
             1 => {
                 let rank = ring.start(&connect.task_id, peer.to_string(), command.port)?;
+                let _ = self.news.send(News::Started { rank });
                 write_frame(conn, &serde_json::json!({ "world_size": ring.size() })).await?;
                 Ok(Served::Waiting(rank))
             }
@@ -263,7 +283,8 @@ impl Trackers {
             let frame =
                 serde_json::json!({ "host": next.host, "port": next.port, "rank": next.rank });
             if let Err(e) = write_frame(&mut conn, &frame).await {
-                eprintln!("rlaunch: warning: the rabit tracker lost worker {rank}: {e}");
+                // Its end, if it ended, is what the user hears of.
+                tracing::debug!(rank, %e, "rabit tracker: lost a worker that waited");
             }
         }
     }

@@ -272,9 +272,13 @@ impl Ring {
         Ok(rank)
     }
 
+    pub fn all_started(&self) -> bool {
+        self.started.len() as u32 == self.n
+    }
+
     /// Once every worker has started: each one's successor, by rank.
     pub fn successors(&self) -> Option<Vec<(u32, Successor)>> {
-        if self.started.len() as u32 != self.n {
+        if !self.all_started() {
             return None;
         }
         let next = |r: u32| (r + 1) % self.n;
@@ -295,9 +299,65 @@ impl Ring {
     }
 }
 
+/// Which ranks have started with the tracker, and which ended without having: once one
+/// worker has started, a rank that ended before it did (with code 0: a failing end fails the
+/// job anyway) leaves that worker, and every other that starts, waiting for ever.
+#[derive(Debug)]
+pub struct Roster {
+    n: u32,
+    started: BTreeSet<u32>,
+    ended_unstarted: BTreeSet<u32>,
+}
+
+impl Roster {
+    pub fn new(n: u32) -> Roster {
+        Roster { n, started: BTreeSet::new(), ended_unstarted: BTreeSet::new() }
+    }
+
+    /// Worker `rank` started (either protocol). Returns a rank that never will, if any.
+    pub fn started(&mut self, rank: u32) -> Option<u32> {
+        self.started.insert(rank);
+        self.stranded()
+    }
+
+    /// Rank `rank` of the job exited with code 0. Returns a rank that never will start, if
+    /// any.
+    pub fn ended(&mut self, rank: u32) -> Option<u32> {
+        if rank < self.n && !self.started.contains(&rank) {
+            self.ended_unstarted.insert(rank);
+        }
+        self.stranded()
+    }
+
+    /// The first rank gone before starting, while some worker waits for every one.
+    fn stranded(&self) -> Option<u32> {
+        let waiting = !self.started.is_empty() && (self.started.len() as u32) < self.n;
+        waiting.then(|| self.ended_unstarted.first().copied()).flatten()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_rank_gone_before_starting_strands_the_workers_that_did() {
+        // Ranks that never use the tracker (no worker started) strand no one.
+        let mut idle = Roster::new(3);
+        assert_eq!((idle.ended(0), idle.ended(1), idle.ended(2)), (None, None, None));
+        // Rank 2 ends first; rank 0 then starts and would wait for it.
+        let mut late = Roster::new(3);
+        assert_eq!(late.ended(2), None);
+        assert_eq!(late.started(0), Some(2));
+        // Rank 0 started, rank 1 ends without: at once.
+        let mut early = Roster::new(3);
+        assert_eq!(early.started(0), None);
+        assert_eq!(early.ended(1), Some(1));
+        // Every worker started: ends are the usual ones, and beyond the job's ranks ignored.
+        let mut whole = Roster::new(2);
+        assert_eq!((whole.started(0), whole.started(1)), (None, None));
+        assert_eq!((whole.ended(0), whole.ended(1), whole.ended(7)), (None, None, None));
+    }
 
     /// The new rank of each heap id in the reference trackers' ring order, and each rank's
     /// parent, for n = 1..10, 16, 17, 24, 64 (generated with Debian's XGBoost 1.7.4 tracker).

@@ -64,6 +64,9 @@ pub struct Job {
     /// gets the step variables of its place (`SLURM_PROCID`, `SLURM_LOCALID`, ...), as if
     /// srun had started it, for Slurm-aware programs (JAX's and Lightning's detectors).
     pub slurm_nodes: Option<String>,
+    /// rlaunch writes a report (`--report`): each rank's record carries the variables rlaunch
+    /// set for it ([`crate::record::RankRecord::vars`]).
+    pub report_vars: bool,
 }
 
 /// An address of rank 0's node that every node reaches (an IP, not a name), and ports that

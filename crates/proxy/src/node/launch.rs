@@ -93,7 +93,7 @@ impl Node {
             tracing::debug!("the node is going down: its held ranks do not start");
             for rp in self.plan.ranks.clone() {
                 let outcome = pmi_wire::ids::ExitOutcome::Signaled(nix::libc::SIGTERM);
-                let verdict = self.ranks.add_failed(rp.rank, 0, outcome);
+                let verdict = self.ranks.add_failed(rp.rank, 0, outcome, Vec::new());
                 let _ = self.up.control.send(verdict);
             }
             let _ = self.up.control.send(Up::Started { node: self.plan.index });
@@ -225,11 +225,21 @@ impl Node {
         start: StartRank,
         result: Result<rank::Started, ExitOutcome>,
     ) -> Option<(PmiPeer, pmi::AnswerRx)> {
-        let StartRank { job_index, gid, segment, at, cpus, .. } = start;
+        let StartRank { job, job_index, gid, segment, at, cpus } = start;
+        // Computed again, only for a report: what the rank was started with.
+        let vars = || -> Vec<(String, String)> {
+            if !job.report_vars {
+                return Vec::new();
+            }
+            rank::vars(job, &at)
+                .into_iter()
+                .map(|(name, value)| (name.to_string(), value))
+                .collect()
+        };
         let started = match result {
             Ok(started) => started,
             Err(outcome) => {
-                let verdict = self.ranks.add_failed(gid, job_index, outcome);
+                let verdict = self.ranks.add_failed(gid, job_index, outcome, vars());
                 let _ = self.up.control.send(verdict);
                 return None;
             }
@@ -237,6 +247,7 @@ impl Node {
         let pmi_state = if started.pmi.is_some() { PmiState::Open } else { PmiState::Unclaimed };
         let local = self.ranks.add_running(gid, job_index, started.pid, pmi_state);
         self.ranks.get_mut(local).usage.started = record::now_us();
+        self.ranks.get_mut(local).seen.vars = vars();
         let peer = PmiPeer { local, job: job_index, rank: at.rank, appnum: segment };
         let (answers_tx, answers_rx) = pmi::answer_channel();
         self.ranks.get_mut(local).answers = Some(answers_tx);
