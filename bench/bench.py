@@ -23,10 +23,12 @@ import argparse
 import contextlib
 import ctypes
 import datetime
+import json
 import os
 import platform
 import shlex
 import shutil
+import socket
 import statistics
 import subprocess
 import sys
@@ -256,53 +258,109 @@ def wrapper_cases():
     return cases
 
 
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+XGB_WORKERS, XGB_NODES = 64, 16
+
+
+def xgb_commands(n, nodes):
+    """XGBoost 1.7 training over `n` workers: rlaunch as its tracker on `nodes` fake nodes;
+    Debian's tracker beside rlaunch; that tracker with the workers started directly."""
+    python = "/usr/bin/python3"
+    job = [python, os.path.join(ROOT, "tests", "scripts", "xgboost_job.py"), "train"]
+    xgb_tracker = os.path.join(BENCH, "xgb_tracker.py")
+    hosts = ",".join(f"h{i}:{n // nodes}" for i in range(1, nodes + 1))
+    return {
+        "rlaunch": [RLAUNCH, "--tracker", "rabit", "--launcher", "fork", "--hosts", hosts, "-n", str(n), *job],
+        "beside": [python, xgb_tracker, "rlaunch", RLAUNCH, str(n), *job],
+        "floor": [python, xgb_tracker, "direct", RLAUNCH, str(n), *job],
+    }
+
+
 def framework_cases():
     """PyTorch and XGBoost jobs from the command to their end (each rank's first all_reduce,
-    or the whole training). torch: rlaunch against Debian's own torchrun (`--standalone`,
-    with `--redirects 1 --tee 1`, without which Debian 12's torchrun crashes on its Python
-    3.11: ../shared/notes/frameworks.md) and against the floor, the ranks started straight
-    from a script with the variables set (bench/direct.py). XGBoost 1.7: rlaunch as the
-    tracker against Debian's Python tracker started by hand beside rlaunch, and against that
-    tracker with the workers started straight from its script (bench/xgb_tracker.py)."""
+    or the whole training). torch: rlaunch against Debian's own torchrun (with `--redirects 1
+    --tee 1`, without which Debian 12's torchrun crashes on its Python 3.11:
+    ../shared/notes/frameworks.md): `--standalone` on one machine, and `--nnodes` (one agent
+    per fake node, all started at once, meeting at a c10d rendezvous) on fake nodes; and
+    against the floor, the ranks started straight from a script with the variables set
+    (bench/direct.py). XGBoost 1.7: rlaunch as the tracker against Debian's Python tracker
+    started by hand beside rlaunch, and against that tracker with the workers started
+    straight from its script (bench/xgb_tracker.py)."""
     python = "/usr/bin/python3"
     torch_job = os.path.join(ROOT, "tests", "scripts", "torch_job.py")
-    xgb_job = os.path.join(ROOT, "tests", "scripts", "xgboost_job.py")
     direct = os.path.join(BENCH, "direct.py")
-    xgb_tracker = os.path.join(BENCH, "xgb_tracker.py")
     torchrun = [python, "-m", "torch.distributed.run", "--redirects", "1", "--tee", "1"]
     cases = []
-    for n, nodes in ((4, None), (8, 4)):
-        fake = [] if nodes is None else ["--launcher", "fork", "--hosts", ",".join(f"h{i}:{n // nodes}" for i in range(1, nodes + 1))]
-        where = "" if nodes is None else f" on {nodes} fake nodes"
+    for n, nodes in ((4, None), (16, 4)):
         job = [torch_job, "allreduce"]
+        if nodes is None:
+            fake, where = [], ""
+            theirs = [[*torchrun, "--standalone", "--nproc_per_node", str(n), *job]]
+        else:
+            fake = ["--launcher", "fork", "--hosts", ",".join(f"h{i}:{n // nodes}" for i in range(1, nodes + 1))]
+            where = f" on {nodes} fake nodes"
+            rdzv = ["--rdzv_backend", "c10d", "--rdzv_endpoint", f"127.0.0.1:{free_port()}", "--rdzv_id", "bench"]
+            agent = [*torchrun, "--nnodes", str(nodes), "--nproc_per_node", str(n // nodes), *rdzv, "--max_restarts", "0", *job]
+            theirs = [agent] * nodes
         cases.append(
             Case(
                 "frameworks",
                 f"torch all_reduce, {n} ranks{where}",
                 [
                     Command("rlaunch", [[RLAUNCH, *fake, "-n", str(n), python, *job]], timeout=300),
-                    Command("torchrun", [[*torchrun, "--standalone", "--nproc_per_node", str(n), *job]], timeout=300),
+                    Command("torchrun", theirs, timeout=300),
                     Command("floor", [[python, direct, str(n), python, *job]], timeout=300),
                 ],
                 {"torchrun": 0.5},
             )
         )
-    n = 16
-    job = [python, xgb_job, "train"]
+    n, nodes = XGB_WORKERS, XGB_NODES
     cases.append(
         Case(
             "frameworks",
-            f"XGBoost 1.7 hist, {n} workers on 8 fake nodes",
-            [
-                Command("rlaunch", [[RLAUNCH, "--tracker", "rabit", "--launcher", "fork", "--hosts",
-                                     ",".join(f"h{i}:2" for i in range(1, 9)), "-n", str(n), *job]], timeout=300),
-                Command("beside", [[python, xgb_tracker, "rlaunch", RLAUNCH, str(n), *job]], timeout=300),
-                Command("floor", [[python, xgb_tracker, "direct", RLAUNCH, str(n), *job]], timeout=300),
-            ],
+            f"XGBoost 1.7 hist, {n} workers on {nodes} fake nodes",
+            [Command(label, [argv], timeout=300) for label, argv in xgb_commands(n, nodes).items()],
             {"beside": 1.0},
         )
     )
     return cases
+
+
+def tracker_rows(scratch, rounds=5):
+    """The trackers' own work in the XGBoost case, from each one's first worker connection
+    to every worker's links assigned: rlaunch's from its --report (job.tracker), Debian's
+    Python tracker's as bench/xgb_tracker.py notes it. Medians of `rounds` untimed runs."""
+    commands = xgb_commands(XGB_WORKERS, XGB_NODES)
+    report = os.path.join(scratch, "tracker-report.json")
+    spans = os.path.join(scratch, "tracker-spans.txt")
+    ours, theirs = [], []
+    for _ in range(rounds):
+        rlaunch = commands["rlaunch"]
+        r = run(Command("rlaunch", [[rlaunch[0], "--report", report, *rlaunch[1:]]], timeout=300), scratch)
+        if r.failure:
+            return [f"tracker's own work: rlaunch failed: {r.failure}"]
+        with open(report) as f:
+            ours.append(json.load(f)["job"]["tracker"]["wall_s"])
+        os.environ["XGB_TRACKER_SPAN"] = spans
+        try:
+            r = run(Command("beside", [commands["beside"]], timeout=300), scratch)
+        finally:
+            del os.environ["XGB_TRACKER_SPAN"]
+        if r.failure:
+            return [f"tracker's own work: Debian's tracker failed: {r.failure}"]
+    with open(spans) as f:
+        theirs = [float(line) for line in f if line.strip()]
+    ratio = statistics.median(ours) / statistics.median(theirs)
+    return [
+        f"tracker's own work, {XGB_WORKERS} workers (first connection -> every worker's links assigned), "
+        f"median of {rounds}: rlaunch {fmt_ms(statistics.median(ours))}, "
+        f"Debian's Python tracker {fmt_ms(statistics.median(theirs))} ({fmt_ratio(ratio)}x)"
+    ]
 
 
 def record_cases():
@@ -782,6 +840,9 @@ def run_sections(args, scratch, emit):
                     emit(row)
         if section == "stdio":
             for row in stdio_checks(args.quick, scratch):
+                emit(row)
+        if section == "frameworks":
+            for row in tracker_rows(scratch):
                 emit(row)
 
 
