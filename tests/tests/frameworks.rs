@@ -411,3 +411,20 @@ fn the_report_shows_the_variables_each_rank_was_started_with() {
         }
     }
 }
+
+#[test]
+fn an_mpmd_jobs_ranks_count_across_its_segments() {
+    // Two programs, 2 + 1 ranks on one node: RANK and WORLD_SIZE are the whole job's, as
+    // PMI_RANK is; LOCAL_RANK counts the node's ranks whatever their program.
+    let prog = rankprog_str();
+    let out = Run::new(&["-l", "-n", "2", &prog, "env", ":", "-n", "1", &prog, "env"]).run();
+    out.assert_code(0);
+    let envs = envs_by_rank(&out.lines());
+    for rank in 0..3u32 {
+        let var = |name: &str| envs[&rank].get(name).cloned().unwrap_or_default();
+        let want = [("RANK", rank), ("WORLD_SIZE", 3), ("LOCAL_RANK", rank), ("PMI_RANK", rank)];
+        for (name, value) in want {
+            assert_eq!(var(name), value.to_string(), "rank {rank} {name}: {out}");
+        }
+    }
+}

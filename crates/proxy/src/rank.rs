@@ -397,3 +397,116 @@ pub async fn feed_stdin(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use pmi_wire::control::{Bootstrap, Liveness, Rendezvous, StdinTarget};
+
+    use super::*;
+
+    fn job(size: u32) -> Job {
+        Job {
+            jobid: "rlaunch_1_ab".into(),
+            size,
+            segments: Vec::new(),
+            env: Vec::new(),
+            stdin: StdinTarget::None,
+            kill_grace_ms: 1000,
+            bootstrap: Bootstrap::Fork,
+            process_mapping: None,
+            pmi_port: false,
+            binding: None,
+            liveness: Liveness::default(),
+            pmix: None,
+            progress: false,
+            forked_ranks: size,
+            nodes: 3,
+            rendezvous: None,
+            tracker: None,
+            slurm_nodes: None,
+            report_vars: false,
+        }
+    }
+
+    fn at(rank: u32, local_id: usize, local_count: usize, node_id: u32) -> Placement<'static> {
+        Placement { rank, local_id, local_count, host: "n2", node_id, nodes: 3, error_file: None }
+    }
+
+    fn vars_of(job: &Job, at: &Placement) -> BTreeMap<&'static str, String> {
+        let vars = vars(job, at);
+        let map: BTreeMap<_, _> = vars.iter().cloned().collect();
+        assert_eq!(map.len(), vars.len(), "a name set twice: {vars:?}");
+        assert!(map.keys().all(|name| rank_vars(job).contains(name)), "{vars:?}");
+        map
+    }
+
+    #[test]
+    fn a_rank_gets_its_place_as_every_contract_spells_it() {
+        // Rank 5 of 7 (an MPMD segment's rank is its rank in the whole job), second of two on
+        // the second of three nodes.
+        let got = vars_of(&job(7), &at(5, 1, 2, 1));
+        let want = [
+            ("PMI_RANK", "5"),
+            ("PMI_SIZE", "7"),
+            ("MPI_LOCALRANKID", "1"),
+            ("MPI_LOCALNRANKS", "2"),
+            ("MPIR_CVAR_CH3_INTERFACE_HOSTNAME", "n2"),
+            ("GFORTRAN_UNBUFFERED_PRECONNECTED", "y"),
+            ("RANK", "5"),
+            ("WORLD_SIZE", "7"),
+            ("LOCAL_RANK", "1"),
+            ("LOCAL_WORLD_SIZE", "2"),
+            ("GROUP_RANK", "1"),
+            ("GROUP_WORLD_SIZE", "3"),
+            ("ROLE_RANK", "5"),
+            ("ROLE_WORLD_SIZE", "7"),
+            ("ROLE_NAME", "default"),
+            ("TORCHELASTIC_RUN_ID", "rlaunch_1_ab"),
+            ("TORCHELASTIC_RESTART_COUNT", "0"),
+            ("TORCHELASTIC_MAX_RESTARTS", "0"),
+        ];
+        let want: BTreeMap<_, _> = want.iter().map(|&(k, v)| (k, v.to_string())).collect();
+        // No rendezvous, tracker, step or error file: none of their variables.
+        assert_eq!(got, want);
+    }
+
+    #[test]
+    fn the_jobs_services_add_their_variables() {
+        let mut job = job(4);
+        job.rendezvous = Some(Rendezvous { addr: "fd00::7".into(), port: 4100, jax_port: 4101 });
+        job.tracker = Some(("10.0.0.1".into(), 9091));
+        job.slurm_nodes = Some("a,b,c".into());
+        let mut place = at(2, 0, 1, 2);
+        place.error_file = Some("/tmp/e/rlaunch_1_ab.2.json".into());
+        let got = vars_of(&job, &place);
+        let want = [
+            ("MASTER_ADDR", "fd00::7"),
+            ("MASTER_PORT", "4100"),
+            // IPv6 bracketed before the port, as gRPC reads it.
+            ("JAX_COORDINATOR_ADDRESS", "[fd00::7]:4101"),
+            ("TORCHELASTIC_ERROR_FILE", "/tmp/e/rlaunch_1_ab.2.json"),
+            ("DMLC_TRACKER_URI", "10.0.0.1"),
+            ("DMLC_TRACKER_PORT", "9091"),
+            ("DMLC_TASK_ID", "2"),
+            ("DMLC_NUM_WORKER", "4"),
+            ("DMLC_ROLE", "worker"),
+            ("DMLC_NUM_SERVER", "0"),
+            ("SLURM_PROCID", "2"),
+            ("SLURM_LOCALID", "0"),
+            ("SLURM_NODEID", "2"),
+            ("SLURM_NTASKS", "4"),
+            ("SLURM_NPROCS", "4"),
+            ("SLURM_STEP_NUM_TASKS", "4"),
+            ("SLURM_STEP_NUM_NODES", "3"),
+            ("SLURM_STEP_NODELIST", "a,b,c"),
+        ];
+        for (name, value) in want {
+            assert_eq!(got.get(name).map(String::as_str), Some(value), "{name}");
+        }
+        // An IPv4 rendezvous is not bracketed.
+        job.rendezvous = Some(Rendezvous { addr: "10.1.2.3".into(), port: 1, jax_port: 2 });
+        assert_eq!(vars_of(&job, &place)["JAX_COORDINATOR_ADDRESS"], "10.1.2.3:2");
+    }
+}
