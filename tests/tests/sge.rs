@@ -30,10 +30,11 @@ fn grid_engine_runs_rlaunch_over_qrsh_inherit_and_qdel_leaves_nothing() {
     let cluster = SgeCluster::up(NODES);
     eprintln!("sge cluster up in {:?}", started.elapsed());
     assert_eq!(cluster.running_daemons().len(), 1 + NODES, "sge_qmaster, a sge_execd a node");
-    let steps: [Step; 5] = [
+    let steps: [Step; 6] = [
         ("qsub", a_parallel_job_reaches_its_nodes_with_qrsh_inherit),
         ("qrsh", qrsh_from_the_head_runs_on_a_node),
         ("rlaunch-qsub", rlaunch_in_a_parallel_job_needs_no_host_options),
+        ("rlaunch-torch", torch_in_a_parallel_job_needs_no_host_options),
         ("rlaunch-qdel", qdel_of_an_rlaunch_job_leaves_nothing_on_any_node),
         ("rlaunch-exit", a_failing_rank_is_the_exit_code_of_the_job),
     ];
@@ -158,6 +159,22 @@ fn rlaunch_in_a_parallel_job_needs_no_host_options(cluster: &SgeCluster) {
         })
         .collect();
     assert_eq!(lineage, want, "{text}");
+}
+
+/// A PyTorch job in a parallel job's script, with no host options and no wrapper: gloo's
+/// all_reduce spans the three nodes, each rank placed as PE_HOSTFILE says.
+fn torch_in_a_parallel_job_needs_no_host_options(cluster: &SgeCluster) {
+    let rlaunch = rlaunch_tests::rlaunch().to_string_lossy().into_owned();
+    let body =
+        format!("exec {rlaunch} /usr/bin/python3 {} allreduce\n", rlaunch_tests::torch_job());
+    let (out, text) = qsub_sync(cluster, 6, job_script(cluster, "rlaunch-torch", &body));
+    out.assert_code(0);
+    assert!(!text.contains("rlaunch:"), "rlaunch had something to say: {text}");
+    let torch = sorted(text.lines().filter(|l| l.starts_with("rank ")).map(String::from));
+    let want: Vec<String> = (0..6)
+        .map(|r| format!("rank {r} of 6 local {} of 2 group {} of 3 sum 15", r % 2, r / 2))
+        .collect();
+    assert_eq!(torch, want, "{text}");
 }
 
 fn qdel_of_an_rlaunch_job_leaves_nothing_on_any_node(cluster: &SgeCluster) {
