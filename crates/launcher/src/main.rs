@@ -10,8 +10,8 @@ use rlaunch::plan::{self, PlanError};
 use rlaunch::{exit, help, job, process, timeline_page};
 
 fn main() {
-    rlaunch_proxy::tune_malloc();
-    rlaunch_proxy::procs::cloexec_inherited_fds();
+    rlaunch_tree::tune_malloc();
+    rlaunch_tree::procs::cloexec_inherited_fds();
     let args: Vec<OsString> = std::env::args_os().skip(1).collect();
     // `rlaunch timeline TRACE.json -o PAGE.html`: draws a --timeline trace. Only as the very
     // first word: `rlaunch -n 1 timeline` runs a program of that name.

@@ -13,7 +13,7 @@
 //! Only complete lines are written (or a partial line past [`MAX_PARTIAL`], or at end of
 //! file), so lines of different ranks never interleave mid-line, on the terminal or in a file
 //! several ranks share. Each chunk of output carries the room it takes in its link's window
-//! (a `Debt`, see `rlaunch_proxy::credit`), given back once the chunk is taken into a batch:
+//! (a `Debt`, see `rlaunch_tree::credit`), given back once the chunk is taken into a batch:
 //! when a reader of rlaunch's stdout is slow, the thread blocks in write, the windows close,
 //! and backpressure reaches the ranks, while the link readers go on reading everything else
 //! at once. Nothing is dropped and memory stays bounded by the windows, until the job is torn
@@ -36,8 +36,8 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use pmi_wire::ids::Stream;
-use rlaunch_proxy::credit::Debt;
-use rlaunch_proxy::splice::{is_pipe, takes_splices, Direct, Spliced, Splicer, Stash, WriterState};
+use rlaunch_tree::credit::Debt;
+use rlaunch_tree::splice::{is_pipe, takes_splices, Direct, Spliced, Splicer, Stash, WriterState};
 use tokio::sync::{mpsc, watch};
 
 pub(crate) use pattern::Pattern;
@@ -126,7 +126,7 @@ pub(crate) enum Chunk {
         rank: u32,
         stream: Stream,
     },
-    /// Output of a rank, part of it in the stash (see `rlaunch_proxy::splice`).
+    /// Output of a rank, part of it in the stash (see `rlaunch_tree::splice`).
     Spliced {
         output: Spliced,
         debt: Debt,
@@ -171,7 +171,7 @@ pub(crate) struct Queue {
 
 /// The writer thread's backlog, as the link readers see it: while it has nothing to write,
 /// they may splice whole lines straight into rlaunch's stdout and stderr (see
-/// `rlaunch_proxy::splice::Direct`).
+/// `rlaunch_tree::splice::Direct`).
 struct Backlog {
     /// Chunks queued for the writer and not yet written: taken, and their batch flushed.
     unwritten: AtomicUsize,
@@ -209,7 +209,7 @@ pub(crate) fn feed(dropped: Dropped, spec: &OutputSpec) -> (Feed, Queue) {
 /// terminal) when lines go out as they are: no prefix, tag, timestamp or output file.
 /// `RLAUNCH_SPLICE=0` turns it off.
 fn splicer(spec: &OutputSpec, backlog: &Arc<Backlog>) -> Option<Splicer> {
-    if !spec.unchanged() || !rlaunch_proxy::splice::enabled() {
+    if !spec.unchanged() || !rlaunch_tree::splice::enabled() {
         return None;
     }
     let streams = [takes_splices(1), takes_splices(2)];
@@ -244,7 +244,7 @@ fn splicer(spec: &OutputSpec, backlog: &Arc<Backlog>) -> Option<Splicer> {
 /// is, and stdout is a pipe that stderr is not (so that no line of the rank's stderr, which
 /// rlaunch writes, can cut one of its stdout).
 pub(crate) fn lone_rank_stdout(spec: &OutputSpec, ranks: usize) -> bool {
-    let splices = spec.unchanged() && rlaunch_proxy::splice::enabled();
+    let splices = spec.unchanged() && rlaunch_tree::splice::enabled();
     ranks == 1 && splices && is_pipe(1) && !same_file(1, 2)
 }
 
@@ -266,8 +266,8 @@ fn pipe_backed_up(fd: RawFd) -> bool {
 /// Gives rlaunch's stdout or stderr pipe a rank pipe's capacity, unless it has more.
 fn grow_pipe(fd: RawFd) {
     let size = nix::fcntl::fcntl(fd, nix::fcntl::FcntlArg::F_GETPIPE_SZ).unwrap_or(0);
-    if size < rlaunch_proxy::fdio::PIPE_CAPACITY {
-        rlaunch_proxy::fdio::enlarge_pipe(&fd, rlaunch_proxy::fdio::PIPE_CAPACITY);
+    if size < rlaunch_tree::fdio::PIPE_CAPACITY {
+        rlaunch_tree::fdio::enlarge_pipe(&fd, rlaunch_tree::fdio::PIPE_CAPACITY);
     }
 }
 

@@ -8,7 +8,7 @@ pub fn start_logging(verbose: u8) {
         let level = if verbose == 1 { "info" } else { "debug" };
         std::env::set_var("RLAUNCH_LOG", level);
     }
-    rlaunch_proxy::init_logging("rlaunch");
+    rlaunch_tree::init_logging();
 }
 
 /// Raises the soft limit on open files to the hard limit: with an output file per rank,

@@ -12,8 +12,8 @@
 
 use std::collections::HashMap;
 
-use crate::fence::{FenceFold, Pair};
 use crate::pmi::PmiAnswer;
+use rlaunch_tree::fence::{FenceFold, Pair};
 
 /// Index of a rank in the node's rank table.
 pub type Local = usize;

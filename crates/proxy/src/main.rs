@@ -7,14 +7,14 @@ fn main() {
     if std::path::Path::new(&name).file_name() == Some(rlaunch_proxy::singleton::ORTED.as_ref()) {
         std::process::exit(rlaunch_proxy::singleton::trapped());
     }
-    rlaunch_proxy::tune_malloc();
-    rlaunch_proxy::procs::cloexec_inherited_fds();
-    rlaunch_proxy::init_logging("rlaunch-proxy");
+    rlaunch_tree::tune_malloc();
+    rlaunch_tree::procs::cloexec_inherited_fds();
+    rlaunch_tree::init_logging();
     let me = std::env::current_exe().map_or_else(|_| "rlaunch-proxy".into(), Into::into);
     match rlaunch_proxy::Dial::from_env() {
         Ok(Some(dial)) => {
             // Started by a scheduler's launcher: stdio is not a channel, only a log.
-            if let Err(e) = rlaunch_proxy::null_stdin_stdout() {
+            if let Err(e) = rlaunch_tree::null_stdin_stdout() {
                 eprintln!("rlaunch-proxy: cannot point stdin and stdout at /dev/null: {e}");
             }
             std::process::exit(rlaunch_proxy::run_dialing(dial, me));

@@ -15,9 +15,9 @@ use pmi_wire::ids::ExitOutcome;
 use tokio::io::AsyncWriteExt;
 use tokio::sync::mpsc;
 
-use crate::fdio::FdStream;
 pub use crate::spawn::Program;
 use crate::spawn::Spawn;
+use rlaunch_tree::fdio::FdStream;
 
 /// Where a rank sits, for its environment.
 pub struct Placement<'a> {
@@ -140,7 +140,7 @@ struct RankFds {
     theirs: [OwnedFd; 3],
     pmi: Option<(OwnedFd, OwnedFd)>,
     stdout: OwnedFd,
-    /// What to enlarge `stdout` to ([`crate::fdio::rank_pipe_capacity`]).
+    /// What to enlarge `stdout` to ([`rlaunch_tree::fdio::rank_pipe_capacity`]).
     stdout_capacity: i32,
     stderr: OwnedFd,
     stdin: Option<OwnedFd>,
@@ -199,7 +199,7 @@ pub fn prepare(
         front_env: front_env.into_iter().filter_map(|v| std::ffi::CString::new(v).ok()).collect(),
     };
     let theirs = [stdin_r, stdout_w, stderr_w];
-    let stdout_capacity = crate::fdio::rank_pipe_capacity(at.local_count);
+    let stdout_capacity = rlaunch_tree::fdio::rank_pipe_capacity(at.local_count);
     let fds = RankFds { theirs, pmi: pair, stdout, stdout_capacity, stderr, stdin };
     Ok(Prepared { spawn, fds })
 }
@@ -365,7 +365,7 @@ fn errno_of(e: &io::Error) -> nix::errno::Errno {
 }
 
 fn enlarged(fd: OwnedFd, capacity: i32) -> OwnedFd {
-    crate::fdio::enlarge_pipe(&fd, capacity);
+    rlaunch_tree::fdio::enlarge_pipe(&fd, capacity);
     fd
 }
 

@@ -1,7 +1,7 @@
 //! Proxies that dial in: inside a Slurm allocation, one `srun` starts every node's proxy,
 //! and srun multiplexes all its tasks' stdio into one stream, so no proxy can have its pipes
 //! as a channel. Each dials rlaunch's listener instead and proves it holds the job's secret
-//! (see [`rlaunch_proxy::secure`]); the secret reaches it in srun's environment, never on a
+//! (see [`rlaunch_tree::secure`]); the secret reaches it in srun's environment, never on a
 //! command line.
 //!
 //! ```text
@@ -22,9 +22,9 @@ use std::os::unix::process::CommandExt;
 use std::process::{Command, Stdio};
 
 use pmi_wire::control::Down;
-use rlaunch_proxy::children::Lost;
-use rlaunch_proxy::dialin::{self, Dialed};
-use rlaunch_proxy::secure::{self, Secret};
+use rlaunch_tree::children::Lost;
+use rlaunch_tree::dialin::{self, Dialed};
+use rlaunch_tree::secure::{self, Secret};
 use tokio::sync::mpsc;
 
 use super::cause::Cause;

@@ -35,11 +35,11 @@ use std::time::Duration;
 
 use nix::sys::signal::Signal;
 use pmi_wire::control::{DmodexAnswer, DmodexData, Down, Job, NameOp, NodePlan, StdinTarget, Up};
-use rlaunch_proxy::children::{ChildNews, Children};
-use rlaunch_proxy::dialin::Dialed;
-use rlaunch_proxy::fence::FenceFold;
-use rlaunch_proxy::link::{self, ForkedProxy, LinkEvent};
-use rlaunch_proxy::procs;
+use rlaunch_tree::children::{ChildNews, Children};
+use rlaunch_tree::dialin::Dialed;
+use rlaunch_tree::fence::FenceFold;
+use rlaunch_tree::link::{self, ForkedProxy, LinkEvent};
+use rlaunch_tree::procs;
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 

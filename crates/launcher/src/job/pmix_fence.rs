@@ -14,8 +14,8 @@
 use std::collections::BTreeMap;
 
 use pmi_wire::control::PMIX_FENCE_PART;
-use rlaunch_proxy::fence::{cut, FenceFold};
 use rlaunch_proxy::pmix::wire::MAX_DATA;
+use rlaunch_tree::fence::{cut, FenceFold};
 
 /// A fence gathered more data than a PMIx server takes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -14,10 +14,10 @@
 use std::collections::{BTreeSet, HashMap};
 
 use pmi_wire::control::{Down, NodePlan, SpawnCmd, SpawnJob, SpawnOutcome, SpawnRequest};
-use rlaunch_proxy::children::Lost;
-use rlaunch_proxy::credit;
-use rlaunch_proxy::fence::{FenceFold, Pair};
-use rlaunch_proxy::link;
+use rlaunch_tree::children::Lost;
+use rlaunch_tree::credit;
+use rlaunch_tree::fence::{FenceFold, Pair};
+use rlaunch_tree::link;
 
 use super::cause::Cause;
 use super::{route, Root};

@@ -4,10 +4,10 @@
 use std::os::fd::AsRawFd;
 
 use pmi_wire::control::{NodePlan, Up};
-use rlaunch_proxy::children::{Children, Lost};
-use rlaunch_proxy::credit;
-use rlaunch_proxy::dialin::Dialed;
-use rlaunch_proxy::link::{self, LinkEvent, ProxyProcess};
+use rlaunch_tree::children::{Children, Lost};
+use rlaunch_tree::credit;
+use rlaunch_tree::dialin::Dialed;
+use rlaunch_tree::link::{self, LinkEvent, ProxyProcess};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
@@ -16,7 +16,7 @@ use super::{dial, Event, Plan, Root};
 use crate::output::{Chunk, Feed};
 
 /// Forks the proxies of `roots` that run on this machine, now, with no exec (see
-/// [`link::fork_proxy`]); the others are started by [`run`]. Must be called while rlaunch has
+/// [`rlaunch_proxy::fork_proxy`]); the others are started by [`run`]. Must be called while rlaunch has
 /// one thread: before the runtime, the writer and the stdin threads.
 pub fn fork_local_proxies(plan: &mut Plan) {
     let mut channels = Vec::new();
@@ -29,7 +29,7 @@ pub fn fork_local_proxies(plan: &mut Plan) {
                 let stdout = lone && node.ranks.len() == 1;
                 // SAFETY: rlaunch has a single thread until `run`, as main guarantees.
                 let forked = unsafe {
-                    link::fork_proxy(&plan.proxy_exe, &channels, &plan.job, node, stdout)
+                    rlaunch_proxy::fork_proxy(&plan.proxy_exe, &channels, &plan.job, node, stdout)
                 };
                 if let Ok(proxy) = &forked {
                     channels.push(proxy.channel.as_raw_fd());

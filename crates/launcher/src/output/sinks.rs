@@ -18,8 +18,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use pmi_wire::ids::Stream;
-use rlaunch_proxy::fdio::Gather;
-use rlaunch_proxy::splice::Stash;
+use rlaunch_tree::fdio::Gather;
+use rlaunch_tree::splice::Stash;
 
 /// Output gathered before a write, when more is already queued.
 pub(crate) const BATCH: usize = 256 << 10;
@@ -59,7 +59,7 @@ struct Terminal {
 enum Part {
     Buf(Range<usize>),
     Owned(Vec<u8>, Range<usize>),
-    /// The next bytes of the stash, spliced (see `rlaunch_proxy::splice`).
+    /// The next bytes of the stash, spliced (see `rlaunch_tree::splice`).
     Stashed(Arc<Stash>, usize),
 }
 
@@ -71,7 +71,7 @@ impl Terminal {
         // consumer take turns every 64 KiB; a larger one lets both run (1 GiB through a
         // 1 MiB pipe: ~0.35 s against ~1.1 s here).
         if file.metadata().is_ok_and(|m| m.file_type().is_fifo()) {
-            rlaunch_proxy::fdio::enlarge_pipe(&*file, rlaunch_proxy::fdio::PIPE_CAPACITY);
+            rlaunch_tree::fdio::enlarge_pipe(&*file, rlaunch_tree::fdio::PIPE_CAPACITY);
         }
         Terminal { file, buf: Vec::with_capacity(BATCH), parts: Vec::new(), len: 0, broken: false }
     }

@@ -25,7 +25,7 @@ impl Node {
         match call {
             PmiCall::Closed { clean } => {
                 // Only an early close needs to know whether the rank is on its way out.
-                let exiting = clean || crate::procs::is_exiting(pid as i32);
+                let exiting = clean || rlaunch_tree::procs::is_exiting(pid as i32);
                 if let Some(up) = self.ranks.pmi_closed(local, clean, exiting) {
                     let _ = self.up.control.send(up);
                 }

@@ -43,17 +43,17 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use crate::binding::Binder;
-use crate::children::{ChildNews, Children, Lost};
-use crate::credit::Queued;
-use crate::dialin::Dialed;
 use crate::kill::{Escalation, KillStep};
 use crate::kvs::{Kvs, Local};
-use crate::link::{self, LinkEvent};
 use crate::outputs::{Outputs, StreamEnd};
 use crate::pmi::{PmiAnswer, PmiCall, PmiJob, PmiPeer};
-use crate::procs;
 use crate::rank::StdinChunk;
 use crate::ranks::RankTable;
+use rlaunch_tree::children::{ChildNews, Children, Lost};
+use rlaunch_tree::credit::Queued;
+use rlaunch_tree::dialin::Dialed;
+use rlaunch_tree::link::{self, LinkEvent};
+use rlaunch_tree::procs;
 
 /// What the dispatcher hears about, besides PMI calls and signals.
 pub(crate) enum Event {
@@ -252,7 +252,7 @@ impl Node {
             // and each level's wait would add up (chaos: kill -9 rlaunch during an ssh
             // launch left proxies 3 s later).
             if !self.kill.started() {
-                let probed = self.probes.wait_for(|&n| n >= crate::children::CLOCK_PROBES);
+                let probed = self.probes.wait_for(|&n| n >= rlaunch_tree::children::CLOCK_PROBES);
                 if tokio::time::timeout(PROBE_WAIT, probed).await.is_err() {
                     tracing::debug!("the parent's clock probes did not all come");
                 }

@@ -18,9 +18,9 @@
 use pmi_wire::control::{Down, Up, PMIX_FENCE_PART};
 
 use super::Node;
-use crate::fence::{cut, FenceFold};
 use crate::pmix::wire::{self, Proc};
 use crate::pmix::Command;
+use rlaunch_tree::fence::{cut, FenceFold};
 
 /// This node's share of the launched job's PMIx fences.
 #[derive(Default)]

@@ -15,17 +15,17 @@ use tokio::time::Instant;
 
 use super::{dmodex, pmix_fence, Event, JobState, Node, Upstream};
 use crate::binding::Binder;
-use crate::children::Children;
-use crate::credit::{Outbox, Window};
 use crate::kill::Escalation;
 use crate::kvs::{FenceScope, Kvs};
-use crate::link::{self, LinkRead, LinkWrite};
 use crate::outputs::{Carrying, Outputs};
 use crate::pmi::PmiJob;
-use crate::procs;
 use crate::ranks::RankTable;
-use crate::secure::Secret;
-use crate::splice::{self, Carriers};
+use rlaunch_tree::children::Children;
+use rlaunch_tree::credit::{Outbox, Window};
+use rlaunch_tree::link::{self, LinkRead, LinkWrite};
+use rlaunch_tree::procs;
+use rlaunch_tree::secure::Secret;
+use rlaunch_tree::splice::{self, Carriers};
 
 /// What a proxy that dialed its parent needs to accept its own children the same way.
 #[derive(Clone)]
@@ -56,7 +56,7 @@ pub struct PlainChannel {
     pub input: std::os::fd::RawFd,
     pub output: std::os::fd::RawFd,
     /// The proxy was exec'd, so it may be across a remote shell: its guard watches the
-    /// channel (see [`crate::guard`]).
+    /// channel (see [`rlaunch_tree::guard`]).
     pub guarded: bool,
 }
 
@@ -131,7 +131,7 @@ pub async fn serve(
         // The escalation (grace, the child proxies' grace, an orphan's last wait), the
         // last flush of the pump, and a margin.
         let patience = grace + crate::kill::CHILD_PROXY_GRACE * 2 + Duration::from_secs(7);
-        crate::guard::start(input, output, patience);
+        rlaunch_tree::guard::start(input, output, patience);
     }
     let (events_tx, events_rx) = mpsc::unbounded_channel();
     // Weak: the pump ends when the dispatcher's control sender goes, not when the reader's.

@@ -6,10 +6,10 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use super::{Event, Node};
-use crate::children::{Children, Lost};
-use crate::credit::{self, Queued};
-use crate::dialin;
-use crate::link::{self, LinkEvent};
+use rlaunch_tree::children::{Children, Lost};
+use rlaunch_tree::credit::{self, Queued};
+use rlaunch_tree::dialin;
+use rlaunch_tree::link::{self, LinkEvent};
 
 impl Node {
     pub(super) fn relay(&self) -> Relay {

@@ -40,7 +40,7 @@ use tokio::io::unix::AsyncFd;
 use tokio::io::Interest;
 
 use super::Add;
-use crate::splice;
+use rlaunch_tree::splice;
 
 /// How far back from a chunk's end its last newline is looked for without copying the chunk.
 const TAIL: usize = 4 << 10;
@@ -144,7 +144,7 @@ impl Direct {
             .map_err(|e| e.into_parts().1)?;
         let scratch = splice::pipe(libc::O_NONBLOCK)?;
         // As large as a rank's pipe, so that one tee sees all it holds.
-        crate::fdio::enlarge_pipe(&scratch.1, crate::fdio::PIPE_CAPACITY);
+        rlaunch_tree::fdio::enlarge_pipe(&scratch.1, rlaunch_tree::fdio::PIPE_CAPACITY);
         let null = File::options().write(true).open("/dev/null")?;
         Ok(Direct {
             sink,
@@ -403,7 +403,7 @@ impl Direct {
     }
 
     fn empty_scratch(&self) {
-        let held = crate::fdio::pending(self.scratch.0.as_raw_fd()).unwrap_or(0);
+        let held = rlaunch_tree::fdio::pending(self.scratch.0.as_raw_fd()).unwrap_or(0);
         let _ = self.throw_away(self.scratch.0.as_raw_fd(), held);
     }
 }
@@ -443,10 +443,10 @@ mod tests {
 
     fn rig() -> Rig {
         let (pipe, rank) = splice::pipe(0).unwrap();
-        crate::fdio::set_nonblocking(&pipe).unwrap();
-        crate::fdio::enlarge_pipe(&rank, 1 << 20);
+        rlaunch_tree::fdio::set_nonblocking(&pipe).unwrap();
+        rlaunch_tree::fdio::enlarge_pipe(&rank, 1 << 20);
         let (stdout, sink) = splice::pipe(0).unwrap();
-        crate::fdio::set_nonblocking(&stdout).unwrap();
+        rlaunch_tree::fdio::set_nonblocking(&stdout).unwrap();
         let mut direct = Direct::new(sink).unwrap();
         assert_eq!(direct.on_add(false), OnAdd::Take);
         direct.take(0);
@@ -460,7 +460,7 @@ mod tests {
 
         /// One step over what the pipe holds; the bytes taken.
         fn step(&mut self) -> (usize, State) {
-            let held = crate::fdio::pending(self.pipe.as_raw_fd()).unwrap();
+            let held = rlaunch_tree::fdio::pending(self.pipe.as_raw_fd()).unwrap();
             let step = self.direct.step(self.pipe.as_raw_fd(), held);
             (step.taken, step.state)
         }
@@ -499,7 +499,11 @@ mod tests {
         r.write(b"one\ntwo\nthr");
         assert!(matches!(r.step(), (11, State::Done)));
         assert_eq!(r.stdout(), b"one\ntwo\n");
-        assert_eq!(crate::fdio::pending(r.pipe.as_raw_fd()).unwrap(), 0, "the line start is taken");
+        assert_eq!(
+            rlaunch_tree::fdio::pending(r.pipe.as_raw_fd()).unwrap(),
+            0,
+            "the line start is taken"
+        );
         // Only more of the line: still nothing out.
         r.write(b"ee and");
         assert!(matches!(r.step(), (6, State::Done)));
@@ -552,7 +556,7 @@ mod tests {
         assert_eq!(r.direct.on_add(true), OnAdd::Hold);
         assert!(r.direct.hand_back().is_none());
         assert_eq!(r.until_done(State::Full), lines);
-        assert_eq!(crate::fdio::pending(r.pipe.as_raw_fd()).unwrap(), 0);
+        assert_eq!(rlaunch_tree::fdio::pending(r.pipe.as_raw_fd()).unwrap(), 0);
         // Then stdout goes back, with the line start to relay first.
         let (first, held) = r.direct.hand_back().expect("the move is done");
         assert_eq!((first.as_slice(), held.len()), (&b"open"[..], 0));

@@ -41,10 +41,10 @@ use tokio::io::unix::AsyncFd;
 use tokio::sync::{mpsc, watch};
 use tokio::time::{Duration, Instant};
 
-use crate::credit::{self, Queued};
-use crate::fdio;
-use crate::mailbox;
-use crate::splice::{self, Carried, Carriers, Gone};
+use rlaunch_tree::credit::{self, Queued};
+use rlaunch_tree::fdio;
+use rlaunch_tree::mailbox;
+use rlaunch_tree::splice::{self, Carried, Carriers, Gone};
 
 mod direct;
 
@@ -181,7 +181,7 @@ async fn run<F: FnMut(StreamEnd)>(
         let blocked = hub.direct.as_ref().filter(|d| d.blocked);
         tokio::select! {
             biased;
-            _ = crate::raised(&mut hub.dropped), if hub.upstream => hub.abandon(),
+            _ = rlaunch_tree::raised(&mut hub.dropped), if hub.upstream => hub.abandon(),
             _ = async { blocked.expect("checked").room().await }, if blocked.is_some() => {
                 hub.unblock().await;
             }
@@ -355,7 +355,7 @@ impl<F: FnMut(StreamEnd)> Hub<F> {
                         // meanwhile (the loop then gives every pipe up).
                         let finished = tokio::select! {
                             biased;
-                            _ = crate::raised(&mut self.dropped) => Ok(()),
+                            _ = rlaunch_tree::raised(&mut self.dropped) => Ok(()),
                             finished = direct.finish() => finished,
                         };
                         if let Err(e) = finished {
@@ -481,7 +481,7 @@ impl<F: FnMut(StreamEnd)> Hub<F> {
         let debt = match queued.output_len() {
             Some(len) => tokio::select! {
                 biased;
-                _ = crate::raised(&mut self.dropped) => None,
+                _ = rlaunch_tree::raised(&mut self.dropped) => None,
                 debt = self.room.borrow(len) => Some(debt),
             },
             None => None,

@@ -30,7 +30,7 @@ async fn a_carried_pipe_is_read_again_once_its_chunk_went_up_and_the_channel_has
     let outputs = Outputs::start(data_tx, Some(carrying), None, |_| {}).unwrap();
     let (out_r, out_w) = splice::pipe(0).unwrap();
     let (err_r, _err_w) = splice::pipe(0).unwrap();
-    crate::fdio::enlarge_pipe(&out_w, 1 << 20);
+    rlaunch_tree::fdio::enlarge_pipe(&out_w, 1 << 20);
     // SAFETY: F_GETPIPE_SZ on an open pipe.
     let size = unsafe { libc::fcntl(out_w.as_raw_fd(), libc::F_GETPIPE_SZ) };
     assert_eq!(size, 1 << 20, "the rank's pipe holds the writes below without blocking");
@@ -78,7 +78,7 @@ async fn next_up(data: &mut mpsc::UnboundedReceiver<Queued>, wait: Duration) -> 
 fn rank_pipes() -> (OwnedFd, OwnedFd, File, OwnedFd) {
     let (out_r, out_w) = splice::pipe(0).unwrap();
     let (err_r, err_w) = splice::pipe(0).unwrap();
-    crate::fdio::enlarge_pipe(&out_w, 1 << 20);
+    rlaunch_tree::fdio::enlarge_pipe(&out_w, 1 << 20);
     (out_r, err_r, File::from(out_w), err_w)
 }
 
@@ -151,7 +151,7 @@ async fn a_rank_added_while_the_lone_rank_is_mid_move_waits_and_stdout_is_handed
         matches!(&more, Some(Up::Output { rank: 0, data, .. }) if data == b" ends\n"),
         "{more:?}"
     );
-    crate::fdio::set_nonblocking(&stdout).unwrap();
+    rlaunch_tree::fdio::set_nonblocking(&stdout).unwrap();
     assert!(stdout.read(&mut [0; 16]).is_err(), "nothing more went into stdout");
 }
 

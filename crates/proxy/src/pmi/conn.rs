@@ -19,7 +19,7 @@ use pmi_wire::request::{Envelope, Message, Protocol, SpawnBlocks};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use super::fault::Fault;
-use crate::fdio::FdStream;
+use rlaunch_tree::fdio::FdStream;
 
 /// Requests longer than this are a fault (PMI-1 lines are at most 1024 bytes, PMI-2 bodies
 /// 64 KiB, spawn blocks 64 KiB).

@@ -21,8 +21,8 @@ use std::sync::Arc;
 use pmi_wire::request::Envelope;
 use tokio::sync::mpsc;
 
-use crate::fdio::FdStream;
-use crate::mailbox;
+use rlaunch_tree::fdio::FdStream;
+use rlaunch_tree::mailbox;
 
 mod conn;
 mod fault;
@@ -111,7 +111,7 @@ pub enum PmiAnswer {
     Spawn { outcome: pmi_wire::control::SpawnOutcome, tag: Option<String> },
 }
 
-/// Answers on their way to one rank's connection task (see [`crate::mailbox`] for why not a
+/// Answers on their way to one rank's connection task (see [`rlaunch_tree::mailbox`] for why not a
 /// tokio channel). Boxed, so that a queue of them stays small.
 pub type AnswerTx = mailbox::Sender<Box<PmiAnswer>>;
 pub type AnswerRx = mailbox::Receiver<Box<PmiAnswer>>;

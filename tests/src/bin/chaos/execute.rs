@@ -23,7 +23,7 @@ const END_BOUND: Duration = Duration::from_secs(10);
 /// A link down is noticed by silence, and the ssh client on the dead link is killed only
 /// after the child proxies' grace.
 const LINK_DOWN_BOUND: Duration = Duration::from_secs(12);
-/// How long a parent waits for a child proxy's hello (`rlaunch_proxy::link::HELLO_WAIT`).
+/// How long a parent waits for a child proxy's hello (`rlaunch_tree::link::HELLO_WAIT`).
 const HELLO_WAIT: Duration = Duration::from_secs(30);
 /// After rlaunch ends, how long the job's processes may take to go.
 const ORPHAN_GRACE: Duration = Duration::from_secs(3);

@@ -218,7 +218,7 @@ impl Stash {
 /// two context switches a time (1 x 1 GiB | wc -c: 526 ms, 461 ms with this pause, medians
 /// of 15). A sink is only full when its reader is what holds the output up, so the pause
 /// delays nothing.
-pub(crate) const DRAIN: std::time::Duration = std::time::Duration::from_micros(100);
+pub const DRAIN: std::time::Duration = std::time::Duration::from_micros(100);
 
 /// Waits until `to`, found full, has room: after [`DRAIN`], for as long as it takes.
 fn wait_for_room(to: &File) {
@@ -230,7 +230,7 @@ fn wait_for_room(to: &File) {
 
 /// Moves up to `len` bytes from `from` to `to` without blocking: fewer when `to` (a pipe) is
 /// full or `from` holds less. An error once some bytes moved only stops it.
-pub(crate) fn splice_now(from: RawFd, to: RawFd, len: usize) -> io::Result<usize> {
+pub fn splice_now(from: RawFd, to: RawFd, len: usize) -> io::Result<usize> {
     let mut moved = 0;
     while moved < len {
         match splice(from, to, len - moved, libc::SPLICE_F_MOVE | libc::SPLICE_F_NONBLOCK) {
@@ -248,7 +248,7 @@ pub(crate) fn splice_now(from: RawFd, to: RawFd, len: usize) -> io::Result<usize
     Ok(moved)
 }
 
-pub(crate) fn splice(from: RawFd, to: RawFd, len: usize, flags: libc::c_uint) -> io::Result<usize> {
+pub fn splice(from: RawFd, to: RawFd, len: usize, flags: libc::c_uint) -> io::Result<usize> {
     // SAFETY: plain fds; null offsets (both ends are pipes or sockets, or a file at its
     // current position).
     let n =
@@ -260,7 +260,7 @@ pub(crate) fn splice(from: RawFd, to: RawFd, len: usize, flags: libc::c_uint) ->
 }
 
 /// A new pipe (read end, write end), close-on-exec, with `flags` (`O_NONBLOCK`) on both.
-pub(crate) fn pipe(flags: libc::c_int) -> io::Result<(OwnedFd, OwnedFd)> {
+pub fn pipe(flags: libc::c_int) -> io::Result<(OwnedFd, OwnedFd)> {
     let mut fds = [0; 2];
     // SAFETY: pipe2 writes two fds into the array; both are owned from here on.
     if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC | flags) } != 0 {
@@ -285,7 +285,7 @@ fn registered_dup(fd: RawFd, interest: Interest) -> io::Result<AsyncFd<OwnedFd>>
 }
 
 /// Reads exactly `len` bytes that `fd` (a socket or pipe) already holds.
-pub(crate) fn read_exact_now(fd: RawFd, len: usize) -> io::Result<Vec<u8>> {
+pub fn read_exact_now(fd: RawFd, len: usize) -> io::Result<Vec<u8>> {
     let mut buf = Vec::with_capacity(len);
     while buf.len() < len {
         let want = len - buf.len();

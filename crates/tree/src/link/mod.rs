@@ -14,13 +14,13 @@
 
 use std::ffi::OsStr;
 use std::io;
-use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::os::unix::process::CommandExt;
 use std::process::{Command, Stdio};
 use std::sync::Arc;
 
 use nix::sys::socket::{socketpair, AddressFamily, SockFlag, SockType};
-use pmi_wire::control::{Bootstrap, Down, Job, Launch, NodePlan, Up, PROTOCOL_VERSION};
+use pmi_wire::control::{Bootstrap, Down, Up, PROTOCOL_VERSION};
 use pmi_wire::ids::Stream;
 use pmi_wire::io::{FrameReader, Next, ReadError};
 use tokio::io::{AsyncRead, AsyncWrite};
@@ -62,32 +62,27 @@ pub struct ProxyProcess {
     pub splice: Option<Splicer>,
 }
 
-/// A proxy forked from rlaunch itself, with no exec: see [`fork_proxy`].
+/// A proxy forked from rlaunch itself, with no exec: see [`fork_child`].
 pub struct ForkedProxy {
     pub pid: i32,
     /// Our end of its control channel.
     pub channel: OwnedFd,
 }
 
-/// Starts a proxy for this machine in a child of the calling process, which runs the proxy's
-/// code directly: no exec, no second program to load. A local job's proxy is one exec fewer,
-/// about a fifth of `rlaunch -n 1`'s time. The child is named `rlaunch-proxy`, in its own
-/// process group, with /dev/null on stdin/stdout like an exec'd proxy; its own child proxies
-/// are exec'd from `proxy_exe`. It already holds its launch (`job` and `node`, copied in the
-/// child), so it starts its ranks at once instead of waiting for rlaunch's runtime to send
-/// them. `close` are descriptors the child must not keep (parent ends of earlier channels: a
-/// copy held open would hide their end of file). `stdout`: the child keeps a copy of
-/// rlaunch's stdout, to move a lone rank's output into (see `outputs::direct`).
+/// Forks a proxy for this machine: a child of the calling process, joined to it by a
+/// socket pair, in its own process group, named `rlaunch-proxy`, that runs `body` with its
+/// end of the channel and exits with what `body` returns (`_exit`: nothing of the parent's,
+/// buffered stdout or atexit handlers, is the child's to run). `close` are descriptors the
+/// child must not keep (parent ends of earlier channels: a copy held open would hide their
+/// end of file). The proxy crate's `fork_proxy` gives the body: the proxy's own code, with
+/// its launch, so that a local job's proxy costs no exec.
 ///
 /// # Safety
 /// The calling process must have one thread: the child of a multithreaded fork may only
-/// make async-signal-safe calls, and this one goes on to run a tokio runtime.
-pub unsafe fn fork_proxy(
-    proxy_exe: &OsStr,
+/// make async-signal-safe calls, and `body` goes on to do anything.
+pub unsafe fn fork_child(
     close: &[RawFd],
-    job: &Job,
-    node: &NodePlan,
-    stdout: bool,
+    body: impl FnOnce(OwnedFd) -> i32,
 ) -> io::Result<ForkedProxy> {
     let (ours, theirs) =
         socketpair(AddressFamily::Unix, SockType::Stream, None, SockFlag::SOCK_CLOEXEC)
@@ -105,23 +100,7 @@ pub unsafe fn fork_proxy(
                 nix::unistd::setpgid(nix::unistd::Pid::from_raw(0), nix::unistd::Pid::from_raw(0));
             // SAFETY: prctl with a NUL-terminated name of at most 16 bytes.
             unsafe { nix::libc::prctl(nix::libc::PR_SET_NAME, c"rlaunch-proxy".as_ptr()) };
-            let stdout = stdout.then(|| std::io::stdout().as_fd().try_clone_to_owned()).transpose();
-            let set_up = stdout.and_then(|stdout| {
-                crate::null_stdin_stdout()?;
-                Ok((theirs.try_clone()?, stdout))
-            });
-            let code = match set_up {
-                Ok((input, stdout)) => {
-                    let launch = Launch { job: job.clone(), node: node.clone(), late: false };
-                    let forked = crate::node::Forked { launch, stdout };
-                    crate::run(input, theirs, proxy_exe.to_owned(), Some(forked))
-                }
-                Err(e) => {
-                    eprintln!("rlaunch-proxy: cannot set up its control channel: {e}");
-                    1
-                }
-            };
-            // Not exit(): nothing of rlaunch's (buffered stdout, atexit) is the child's to run.
+            let code = body(theirs);
             // SAFETY: ends the process.
             unsafe { nix::libc::_exit(code) }
         }

@@ -2,7 +2,7 @@
 //! node's PMIx blob), and once every party the caller counts on is in, the items go on as
 //! one message. The root folds its child
 //! proxies' `FenceIn`s into a `FenceOut`; a proxy folds its ranks and its child subtrees into
-//! one `FenceIn` (see [`crate::kvs`]).
+//! one `FenceIn` (see the proxy's `kvs`).
 //!
 //! ```text
 //!  party ──arrive(pairs)──►┐
