@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite, as the README says: installs what the tests need (Debian packages, as
-# root), builds everything, runs the unit and integration tests and a bounded fuzz run.
+# root), builds everything, runs the unit and integration tests (which replay every fuzzing
+# corpus and crash; the fuzzers themselves run by hand, README "Reliability in figures").
 # Fails loudly if anything it needs cannot be installed.
 set -euo pipefail
 cd "$(dirname "$0")"

@@ -2,13 +2,13 @@
 //! the proxy to embed; without them the proxy serves PMI-1 and PMI-2 only.
 //!
 //! Why a separate C program and not libpmix linked into the proxy: the proxy is a static
-//! executable (one less dynamic load per node and job, measured 0.5 ms and 8-14% of a small
-//! launch), and Debian ships no static libpmix, so whatever holds libpmix is dynamically
+//! executable (one less dynamic load per node and job: docs/measurements.md, *Static proxy,
+//! separate PMIx host*), and Debian ships no static libpmix, so whatever holds libpmix is dynamically
 //! linked. Cargo builds every binary of a target with the same flags, so the dynamic part is
 //! built here, by the C compiler, against the installed headers: the structures and macros
 //! of `pmix.h` (`pmix_info_t`, `PMIX_INFO_LOAD`, the server module) come from the library's
 //! own headers rather than hand-copied declarations, and only jobs that serve PMIx pay for
-//! loading it (about 8-20 ms and 8 MiB per node, measured here).
+//! loading it.
 
 use std::path::PathBuf;
 use std::process::Command;

@@ -1,7 +1,7 @@
 """A raw PMI client that spawns a job the way MPICH's simple_pmi.c would.
 
 Debian's MPICH cannot call MPI_Comm_spawn (its UCX netmod has no dynamic processes), so
-the spawn path is exercised with the wire bytes spec/PMI.md gives, for PMI-1 and PMI-2.
+the spawn path is exercised with the wire bytes docs/pmi.md describes, for PMI-1 and PMI-2.
 Usage: spawn_client.py 1|2   (run under rlaunch; the spawned children run the same file)
 SPAWN_INFO="key=value;..." gives the spawn those hints; each child prints the host it runs
 on after "on", and the PMI_process_mapping its job has after "map".

@@ -39,11 +39,14 @@
 //! The tests, a file a topic: `launch` (the ranks' environment, placement, the proxy tree),
 //! `output_relay` (stdout and stderr on their way to rlaunch's), `output_files` (prefixes and
 //! output files), `stdin`, `exit_status` (failures, timeouts), `signals`, `lost_proxies`,
-//! `cli` (the drop-in command line), `bad_input` (the catalogue of bad input), `binding`, `fakessh` (the ssh bootstrap, with a fake ssh),
-//! `multihost` (real ssh between network namespaces; needs root), `slurm` (a real Slurm
-//! cluster of fake nodes; needs root), `sge` (a real Grid Engine cluster of fake nodes; needs
-//! root), `mpich`, `pmi`, `spawn`, `frameworks` (PyTorch, and XGBoost with rlaunch as its tracker), and `rankprog` (the
-//! helper itself).
+//! `chaos` (random faults, each checked), `under_load` (a loaded machine), `cli` (the
+//! drop-in command line), `bad_input` (the catalogue of bad input), `allocation` (schedulers'
+//! host lists), `binding`, `fakessh` (the ssh bootstrap, with a fake ssh), `multihost` (real
+//! ssh between network namespaces; needs root), `slurm` (a real Slurm cluster of fake nodes;
+//! needs root), `sge` (a real Grid Engine cluster of fake nodes; needs root), `mpich`,
+//! `openmpi`, `pmi`, `spawn`, `report`, `timeline` and `progress` (what rlaunch says of a
+//! job), `frameworks` (PyTorch, JAX, and XGBoost with rlaunch as its tracker), and `rankprog`
+//! (the helper itself).
 //!
 //! ```no_run
 //! use rlaunch_tests::{rankprog_str, Run};

@@ -238,7 +238,7 @@ fn a_pmi2_abort_ends_the_job_with_its_message() {
 
 #[test]
 fn end_of_file_before_finalize_fails_the_rank() {
-    // PMI.md §5: a rank whose PMI socket closes before finalize has failed, even if it exits
+    // docs/pmi.md, *Who answers what*: a rank whose PMI socket closes before finalize has failed, even if it exits
     // with 0 (Hydra records exit status 1).
     let out = pmi_run(&[], 1, &["v1", "quit"]).timeout(PROMPT).run();
     assert!(out.stdout_str().contains("quitting 0\n"), "{out}");

@@ -1,6 +1,6 @@
 //! PMI spawn (MPI_Comm_spawn) through the proxies, for PMI-1 and PMI-2. Debian's MPICH
 //! cannot spawn over UCX, so a raw client (tests/scripts/spawn_client.py) sends the wire
-//! bytes spec/PMI.md gives.
+//! bytes docs/pmi.md describes.
 
 use std::collections::BTreeMap;
 

@@ -14,7 +14,7 @@
 use std::ffi::OsString;
 use std::os::unix::ffi::OsStrExt;
 
-use crate::error::cut;
+use crate::quote::cut;
 
 /// What an option is, whichever way it was spelled.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -6,13 +6,13 @@ use std::io;
 use std::path::{Path, PathBuf};
 
 use crate::args::{self, ArgsError, Part};
-use crate::hosts::plain;
+use crate::quote::io_error;
 use crate::textfile::{self, TextError, MAX_TEXT_FILE};
 
 /// A configfile that cannot be read, or a line of it that names no segment.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigfileError {
-    #[error("cannot read {}: {}", .path.display(), plain(.cause))]
+    #[error("cannot read {}: {}", .path.display(), io_error(.cause))]
     Read { path: PathBuf, cause: io::Error },
     #[error("{} is larger than {} MiB", .0.display(), MAX_TEXT_FILE >> 20)]
     TooLarge(PathBuf),

@@ -231,6 +231,49 @@ fn fish() -> String {
 mod tests {
     use super::*;
 
+    /// Every file of the repository, as a path from its root.
+    fn repository_files() -> Vec<String> {
+        fn walk(dir: &std::path::Path, root: &std::path::Path, out: &mut Vec<String>) {
+            for entry in std::fs::read_dir(dir).unwrap().flatten() {
+                let path = entry.path();
+                let name = entry.file_name();
+                if [".git", "target", "fuzz"].contains(&name.to_str().unwrap_or("")) {
+                    continue;
+                }
+                if path.is_dir() {
+                    walk(&path, root, out);
+                } else {
+                    out.push(path.strip_prefix(root).unwrap().to_string_lossy().into_owned());
+                }
+            }
+        }
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+        let root = root.canonicalize().unwrap();
+        let mut out = Vec::new();
+        walk(&root, &root, &mut out);
+        out
+    }
+
+    #[test]
+    fn every_source_file_the_architecture_names_exists() {
+        // A path in backquotes ending in a source file's extension: whole from the root, or
+        // the end of one (`node/mod.rs`, `plan/place.rs`).
+        let text = include_str!("../../../docs/architecture.md");
+        let files = repository_files();
+        let named: Vec<&str> = text
+            .split('`')
+            .skip(1)
+            .step_by(2)
+            .filter(|t| !t.contains(' '))
+            .filter(|t| [".rs", ".c", ".py", ".sh", ".md"].iter().any(|ext| t.ends_with(ext)))
+            .collect();
+        assert!(named.len() > 20, "the architecture names its files: {named:?}");
+        for name in named {
+            let found = files.iter().any(|f| f == name || f.ends_with(&format!("/{name}")));
+            assert!(found, "docs/architecture.md names {name}, which is no file of the repository");
+        }
+    }
+
     #[test]
     fn the_manual_names_every_spelling_and_every_exit_status() {
         let page = manual();

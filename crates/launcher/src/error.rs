@@ -8,8 +8,9 @@ use std::path::PathBuf;
 use crate::allocation::AllocationError;
 use crate::args::ArgsError;
 use crate::configfile::ConfigfileError;
-use crate::hosts::{plain, HostsError};
+use crate::hosts::HostsError;
 use crate::options::OptionError;
+use crate::quote::{cut, io_error};
 
 /// The command line, or a file it names, asks for a job rlaunch cannot run as written.
 #[derive(Debug, thiserror::Error)]
@@ -44,7 +45,7 @@ pub enum UsageError {
 /// rlaunch itself cannot run the job, whatever the command line.
 #[derive(Debug, thiserror::Error)]
 pub enum SetupError {
-    #[error("cannot read the current directory: {}", plain(.0))]
+    #[error("cannot read the current directory: {}", io_error(.0))]
     CurrentDir(io::Error),
     #[error("cannot find my own executable: {0}")]
     OwnExecutable(io::Error),
@@ -52,60 +53,15 @@ pub enum SetupError {
     #[error("cannot find rlaunch-proxy at {} (install it next to rlaunch)", .0.display())]
     NoProxy(PathBuf),
     /// No address of this machine is known to reach `node`.
-    #[error("cannot find the address that reaches {node} to listen on for its proxy ({}); give --bind-address", plain(.cause))]
+    #[error("cannot find the address that reaches {node} to listen on for its proxy ({}); give --bind-address", io_error(.cause))]
     NoRoute { node: String, cause: io::Error },
     /// `--tracker rabit` cannot listen.
-    #[error("cannot listen at {addr} for the rabit tracker: {}", plain(.error))]
+    #[error("cannot listen at {addr} for the rabit tracker: {}", io_error(.error))]
     Tracker { addr: std::net::IpAddr, error: io::Error },
     /// The job needs PMIx and this rlaunch has none.
     #[error("{asks}, which this rlaunch was built without; {}", rlaunch_proxy::pmix::GET_PMIX)]
     NoPmix { asks: &'static str },
     /// `--report FILE` or `--timeline FILE` cannot be created.
-    #[error("cannot write the {what} {}: {}", cut(&.path.to_string_lossy()), plain(.error))]
+    #[error("cannot write the {what} {}: {}", cut(&.path.to_string_lossy()), io_error(.error))]
     EndFile { what: &'static str, path: PathBuf, error: io::Error },
-}
-
-/// At most this many characters of a culprit are quoted back to the user.
-pub(crate) const QUOTED_MAX: usize = 64;
-
-/// `text` as an error line quotes it: whole when short, else its first [`QUOTED_MAX`]
-/// characters and `...`, with control characters escaped (`\n`). Input can be a megabyte
-/// long and hold newlines; an error line is one short line.
-pub(crate) fn cut(text: &str) -> String {
-    let mut quoted = String::new();
-    let mut shown = 0;
-    for c in text.chars() {
-        // Invisible or reordering characters (zero-width, bidi controls, line and paragraph
-        // separators) could make a culprit read as something else: shown escaped too.
-        let invisible = matches!(c, '\u{200b}'..='\u{200f}' | '\u{2028}'..='\u{202e}'
-            | '\u{2060}'..='\u{2069}' | '\u{feff}');
-        let escaped = (c.is_control() || invisible).then(|| c.escape_default());
-        let width = escaped.clone().map_or(1, |e| e.count());
-        if shown + width > QUOTED_MAX {
-            quoted.push_str("...");
-            break;
-        }
-        shown += width;
-        match escaped {
-            Some(e) => quoted.extend(e),
-            None => quoted.push(c),
-        }
-    }
-    quoted
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn long_culprits_are_cut() {
-        assert_eq!(cut("n1"), "n1");
-        let long = "é".repeat(100);
-        assert_eq!(cut(&long), format!("{}...", "é".repeat(QUOTED_MAX)));
-        assert_eq!(cut(&"a".repeat(QUOTED_MAX)), "a".repeat(QUOTED_MAX));
-        assert_eq!(cut("a\u{202e}b"), "a\\u{202e}b", "a bidi override is shown, not obeyed");
-        // Found by fuzzing: a newline in --hosts made a two-line error.
-        assert_eq!(cut("a\nb\t\u{1b}"), "a\\nb\\t\\u{1b}");
-    }
 }

@@ -4,7 +4,7 @@
 use std::io;
 use std::path::{Path, PathBuf};
 
-use crate::error::cut;
+use crate::quote::{cut, io_error};
 use crate::textfile::{self, TextError, MAX_TEXT_FILE};
 
 /// The longest a DNS name can be (RFC 1035), and so the longest host name rlaunch takes.
@@ -23,7 +23,7 @@ pub enum HostsError {
     /// The list is quoted cut short: it can be as long as an argument can be.
     #[error("--hosts {}: {error}", cut(.list))]
     List { list: String, error: EntryError },
-    #[error("cannot read hostfile {}: {}", .path.display(), plain(.cause))]
+    #[error("cannot read hostfile {}: {}", .path.display(), io_error(.cause))]
     Read { path: PathBuf, cause: io::Error },
     #[error("hostfile {} is larger than {} MiB", .0.display(), MAX_TEXT_FILE >> 20)]
     TooLarge(PathBuf),
@@ -179,15 +179,6 @@ pub fn is_local(name: &str, own: &str) -> bool {
         || name == "::1"
 }
 
-/// An io::Error's message without " (os error N)".
-pub fn plain(e: &std::io::Error) -> String {
-    let text = e.to_string();
-    match text.rfind(" (os error") {
-        Some(i) => text[..i].to_string(),
-        None => text,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -221,7 +212,7 @@ mod tests {
         let long = "a".repeat(MAX_HOST_NAME + 1);
         let error = parse_hostfile(&format!("n1\n{long}:2\n")).unwrap_err();
         assert_eq!(error.0, 2);
-        let quoted = format!("{}...", &long[..crate::error::QUOTED_MAX]);
+        let quoted = format!("{}...", &long[..crate::quote::QUOTED_MAX]);
         assert_eq!(
             error.1.to_string(),
             format!("host name '{quoted}' is longer than 253 characters")

@@ -32,6 +32,7 @@ pub mod options;
 mod output;
 pub mod plan;
 pub mod process;
+mod quote;
 mod stdin;
 mod textfile;
 pub mod timeline_page;

@@ -2,7 +2,7 @@
 //! output files, with the prefixes the command line asks for.
 //!
 //! ```text
-//!  link readers ──Chunk (bounded)──────► Writer ──► rlaunch's stdout and stderr
+//!  link readers ──Chunk (credit-limited)► Writer ──► rlaunch's stdout and stderr
 //!  root ──SpawnedJob (who is who)──────►  │  │ ──► output files
 //!  root ◄──OutputEvent (stdout closed, ───┘  │
 //!            a file failed)                  └── Roster: rank -> job, host, job id

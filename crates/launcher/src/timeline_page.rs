@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
-use crate::error::cut;
+use crate::quote::cut;
 
 /// Width of the label column and of the time axis, and the height of a row, in pixels.
 const LABEL_W: f64 = 190.0;
@@ -22,11 +22,11 @@ const TOP: f64 = 40.0;
 pub enum PageError {
     #[error("usage: rlaunch timeline TRACE.json [-o PAGE.html|PAGE.svg]")]
     Usage,
-    #[error("cannot read {}: {}", cut(&.0.to_string_lossy()), crate::hosts::plain(.1))]
+    #[error("cannot read {}: {}", cut(&.0.to_string_lossy()), crate::quote::io_error(.1))]
     Read(PathBuf, std::io::Error),
     #[error("{}: not a Chrome trace: {}", cut(&.0.to_string_lossy()), cut(.1))]
     NotATrace(PathBuf, String),
-    #[error("cannot write {}: {}", cut(&.0.to_string_lossy()), crate::hosts::plain(.1))]
+    #[error("cannot write {}: {}", cut(&.0.to_string_lossy()), crate::quote::io_error(.1))]
     Write(PathBuf, std::io::Error),
 }
 

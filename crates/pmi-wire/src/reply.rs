@@ -1,5 +1,5 @@
 //! The server's answer to a [`crate::request::Request`], worded per protocol as Hydra words
-//! it (PMI.md §2.2, §3.3).
+//! it (docs/pmi.md, *PMI-1* and *PMI-2*).
 //!
 //! ```text
 //!  Reply ──into_pmi1──► pmi1::Response ──encode──► "cmd=get_result rc=0 msg=success value=v\n"

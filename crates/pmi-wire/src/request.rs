@@ -1,4 +1,4 @@
-//! What a rank asks, whichever protocol it speaks (PMI.md §2.2, §3.3).
+//! What a rank asks, whichever protocol it speaks (docs/pmi.md, *PMI-1* and *PMI-2*).
 //!
 //! ```text
 //!  pmi1::Request ──Message::from_pmi1──┐   (spawn blocks gathered in SpawnBlocks)

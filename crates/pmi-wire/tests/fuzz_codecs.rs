@@ -8,7 +8,8 @@
 //! blocks gathered across messages as a connection gathers them.
 //!
 //! The same properties are the cargo-fuzz targets' (fuzz/, run to millions of executions by
-//! hand: see docs/fuzzing.md); their corpora and any crash they found replay here too.
+//! hand: README "Reliability in figures", docs/reliability.md); their corpora and any crash
+//! they found replay here too.
 //!
 //! `RLAUNCH_FUZZ_ITERS=<n>` changes the number of mutated inputs (default 100000); the seed is
 //! fixed so a failure reproduces.

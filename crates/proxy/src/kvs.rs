@@ -13,10 +13,8 @@
 use std::collections::HashMap;
 
 use crate::pmi::PmiAnswer;
+use crate::ranks::Local;
 use rlaunch_tree::fence::{FenceFold, Pair};
-
-/// Index of a rank in the node's rank table.
-pub type Local = usize;
 
 /// An answer for one local rank's PMI connection.
 pub type Reply = (Local, PmiAnswer);

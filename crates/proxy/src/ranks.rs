@@ -2,8 +2,8 @@
 //!
 //! A rank's end is known from two events that come in either order: its reap (SIGCHLD) and
 //! the end of its PMI connection. A rank that dies closes its socket a moment before it is
-//! reaped; a rank that closed PMI early and then exited 0 has failed all the same (PMI.md
-//! §5). Each rank is judged once:
+//! reaped; a rank that closed PMI early and then exited 0 has failed all the same
+//! (docs/pmi.md, *Who answers what*). Each rank is judged once:
 //!
 //! ```text
 //!             reaped(failure) ──────────────────────────────────► Judged ──► RankExited
@@ -31,9 +31,11 @@ use pmi_wire::ids::ExitOutcome;
 use pmi_wire::record::{RankRecord, RankUsage};
 use tokio::sync::mpsc;
 
-use crate::kvs::Local;
 use crate::pmi::AnswerTx;
 use crate::rank::StdinChunk;
+
+/// Index of a rank in the node's rank table.
+pub type Local = usize;
 
 /// Where a rank's process is in its life.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -14,8 +14,8 @@
 //! ```
 //!
 //! The directory is this user's, made once and kept (`$TMPDIR/rlaunch-singleton.<uid>`):
-//! making and removing files for each job cost 0.4 ms of a 3.5 ms `-n 1 /bin/true` here,
-//! where checking that it is there costs one `stat`. Any proxy executable serves as the
+//! checking that it is there costs one `stat`, where making and removing files for each job
+//! cost a tenth of a one-rank launch (docs/measurements.md, *Singleton trap directory*). Any proxy executable serves as the
 //! trap, so one directory serves every job of the user.
 
 use std::io::{self, Read};

@@ -161,7 +161,8 @@ pub struct Queued {
 }
 
 impl Queued {
-    pub fn plain(up: Up) -> Queued {
+    /// A frame that owes no window (a parent's own, not relayed output).
+    pub fn uncredited(up: Up) -> Queued {
         Queued { up, debt: None, carried: None }
     }
 
@@ -263,7 +264,7 @@ mod tests {
     use super::*;
 
     fn output(n: usize) -> Queued {
-        Queued::plain(Up::Output {
+        Queued::uncredited(Up::Output {
             rank: 0,
             stream: pmi_wire::ids::Stream::Stdout,
             data: vec![b'x'; n],
@@ -285,9 +286,9 @@ mod tests {
         let window = Arc::new(Window::default());
         let (_shed_tx, shed) = watch::channel(false);
         let mut outbox = Outbox::new(rx, window.clone(), shed);
-        tx.send(Queued::plain(Up::Started { node: 1 })).unwrap();
+        tx.send(Queued::uncredited(Up::Started { node: 1 })).unwrap();
         tx.send(output(100)).unwrap();
-        tx.send(Queued::plain(Up::NodeDone { node: 1, record: Box::default() })).unwrap();
+        tx.send(Queued::uncredited(Up::NodeDone { node: 1, record: Box::default() })).unwrap();
         assert!(matches!(outbox.try_next().map(|q| q.up), Some(Up::Started { .. })));
         assert!(outbox.try_next().is_none(), "output went without credit");
         window.grant(10);
@@ -308,7 +309,7 @@ mod tests {
         let mut outbox = Outbox::new(rx, Arc::new(Window::default()), shed);
         tx.send(output(5)).unwrap();
         tx.send(output(5)).unwrap();
-        tx.send(Queued::plain(Up::NodeDone { node: 2, record: Box::default() })).unwrap();
+        tx.send(Queued::uncredited(Up::NodeDone { node: 2, record: Box::default() })).unwrap();
         drop(tx);
         assert!(outbox.try_next().is_none());
         shed_tx.send_replace(true);

@@ -10,7 +10,7 @@
 //!  put ─────add(pairs)────►┘   (once per epoch)              finish(epoch): next epoch
 //! ```
 //!
-//! A PMIx fence's data may be larger than a frame: [`cut`] cuts it into parts.
+//! A PMIx fence's data may be larger than a frame: [`in_parts`] cuts it into parts.
 //!
 //! Pure: no I/O, no clock.
 
@@ -74,7 +74,7 @@ impl<T> FenceFold<T> {
 
 /// `blobs`, one after another, cut into parts of `part` bytes but the last, which is shorter
 /// (perhaps empty) and always there.
-pub fn cut(blobs: impl IntoIterator<Item = Vec<u8>>, part: usize) -> Vec<Vec<u8>> {
+pub fn in_parts(blobs: impl IntoIterator<Item = Vec<u8>>, part: usize) -> Vec<Vec<u8>> {
     let mut parts = Vec::new();
     let mut current: Vec<u8> = Vec::new();
     for blob in blobs {
@@ -104,10 +104,10 @@ mod tests {
     #[test]
     fn blobs_are_cut_into_parts_in_order_with_a_last_part_always_there() {
         let blobs = || vec![b"abc".to_vec(), b"".to_vec(), b"defgh".to_vec()];
-        assert_eq!(cut(blobs(), 3), [&b"abc"[..], b"def", b"gh"]);
-        assert_eq!(cut(blobs(), 4), [&b"abcd"[..], b"efgh", b""]);
-        assert_eq!(cut(blobs(), 100), [&b"abcdefgh"[..]]);
-        assert_eq!(cut([], 4), [&b""[..]]);
+        assert_eq!(in_parts(blobs(), 3), [&b"abc"[..], b"def", b"gh"]);
+        assert_eq!(in_parts(blobs(), 4), [&b"abcd"[..], b"efgh", b""]);
+        assert_eq!(in_parts(blobs(), 100), [&b"abcdefgh"[..]]);
+        assert_eq!(in_parts([], 4), [&b""[..]]);
     }
 
     #[test]

@@ -50,8 +50,8 @@ pub fn null_stdin_stdout() -> io::Result<()> {
 
 /// Keeps glibc's malloc from handing output buffers back to the kernel between chunks.
 /// Output travels in chunks of up to 128 KiB, glibc's default mmap threshold: each one was
-/// mmapped, page-faulted in and unmapped again, which perf showed as ~11% of the launcher's
-/// CPU when relaying 1 GiB. Live memory stays bounded by the output queues either way.
+/// mmapped, page-faulted in and unmapped again (docs/measurements.md, *malloc thresholds*).
+/// Live memory stays bounded by the output queues either way.
 pub fn tune_malloc() {
     use nix::libc::{mallopt, M_MMAP_THRESHOLD, M_TRIM_THRESHOLD};
     // SAFETY: mallopt with integer arguments, before any thread exists.

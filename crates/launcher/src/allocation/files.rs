@@ -2,8 +2,9 @@
 
 use std::path::PathBuf;
 
-use super::{cut, AllocationError};
-use crate::hosts::{self, Host, HostList};
+use super::AllocationError;
+use crate::hosts::{Host, HostList};
+use crate::quote::cut;
 
 /// A host file's parser; its errors are (1-based line, what is wrong).
 pub(super) type Parser = fn(&str) -> Result<Vec<Host>, (usize, String)>;
@@ -17,7 +18,7 @@ pub(super) fn read(
     let text = std::fs::read_to_string(&path).map_err(|e| AllocationError::Read {
         var,
         path: path.clone(),
-        cause: hosts::plain(&e),
+        cause: crate::quote::io_error(&e),
     })?;
     let hosts = parse(&text).map_err(|(line, what)| AllocationError::Line { path, line, what })?;
     if hosts.is_empty() {

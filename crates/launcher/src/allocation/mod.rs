@@ -19,6 +19,7 @@ pub(crate) mod slurm;
 use std::path::PathBuf;
 
 use crate::hosts::Host;
+use crate::quote::cut;
 
 pub(crate) use slurm::FormError;
 
@@ -106,7 +107,7 @@ pub enum AllocationError {
     #[error("--rmk {rmk}: {var} is not set: no {scheduler} allocation here")]
     Missing { rmk: &'static str, var: &'static str, scheduler: &'static str },
     /// `value` is cut to a printable length.
-    #[error("{var} {}: {error}", crate::error::cut(.value))]
+    #[error("{var} {value}: {error}")]
     Form { var: &'static str, value: String, error: FormError },
     #[error("{counts_var} gives {counts} counts, but SLURM_JOB_NODELIST names {hosts} hosts")]
     Counts { counts_var: &'static str, counts: usize, hosts: usize },
@@ -181,15 +182,6 @@ fn slurm_hosts(
         hosts.add(&name, slots);
     }
     Ok(hosts.into_hosts())
-}
-
-/// A value from the environment, cut to a length fit for one line.
-fn cut(value: &str) -> String {
-    const MAX: usize = 80;
-    match value.char_indices().nth(MAX) {
-        Some((at, _)) => format!("{}...", &value[..at]),
-        None => value.to_string(),
-    }
 }
 
 #[cfg(test)]

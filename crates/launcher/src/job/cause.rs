@@ -72,7 +72,7 @@ pub(crate) enum Cause {
 pub(crate) enum RankFailure {
     /// A non-zero exit, a signal, a failed start.
     Ended(ExitOutcome),
-    /// It exited with 0, but its PMI connection closed before finalize (PMI.md §5).
+    /// It exited with 0, but its PMI connection closed before finalize (docs/pmi.md, *Who answers what*).
     Unfinalized,
 }
 
@@ -169,7 +169,7 @@ impl Cause {
                 let said = msg.lines().next().map(str::trim).unwrap_or("");
                 let said = match said {
                     "" => String::new(),
-                    said => format!(": {}", crate::error::cut(said)),
+                    said => format!(": {}", crate::quote::cut(said)),
                 };
                 let (who, host) = (roll.name(*rank), roll.host(*rank));
                 Some(format!("{who} on {host} reported an error to the rabit tracker{said}"))

@@ -29,9 +29,9 @@ use tokio::sync::mpsc;
 
 use super::cause::Cause;
 use super::{route, Event, Root};
-use crate::error::cut;
-use crate::hosts::plain;
 use crate::output::Feed;
+use crate::quote::cut;
+use crate::quote::io_error;
 
 /// How the proxies of a dialing launch are started.
 #[derive(Debug, Clone)]
@@ -132,7 +132,7 @@ pub(crate) fn reaching(nodes: &[String]) -> Result<IpAddr, (String, io::Error)> 
 
 /// The first IPv4 address `host` (a name or an address) resolves to, or why there is none.
 fn ipv4_of(host: &str) -> Result<SocketAddr, String> {
-    let resolved = (host, 9).to_socket_addrs().map_err(|e| plain(&e))?;
+    let resolved = (host, 9).to_socket_addrs().map_err(|e| io_error(&e))?;
     resolved.into_iter().find(SocketAddr::is_ipv4).ok_or_else(|| "no IPv4 address".to_string())
 }
 
@@ -143,7 +143,7 @@ fn slurm_addresses(nodes: &[String]) -> Result<HashMap<String, String>, String> 
         .stdin(Stdio::null())
         .stderr(Stdio::piped())
         .output()
-        .map_err(|e| format!("cannot run scontrol: {}", plain(&e)))?;
+        .map_err(|e| format!("cannot run scontrol: {}", io_error(&e)))?;
     if !shown.status.success() {
         // Its last line says why (the ones before, where it looked).
         let said = String::from_utf8_lossy(&shown.stderr);

@@ -120,7 +120,10 @@ impl Root {
             let Some(mut file) = file else { continue };
             if let Err(e) = write(&mut file, &facts, roll, &records) {
                 let path = file.path.display();
-                eprintln!("rlaunch: cannot write the {what} {path}: {}", crate::hosts::plain(&e));
+                eprintln!(
+                    "rlaunch: cannot write the {what} {path}: {}",
+                    crate::quote::io_error(&e)
+                );
             }
         }
         code

@@ -15,7 +15,7 @@ use std::collections::BTreeMap;
 
 use pmi_wire::control::PMIX_FENCE_PART;
 use rlaunch_proxy::pmix::wire::MAX_DATA;
-use rlaunch_tree::fence::{cut, FenceFold};
+use rlaunch_tree::fence::{in_parts, FenceFold};
 
 /// A fence gathered more data than a PMIx server takes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -103,7 +103,7 @@ impl PmixFence {
         self.fold.finish(epoch);
         self.bytes = 0;
         self.served_epochs += u64::from(std::mem::take(&mut self.served));
-        Some((epoch, cut(std::mem::take(&mut self.data).into_values(), PMIX_FENCE_PART)))
+        Some((epoch, in_parts(std::mem::take(&mut self.data).into_values(), PMIX_FENCE_PART)))
     }
 }
 

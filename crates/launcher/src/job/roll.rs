@@ -317,10 +317,10 @@ impl Roll {
     }
 }
 
-use crate::error::cut;
+use crate::quote::cut;
 
 fn strerror(errno: i32) -> String {
-    crate::hosts::plain(&std::io::Error::from_raw_os_error(errno))
+    crate::quote::io_error(&std::io::Error::from_raw_os_error(errno))
 }
 
 #[cfg(test)]

@@ -21,10 +21,10 @@ use rlaunch_tree::link;
 
 use super::cause::Cause;
 use super::{route, Root};
-use crate::error::cut;
 use crate::hosts::{self, Host};
 use crate::output::SpawnedJob;
 use crate::plan::place::{self, Universe};
+use crate::quote::cut;
 
 /// The most processes one spawn may ask for: as many as Linux runs on a host (pid_max).
 const MAX_SPAWN: u32 = 4_194_304;

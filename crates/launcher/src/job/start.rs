@@ -101,7 +101,7 @@ impl Root {
                     self.dial_deadline = Some(Instant::now() + link::HELLO_WAIT);
                 }
                 Err(e) => {
-                    let why = format!("cannot start {name}: {}", crate::hosts::plain(&e));
+                    let why = format!("cannot start {name}: {}", crate::quote::io_error(&e));
                     self.give_up_dialing(&why);
                 }
             }

@@ -12,8 +12,9 @@ use pmi_wire::control::{Binding, Liveness};
 use crate::allocation::Scheduler;
 use crate::args::{self, Key, Part};
 use crate::configfile;
-use crate::error::{cut, UsageError};
+use crate::error::UsageError;
 use crate::output::OutputSpec;
+use crate::quote::cut;
 
 mod values;
 

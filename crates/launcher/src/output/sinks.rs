@@ -286,7 +286,7 @@ impl Sinks {
         let (file, failure) = match created {
             Ok(file) => (Some(file), None),
             Err((failed, e)) => {
-                let (path, cause) = (failed.to_path_buf(), crate::hosts::plain(&e));
+                let (path, cause) = (failed.to_path_buf(), crate::quote::io_error(&e));
                 (None, Some(FileFailure::Create { path, whose: whose(), cause }))
             }
         };
@@ -372,7 +372,7 @@ impl Sinks {
             };
             if let Err(e) = (&*file).write_all(bytes) {
                 out.broken = true;
-                let cause = crate::hosts::plain(&e);
+                let cause = crate::quote::io_error(&e);
                 failures.push(FileFailure::Write { path: out.path.clone(), cause });
             }
         }

@@ -251,7 +251,7 @@ fn system_dirs() -> Vec<String> {
 
 /// The paths glibc's cache (`glibc-ld.so.cache1.1`, after the old format's table if there
 /// is one) gives for the library `name`, in the cache's order. Scanned, not indexed: one
-/// lookup or a few per job, and building a map of its ~700 entries took 80-190 us here.
+/// lookup or a few per job (docs/measurements.md, *The loader's cache*).
 fn cache_lookup(cache: &[u8], name: &[u8]) -> Vec<PathBuf> {
     const MAGIC: &[u8] = b"glibc-ld.so.cache1.1";
     let Some(start) = cache.windows(MAGIC.len()).position(|w| w == MAGIC) else {

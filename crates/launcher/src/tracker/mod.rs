@@ -33,7 +33,7 @@ use tokio::sync::mpsc;
 
 use pmi_wire::record::{self, Micros};
 
-use crate::error::cut;
+use crate::quote::cut;
 
 /// Both sides' first four bytes (the int 0xff99, little-endian).
 const MAGIC: i32 = 0xff99;

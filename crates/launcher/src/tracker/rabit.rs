@@ -157,7 +157,7 @@ impl Tracker {
         let rank = match rank {
             r if r >= 0 => r as u32,
             _ => task.parse::<u32>().map_err(|_| {
-                format!("its task id {} is no rank (DMLC_TASK_ID)", crate::error::cut(task))
+                format!("its task id {} is no rank (DMLC_TASK_ID)", crate::quote::cut(task))
             })?,
         };
         if rank >= n {
@@ -258,7 +258,7 @@ impl Ring {
     /// `port`: its rank.
     pub fn start(&mut self, task: &str, host: String, port: i32) -> Result<u32, String> {
         let rank = task.parse::<u32>().map_err(|_| {
-            format!("its task id {} is no rank (pass dmlc_task_id)", crate::error::cut(task))
+            format!("its task id {} is no rank (pass dmlc_task_id)", crate::quote::cut(task))
         })?;
         if rank >= self.n {
             return Err(format!("rank {rank} is beyond the job's {} workers", self.n));

@@ -3,7 +3,7 @@
 //! ```text
 //! PMI_FD=<fd>           an inherited socket; PMI_RANK and PMI_SIZE say who we are
 //! PMI_PORT=host:port    TCP; we send "cmd=initack pmiid=<PMI_ID>", the server answers
-//!                       with our size and rank (PMI.md §2.6)
+//!                       with our size and rank (docs/pmi.md, *The port handshake*)
 //! ```
 //!
 //! Start with [`connect`]: it finds the server, initialises, and returns a [`PmiClient`] that

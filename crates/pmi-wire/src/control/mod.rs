@@ -308,7 +308,7 @@ pub enum Up {
     OutputEnd { rank: u32, stream: Stream },
     /// A rank ended: its one verdict, sent once it is reaped and its PMI connection (if it
     /// had one) has closed. `unfinalized`: the connection closed before PMI finalize, which
-    /// fails the rank even if it exited with 0 (PMI.md §5). `pid` is 0 for a rank that never
+    /// fails the rank even if it exited with 0 (docs/pmi.md, *Who answers what*). `pid` is 0 for a rank that never
     /// started. `usage`: its times and resource use, for `--report`.
     RankExited { rank: u32, pid: u32, outcome: ExitOutcome, unfinalized: bool, usage: RankUsage },
     /// A stdin chunk has been written to one rank.

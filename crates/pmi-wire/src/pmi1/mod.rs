@@ -1,4 +1,4 @@
-//! PMI-1 ("simple PMI" 1.1): the line protocol every MPICH rank speaks by default (PMI.md §2).
+//! PMI-1 ("simple PMI" 1.1): the line protocol every MPICH rank speaks by default (docs/pmi.md, *PMI-1*).
 //!
 //! ```text
 //! request:  cmd=<name> key=value key=value\n        one line, at most 1024 bytes

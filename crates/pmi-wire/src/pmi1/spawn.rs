@@ -1,4 +1,4 @@
-//! `mcmd=spawn` blocks (PMI.md §2.5): one executable of an `MPI_Comm_spawn[_multiple]` call
+//! `mcmd=spawn` blocks (docs/pmi.md, *Spawn*): one executable of an `MPI_Comm_spawn[_multiple]` call
 //! each, written as `key=value` lines up to `endcmd`, in several writes.
 
 use std::collections::HashMap;

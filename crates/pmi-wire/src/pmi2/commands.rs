@@ -1,5 +1,5 @@
 //! The typed layer over [`Command`]: requests a rank sends and the replies it gets, with
-//! their keys, counts and defaults (PMI.md §3.3).
+//! their keys, counts and defaults (docs/pmi.md, *PMI-2*).
 
 use std::collections::HashMap;
 use std::str::FromStr;

@@ -1,4 +1,4 @@
-//! PMI-2: length-framed `key=value;` commands (PMI.md §3).
+//! PMI-2: length-framed `key=value;` commands (docs/pmi.md, *PMI-2*).
 //!
 //! ```text
 //! frame:  "38    " "cmd=kvs-put;key=k;value=a;;b;thrid=7;"

@@ -6,8 +6,9 @@ use pmi_wire::control::Up;
 use pmi_wire::record;
 
 use super::Node;
-use crate::kvs::{FenceStep, Kvs, Local, Reply};
+use crate::kvs::{FenceStep, Kvs, Reply};
 use crate::pmi::{PmiAnswer, PmiCall, PmiPeer};
+use crate::ranks::Local;
 
 impl Node {
     pub(super) fn kvs(&mut self, job: u32) -> Option<&mut Kvs> {

@@ -20,10 +20,9 @@ use crate::ranks::PmiState;
 
 /// How many ranks are started at once. Until a rank has started, both ends of its pipes and
 /// PMI socket (and a /dev/null) are open here, seven descriptors, against three once it runs:
-/// 3,000 ranks started at once took 21,000, past a limit of 20,000 that their 9,000 would
-/// have kept to (the proxy failed with EMFILE, or fell silent). A slice of 64 leaves 256 more
-/// at the most, and launches 256 ranks as fast as one slice did (152 against 158 ms, medians
-/// of 15).
+/// thousands of ranks started at once ran past the descriptor limit that their running
+/// selves keep to. A slice of 64 leaves 256 more at the most, and launches as fast as one
+/// slice did (docs/measurements.md, *Start slice*).
 const START_SLICE: usize = 64;
 
 /// What starting one rank takes.

@@ -9,7 +9,7 @@
 //!  child link readers ─────►│ Event ──► Node ──control──► upstream pump ──► parent
 //!  output hub (stream ends)►┘  ▲  │                          ▲
 //!  rank PMI tasks ──PmiCall────┘  └──PmiAnswer──► ranks      │
-//!  SIGCHLD, SIGTERM/HUP/INT ──► Node     output hub, child frames ┘ (bounded data channel)
+//!  SIGCHLD, SIGTERM/HUP/INT ──► Node     output hub, child frames ┘ (data channel: credit-limited)
 //! ```
 //!
 //! How a proxy comes up and gets its launch is in [`start`]; its child proxies, in
@@ -44,10 +44,11 @@ use tokio::time::Instant;
 
 use crate::binding::Binder;
 use crate::kill::{Escalation, KillStep};
-use crate::kvs::{Kvs, Local};
+use crate::kvs::Kvs;
 use crate::outputs::{Outputs, StreamEnd};
 use crate::pmi::{PmiAnswer, PmiCall, PmiJob, PmiPeer};
 use crate::rank::StdinChunk;
+use crate::ranks::Local;
 use crate::ranks::RankTable;
 use rlaunch_tree::children::{ChildNews, Children, Lost};
 use rlaunch_tree::credit::Queued;
@@ -259,7 +260,7 @@ impl Node {
             }
             let record = Box::new(self.record());
             let done = Up::NodeDone { node: self.plan.index, record };
-            let _ = self.up.data.send(Queued::plain(done));
+            let _ = self.up.data.send(Queued::uncredited(done));
         }
         0
     }

@@ -26,9 +26,9 @@ use tokio::time::Instant;
 
 use super::pmix_spawn::{Registered, Spawning};
 use super::{Event, Node};
-use crate::kvs::Local;
 use crate::pmix::wire::Proc;
 use crate::pmix::{self, wire, Command, Files, Host, HostNews, Late};
+use crate::ranks::Local;
 
 /// The node's PMIx server and what it waits for.
 pub(super) struct Pmix {

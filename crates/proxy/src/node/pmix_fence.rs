@@ -20,7 +20,7 @@ use pmi_wire::control::{Down, Up, PMIX_FENCE_PART};
 use super::Node;
 use crate::pmix::wire::{self, Proc};
 use crate::pmix::Command;
-use rlaunch_tree::fence::{cut, FenceFold};
+use rlaunch_tree::fence::{in_parts, FenceFold};
 
 /// This node's share of the launched job's PMIx fences.
 #[derive(Default)]
@@ -43,7 +43,7 @@ impl Node {
             tracing::warn!(old, id, "a PMIx fence entered twice");
         }
         let (epoch, node) = (self.pmix_fence.fold.epoch(), self.plan.index);
-        for data in cut([data], PMIX_FENCE_PART).into_iter().filter(|d| !d.is_empty()) {
+        for data in in_parts([data], PMIX_FENCE_PART).into_iter().filter(|d| !d.is_empty()) {
             let _ = self.up.control.send(Up::PmixFencePart { epoch, node, data });
         }
         self.pmix_fence.own_in = true;

@@ -104,7 +104,7 @@ pub(super) async fn relay_child(child: usize, event: LinkEvent, relay: Relay) ->
             true
         }
         LinkEvent::Up(up @ (Up::OutputEnd { .. } | Up::RankStarted { .. })) => {
-            let _ = relay.data.send(Queued::plain(up));
+            let _ = relay.data.send(Queued::uncredited(up));
             true
         }
         LinkEvent::Up(up)

@@ -14,9 +14,7 @@
 //! A pipe whose chunk went up in a carrier is not read again until the chunk has gone and
 //! the channel up has room, for at most 2 ms (see [`paced`]): a pipe that was polled wakes
 //! its poller on every write, so a rank writing fast had the hub wake and carry 64 KiB per
-//! write; paced, it carries half a pipe at a time (1 x 1 GiB | wc -c: 3,900 wakeups of the proxy by the
-//! rank per GiB, 240 paced; with the larger chunks, 460 to 418 ms, and 526 to 454 ms for
-//! 64 x 16 MiB, medians of 11 and 7 interleaved runs).
+//! write; paced, it carries half a pipe at a time (docs/measurements.md, *Paced carriers*).
 //!
 //! The node's output budget is the backpressure ([`credit::Local`]): when the launcher's
 //! reader is slow, the window upstream closes, the budget runs out, the hub waits for room,
@@ -53,8 +51,7 @@ use direct::{Direct, OnAdd, State};
 /// Largest chunk of output read and sent in one frame.
 const OUTPUT_CHUNK: usize = 128 << 10;
 /// Largest chunk of output carried in one frame: half a rank's 1 MiB pipe, so that the rank
-/// fills the other half while the chunk goes (1 x 1 GiB | wc -c: 460 to 450 ms against 128
-/// KiB, medians of 11; it is the pacing below that makes such chunks common).
+/// fills the other half while the chunk goes (docs/measurements.md, *Carried chunk*).
 const CARRIED_CHUNK: usize = 512 << 10;
 /// Ready pipes taken from the epoll set at a time.
 const READY_BATCH: usize = 64;

@@ -6,7 +6,7 @@
 //!  socket ◄───flush───── out ◄──reply/answer── Reply
 //! ```
 //!
-//! Each message is told apart by its first bytes (PMI.md §3.1): `cmd=`/`mcmd=` is a PMI-1
+//! Each message is told apart by its first bytes (docs/pmi.md, *Telling the two apart*): `cmd=`/`mcmd=` is a PMI-1
 //! line, anything else a PMI-2 frame. The connection's [`Mode`] decides how to word answers
 //! that arrive later, and, once PMI-2, that bytes too short to tell are a frame's.
 

@@ -1,4 +1,4 @@
-//! What the connection answers itself and what goes to the node (PMI.md §5: Hydra's proxy
+//! What the connection answers itself and what goes to the node (docs/pmi.md, *Who answers what*: Hydra's proxy
 //! answers the same set locally). Pure: the job's facts in, a [`Route`] out.
 
 use pmi_wire::control::SpawnOutcome;

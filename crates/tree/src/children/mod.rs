@@ -73,9 +73,8 @@ struct ChildClock {
 }
 
 /// Clock probes sent to a child, one after the other's answer. A child answers at once, but
-/// the first answer may wait behind the ranks it starts (round trips of 5-7 ms were seen on
-/// a loaded machine, putting a proxy on the same clock 3.5 ms off); the shortest of a few is
-/// close to the true offset.
+/// the first answer may wait behind the ranks it starts (docs/measurements.md, *Clock
+/// probes*); the shortest of a few is close to the true offset.
 pub const CLOCK_PROBES: u32 = 4;
 
 /// Every child proxy of one parent.

@@ -215,9 +215,8 @@ impl Stash {
 /// How long a writer that found its sink (a pipe) full lets the sink's reader drain it before
 /// it waits for room: a pipe wakes its writer as soon as a read frees any, and a reader that
 /// reads 16 KiB at a time (`wc`) would otherwise have the writer refill 16 KiB after each read,
-/// two context switches a time (1 x 1 GiB | wc -c: 526 ms, 461 ms with this pause, medians
-/// of 15). A sink is only full when its reader is what holds the output up, so the pause
-/// delays nothing.
+/// two context switches a time (docs/measurements.md, *Drain pause*). A sink is only full
+/// when its reader is what holds the output up, so the pause delays nothing.
 pub const DRAIN: std::time::Duration = std::time::Duration::from_micros(100);
 
 /// Waits until `to`, found full, has room: after [`DRAIN`], for as long as it takes.
