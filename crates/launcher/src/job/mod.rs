@@ -173,7 +173,7 @@ struct Root {
     /// Where a proxy started during the run sends its link's news and its output.
     links: Option<(mpsc::UnboundedSender<Event>, Feed)>,
     /// `--tracker rabit`: which workers started with it, and which ranks ended without.
-    roster: Option<crate::tracker::rabit::Roster>,
+    turnout: Option<crate::tracker::rabit::Turnout>,
     /// The tracker's rendezvous, once every worker's links were assigned.
     tracker_span: Option<(Micros, Micros)>,
 }
@@ -234,14 +234,14 @@ pub async fn run(mut plan: Plan) -> i32 {
         redirects: Vec::new(),
         spawns: spawn::Spawns::default(),
         links: None,
-        roster: None,
+        turnout: None,
         tracker_span: None,
         plan,
     };
     let (tracker_news_tx, mut tracker_news) = mpsc::unbounded_channel();
     let tracker = root.plan.tracker.take().map(|listener| {
         let workers = root.plan.job.size;
-        root.roster = Some(crate::tracker::rabit::Roster::new(workers));
+        root.turnout = Some(crate::tracker::rabit::Turnout::new(workers));
         tokio::spawn(crate::tracker::serve(listener, workers, tracker_news_tx))
     });
     let (dialed_tx, mut dialed) = mpsc::unbounded_channel();
@@ -262,14 +262,7 @@ pub async fn run(mut plan: Plan) -> i32 {
             root.proxy_deadline = Some(Instant::now() + PROXY_GRACE);
         }
         let stdin_ready = root.stdin.open && root.stdin.pending.len() < STDIN_WINDOW;
-        let timeout_at = root.timeout_at;
-        let proxy_deadline = root.proxy_deadline;
-        let output_deadline = root.output_deadline;
-        let dial_deadline = root.dial_deadline;
-        let held_deadline = root.forwarded.deadline(root.kill_grace());
-        let progress_deadline = root.progress.as_ref().and_then(|p| p.deadline());
-        let lookup_deadline = root.names.deadline();
-        let linger_deadline = root.children.linger_deadline(PROXY_GRACE);
+        let next = root.next_deadline();
         tokio::select! {
             ev = events.recv() => match ev {
                 Some(ev) => root.handle(ev),
@@ -277,11 +270,6 @@ pub async fn run(mut plan: Plan) -> i32 {
             },
             Some(proxy) = dialed.recv() => root.attach(proxy, &events_tx, &output_tx),
             Some(news) = tracker_news.recv() => root.tracker_news(news),
-            _ = sleep_until(dial_deadline), if dial_deadline.is_some() => {
-                root.dial_deadline = None;
-                let wait = link::HELLO_WAIT.as_secs();
-                root.give_up_dialing(&format!("its proxy did not call back within {wait} s"));
-            }
             Some(event) = output_events.recv() => match event {
                 OutputEvent::StdoutClosed => root.fail(Cause::StdoutClosed),
                 OutputEvent::FileFailed(failure) => root.fail(Cause::OutputFile(failure)),
@@ -289,57 +277,9 @@ pub async fn run(mut plan: Plan) -> i32 {
             chunk = stdin::next(&mut stdin), if stdin_ready => root.stdin_chunk(chunk),
             _ = sigchld.recv() => root.reap(),
             sig = forwarded.recv() => root.on_signal(sig),
-            _ = sleep_until(held_deadline), if held_deadline.is_some() => {
-                // The grace is over and ranks are still running: the signal ends the job.
-                if let Some(sig) = root.forwarded.take() {
-                    root.fail(Cause::Forwarded(sig));
-                }
-            }
-            _ = sleep_until(progress_deadline), if progress_deadline.is_some() => {
-                if let Some(progress) = root.progress.as_mut() {
-                    progress.draw();
-                }
-            }
-            _ = sleep_until(lookup_deadline), if lookup_deadline.is_some() => {
-                let answers = root.names.expire(Instant::now());
-                root.name_answers(answers);
-            }
-            _ = sleep_until(timeout_at), if timeout_at.is_some() => {
-                root.timeout_at = None;
-                let after = root.plan.timeout.unwrap_or_default();
-                root.fail(Cause::TimedOut(after));
-            }
-            _ = sleep_until(output_deadline), if output_deadline.is_some() => {
-                if root.drop_only_if_behind && !output_tx.writer_behind() {
-                    // The reader keeps up: what is still coming is on its way through the
-                    // tree, and is written (until the proxies' own deadline).
-                    root.output_deadline = Some(Instant::now() + OUTPUT_RECHECK);
-                } else {
-                    // A slow reader must not hold the end up: what the links still bring is
-                    // read and thrown away, so the proxies finish.
-                    root.output_deadline = None;
-                    tracing::debug!("dropping the output not written yet");
-                    if root.note_drop {
-                        let secs = OUTPUT_GRACE.as_secs();
-                        eprintln!(
-                            "rlaunch: note: output the reader had not taken {secs} s after the \
-                             kill grace was dropped"
-                        );
-                    }
-                    root.drop_output.send_replace(true);
-                    root.children.broadcast(&Down::DropOutput);
-                }
-            }
-            _ = sleep_until(linger_deadline), if linger_deadline.is_some() => {
-                root.children.kill_lingering(PROXY_GRACE);
-            }
-            _ = sleep_until(proxy_deadline), if proxy_deadline.is_some() => {
-                root.proxy_deadline = None;
-                root.children.kill_unfinished();
-                if let Some(launcher) = root.launcher.as_ref().filter(|l| l.ended.is_none()) {
-                    tracing::warn!(launcher = %launcher.name, "did not finish; killing it");
-                    procs::signal_pid(launcher.pid, Signal::SIGKILL);
-                }
+            _ = sleep_until(next.map(|(at, _)| at)), if next.is_some() => {
+                let writer_behind = output_tx.writer_behind();
+                root.on_deadline(next.expect("a deadline").1, writer_behind);
             }
         }
     }
@@ -371,6 +311,107 @@ pub async fn run(mut plan: Plan) -> i32 {
     }
     procs::kill_descendants(&HashSet::new());
     root.report()
+}
+
+/// The Root's deadlines, every one waited on by one arm of its loop: the earliest is next.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Deadline {
+    /// A proxy started by a scheduler's launcher has not called back.
+    Dial,
+    /// The grace after a forwarded signal, with ranks' ends held, is over.
+    Held,
+    /// The progress line is due to be drawn again.
+    Progress,
+    /// A name lookup has waited long enough for its name to be published.
+    Lookup,
+    /// `--timeout`.
+    Timeout,
+    /// Output not written by now is dropped (or, the reader keeping up, looked at again).
+    Output,
+    /// A child's link ended and its process lingers.
+    Linger,
+    /// The proxies (and the scheduler's launcher) that have not finished are killed.
+    Proxy,
+}
+
+impl Root {
+    /// The earliest of the Root's deadlines, and which it is.
+    fn next_deadline(&self) -> Option<(Instant, Deadline)> {
+        [
+            (self.dial_deadline, Deadline::Dial),
+            (self.forwarded.deadline(self.kill_grace()), Deadline::Held),
+            (self.progress.as_ref().and_then(|p| p.deadline()), Deadline::Progress),
+            (self.names.deadline(), Deadline::Lookup),
+            (self.timeout_at, Deadline::Timeout),
+            (self.output_deadline, Deadline::Output),
+            (self.children.linger_deadline(PROXY_GRACE), Deadline::Linger),
+            (self.proxy_deadline, Deadline::Proxy),
+        ]
+        .into_iter()
+        .filter_map(|(at, which)| at.map(|at| (at, which)))
+        .min_by_key(|&(at, _)| at)
+    }
+
+    /// Deadline `which` has come. `writer_behind`: the output writer holds more than it
+    /// keeps up with.
+    fn on_deadline(&mut self, which: Deadline, writer_behind: bool) {
+        match which {
+            Deadline::Dial => {
+                self.dial_deadline = None;
+                let wait = link::HELLO_WAIT.as_secs();
+                self.give_up_dialing(&format!("its proxy did not call back within {wait} s"));
+            }
+            Deadline::Held => {
+                // The grace is over and ranks are still running: the signal ends the job.
+                if let Some(sig) = self.forwarded.take() {
+                    self.fail(Cause::Forwarded(sig));
+                }
+            }
+            Deadline::Progress => {
+                if let Some(progress) = self.progress.as_mut() {
+                    progress.draw();
+                }
+            }
+            Deadline::Lookup => {
+                let answers = self.names.expire(Instant::now());
+                self.name_answers(answers);
+            }
+            Deadline::Timeout => {
+                self.timeout_at = None;
+                let after = self.plan.timeout.unwrap_or_default();
+                self.fail(Cause::TimedOut(after));
+            }
+            Deadline::Output if self.drop_only_if_behind && !writer_behind => {
+                // The reader keeps up: what is still coming is on its way through the tree,
+                // and is written (until the proxies' own deadline).
+                self.output_deadline = Some(Instant::now() + OUTPUT_RECHECK);
+            }
+            Deadline::Output => {
+                // A slow reader must not hold the end up: what the links still bring is read
+                // and thrown away, so the proxies finish.
+                self.output_deadline = None;
+                tracing::debug!("dropping the output not written yet");
+                if self.note_drop {
+                    let secs = OUTPUT_GRACE.as_secs();
+                    eprintln!(
+                        "rlaunch: note: output the reader had not taken {secs} s after the kill \
+                         grace was dropped"
+                    );
+                }
+                self.drop_output.send_replace(true);
+                self.children.broadcast(&Down::DropOutput);
+            }
+            Deadline::Linger => self.children.kill_lingering(PROXY_GRACE),
+            Deadline::Proxy => {
+                self.proxy_deadline = None;
+                self.children.kill_unfinished();
+                if let Some(launcher) = self.launcher.as_ref().filter(|l| l.ended.is_none()) {
+                    tracing::warn!(launcher = %launcher.name, "did not finish; killing it");
+                    procs::signal_pid(launcher.pid, Signal::SIGKILL);
+                }
+            }
+        }
+    }
 }
 
 async fn sleep_until(at: Option<Instant>) {
@@ -415,7 +456,7 @@ impl Root {
                 // A failing end is the job's failure already (or a forwarded signal's doing).
                 let clean = outcome == pmi_wire::ids::ExitOutcome::Exited(0);
                 if let Some(absent) =
-                    self.roster.as_mut().filter(|_| clean).and_then(|r| r.ended(rank))
+                    self.turnout.as_mut().filter(|_| clean).and_then(|r| r.ended(rank))
                 {
                     self.fail(Cause::TrackerAbsent { rank: absent });
                 }
@@ -590,7 +631,7 @@ impl Root {
             }
             crate::tracker::News::Assigned { first, all } => self.tracker_span = Some((first, all)),
             crate::tracker::News::Started { rank } => {
-                if let Some(absent) = self.roster.as_mut().and_then(|r| r.started(rank)) {
+                if let Some(absent) = self.turnout.as_mut().and_then(|r| r.started(rank)) {
                     self.fail(Cause::TrackerAbsent { rank: absent });
                 }
             }

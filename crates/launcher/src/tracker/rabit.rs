@@ -303,15 +303,15 @@ impl Ring {
 /// worker has started, a rank that ended before it did (with code 0: a failing end fails the
 /// job anyway) leaves that worker, and every other that starts, waiting for ever.
 #[derive(Debug)]
-pub struct Roster {
+pub struct Turnout {
     n: u32,
     started: BTreeSet<u32>,
     ended_unstarted: BTreeSet<u32>,
 }
 
-impl Roster {
-    pub fn new(n: u32) -> Roster {
-        Roster { n, started: BTreeSet::new(), ended_unstarted: BTreeSet::new() }
+impl Turnout {
+    pub fn new(n: u32) -> Turnout {
+        Turnout { n, started: BTreeSet::new(), ended_unstarted: BTreeSet::new() }
     }
 
     /// Worker `rank` started (either protocol). Returns a rank that never will, if any.
@@ -343,18 +343,18 @@ mod tests {
     #[test]
     fn a_rank_gone_before_starting_strands_the_workers_that_did() {
         // Ranks that never use the tracker (no worker started) strand no one.
-        let mut idle = Roster::new(3);
+        let mut idle = Turnout::new(3);
         assert_eq!((idle.ended(0), idle.ended(1), idle.ended(2)), (None, None, None));
         // Rank 2 ends first; rank 0 then starts and would wait for it.
-        let mut late = Roster::new(3);
+        let mut late = Turnout::new(3);
         assert_eq!(late.ended(2), None);
         assert_eq!(late.started(0), Some(2));
         // Rank 0 started, rank 1 ends without: at once.
-        let mut early = Roster::new(3);
+        let mut early = Turnout::new(3);
         assert_eq!(early.started(0), None);
         assert_eq!(early.ended(1), Some(1));
         // Every worker started: ends are the usual ones, and beyond the job's ranks ignored.
-        let mut whole = Roster::new(2);
+        let mut whole = Turnout::new(2);
         assert_eq!((whole.started(0), whole.started(1)), (None, None));
         assert_eq!((whole.ended(0), whole.ended(1), whole.ended(7)), (None, None, None));
     }
