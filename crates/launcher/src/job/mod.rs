@@ -16,6 +16,7 @@
 //! [`names`] (publish and lookup), [`spawn`], [`signals`].
 
 mod cause;
+mod deadline;
 mod dial;
 mod ending;
 mod names;
@@ -38,7 +39,7 @@ use pmi_wire::control::{DmodexAnswer, DmodexData, Down, Job, NameOp, NodePlan, S
 use rlaunch_tree::children::{ChildNews, Children};
 use rlaunch_tree::dialin::Dialed;
 use rlaunch_tree::fence::FenceFold;
-use rlaunch_tree::link::{self, ForkedProxy, LinkEvent};
+use rlaunch_tree::link::{ForkedProxy, LinkEvent};
 use rlaunch_tree::procs;
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
@@ -311,107 +312,6 @@ pub async fn run(mut plan: Plan) -> i32 {
     }
     procs::kill_descendants(&HashSet::new());
     root.report()
-}
-
-/// The Root's deadlines, every one waited on by one arm of its loop: the earliest is next.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Deadline {
-    /// A proxy started by a scheduler's launcher has not called back.
-    Dial,
-    /// The grace after a forwarded signal, with ranks' ends held, is over.
-    Held,
-    /// The progress line is due to be drawn again.
-    Progress,
-    /// A name lookup has waited long enough for its name to be published.
-    Lookup,
-    /// `--timeout`.
-    Timeout,
-    /// Output not written by now is dropped (or, the reader keeping up, looked at again).
-    Output,
-    /// A child's link ended and its process lingers.
-    Linger,
-    /// The proxies (and the scheduler's launcher) that have not finished are killed.
-    Proxy,
-}
-
-impl Root {
-    /// The earliest of the Root's deadlines, and which it is.
-    fn next_deadline(&self) -> Option<(Instant, Deadline)> {
-        [
-            (self.dial_deadline, Deadline::Dial),
-            (self.forwarded.deadline(self.kill_grace()), Deadline::Held),
-            (self.progress.as_ref().and_then(|p| p.deadline()), Deadline::Progress),
-            (self.names.deadline(), Deadline::Lookup),
-            (self.timeout_at, Deadline::Timeout),
-            (self.output_deadline, Deadline::Output),
-            (self.children.linger_deadline(PROXY_GRACE), Deadline::Linger),
-            (self.proxy_deadline, Deadline::Proxy),
-        ]
-        .into_iter()
-        .filter_map(|(at, which)| at.map(|at| (at, which)))
-        .min_by_key(|&(at, _)| at)
-    }
-
-    /// Deadline `which` has come. `writer_behind`: the output writer holds more than it
-    /// keeps up with.
-    fn on_deadline(&mut self, which: Deadline, writer_behind: bool) {
-        match which {
-            Deadline::Dial => {
-                self.dial_deadline = None;
-                let wait = link::HELLO_WAIT.as_secs();
-                self.give_up_dialing(&format!("its proxy did not call back within {wait} s"));
-            }
-            Deadline::Held => {
-                // The grace is over and ranks are still running: the signal ends the job.
-                if let Some(sig) = self.forwarded.take() {
-                    self.fail(Cause::Forwarded(sig));
-                }
-            }
-            Deadline::Progress => {
-                if let Some(progress) = self.progress.as_mut() {
-                    progress.draw();
-                }
-            }
-            Deadline::Lookup => {
-                let answers = self.names.expire(Instant::now());
-                self.name_answers(answers);
-            }
-            Deadline::Timeout => {
-                self.timeout_at = None;
-                let after = self.plan.timeout.unwrap_or_default();
-                self.fail(Cause::TimedOut(after));
-            }
-            Deadline::Output if self.drop_only_if_behind && !writer_behind => {
-                // The reader keeps up: what is still coming is on its way through the tree,
-                // and is written (until the proxies' own deadline).
-                self.output_deadline = Some(Instant::now() + OUTPUT_RECHECK);
-            }
-            Deadline::Output => {
-                // A slow reader must not hold the end up: what the links still bring is read
-                // and thrown away, so the proxies finish.
-                self.output_deadline = None;
-                tracing::debug!("dropping the output not written yet");
-                if self.note_drop {
-                    let secs = OUTPUT_GRACE.as_secs();
-                    eprintln!(
-                        "rlaunch: note: output the reader had not taken {secs} s after the kill \
-                         grace was dropped"
-                    );
-                }
-                self.drop_output.send_replace(true);
-                self.children.broadcast(&Down::DropOutput);
-            }
-            Deadline::Linger => self.children.kill_lingering(PROXY_GRACE),
-            Deadline::Proxy => {
-                self.proxy_deadline = None;
-                self.children.kill_unfinished();
-                if let Some(launcher) = self.launcher.as_ref().filter(|l| l.ended.is_none()) {
-                    tracing::warn!(launcher = %launcher.name, "did not finish; killing it");
-                    procs::signal_pid(launcher.pid, Signal::SIGKILL);
-                }
-            }
-        }
-    }
 }
 
 async fn sleep_until(at: Option<Instant>) {
