@@ -3,25 +3,23 @@
 //! from the environment filled in where the command line is silent.
 
 use std::ffi::OsString;
-use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use pmi_wire::control::{Binding, Liveness};
 
 use crate::allocation::Scheduler;
-use crate::args::{self, Key, Part};
+use crate::args::{self, Key};
 use crate::configfile;
 use crate::error::UsageError;
 use crate::output::OutputSpec;
 use crate::quote::cut;
 
+mod fold;
 mod values;
 
-use values::{
-    output_spec, parse_bind_to, parse_command, parse_launcher, parse_seconds, split_pair,
-    OutputOptions,
-};
+use fold::fold;
 
 /// An option, or a setting from the environment, that rlaunch cannot use as given.
 #[derive(Debug, thiserror::Error)]
@@ -257,271 +255,6 @@ pub fn parse(
             .collect();
     }
     Ok(options)
-}
-
-fn fold(
-    parts: Vec<Part>,
-    env: &[(OsString, OsString)],
-    cwd: &Path,
-) -> Result<Request, OptionError> {
-    let mut o = Options {
-        segments: Vec::new(),
-        hosts: None,
-        ppn: None,
-        map_by: MapBy::Slot,
-        launcher: None,
-        launcher_exec: None,
-        proxy_path: None,
-        bind_address: None,
-        tree_width: 32,
-        rmk: Rmk::Detect,
-        env_base: EnvBase::All,
-        genv: Vec::new(),
-        stdin: "0".into(),
-        kill_grace: Duration::from_secs(1),
-        liveness: Liveness::default(),
-        timeout: None,
-        pmi_port: false,
-        pmi: PmiKinds::Auto,
-        psets: Vec::new(),
-        binding: None,
-        report_bindings: false,
-        rabit: false,
-        output: OutputSpec::default(),
-        print_all_exit_codes: false,
-        report: None,
-        timeline: None,
-        command: Vec::new(),
-        verbose: 0,
-        notices: Vec::new(),
-    };
-    let mut default_wdir: Option<PathBuf> = None;
-    let mut output = OutputOptions::default();
-    let getenv = |name: &str| env.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone());
-    let mut timeout = None;
-    // As written, for messages.
-    let mut silence_given: Option<String> = None;
-    for (index, part) in parts.iter().enumerate() {
-        let mut seg = SegmentSpec {
-            np: None,
-            hosts: None,
-            wdir: PathBuf::new(),
-            env_base: None,
-            env: Vec::new(),
-            command: part.command.clone(),
-        };
-        let mut wdir = None;
-        for item in &part.items {
-            let text = || item.value.as_ref().map(|v| v.to_string_lossy().into_owned());
-            let value = text().unwrap_or_default();
-            let bad =
-                |what| OptionError::Expected { option: item.name, value: value.clone(), what };
-            match item.key {
-                Key::Np => {
-                    let n = value.parse::<u32>().map_err(|_| bad("a number of ranks"))?;
-                    if n == 0 {
-                        return Err(OptionError::NoRanks { option: item.name, value });
-                    }
-                    seg.np = Some(n);
-                }
-                Key::Configfile | Key::Help | Key::HelpAll | Key::Version | Key::Info => {}
-                Key::Timeout => timeout = Some(parse_seconds(item.name, &value)?),
-                Key::KillGrace => {
-                    o.kill_grace = parse_seconds(item.name, &value)?;
-                }
-                Key::PmiPort => o.pmi_port = true,
-                Key::Pmi => {
-                    o.pmi = match value.as_str() {
-                        "auto" => PmiKinds::Auto,
-                        "all" => PmiKinds::All,
-                        "simple" | "pmi" | "pmi1" | "pmi2" => PmiKinds::Simple,
-                        "pmix" => PmiKinds::Pmix,
-                        _ => return Err(bad("auto, all, simple or pmix")),
-                    }
-                }
-                Key::Tracker => match value.as_str() {
-                    "rabit" | "dmlc" | "xgboost" => o.rabit = true,
-                    _ => return Err(bad("rabit")),
-                },
-                Key::Pset => o
-                    .psets
-                    .push(values::pset(&value).ok_or_else(|| bad("NAME=RANKS, e.g. io=0-3,8"))?),
-                Key::Stdin => o.stdin = value,
-                Key::Hosts | Key::Hostfile => {
-                    let source = if item.key == Key::Hosts {
-                        HostSource::List(value)
-                    } else {
-                        HostSource::File(cwd.join(item.value.as_deref().expect("value")))
-                    };
-                    if index == 0 {
-                        o.hosts = Some(source.clone());
-                    }
-                    seg.hosts = Some(source);
-                }
-                Key::Ppn => {
-                    let n = value.parse::<u32>().ok().filter(|&n| n > 0);
-                    o.ppn = Some(n.ok_or_else(|| bad("a number of ranks per host"))?);
-                }
-                Key::MapBy => match value.as_str() {
-                    "slot" | "--byslot" | "-byslot" | "core" | "hwthread" | "socket" | "numa" => {
-                        o.map_by = MapBy::Slot
-                    }
-                    "node" | "--bynode" | "-bynode" => o.map_by = MapBy::Node,
-                    ppr if ppr.starts_with("ppr:") => {
-                        let n = ppr
-                            .strip_prefix("ppr:")
-                            .and_then(|r| r.strip_suffix(":node"))
-                            .and_then(|n| n.parse::<u32>().ok())
-                            .filter(|&n| n > 0);
-                        o.ppn = Some(n.ok_or_else(|| bad("ppr:N:node"))?);
-                    }
-                    _ => return Err(bad("slot, node or ppr:N:node")),
-                },
-                Key::Oversubscribe => {}
-                Key::Launcher => o.launcher = Some(parse_launcher(item.name, &value)?),
-                Key::LauncherExec => o.launcher_exec = Some(parse_command(item.name, &value)?),
-                Key::ProxyPath => o.proxy_path = Some(value),
-                Key::BindAddress => {
-                    o.bind_address = Some(value.parse().map_err(|_| bad("an IP address"))?)
-                }
-                Key::Iface => o.bind_address = Some(values::interface_address(item.name, &value)?),
-                Key::TreeWidth => {
-                    o.tree_width = value.parse().map_err(|_| bad("a number of children"))?
-                }
-                Key::Rmk => {
-                    o.rmk = match value.as_str() {
-                        "none" => Rmk::Off,
-                        name => Rmk::Use(
-                            Scheduler::parse(name)
-                                .ok_or_else(|| bad("slurm, sge, pbs, lsf or none"))?,
-                        ),
-                    }
-                }
-                Key::Heartbeat => {
-                    let every = parse_seconds(item.name, &value)?;
-                    if every < Duration::from_millis(1) {
-                        return Err(OptionError::ShortHeartbeat(value));
-                    }
-                    o.liveness.heartbeat_ms = every.as_millis() as u64;
-                }
-                Key::SilenceTimeout => {
-                    let silence = parse_seconds(item.name, &value)?;
-                    o.liveness.silence_ms = silence.as_millis() as u64;
-                    silence_given = Some(value);
-                }
-                Key::Genv => o.genv.push(split_pair(item)?),
-                Key::Export => match value.split_once('=') {
-                    Some(_) => o.genv.push(split_pair(item)?),
-                    None => {
-                        if let Some(v) = getenv(&value) {
-                            o.genv.push((value.into_bytes(), v.into_vec()));
-                        }
-                    }
-                },
-                Key::Genvall => o.env_base = EnvBase::All,
-                Key::Genvnone => o.env_base = EnvBase::Only(Vec::new()),
-                Key::Genvlist => o.env_base.add_list(&value),
-                Key::Env => seg.env.push(split_pair(item)?),
-                Key::Envall => seg.env_base = Some(EnvBase::All),
-                Key::Envnone => seg.env_base = Some(EnvBase::Only(Vec::new())),
-                Key::Envlist => {
-                    seg.env_base.get_or_insert(EnvBase::Only(Vec::new())).add_list(&value)
-                }
-                Key::Wdir => {
-                    let dir = cwd.join(item.value.as_deref().expect("value"));
-                    if index == 0 {
-                        default_wdir = Some(dir.clone());
-                    }
-                    wdir = Some(dir);
-                }
-                Key::PrependRank => output.prepend_rank = true,
-                Key::PrependPattern => output.prepend_pattern = Some(value),
-                Key::TagOutput => output.tag = true,
-                Key::TimestampOutput => output.timestamp = true,
-                Key::OutfilePattern => output.outfile = Some(value),
-                Key::ErrfilePattern => output.errfile = Some(value),
-                Key::OutputFilename => output.dir = Some(value),
-                Key::PrintAllExitCodes => o.print_all_exit_codes = true,
-                Key::Report => o.report = Some(cwd.join(&value)),
-                Key::Timeline => o.timeline = Some(cwd.join(&value)),
-                Key::BindTo => o.binding = parse_bind_to(item.name, &value)?,
-                Key::ReportBindings => o.report_bindings = true,
-                Key::Verbose => o.verbose = o.verbose.saturating_add(1),
-                Key::Mca => {
-                    let (name, value) = split_pair(item)?;
-                    o.genv.push(([b"OMPI_MCA_", &name[..]].concat(), value));
-                }
-                Key::Habit(why) => tracing::debug!("{} has no effect: {why}", item.name),
-                Key::NoEffect(why) => {
-                    let notice = format!("note: {} has no effect: {why}", item.name);
-                    if !o.notices.contains(&notice) {
-                        o.notices.push(notice);
-                    }
-                }
-            }
-        }
-        seg.wdir = wdir.unwrap_or_default();
-        o.segments.push(seg);
-    }
-    o.output = output_spec(&output)?;
-    let base_wdir = default_wdir.unwrap_or_else(|| cwd.to_path_buf());
-    for seg in &mut o.segments {
-        if seg.wdir.as_os_str().is_empty() {
-            seg.wdir.clone_from(&base_wdir);
-        }
-        if seg.hosts.is_none() {
-            seg.hosts.clone_from(&o.hosts);
-        }
-    }
-
-    // Settings from the environment, where the command line said nothing: rlaunch's own
-    // names first, then Hydra's.
-    let setting = |names: &[&'static str]| -> Option<(&'static str, String)> {
-        names.iter().find_map(|n| {
-            getenv(n)
-                .map(|v| v.to_string_lossy().trim().to_string())
-                .filter(|v| !v.is_empty())
-                .map(|v| (*n, v))
-        })
-    };
-    if o.hosts.is_none() {
-        if let Some((_, file)) = setting(&["RLAUNCH_HOSTFILE", "HYDRA_HOST_FILE"]) {
-            let source = HostSource::File(cwd.join(file));
-            for seg in o.segments.iter_mut().filter(|s| s.hosts.is_none()) {
-                seg.hosts = Some(source.clone());
-            }
-            o.hosts = Some(source);
-        }
-    }
-    if o.launcher.is_none() {
-        let names = ["RLAUNCH_LAUNCHER", "HYDRA_LAUNCHER", "HYDRA_BOOTSTRAP"];
-        if let Some((name, v)) = setting(&names) {
-            o.launcher = Some(parse_launcher(name, &v)?);
-        }
-    }
-    if o.launcher_exec.is_none() {
-        let names = ["RLAUNCH_LAUNCHER_EXEC", "HYDRA_LAUNCHER_EXEC", "HYDRA_BOOTSTRAP_EXEC"];
-        if let Some((name, v)) = setting(&names) {
-            o.launcher_exec = Some(parse_command(name, &v)?);
-        }
-    }
-    o.timeout = match timeout {
-        Some(t) => Some(t),
-        None => match setting(&["RLAUNCH_TIMEOUT", "MPIEXEC_TIMEOUT"]) {
-            Some((name, v)) => Some(parse_seconds(name, &v)?),
-            None => None,
-        },
-    };
-    if o.timeout == Some(Duration::ZERO) {
-        return Err(OptionError::ZeroTimeout);
-    }
-    if o.liveness.silence_ms <= o.liveness.heartbeat_ms {
-        let silence = silence_given
-            .unwrap_or_else(|| format!("{} (the default)", o.liveness.silence().as_secs_f64()));
-        let heartbeat = o.liveness.heartbeat().as_secs_f64();
-        return Err(OptionError::ShortSilence { silence, heartbeat });
-    }
-    Ok(Request::Run(Box::new(o)))
 }
 
 #[cfg(test)]
