@@ -251,9 +251,14 @@ pub async fn pump_until_abandoned<M: Frame>(
     mut abandon: tokio::sync::watch::Receiver<bool>,
 ) {
     tokio::select! {
-        _ = pump(out, hello, &mut control, Some(&mut data), splice_to.as_ref()) => {}
-        // A dropped sender abandons nothing: the pump goes on to flush the last frames.
+        // Abandon first: what is sent once it is raised (a node's teardown right after it
+        // lost its parent) must not go out, even when the pump is ready too; polled in a
+        // random order, the ranks' ends of a node that took itself down reached a parent
+        // that resumed (chaos: kill -STOP rlaunch during an ssh launch).
+        biased;
         _ = crate::raised(&mut abandon) => {}
+        // A dropped sender abandons nothing: the pump goes on to flush the last frames.
+        _ = pump(out, hello, &mut control, Some(&mut data), splice_to.as_ref()) => {}
     }
     tokio::join!(async { while control.recv().await.is_some() {} }, data.discard_all());
 }
