@@ -21,6 +21,7 @@ enum Dir {
 
 /// A script of `tests/cluster/` (`cluster.sh`, `slurm.sh`, `sge.sh`), run as
 /// `bash SCRIPT VERB DIR ARGS...`.
+#[derive(Debug)]
 pub(crate) struct Script(pub(crate) &'static str);
 
 impl Script {

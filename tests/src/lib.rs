@@ -64,6 +64,7 @@ pub mod procfs;
 mod procs;
 mod programs;
 mod run;
+mod scheduler;
 pub mod sge;
 pub mod slurm;
 mod tempdir;

@@ -16,23 +16,24 @@
 //! -inherit` starts with a fresh environment, carry no tag: [`SgeCluster::job_processes`]
 //! finds them, and everything else on the nodes, by namespace.
 //!
-//! The cluster's names (bridge `rlgbr0`, namespaces `rlg-nI`, ports 16444-16445) are global
-//! to the machine: a test binary brings up one cluster and runs its scenarios one after
-//! another on it (one `#[test]`, as `tests/tests/sge.rs` does), so that the cluster's drop ends
-//! it.
+//! What it shares with Slurm's cluster (bringing it up and down, checking nothing is left) is
+//! [`crate::scheduler`]'s; its names are bridge `rlgbr0`, namespaces `rlg-nI`, ports
+//! 16444-16445.
 
 use std::ffi::OsStr;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 
 use crate::cluster::Script;
-use crate::{procfs, Run, TempDir};
+use crate::scheduler::{Flavor, SchedulerCluster};
+use crate::{procfs, Run};
 
-/// `tests/cluster/sge.sh`.
-const SCRIPT: Script = Script("sge.sh");
+static SGE: Flavor =
+    Flavor { script: Script("sge.sh"), name: "Grid Engine", prefix: "rlg", up: &UP };
+static UP: AtomicBool = AtomicBool::new(false);
 
 /// A process on one of the cluster's nodes that is not the node's execd: part of a job.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -46,60 +47,41 @@ pub struct NodeProcess {
 /// A running cluster of fake nodes `n1..nN`; dropping it (or [`SgeCluster::down`]) stops every
 /// daemon and job and removes its namespaces, bridge and `/etc/netns` files.
 #[derive(Debug)]
-pub struct SgeCluster {
-    /// SGE_ROOT, the spools and every daemon's log; removed after the cluster is down.
-    dir: TempDir,
-    nodes: usize,
-    /// What a client needs (`SGE_ROOT=...`, the cell and ports), from `DIR/env`.
-    env: Vec<(String, String)>,
-    /// Set once `sge.sh down` has run, so that drop does not run it again.
-    down: bool,
-}
+pub struct SgeCluster(SchedulerCluster);
 
 impl SgeCluster {
-    /// Brings up `nodes` nodes and returns once every node's queue instance is usable; panics
-    /// with the script's report (the daemons' last log lines) if they do not come up.
+    /// Brings up `nodes` nodes (sge_qmaster, an sge_execd each) and returns once every node's
+    /// queue instance is usable; panics with the script's report (the daemons' last log
+    /// lines) if they do not come up.
     pub fn up(nodes: usize) -> SgeCluster {
-        assert!(
-            nix::unistd::geteuid().is_root(),
-            "the Grid Engine tests need root to make network namespaces and run its daemons"
-        );
-        // The names are global, so a second cluster (a second #[test] in the same binary, on
-        // a parallel thread) could only fail later and more confusingly.
-        assert!(
-            !UP.swap(true, Ordering::SeqCst),
-            "one SgeCluster per test process: run every Grid Engine scenario in one #[test]"
-        );
-        let dir = crate::tempdir();
-        let out = SCRIPT.run("up", dir.path(), &[nodes.to_string()]);
-        // From here on a drop takes down whatever `up` left, even after a failure.
-        let mut cluster = SgeCluster { dir, nodes, env: Vec::new(), down: false };
-        assert!(
-            out.status.success(),
-            "error: Grid Engine cluster did not come up ({}):\n{}",
-            out.status,
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let env = std::fs::read_to_string(cluster.dir.join("env"))
-            .unwrap_or_else(|e| panic!("error: cannot read the cluster's env file: {e}"));
-        cluster.env = parse_env(&env);
-        cluster
+        SgeCluster(SchedulerCluster::up(&SGE, nodes))
     }
 
     /// The directory holding SGE_ROOT, the spools and the daemons' logs.
     pub fn dir(&self) -> &Path {
-        self.dir.path()
+        self.0.dir()
     }
 
     /// The node names, `n1..nN`.
     pub fn nodes(&self) -> Vec<String> {
-        (1..=self.nodes).map(|i| format!("n{i}")).collect()
+        self.0.nodes()
     }
 
     /// The environment a Grid Engine client needs to talk to this cluster (`DIR/client` sets
     /// it by itself).
     pub fn env(&self) -> &[(String, String)] {
-        &self.env
+        self.0.env()
+    }
+
+    /// The daemons `up` started (sge_qmaster, one sge_execd per node) that still run.
+    pub fn running_daemons(&self) -> Vec<(i32, String)> {
+        self.0.running_daemons()
+    }
+
+    /// Takes the cluster down now and checks that nothing of it is left; panics naming what
+    /// is.
+    pub fn down(self) {
+        self.0.down()
     }
 
     /// `DIR/client program`: a client run as the head runs it, with the cluster's environment
@@ -121,13 +103,7 @@ impl SgeCluster {
     }
 
     fn client(&self) -> PathBuf {
-        self.dir.join("client")
-    }
-
-    /// The daemons `up` started (sge_qmaster, one sge_execd per node) that still run.
-    pub fn running_daemons(&self) -> Vec<(i32, String)> {
-        let pids = std::fs::read_to_string(self.dir.join("pids")).unwrap_or_default();
-        parse_pids(&pids).into_iter().filter(|(pid, _)| is_live(*pid)).collect()
+        self.dir().join("client")
     }
 
     /// Every live process on the nodes (in their network namespaces) but the execds: the
@@ -183,67 +159,6 @@ impl SgeCluster {
             std::thread::sleep(Duration::from_millis(50));
         }
     }
-
-    /// Takes the cluster down now and checks that nothing of it is left: no daemon, namespace,
-    /// bridge or `/etc/netns` entry. Panics naming what is.
-    pub fn down(mut self) {
-        let daemons = self.running_daemons();
-        self.stop();
-        let mut left: Vec<String> = daemons
-            .into_iter()
-            .filter(|(pid, _)| is_live(*pid))
-            .map(|(pid, name)| format!("{name} (pid {pid})"))
-            .collect();
-        for i in 1..=self.nodes {
-            for path in [format!("/run/netns/rlg-n{i}"), format!("/etc/netns/rlg-n{i}")] {
-                if Path::new(&path).exists() {
-                    left.push(path);
-                }
-            }
-            if Path::new(&format!("/sys/class/net/rlgv-n{i}")).exists() {
-                left.push(format!("interface rlgv-n{i}"));
-            }
-        }
-        if Path::new("/sys/class/net/rlgbr0").exists() {
-            left.push("interface rlgbr0".into());
-        }
-        assert!(
-            left.is_empty(),
-            "left after the Grid Engine cluster went down: {}",
-            left.join(", ")
-        );
-    }
-
-    fn stop(&mut self) {
-        if std::mem::replace(&mut self.down, true) {
-            return;
-        }
-        // Another cluster may come up once this one is gone, whatever `down` reports.
-        let _up = ResetOnDrop;
-        SCRIPT.down(self.dir.path(), "Grid Engine");
-    }
-}
-
-impl Drop for SgeCluster {
-    fn drop(&mut self) {
-        self.stop();
-    }
-}
-
-/// Whether this process has an [`SgeCluster`] up.
-static UP: AtomicBool = AtomicBool::new(false);
-
-/// Clears [`UP`] when `sge.sh down` has run (or panicked).
-struct ResetOnDrop;
-
-impl Drop for ResetOnDrop {
-    fn drop(&mut self) {
-        UP.store(false, Ordering::SeqCst);
-    }
-}
-
-fn is_live(pid: i32) -> bool {
-    procfs::stat(pid).is_some_and(|s| s.state != 'Z')
 }
 
 /// The Grid Engine variables of the test's own environment: its cluster's, or a job's.
@@ -253,39 +168,4 @@ fn inherited_sge_vars() -> Vec<String> {
         .filter_map(|(k, _)| k.into_string().ok())
         .filter(|k| k.starts_with("SGE_") || JOB_VARS.contains(&k.as_str()))
         .collect()
-}
-
-/// `KEY=VALUE` lines.
-fn parse_env(text: &str) -> Vec<(String, String)> {
-    text.lines()
-        .filter_map(|l| l.split_once('='))
-        .map(|(k, v)| (k.to_owned(), v.to_owned()))
-        .collect()
-}
-
-/// `PID NAME LOG` lines of `DIR/pids`.
-fn parse_pids(text: &str) -> Vec<(i32, String)> {
-    text.lines()
-        .filter_map(|l| {
-            let mut words = l.split(' ');
-            Some((words.next()?.parse().ok()?, words.next()?.to_owned()))
-        })
-        .collect()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn env_and_pid_files_parse() {
-        assert_eq!(
-            parse_env("SGE_ROOT=/d/root\nSGE_CELL=rl\n"),
-            [("SGE_ROOT".into(), "/d/root".into()), ("SGE_CELL".into(), "rl".into())]
-        );
-        assert_eq!(
-            parse_pids("12 qmaster /d/qmaster/messages\n13 execd-n1 /d/execd/n1/messages\nx\n"),
-            [(12, "qmaster".into()), (13, "execd-n1".into())]
-        );
-    }
 }
