@@ -22,6 +22,7 @@ mod launch;
 mod pmix;
 mod pmix_fence;
 mod pmix_spawn;
+mod reap;
 mod singleton;
 mod start;
 mod subtree;
@@ -572,31 +573,6 @@ impl Node {
         tracing::debug!("lost upstream: {why}");
         self.orphaned = true;
         self.terminate(Duration::from_millis(self.job.kill_grace_ms));
-    }
-
-    fn reap(&mut self) {
-        for ended in procs::reap_ended() {
-            let (pid, outcome) = (ended.pid, ended.outcome);
-            if let Some(local) = self.ranks.by_pid(pid) {
-                let usage = &mut self.ranks.get_mut(local).usage;
-                usage.ended = record::now_us();
-                usage.user_us = ended.user_us;
-                usage.system_us = ended.system_us;
-                usage.maxrss_kib = ended.maxrss_kib;
-                self.rank_reaped(local, outcome);
-            } else if let Some(lost) = self.children.reaped(pid, outcome) {
-                self.report_lost(lost);
-            }
-        }
-        self.dmodex_unanswerable();
-        if !self.swept && !self.holding_ranks() && self.ranks.all_reaped() {
-            // Whatever the ranks left behind (a daemonized grandchild holding a pipe or its
-            // PMI socket open) goes now, so that their output and PMI reach end of file.
-            self.swept = true;
-            // The PMIx server has no one left to serve: it goes first, on purpose.
-            self.drop_pmix();
-            procs::kill_descendants(&self.children.pids());
-        }
     }
 
     fn report_lost(&self, Lost { host, reason }: Lost) {

@@ -242,43 +242,29 @@ impl Node {
         self.pmix_fence_without_server();
     }
 
-    /// A rank of this node was reaped. One that exited 0 after connecting to the PMIx
-    /// server and was not heard to finalize waits for a `Sync` of the host first: its
-    /// finalize may still be on the link. Any other is judged now.
-    pub(super) fn rank_reaped(&mut self, local: Local, outcome: ExitOutcome) {
+    /// A rank of this node was reaped with `outcome`: true if the PMIx server holds its
+    /// verdict. One that exited 0 after connecting and was not heard to finalize waits for a
+    /// `Sync` of the host first (its finalize may still be on the link), then is judged
+    /// ([`Node::judge_reaped`]).
+    pub(super) fn pmix_holds_verdict(&mut self, local: Local, outcome: ExitOutcome) -> bool {
         let gid = self.ranks.get(local).gid;
-        if let Some(pmix) = self.pmix.as_mut() {
-            let unsure = outcome.is_success()
-                && pmix.connected.contains(&gid)
-                && !pmix.finalized.contains(&gid);
-            if unsure {
-                let id = pmix.next_sync;
-                pmix.next_sync = pmix.next_sync.wrapping_add(1);
-                pmix.syncs.insert(id, (local, outcome));
-                pmix.host.send(Command::Sync { id });
-                return;
-            }
+        let Some(pmix) = self.pmix.as_mut() else { return false };
+        let unsure =
+            outcome.is_success() && pmix.connected.contains(&gid) && !pmix.finalized.contains(&gid);
+        if unsure {
+            let id = pmix.next_sync;
+            pmix.next_sync = pmix.next_sync.wrapping_add(1);
+            pmix.syncs.insert(id, (local, outcome));
+            pmix.host.send(Command::Sync { id });
         }
-        self.judge_reaped(local, outcome);
+        unsure
     }
 
-    fn judge_reaped(&mut self, local: Local, outcome: ExitOutcome) {
-        let gid = self.ranks.get(local).gid;
-        if let Some(pmix) = self.pmix.as_ref() {
-            let left = pmix.connected.contains(&gid) && !pmix.finalized.contains(&gid);
-            self.ranks.get_mut(local).pmix_unfinalized = left && outcome.is_success();
-        }
-        // Why it failed, in its own words, ahead of its verdict.
-        let report = self.error_dir.as_deref().filter(|_| !outcome.is_success());
-        let jobid = self.jobs.get(&self.ranks.get(local).job).map(|j| j.pmi.kvsname.clone());
-        let read = |dir| crate::rank::error_report(dir, jobid.as_deref()?, gid);
-        if let Some(report) = report.and_then(read) {
-            let _ = self.up.control.send(Up::RankError { rank: gid, report });
-        }
-        if let Some(verdict) = self.ranks.reaped(local, outcome) {
-            let _ = self.up.control.send(verdict);
-        }
-        self.dmodex_rank_ended(gid);
+    /// Whether rank `gid` connected to the PMIx server and left without finalizing.
+    pub(super) fn pmix_left_unfinalized(&self, gid: u32) -> bool {
+        self.pmix
+            .as_ref()
+            .is_some_and(|p| p.connected.contains(&gid) && !p.finalized.contains(&gid))
     }
 
     /// The server is gone: ranks held for their environments start without them.

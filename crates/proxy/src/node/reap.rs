@@ -1,0 +1,65 @@
+//! A process of this node ended: a rank (its verdict, once, with what it wrote in its error
+//! file first) or a child proxy (lost, unless it said it was done).
+
+use pmi_wire::control::Up;
+use pmi_wire::ids::ExitOutcome;
+use pmi_wire::record;
+use rlaunch_tree::procs;
+
+use super::Node;
+use crate::ranks::Local;
+
+impl Node {
+    pub(super) fn reap(&mut self) {
+        for ended in procs::reap_ended() {
+            let (pid, outcome) = (ended.pid, ended.outcome);
+            if let Some(local) = self.ranks.by_pid(pid) {
+                let usage = &mut self.ranks.get_mut(local).usage;
+                usage.ended = record::now_us();
+                usage.user_us = ended.user_us;
+                usage.system_us = ended.system_us;
+                usage.maxrss_kib = ended.maxrss_kib;
+                self.rank_reaped(local, outcome);
+            } else if let Some(lost) = self.children.reaped(pid, outcome) {
+                self.report_lost(lost);
+            }
+        }
+        self.dmodex_unanswerable();
+        if !self.swept && !self.holding_ranks() && self.ranks.all_reaped() {
+            // Whatever the ranks left behind (a daemonized grandchild holding a pipe or its
+            // PMI socket open) goes now, so that their output and PMI reach end of file.
+            self.swept = true;
+            // The PMIx server has no one left to serve: it goes first, on purpose.
+            self.drop_pmix();
+            procs::kill_descendants(&self.children.pids());
+        }
+    }
+
+    /// A rank of this node was reaped: judged now, unless the PMIx server holds its verdict
+    /// until it has said all it heard of the rank.
+    pub(super) fn rank_reaped(&mut self, local: Local, outcome: ExitOutcome) {
+        if !self.pmix_holds_verdict(local, outcome) {
+            self.judge_reaped(local, outcome);
+        }
+    }
+
+    /// Rank `local`'s verdict, sent up once.
+    pub(super) fn judge_reaped(&mut self, local: Local, outcome: ExitOutcome) {
+        let gid = self.ranks.get(local).gid;
+        if self.pmix.is_some() {
+            let left = self.pmix_left_unfinalized(gid);
+            self.ranks.get_mut(local).pmix_unfinalized = left && outcome.is_success();
+        }
+        // Why it failed, in its own words, ahead of its verdict.
+        let report = self.error_dir.as_deref().filter(|_| !outcome.is_success());
+        let jobid = self.jobs.get(&self.ranks.get(local).job).map(|j| j.pmi.kvsname.clone());
+        let read = |dir| crate::rank::error_report(dir, jobid.as_deref()?, gid);
+        if let Some(report) = report.and_then(read) {
+            let _ = self.up.control.send(Up::RankError { rank: gid, report });
+        }
+        if let Some(verdict) = self.ranks.reaped(local, outcome) {
+            let _ = self.up.control.send(verdict);
+        }
+        self.dmodex_rank_ended(gid);
+    }
+}
