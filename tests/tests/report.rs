@@ -238,3 +238,30 @@ fn the_report_comes_up_a_tree_over_ssh_with_every_node_and_rank() {
         assert_eq!(u(&r["stdout_bytes"]), ready, "{r}");
     }
 }
+
+#[test]
+fn every_proxy_of_a_deep_tree_has_its_own_clock_measured() {
+    // Seven fake nodes, two children a proxy: the proxies below the top are probed by their
+    // parent proxies, whose link alone consumes the echoes. (They used to relay their
+    // children's echoes up instead, so a proxy below the top had no measurement of its own
+    // and showed its parent's offset and round trip exactly.)
+    let dir = rlaunch_tests::tempdir();
+    let path = dir.join("report.json");
+    let hosts = "n1,n2,n3,n4,n5,n6,n7";
+    let argv = ["--tree-width", "2", "--launcher", "fork", "--hosts", hosts, "-n", "7"];
+    let out = Run::new(&argv).arg("--report").arg(&path).arg("true").run();
+    out.assert_code(0);
+    let report = read_report(&path);
+    let nodes = report["nodes"].as_array().expect("nodes");
+    assert_eq!(nodes.len(), 7, "{report}");
+    let mut round_trips: Vec<u64> = nodes.iter().map(|n| u(&n["round_trip_us"])).collect();
+    for n in nodes {
+        // On one machine every clock is the same: the offset is within half the round trip.
+        let (offset, round_trip) = (n["clock_offset_us"].as_i64().unwrap(), u(&n["round_trip_us"]));
+        assert!(offset.unsigned_abs() <= round_trip / 2 + 1, "{n}");
+    }
+    round_trips.sort_unstable();
+    round_trips.dedup();
+    // A path's round trips summed: each proxy's differs from its parent's by its own link's.
+    assert!(round_trips.len() >= 5, "{round_trips:?}: {report}");
+}

@@ -15,8 +15,8 @@
 //! fixed so a failure reproduces.
 
 use pmi_wire::control::{
-    self, Bootstrap, Down, Frame, Job, Launch, Liveness, NodePlan, RankPlan, Segment, StdinTarget,
-    Up,
+    self, Bootstrap, Down, DownFrame, Frame, Job, Launch, LinkDown, LinkUp, Liveness, NodePlan,
+    RankPlan, Segment, StdinTarget, Up, UpFrame,
 };
 use pmi_wire::ids::{ExitOutcome, Stream};
 use pmi_wire::{pmi1, pmi2};
@@ -113,7 +113,6 @@ fn corpus() -> Vec<Vec<u8>> {
     }
 
     let up = [
-        Up::Greeting { host: "n1".into(), pid: 7 },
         Up::Output { rank: 3, stream: Stream::Stdout, data: b"hello\n".to_vec() },
         Up::RankExited {
             rank: 1,
@@ -174,6 +173,28 @@ fn corpus() -> Vec<Vec<u8>> {
         Down::Terminate { grace_ms: 100 },
     ];
     for msg in down {
+        let mut buf = Vec::new();
+        msg.encode(&mut buf);
+        c.push(buf);
+    }
+    // The link's own messages, both ways.
+    let link_up = [
+        LinkUp::Greeting { host: "n1".into(), pid: 7 },
+        LinkUp::Ping,
+        LinkUp::ClockEcho { sent: 1, at: 2 },
+    ];
+    for msg in link_up {
+        let mut buf = Vec::new();
+        msg.encode(&mut buf);
+        c.push(buf);
+    }
+    let link_down = [
+        LinkDown::Ping,
+        LinkDown::Credit { bytes: 1 << 20 },
+        LinkDown::ClockProbe { sent: 3 },
+        LinkDown::Redirect { to: "10.0.0.1:4242".into() },
+    ];
+    for msg in link_down {
         let mut buf = Vec::new();
         msg.encode(&mut buf);
         c.push(buf);
@@ -252,8 +273,8 @@ fn corpus_is_valid_and_every_prefix_is_incomplete() {
         let decoded = whole(pmi1::parse_request(&item).ok().flatten().map(|(_, n)| n))
             || whole(pmi1::parse_response(&item).ok().flatten().map(|(_, n)| n))
             || whole(pmi2::parse_frame(&item).ok().flatten().map(|(_, n)| n))
-            || whole(control::decode::<Up>(&item).ok().flatten().map(|(_, n)| n))
-            || whole(control::decode::<Down>(&item).ok().flatten().map(|(_, n)| n))
+            || whole(control::decode::<UpFrame>(&item).ok().flatten().map(|(_, n)| n))
+            || whole(control::decode::<DownFrame>(&item).ok().flatten().map(|(_, n)| n))
             || whole(control::scan_hello(&item).ok().flatten().map(|f| f.consumed));
         assert!(decoded, "corpus item does not decode: {item:?}");
         for cut in 0..item.len() {

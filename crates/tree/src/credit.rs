@@ -4,7 +4,7 @@
 //!  child proxy                                    parent (proxy or rlaunch)
 //!  Outbox ──Output (within its Window)──► link reader ──► queue ──► taken on (pump, writer)
 //!     ▲                                       (never waits)               │ the Debt drops
-//!     └──────────── Down::Credit ◄──── ChildCredit ◄── repaid ────────────┘
+//!     └──────────── LinkDown::Credit ◄──── ChildCredit ◄── repaid ────────────┘
 //! ```
 //!
 //! A child may have at most its window of output bytes on the way to its parent: sent and
@@ -17,13 +17,13 @@
 //!
 //! Each output chunk a parent queues carries a [`Debt`]; dropping it (the chunk was taken on,
 //! or thrown away) repays its creditor, which gives credit back to the child in
-//! [`Down::Credit`] frames once a quarter of a window has gathered. A node's own ranks are
+//! [`LinkDown::Credit`] frames once a quarter of a window has gathered. A node's own ranks are
 //! held to a budget the same way ([`Local`]).
 
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::Arc;
 
-use pmi_wire::control::{Down, Up};
+use pmi_wire::control::{LinkDown, Up};
 use tokio::sync::{mpsc, watch, Notify, Semaphore};
 
 use crate::splice::Carried;
@@ -77,7 +77,7 @@ impl std::fmt::Debug for Debt {
 
 /// The parent's side of one child link: what the child's output taken on gives back.
 pub struct ChildCredit {
-    down: mpsc::UnboundedSender<Down>,
+    link: mpsc::UnboundedSender<LinkDown>,
     /// Repaid and not yet given back.
     owed: AtomicU64,
     /// Given back once this much is owed.
@@ -85,10 +85,10 @@ pub struct ChildCredit {
 }
 
 impl ChildCredit {
-    /// Opens the child's window: sends it `window` of credit now, on `down`.
-    pub fn open(down: mpsc::UnboundedSender<Down>, window: u64) -> Arc<ChildCredit> {
-        let _ = down.send(Down::Credit { bytes: window });
-        Arc::new(ChildCredit { down, owed: AtomicU64::new(0), batch: (window / 4).max(1) })
+    /// Opens the child's window: sends it `window` of credit now, on its link's own channel.
+    pub fn open(link: mpsc::UnboundedSender<LinkDown>, window: u64) -> Arc<ChildCredit> {
+        let _ = link.send(LinkDown::Credit { bytes: window });
+        Arc::new(ChildCredit { link, owed: AtomicU64::new(0), batch: (window / 4).max(1) })
     }
 }
 
@@ -98,7 +98,7 @@ impl Creditor for ChildCredit {
         if owed >= self.batch {
             let all = self.owed.swap(0, Ordering::AcqRel);
             if all > 0 {
-                let _ = self.down.send(Down::Credit { bytes: all });
+                let _ = self.link.send(LinkDown::Credit { bytes: all });
             }
         }
     }
@@ -321,11 +321,11 @@ mod tests {
     async fn a_child_gets_its_window_then_credit_back_in_quarters() {
         let (down, mut sent) = mpsc::unbounded_channel();
         let credit = ChildCredit::open(down, 1000);
-        assert_eq!(sent.try_recv().unwrap(), Down::Credit { bytes: 1000 });
+        assert_eq!(sent.try_recv().unwrap(), LinkDown::Credit { bytes: 1000 });
         drop(Debt::new(credit.clone(), 200));
         assert!(sent.try_recv().is_err(), "credit given back before a quarter gathered");
         drop(Debt::new(credit.clone(), 100));
-        assert_eq!(sent.try_recv().unwrap(), Down::Credit { bytes: 300 });
+        assert_eq!(sent.try_recv().unwrap(), LinkDown::Credit { bytes: 300 });
     }
 
     #[tokio::test]

@@ -12,7 +12,7 @@
 //!
 //! Strangers are dealt with by [`dialin`]. The proxies form the tree of `--tree-width`: each
 //! dials rlaunch first (its address is the one they all know), and rlaunch sends those that
-//! are not its own children to their parent's listener (`Down::Redirect`), once that parent
+//! are not its own children to their parent's listener (`LinkDown::Redirect`), once that parent
 //! has said where it listens (`Up::Listening`).
 
 use std::collections::HashMap;
@@ -21,7 +21,7 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr, ToSocketAddrs, UdpSocket};
 use std::os::unix::process::CommandExt;
 use std::process::{Command, Stdio};
 
-use pmi_wire::control::Down;
+use pmi_wire::control::LinkDown;
 use rlaunch_tree::children::Lost;
 use rlaunch_tree::dialin::{self, Dialed};
 use rlaunch_tree::secure::{self, Secret};
@@ -219,7 +219,7 @@ fn redirect(proxy: Dialed, to: String) {
     use tokio::io::AsyncWriteExt;
     tracing::debug!(host = %proxy.greeting.host, %to, "sending a proxy to its parent");
     let mut frames = pmi_wire::control::hello().to_vec();
-    Down::Redirect { to }.encode(&mut frames);
+    LinkDown::Redirect { to }.encode(&mut frames);
     let mut writer = proxy.process.to_child;
     tokio::spawn(async move {
         if writer.write_all(&frames).await.is_ok() {

@@ -456,12 +456,9 @@ impl Root {
                 self.children.send_toward_node(answer.asker, Down::DmodexAnswer(answer));
             }
             Up::RankStarted { rank, pid, cpus } => self.report_binding(rank, pid, cpus),
-            Up::Greeting { .. }
-            | Up::Output { .. }
-            | Up::OutputEnd { .. }
-            | Up::NodeDone { .. }
-            | Up::ClockEcho { .. }
-            | Up::Ping => {}
+            // Taken before they get here: output by the writer's path, a subtree's end by
+            // `Children`.
+            Up::Output { .. } | Up::OutputEnd { .. } | Up::NodeDone { .. } => {}
         }
     }
 

@@ -8,7 +8,13 @@
 //!   tag 1: rank output (Up) or stdin data (Down), raw bytes after a small fixed header
 //!   tag 2: PMIx fence data: up, u64 BE epoch | u32 BE node | raw bytes (a part); down,
 //!          u8 end (0: a part, 1: the fence's Out) | u64 BE epoch | raw bytes
+//!   tag 3: the link's own business (LinkUp or LinkDown), bincode-encoded
 //! ```
+//!
+//! Two layers: the link's own messages ([`LinkUp`], [`LinkDown`]: greeting, heartbeats,
+//! credit, clock probes, redirects) are consumed by the ends of one link, in rlaunch-tree;
+//! the job's ([`Up`], [`Down`]) are routed through the tree and read by its dispatchers.
+//! [`UpFrame`] and [`DownFrame`] are what a link carries: one or the other.
 //!
 //! The hello is raw bytes, not bincode, so that two binaries that disagree about the message
 //! encoding still agree on how to say "wrong version". Over ssh a remote shell may print before
@@ -37,7 +43,7 @@ pub use services::{
 /// First bytes on every control channel, in both directions.
 pub const MAGIC: [u8; 8] = *b"\x7fRLAUNCH";
 /// Bumped whenever a frame changes meaning.
-pub const PROTOCOL_VERSION: u32 = 18;
+pub const PROTOCOL_VERSION: u32 = 19;
 /// Length of the raw hello: magic + u32 BE version.
 pub const HELLO_LEN: usize = MAGIC.len() + 4;
 /// Largest frame either side accepts; checked before any allocation.
@@ -53,6 +59,7 @@ pub const MAX_PREAMBLE: usize = 64 << 10;
 const TAG_MSG: u8 = 0;
 const TAG_DATA: u8 = 1;
 const TAG_PMIX_FENCE: u8 = 2;
+const TAG_LINK: u8 = 3;
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum FrameError {
@@ -223,7 +230,7 @@ fn take<const N: usize>(body: &[u8], what: &str) -> Result<[u8; N], FrameError> 
         .ok_or_else(|| FrameError::Malformed(format!("short {what}")))
 }
 
-/// Parent to child.
+/// Parent to child: the job's messages.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum Down {
     /// Everything the proxy needs: the job and its own subtree. Sent once, right after hello.
@@ -272,31 +279,63 @@ pub enum Down {
     /// Where rank 0 serves the frameworks' rendezvous, as its proxy chose it: every node
     /// starts its ranks with it (each node waits for it when the launch had none).
     Rendezvous(Rendezvous),
+    /// The job is ending and its output will not be written (a slow reader, or rlaunch was
+    /// interrupted): relay no more of it; close the ranks' pipes with what they hold.
+    DropOutput,
+}
+
+/// The link's own business, parent to child: consumed by the link's far end, never routed.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum LinkDown {
     /// Heartbeat: a link that stays silent for long is a lost one (a dropped network link
     /// closes nothing).
     Ping,
+    /// The parent took on this many bytes of the child's output: it may send that much more.
+    /// The first, right after the launch, opens the child's window (see rlaunch-tree's
+    /// `credit` module).
+    Credit { bytes: u64 },
+    /// What time is it on your clock? Sent once after the hello, at `sent` on the parent's
+    /// clock; answered at once with [`LinkUp::ClockEcho`], so that the parent can tell how
+    /// far the child's clock is from its own (`record::clock_offset`).
+    ClockProbe { sent: Micros },
     /// To a proxy that dialed the wrong parent (every proxy started by a scheduler's launcher
     /// dials rlaunch first): dial this address, its parent's, instead. Sent in place of the
     /// launch, on the encrypted link.
     Redirect { to: String },
-    /// The job is ending and its output will not be written (a slow reader, or rlaunch was
-    /// interrupted): relay no more of it; close the ranks' pipes with what they hold.
-    DropOutput,
-    /// The parent took on this many bytes of the child's output: it may send that much more.
-    /// The first, right after the launch, opens the child's window (see the proxy's
-    /// `credit` module).
-    Credit { bytes: u64 },
-    /// What time is it on your clock? Sent once after the hello, at `sent` on the parent's
-    /// clock; answered at once with [`Up::ClockEcho`], so that the parent can tell how far
-    /// the child's clock is from its own (`record::clock_offset`).
-    ClockProbe { sent: Micros },
 }
 
-/// Child to parent. Proxies relay their children's frames unchanged.
+/// The link's own business, child to parent: consumed by the parent's end of the link, never
+/// relayed further up.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub enum Up {
+pub enum LinkUp {
     /// Who is on the other end; the first frame after the hello.
     Greeting { host: String, pid: u32 },
+    /// Heartbeat, as [`LinkDown::Ping`].
+    Ping,
+    /// The answer to [`LinkDown::ClockProbe`]: the probe's `sent`, and this proxy's clock
+    /// when it read the probe.
+    ClockEcho { sent: Micros, at: Micros },
+}
+
+/// What a link carries from parent to child: the link's own business, or the job's (which
+/// the child's dispatcher reads and routes on down).
+#[derive(Debug, Clone, PartialEq)]
+pub enum DownFrame {
+    Link(LinkDown),
+    Job(Down),
+}
+
+/// What a link carries from child to parent: the link's own business, or the job's (which
+/// the parent relays on up, or reads, at the root).
+#[derive(Debug, Clone, PartialEq)]
+pub enum UpFrame {
+    Link(LinkUp),
+    Job(Up),
+}
+
+/// Child to parent: the job's messages. Proxies relay their children's frames unchanged.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum Up {
     /// All of this node's ranks have been started (or failed to start).
     Started { node: u32 },
     /// A rank is running. Travels on the output path, ahead of the rank's first output, so
@@ -325,9 +364,6 @@ pub enum Up {
     /// For rlaunch's progress line (`Job::progress`): node `node`'s proxy is up (sent once it
     /// has its launch, with 0), and `pmi_inited` of its ranks have initialised PMI so far.
     Progress { node: u32, pmi_inited: u32 },
-    /// The answer to [`Down::ClockProbe`]: the probe's `sent`, and this proxy's clock when it
-    /// read the probe.
-    ClockEcho { sent: Micros, at: Micros },
     /// Every rank of this subtree has entered fence `epoch`; the pairs they put since the
     /// last fence come along.
     FenceIn { epoch: u64, pairs: Vec<(String, String)> },
@@ -371,8 +407,6 @@ pub enum Up {
     /// Rank 0's proxy chose where rank 0 serves the frameworks' rendezvous (the launch had
     /// none: rank 0 runs on another machine than rlaunch).
     Rendezvous(Rendezvous),
-    /// Heartbeat, as [`Down::Ping`].
-    Ping,
     /// The proxy of `node` listens at `address` for its children to dial in; relayed up to
     /// rlaunch, which sends them there.
     Listening { node: u32, address: String },
@@ -423,6 +457,85 @@ impl Frame for Down {
         }
     }
 }
+
+fn encode_link<T: Serialize>(msg: &T, out: &mut Vec<u8>) {
+    let start = out.len();
+    out.extend_from_slice(&[0, 0, 0, 0, TAG_LINK]);
+    bincode::serde::encode_into_std_write(msg, out, bincode_config())
+        .expect("encoding into a Vec cannot fail");
+    patch_len(out, start);
+}
+
+impl Frame for DownFrame {
+    const DATA_HEAD: usize = <Down as Frame>::DATA_HEAD;
+
+    fn from_data(head: &[u8], data: Vec<u8>) -> Result<Self, FrameError> {
+        Down::from_data(head, data).map(DownFrame::Job)
+    }
+
+    fn encode(&self, out: &mut Vec<u8>) {
+        match self {
+            DownFrame::Link(link) => encode_link(link, out),
+            DownFrame::Job(down) => down.encode(out),
+        }
+    }
+
+    fn decode_body(body: &[u8]) -> Result<Self, FrameError> {
+        match split_tag(body)? {
+            (TAG_LINK, rest) => decode_msg(rest).map(DownFrame::Link),
+            _ => Down::decode_body(body).map(DownFrame::Job),
+        }
+    }
+}
+
+impl Frame for UpFrame {
+    const DATA_HEAD: usize = <Up as Frame>::DATA_HEAD;
+
+    fn from_data(head: &[u8], data: Vec<u8>) -> Result<Self, FrameError> {
+        Up::from_data(head, data).map(UpFrame::Job)
+    }
+
+    fn encode(&self, out: &mut Vec<u8>) {
+        match self {
+            UpFrame::Link(link) => encode_link(link, out),
+            UpFrame::Job(up) => up.encode(out),
+        }
+    }
+
+    fn decode_body(body: &[u8]) -> Result<Self, FrameError> {
+        match split_tag(body)? {
+            (TAG_LINK, rest) => decode_msg(rest).map(UpFrame::Link),
+            _ => Up::decode_body(body).map(UpFrame::Job),
+        }
+    }
+}
+
+/// The link's own messages travel alone in frames of their own tag: no bulk data.
+macro_rules! link_frame {
+    ($message:ty) => {
+        impl Frame for $message {
+            const DATA_HEAD: usize = 0;
+
+            fn from_data(_: &[u8], _: Vec<u8>) -> Result<Self, FrameError> {
+                Err(FrameError::Malformed("the link's own messages carry no bulk data".into()))
+            }
+
+            fn encode(&self, out: &mut Vec<u8>) {
+                encode_link(self, out)
+            }
+
+            fn decode_body(body: &[u8]) -> Result<Self, FrameError> {
+                match split_tag(body)? {
+                    (TAG_LINK, rest) => decode_msg(rest),
+                    (tag, _) => Err(FrameError::UnknownTag(tag)),
+                }
+            }
+        }
+    };
+}
+
+link_frame!(LinkDown);
+link_frame!(LinkUp);
 
 /// Appends the head of an [`Up::Output`] frame of `data_len` bytes of data: the frame is
 /// this head and then the data, which a writer may send from where it lies (`writev`).
@@ -516,8 +629,13 @@ mod tests {
             ..Default::default()
         };
         roundtrip(Up::NodeDone { node: 1, record: Box::new(record) });
-        roundtrip(Down::ClockProbe { sent: 1 << 50 });
-        roundtrip(Up::ClockEcho { sent: 1 << 50, at: (1 << 50) + 3 });
+        roundtrip(LinkDown::ClockProbe { sent: 1 << 50 });
+        roundtrip(LinkUp::ClockEcho { sent: 1 << 50, at: (1 << 50) + 3 });
+        roundtrip(UpFrame::Link(LinkUp::Greeting { host: "n1".into(), pid: 7 }));
+        roundtrip(UpFrame::Job(Up::Output { rank: 1, stream: Stream::Stdout, data: vec![1] }));
+        roundtrip(DownFrame::Link(LinkDown::Credit { bytes: 1 << 20 }));
+        roundtrip(DownFrame::Job(Down::Stdin { seq: 9, data: vec![7; 3] }));
+        roundtrip(DownFrame::Job(Down::PmixFenceOut { epoch: 5, data: vec![2] }));
         roundtrip(Down::Stdin { seq: 3, data: vec![0, 255, 10] });
         roundtrip(Down::Terminate { grace_ms: 1000 });
         roundtrip(Up::PmixFencePart { epoch: 1 << 40, node: 7, data: vec![1, 2, 3] });

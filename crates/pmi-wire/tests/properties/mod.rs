@@ -4,7 +4,7 @@
 //! (tests/fuzz_codecs.rs) and the cargo-fuzz targets (fuzz/fuzz_targets/), which include
 //! this file by path.
 
-use pmi_wire::control::{self, Down, Up};
+use pmi_wire::control::{self, DownFrame, UpFrame};
 use pmi_wire::request::{Message, SpawnBlocks};
 use pmi_wire::{pmi1, pmi2};
 
@@ -78,10 +78,10 @@ pub fn pmi2(input: &[u8]) {
 /// The control channel: frames up and down the tree, and the hello scan.
 pub fn control(input: &[u8]) {
     let len = input.len();
-    if let Ok(Some((_, n))) = control::decode::<Up>(input) {
+    if let Ok(Some((_, n))) = control::decode::<UpFrame>(input) {
         assert!(n <= len, "up frame took {n} of {len}");
     }
-    if let Ok(Some((_, n))) = control::decode::<Down>(input) {
+    if let Ok(Some((_, n))) = control::decode::<DownFrame>(input) {
         assert!(n <= len, "down frame took {n} of {len}");
     }
     if let Ok(Some(found)) = control::scan_hello(input) {

@@ -60,6 +60,8 @@ use rlaunch_tree::procs;
 /// What the dispatcher hears about, besides PMI calls and signals.
 pub(crate) enum Event {
     Down(Down),
+    /// The parent's heartbeat (the link's own): it is alive.
+    Heard,
     UpstreamClosed(String),
     /// One of a rank's output streams ended, and its end went upstream.
     OutputClosed(StreamEnd),
@@ -316,6 +318,7 @@ impl Node {
                 self.last_heard = Instant::now();
                 self.handle_down(down);
             }
+            Event::Heard => self.last_heard = Instant::now(),
             Event::UpstreamClosed(why) => self.lose_upstream(&why, true),
             Event::Pmix(news) => self.pmix_news(news),
             Event::PmixWanted => self.start_late_pmix(),
@@ -353,11 +356,7 @@ impl Node {
 
     fn handle_down(&mut self, down: Down) {
         match down {
-            Down::Launch(_) | Down::Redirect { .. } => {
-                tracing::warn!("ignoring a second launch")
-            }
-            // Credit and clock probes are answered as they are read (see read_upstream).
-            Down::Ping | Down::Credit { .. } | Down::ClockProbe { .. } => {}
+            Down::Launch(_) => tracing::warn!("ignoring a second launch"),
             Down::Stdin { seq, data } => {
                 self.children.send_stdin(seq, &data);
                 self.stdin_to_ranks(StdinChunk::Data { seq, data: Arc::from(data) });

@@ -7,7 +7,7 @@ use std::os::fd::OwnedFd;
 use std::sync::Arc;
 use std::time::Duration;
 
-use pmi_wire::control::{Bootstrap, Down, Launch, Up};
+use pmi_wire::control::{Bootstrap, Down, DownFrame, Launch, LinkDown, LinkUp, Up};
 use pmi_wire::io::FrameReader;
 use pmi_wire::record::{self, FenceTimes, Phase};
 use tokio::sync::mpsc;
@@ -84,9 +84,11 @@ pub async fn serve(
 ) -> Served {
     procs::become_subreaper();
     let (control_tx, control_rx) = mpsc::unbounded_channel();
+    // The link's own messages up (greeting, heartbeat, clock echoes), written ahead of the job's.
+    let (link_tx, link_rx) = mpsc::unbounded_channel();
     let (data_tx, data_rx) = mpsc::unbounded_channel();
     let window = Arc::new(Window::default());
-    let _ = control_tx.send(Up::Greeting { host: host.clone(), pid: std::process::id() });
+    let _ = link_tx.send(LinkUp::Greeting { host: host.clone(), pid: std::process::id() });
     let (abandon, abandoned) = tokio::sync::watch::channel(false);
     let (shed_output, shed) = tokio::sync::watch::channel(false);
     let outbox = Outbox::new(data_rx, window.clone(), shed);
@@ -96,7 +98,8 @@ pub async fn serve(
         .filter(|_| splice_to.is_some())
         .and_then(|c| splice::target(c.output))
         .map(|upstream| Carrying { carriers: Carriers::new(), upstream });
-    let pump = link::pump_until_abandoned(up_out, true, control_rx, outbox, splice_to, abandoned);
+    let pump =
+        link::pump_until_abandoned(up_out, true, link_rx, control_rx, outbox, splice_to, abandoned);
     let pump = tokio::spawn(pump);
 
     // Down the tree come control messages and stdin, not output: small reads will do.
@@ -105,9 +108,13 @@ pub async fn serve(
         Some(Forked { launch, stdout }) => (Some(launch), stdout),
         None => (None, None),
     };
+    let (probed, probes) = tokio::sync::watch::channel(0);
     let launch = match launch {
         Some(launch) => Ok(Received::Launch(Box::new(launch))),
-        None => receive_launch(&mut reader).await,
+        None => {
+            let link = LinkEnd { window: &window, link: &link_tx, probed: &probed };
+            receive_launch(&mut reader, link).await
+        }
     };
     let launched_at = record::now_us();
     let launch = match launch {
@@ -118,7 +125,7 @@ pub async fn serve(
             return Served::Exit(1);
         }
     };
-    link::heartbeat(&control_tx, launch.job.liveness.heartbeat(), || Up::Ping);
+    link::heartbeat(&link_tx, launch.job.liveness.heartbeat(), || LinkUp::Ping);
     if launch.job.progress {
         let _ = control_tx.send(Up::Progress { node: launch.node.index, pmi_inited: 0 });
     }
@@ -134,10 +141,9 @@ pub async fn serve(
         rlaunch_tree::guard::start(input, output, patience);
     }
     let (events_tx, events_rx) = mpsc::unbounded_channel();
-    // Weak: the pump ends when the dispatcher's control sender goes, not when the reader's.
-    let (probed, probes) = tokio::sync::watch::channel(0);
-    let control = control_tx.downgrade();
-    tokio::spawn(read_upstream(reader, window, control, probed, events_tx.clone()));
+    // Weak: no echo goes up once the dispatcher is done (this function holds the sender).
+    let link = link_tx.downgrade();
+    tokio::spawn(read_upstream(reader, window, link, probed, events_tx.clone()));
 
     let closed = events_tx.clone();
     let outputs = Outputs::start(data_tx.clone(), carrying, direct_stdout, move |end| {
@@ -198,11 +204,43 @@ pub async fn serve(
     };
     let code = node.run(events_rx, pmi_rx).await;
     drop(node);
+    // The pump drains the link's channel to its end before it ends.
+    drop(link_tx);
     let _ = tokio::time::timeout(Duration::from_secs(5), pump).await;
     Served::Exit(code)
 }
 
-async fn receive_launch(reader: &mut FrameReader<LinkRead>) -> Result<Received, String> {
+/// This proxy's end of its link to its parent: what the link's own messages act on.
+struct LinkEnd<'a> {
+    window: &'a Window,
+    link: &'a mpsc::UnboundedSender<LinkUp>,
+    probed: &'a tokio::sync::watch::Sender<u32>,
+}
+
+impl LinkEnd<'_> {
+    /// Acts on one of the link's own messages from the parent: credit goes to the window, a
+    /// clock probe is answered at once (the dispatcher may be busy, and the probe's answer
+    /// must be prompt to be worth anything). A redirect is the caller's.
+    fn take(&self, link: LinkDown) -> Option<String> {
+        match link {
+            LinkDown::Credit { bytes } => self.window.grant(bytes),
+            LinkDown::ClockProbe { sent } => {
+                let _ = self.link.send(LinkUp::ClockEcho { sent, at: record::now_us() });
+                self.probed.send_modify(|n| *n += 1);
+            }
+            LinkDown::Ping => {}
+            LinkDown::Redirect { to } => return Some(to),
+        }
+        None
+    }
+}
+
+/// The hello and the launch (or a redirect, in its place), and the link's own messages that
+/// may come first.
+async fn receive_launch(
+    reader: &mut FrameReader<LinkRead>,
+    link: LinkEnd<'_>,
+) -> Result<Received, String> {
     let (found, _) = reader.read_hello().await.map_err(|e| e.to_string())?;
     if found.version != pmi_wire::control::PROTOCOL_VERSION {
         return Err(format!(
@@ -211,12 +249,20 @@ async fn receive_launch(reader: &mut FrameReader<LinkRead>) -> Result<Received, 
             pmi_wire::control::PROTOCOL_VERSION
         ));
     }
-    match reader.next::<Down>().await {
-        Ok(Some(Down::Launch(launch))) => Ok(Received::Launch(launch)),
-        Ok(Some(Down::Redirect { to })) => Ok(Received::Redirect(to)),
-        Ok(Some(_)) => Err("the first frame from the launcher was not a launch".into()),
-        Ok(None) => Err("the launcher closed the connection before the launch".into()),
-        Err(e) => Err(e.to_string()),
+    loop {
+        match reader.next::<DownFrame>().await {
+            Ok(Some(DownFrame::Link(message))) => {
+                if let Some(to) = link.take(message) {
+                    return Ok(Received::Redirect(to));
+                }
+            }
+            Ok(Some(DownFrame::Job(Down::Launch(launch)))) => return Ok(Received::Launch(launch)),
+            Ok(Some(DownFrame::Job(_))) => {
+                return Err("the first frame from the launcher was not a launch".into())
+            }
+            Ok(None) => return Err("the launcher closed the connection before the launch".into()),
+            Err(e) => return Err(e.to_string()),
+        }
     }
 }
 
@@ -227,24 +273,26 @@ async fn receive_launch(reader: &mut FrameReader<LinkRead>) -> Result<Received, 
 async fn read_upstream(
     mut reader: FrameReader<LinkRead>,
     window: Arc<Window>,
-    control: mpsc::WeakUnboundedSender<Up>,
+    link: mpsc::WeakUnboundedSender<LinkUp>,
     probed: tokio::sync::watch::Sender<u32>,
     events: mpsc::UnboundedSender<Event>,
 ) {
     loop {
-        let event = match reader.next::<Down>().await {
-            Ok(Some(Down::Credit { bytes })) => {
-                window.grant(bytes);
-                continue;
-            }
-            Ok(Some(Down::ClockProbe { sent })) => {
-                if let Some(control) = control.upgrade() {
-                    let _ = control.send(Up::ClockEcho { sent, at: record::now_us() });
-                    probed.send_modify(|n| *n += 1);
+        let event = match reader.next::<DownFrame>().await {
+            Ok(Some(DownFrame::Link(message))) => {
+                if let LinkDown::Credit { bytes } = message {
+                    window.grant(bytes);
+                } else if message == LinkDown::Ping {
+                    let _ = events.send(Event::Heard);
+                } else if let Some(sender) = link.upgrade() {
+                    let end = LinkEnd { window: &window, link: &sender, probed: &probed };
+                    if let Some(to) = end.take(message) {
+                        tracing::debug!(to, "a redirect after the launch is ignored");
+                    }
                 }
                 continue;
             }
-            Ok(Some(down)) => Event::Down(down),
+            Ok(Some(DownFrame::Job(down))) => Event::Down(down),
             Ok(None) => Event::UpstreamClosed("its parent closed the connection".into()),
             Err(e) => Event::UpstreamClosed(e.to_string()),
         };

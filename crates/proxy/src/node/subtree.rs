@@ -1,7 +1,7 @@
 //! This node's child proxies: starting them (or listening for them to dial in), and how
 //! their frames go up. The parent side itself is [`Children`], shared with the launcher.
 
-use pmi_wire::control::{Bootstrap, Up};
+use pmi_wire::control::{Bootstrap, LinkUp, Up};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
@@ -96,7 +96,7 @@ pub(super) struct Relay {
 /// link goes to the dispatcher.
 pub(super) async fn relay_child(child: usize, event: LinkEvent, relay: Relay) -> bool {
     match event {
-        LinkEvent::Up(Up::Ping) => true,
+        LinkEvent::Link(LinkUp::Ping) => true,
         // With the parent gone, frames have nowhere to go; the link still runs, so that its
         // end reaches the dispatcher.
         LinkEvent::Output { rank, stream, data, debt } => {

@@ -34,7 +34,7 @@ async fn a_carried_pipe_is_read_again_once_its_chunk_went_up_and_the_channel_has
     // SAFETY: F_GETPIPE_SZ on an open pipe.
     let size = unsafe { libc::fcntl(out_w.as_raw_fd(), libc::F_GETPIPE_SZ) };
     assert_eq!(size, 1 << 20, "the rank's pipe holds the writes below without blocking");
-    outputs.add(0, 0, Up::Ping, out_r, err_r);
+    outputs.add(0, 0, Up::StdoutClosed, out_r, err_r);
     let mut rank = File::from(out_w);
     let block = vec![b'x'; 64 << 10];
 
@@ -98,8 +98,8 @@ async fn lone_rank() -> Lone {
     let (data_tx, mut data) = mpsc::unbounded_channel();
     let outputs = Outputs::start(data_tx, None, Some(sink), |_| {}).unwrap();
     let (out_r, err_r, rank, rank_err) = rank_pipes();
-    outputs.add(0, 0, Up::Ping, out_r, err_r);
-    assert!(matches!(next_up(&mut data, PATIENCE).await, Some(Up::Ping)));
+    outputs.add(0, 0, Up::StdoutClosed, out_r, err_r);
+    assert!(matches!(next_up(&mut data, PATIENCE).await, Some(Up::StdoutClosed)));
     Lone { stdout: File::from(stdout), data, outputs, rank, rank_err }
 }
 

@@ -19,7 +19,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use nix::sys::signal::Signal;
-use pmi_wire::control::{DmodexAnswer, DmodexAsk, DmodexData, Down, Job, Launch, NodePlan, Up};
+use pmi_wire::control::{
+    DmodexAnswer, DmodexAsk, DmodexData, Down, Job, Launch, LinkDown, LinkUp, NodePlan, Up,
+};
 use pmi_wire::ids::ExitOutcome;
 use pmi_wire::record::{self, Micros, NodeRecord, Phase};
 use tokio::sync::mpsc;
@@ -46,10 +48,12 @@ pub enum ChildNews {
 struct Child {
     state: ChildState,
     down: mpsc::UnboundedSender<Down>,
+    /// The link's own messages to it: heartbeats, clock probes, credit.
+    link: mpsc::UnboundedSender<LinkDown>,
     /// What the child's output taken on gives back to it.
     credit: Arc<ChildCredit>,
-    /// A child that will dial in: its Down frames (its launch first) until it does.
-    dialing: Option<mpsc::UnboundedReceiver<Down>>,
+    /// A child that will dial in: what is sent to it (its launch first) until it does.
+    dialing: Option<(mpsc::UnboundedReceiver<LinkDown>, mpsc::UnboundedReceiver<Down>)>,
     /// Ranks of its subtree that read the launcher's stdin.
     stdin_ranks: usize,
     /// When it was started and said hello, and its clock's offset, on our clock.
@@ -164,6 +168,7 @@ impl Children {
     {
         let index = self.list.len();
         let (down, down_rx) = mpsc::unbounded_channel();
+        let (link, link_rx) = mpsc::unbounded_channel();
         let mut dialing = None;
         let mut lost = Ok(());
         // A child forked holding its launch is the one that needs none; a child that will
@@ -172,16 +177,16 @@ impl Children {
             let launch = Launch { job: job.clone(), node: plan.clone(), late };
             let _ = down.send(Down::Launch(Box::new(launch)));
         }
-        let credit = ChildCredit::open(down.clone(), window);
+        let credit = ChildCredit::open(link.clone(), window);
         let state = match started {
             Ok(None) => {
-                dialing = Some(down_rx);
+                dialing = Some((link_rx, down_rx));
                 ChildState::dialing(plan.host.clone())
             }
             Ok(Some(process)) => {
                 let state = ChildState::new(plan.host.clone(), process.pid, &process.what);
                 self.by_pid.insert(process.pid, index);
-                self.run_link(&down, down_rx, &credit, process, job, deliver);
+                self.run_link(&link, (link_rx, down_rx), &credit, process, job, deliver);
                 state
             }
             Err(e) => {
@@ -199,7 +204,8 @@ impl Children {
             }
         }
         let clock = ChildClock { started: record::now_us(), ..Default::default() };
-        let child = Child { state, down, credit, dialing, stdin_ranks, clock, record: None, late };
+        let child =
+            Child { state, down, link, credit, dialing, stdin_ranks, clock, record: None, late };
         self.list.push(child);
         lost
     }
@@ -223,18 +229,18 @@ impl Children {
         else {
             return Err(format!("no proxy on {host} is expected"));
         };
-        let down_rx = self.list[index].dialing.take().expect("found waiting");
-        let (down, credit) = (self.list[index].down.clone(), self.list[index].credit.clone());
+        let queued = self.list[index].dialing.take().expect("found waiting");
+        let (link, credit) = (self.list[index].link.clone(), self.list[index].credit.clone());
         process.greeted = Some(greeting);
-        self.run_link(&down, down_rx, &credit, process, job, deliver(index));
+        self.run_link(&link, queued, &credit, process, job, deliver(index));
         Ok(index)
     }
 
     /// Runs a child's link: its heartbeat, and the task that carries its frames both ways.
     fn run_link<F, Fut>(
         &mut self,
-        down: &mpsc::UnboundedSender<Down>,
-        down_rx: mpsc::UnboundedReceiver<Down>,
+        link: &mpsc::UnboundedSender<LinkDown>,
+        queued: (mpsc::UnboundedReceiver<LinkDown>, mpsc::UnboundedReceiver<Down>),
         credit: &Arc<ChildCredit>,
         process: ProxyProcess,
         job: &Job,
@@ -243,10 +249,10 @@ impl Children {
         F: FnMut(LinkEvent) -> Fut + Send + 'static,
         Fut: std::future::Future<Output = bool> + Send + 'static,
     {
-        link::heartbeat(down, job.liveness.heartbeat(), || Down::Ping);
+        link::heartbeat(link, job.liveness.heartbeat(), || LinkDown::Ping);
         let silence = job.liveness.silence();
-        let link = link::run_link(process, down_rx, credit.clone(), silence, deliver);
-        self.links.push(tokio::spawn(link));
+        let run = link::run_link(process, queued, credit.clone(), silence, deliver);
+        self.links.push(tokio::spawn(run));
     }
 
     /// The records of the children that finished, taken (each once).
@@ -273,24 +279,30 @@ impl Children {
 
     /// Takes what child `child`'s link reports: returns what is the owner's to handle.
     pub fn on_link(&mut self, child: usize, event: LinkEvent) -> Option<ChildNews> {
-        let Child { state, clock, down, record: kept, .. } = &mut self.list[child];
+        let Child { state, clock, link, record: kept, .. } = &mut self.list[child];
         match event {
             LinkEvent::Greeted(g) => {
                 tracing::debug!(host = %g.host, pid = g.pid, "proxy up");
                 let now = record::now_us();
                 clock.hello = Some(now);
-                let _ = down.send(Down::ClockProbe { sent: now });
+                let _ = link.send(LinkDown::ClockProbe { sent: now });
                 None
             }
-            LinkEvent::Up(Up::ClockEcho { sent, at }) => {
+            LinkEvent::Link(LinkUp::ClockEcho { sent, at }) => {
                 let (offset, round_trip) = record::clock_offset(sent, at, record::now_us());
                 if clock.offset.is_none_or(|(_, best)| round_trip < best) {
                     clock.offset = Some((offset, round_trip));
                 }
                 clock.probes += 1;
                 if clock.probes < CLOCK_PROBES {
-                    let _ = down.send(Down::ClockProbe { sent: record::now_us() });
+                    let _ = link.send(LinkDown::ClockProbe { sent: record::now_us() });
                 }
+                None
+            }
+            // Its heartbeat: heard, which is all it is for (see `link::run_link`).
+            LinkEvent::Link(LinkUp::Ping) => None,
+            LinkEvent::Link(LinkUp::Greeting { host, .. }) => {
+                tracing::warn!(host, "a child proxy greeted a second time");
                 None
             }
             LinkEvent::Up(Up::NodeDone { record, node }) => {

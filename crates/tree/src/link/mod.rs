@@ -20,7 +20,7 @@ use std::process::{Command, Stdio};
 use std::sync::Arc;
 
 use nix::sys::socket::{socketpair, AddressFamily, SockFlag, SockType};
-use pmi_wire::control::{Bootstrap, Down, Up, PROTOCOL_VERSION};
+use pmi_wire::control::{Bootstrap, Down, LinkDown, LinkUp, Up, UpFrame, PROTOCOL_VERSION};
 use pmi_wire::ids::Stream;
 use pmi_wire::io::{FrameReader, Next, ReadError};
 use tokio::io::{AsyncRead, AsyncWrite};
@@ -251,8 +251,8 @@ pub async fn read_greeting<R: AsyncRead + Unpin>(
     if found.version != PROTOCOL_VERSION {
         return Err(LinkError::Version { theirs: found.version, ours: PROTOCOL_VERSION });
     }
-    match reader.next::<Up>().await? {
-        Some(Up::Greeting { host, pid }) => Ok(Greeting { host, pid, preamble }),
+    match reader.next::<UpFrame>().await? {
+        Some(UpFrame::Link(LinkUp::Greeting { host, pid })) => Ok(Greeting { host, pid, preamble }),
         _ => Err(LinkError::NoGreeting),
     }
 }
@@ -284,33 +284,30 @@ pub const HELLO_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
 pub enum LinkEvent {
     /// The handshake succeeded.
     Greeted(Greeting),
+    /// The link's own business after the greeting: a heartbeat, a clock probe's echo. For
+    /// its end (`Children::on_link`), never relayed.
+    Link(LinkUp),
+    /// The job's business: relayed up, or read at the root.
     Up(Up),
     /// A rank's output (`Up::Output`), with the room in the child's window it takes until it
     /// is taken on.
-    Output {
-        rank: u32,
-        stream: Stream,
-        data: Vec<u8>,
-        debt: Debt,
-    },
+    Output { rank: u32, stream: Stream, data: Vec<u8>, debt: Debt },
     /// A rank's output, part of it spliced into rlaunch's stash ([`crate::splice`]).
-    Spliced {
-        output: Spliced,
-        debt: Debt,
-    },
+    Spliced { output: Spliced, debt: Debt },
     /// Bytes the remote launcher printed on stderr.
     Stderr(Vec<u8>),
     /// The link is gone: `Some` error, or `None` at a clean end of file.
     Closed(Option<String>),
 }
 
-/// Drives the link to one child proxy: writes `down` to it, reads its hello and frames and
+/// Drives the link to one child proxy: writes `link` and `down` to it (the link's own
+/// messages first), reads its hello and frames and
 /// its launcher's stderr, and hands each to `deliver` (which may wait: that is how output
 /// backpressure travels up). A link silent for `silence` after the greeting is lost. Stops
 /// when the link closes or `deliver` returns false.
 pub async fn run_link<F, Fut>(
     process: ProxyProcess,
-    mut down: mpsc::UnboundedReceiver<Down>,
+    (mut link, mut down): (mpsc::UnboundedReceiver<LinkDown>, mpsc::UnboundedReceiver<Down>),
     credit: Arc<ChildCredit>,
     silence: std::time::Duration,
     mut deliver: F,
@@ -334,7 +331,7 @@ pub async fn run_link<F, Fut>(
         _ => None,
     };
     tokio::spawn(async move {
-        if let Err(e) = pump(to_child, !launched, &mut down, None, None).await {
+        if let Err(e) = pump(to_child, !launched, &mut link, &mut down, None, None).await {
             tracing::debug!("writing to a child proxy failed: {e}");
         }
     });
@@ -410,13 +407,13 @@ async fn next_event(
     credit: &Arc<ChildCredit>,
 ) -> Result<Option<LinkEvent>, ReadError> {
     let Some(splice) = splice else {
-        return Ok(reader.next::<Up>().await?.map(|up| owe(up, credit)));
+        return Ok(reader.next::<UpFrame>().await?.map(|frame| owe(frame, credit)));
     };
     loop {
         if splice.busy() {
             return Ok(Some(match splice.next_piece().await? {
                 splice::Piece::Read { rank, stream, data } => {
-                    owe(Up::Output { rank, stream, data }, credit)
+                    owe(UpFrame::Job(Up::Output { rank, stream, data }), credit)
                 }
                 splice::Piece::Spliced(output) => {
                     let debt = Debt::new(credit.clone(), output.len());
@@ -424,15 +421,15 @@ async fn next_event(
                 }
             }));
         }
-        match reader.next_or_bulk::<Up>(splice::SPLICE_MIN).await? {
+        match reader.next_or_bulk::<UpFrame>(splice::SPLICE_MIN).await? {
             None => return Ok(None),
-            Some(Next::Frame(up)) => {
-                if let Up::Output { rank, stream, data } = &up {
+            Some(Next::Frame(frame)) => {
+                if let UpFrame::Job(Up::Output { rank, stream, data }) = &frame {
                     splice.saw(*rank, *stream, data);
                 }
-                return Ok(Some(owe(up, credit)));
+                return Ok(Some(owe(frame, credit)));
             }
-            Some(Next::Bulk { frame: Up::Output { rank, stream, data }, rest }) => {
+            Some(Next::Bulk { frame: UpFrame::Job(Up::Output { rank, stream, data }), rest }) => {
                 splice.begin(rank, stream, data, rest);
             }
             // Only output carries bulk data up.
@@ -445,13 +442,14 @@ async fn next_event(
 }
 
 /// A frame from a child as an event: its output owes the child's window.
-fn owe(up: Up, credit: &Arc<ChildCredit>) -> LinkEvent {
-    match up {
-        Up::Output { rank, stream, data } => {
+fn owe(frame: UpFrame, credit: &Arc<ChildCredit>) -> LinkEvent {
+    match frame {
+        UpFrame::Job(Up::Output { rank, stream, data }) => {
             let debt = Debt::new(credit.clone(), data.len());
             LinkEvent::Output { rank, stream, data, debt }
         }
-        up => LinkEvent::Up(up),
+        UpFrame::Job(up) => LinkEvent::Up(up),
+        UpFrame::Link(link) => LinkEvent::Link(link),
     }
 }
 

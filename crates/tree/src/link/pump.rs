@@ -14,16 +14,18 @@ use crate::credit::{Outbox, Queued};
 use crate::fdio::Gather;
 use crate::splice::Carried;
 
-/// Writes frames to `out` until every sender is gone. Control messages go first; the data
-/// path (`data`: output, as its window allows, and the frames ordered with it) fills the rest
+/// Writes frames to `out` until every sender is gone. The link's own messages (`link`:
+/// heartbeats, credit, clock probes and echoes) go first, then the job's control messages;
+/// the data path (`data`: output, as its window allows, and the frames ordered with it) fills the rest
 /// of each write. Messages that are ready together are written with one syscall; on a link
 /// that takes vectored writes, large output goes from where it lies, not copied into the
 /// batch ([`Batch`]), and output in a carrier is spliced from it into `splice_to` (`out`'s
 /// descriptor, registered on its own). A queued frame's debt is repaid once it is written
 /// (see [`crate::credit`]).
-pub async fn pump<M: Frame>(
+pub async fn pump<L: Frame, M: Frame>(
     mut out: impl AsyncWrite + Unpin,
     hello: bool,
+    link: &mut mpsc::UnboundedReceiver<L>,
     control: &mut mpsc::UnboundedReceiver<M>,
     mut data: Option<&mut Outbox>,
     splice_to: Option<&AsyncFd<OwnedFd>>,
@@ -32,24 +34,29 @@ pub async fn pump<M: Frame>(
     if hello {
         batch.bytes(&control::hello());
     }
-    let mut control_open = true;
+    // The link's own channel outlives no job channel: its heartbeat holds only a weak sender.
+    let (mut link_open, mut control_open) = (true, true);
     loop {
         if batch.is_empty() {
             if !control_open && data.is_none() {
                 return Ok(());
             }
-            enum Got<M> {
+            enum Got<L, M> {
+                Link(Option<L>),
                 Control(Option<M>),
                 Data(Option<Queued>),
             }
             let got = tokio::select! {
                 biased;
+                l = link.recv(), if link_open => Got::Link(l),
                 m = control.recv(), if control_open => Got::Control(m),
                 q = next_data(&mut data) => Got::Data(q),
             };
             match got {
+                Got::Link(Some(l)) => batch.frame(&l),
                 Got::Control(Some(m)) => batch.frame(&m),
                 Got::Data(Some(q)) => batch.queued(q),
+                Got::Link(None) => link_open = false,
                 Got::Control(None) => control_open = false,
                 Got::Data(None) => data = None,
             }
@@ -58,7 +65,9 @@ pub async fn pump<M: Frame>(
             }
         }
         while batch.len < Batch::MAX {
-            if let Ok(m) = control.try_recv() {
+            if let Ok(l) = link.try_recv() {
+                batch.frame(&l);
+            } else if let Ok(m) = control.try_recv() {
                 batch.frame(&m);
             } else if let Some(q) = data.as_mut().and_then(|d| d.try_next()) {
                 batch.queued(q);
@@ -242,9 +251,10 @@ async fn splice_all(carried: &mut Carried, to: &AsyncFd<OwnedFd>) -> io::Result<
 /// [`pump`] until `abandon` turns true; from then on, and once the pump ends, what is still
 /// sent is dropped: with no one to deliver to, senders must never block (a proxy that lost
 /// its parent, whose socket will never drain).
-pub async fn pump_until_abandoned<M: Frame>(
+pub async fn pump_until_abandoned<L: Frame, M: Frame>(
     out: impl AsyncWrite + Unpin,
     hello: bool,
+    mut link: mpsc::UnboundedReceiver<L>,
     mut control: mpsc::UnboundedReceiver<M>,
     mut data: Outbox,
     splice_to: Option<AsyncFd<OwnedFd>>,
@@ -258,9 +268,13 @@ pub async fn pump_until_abandoned<M: Frame>(
         biased;
         _ = crate::raised(&mut abandon) => {}
         // A dropped sender abandons nothing: the pump goes on to flush the last frames.
-        _ = pump(out, hello, &mut control, Some(&mut data), splice_to.as_ref()) => {}
+        _ = pump(out, hello, &mut link, &mut control, Some(&mut data), splice_to.as_ref()) => {}
     }
-    tokio::join!(async { while control.recv().await.is_some() {} }, data.discard_all());
+    tokio::join!(
+        async { while link.recv().await.is_some() {} },
+        async { while control.recv().await.is_some() {} },
+        data.discard_all()
+    );
 }
 
 async fn next_data(data: &mut Option<&mut Outbox>) -> Option<Queued> {
