@@ -402,32 +402,14 @@ pub async fn feed_stdin(
 mod tests {
     use std::collections::BTreeMap;
 
-    use pmi_wire::control::{Bootstrap, Liveness, Rendezvous, StdinTarget};
+    use pmi_wire::control::Rendezvous;
 
     use super::*;
 
     fn job(size: u32) -> Job {
-        Job {
-            jobid: "rlaunch_1_ab".into(),
-            size,
-            segments: Vec::new(),
-            env: Vec::new(),
-            stdin: StdinTarget::None,
-            kill_grace_ms: 1000,
-            bootstrap: Bootstrap::Fork,
-            process_mapping: None,
-            pmi_port: false,
-            binding: None,
-            liveness: Liveness::default(),
-            pmix: None,
-            progress: false,
-            forked_ranks: size,
-            nodes: 3,
-            rendezvous: None,
-            tracker: None,
-            slurm_nodes: None,
-            report_vars: false,
-        }
+        let mut job = Job::simple("rlaunch_1_ab", size, Vec::new());
+        job.nodes = 3;
+        job
     }
 
     fn at(rank: u32, local_id: usize, local_count: usize, node_id: u32) -> Placement<'static> {

@@ -27,6 +27,8 @@ mod roll;
 mod signals;
 mod spawn;
 mod start;
+#[cfg(test)]
+mod tests;
 mod timeline;
 
 use std::collections::{BTreeSet, HashMap, HashSet};
@@ -179,6 +181,53 @@ struct Root {
     tracker_span: Option<(Micros, Micros)>,
 }
 
+impl Root {
+    /// A Root for `plan`, before anything runs: no child, no process, no thread of its own.
+    /// `run` gives it its world; a unit test drives it with events (see `job/tests.rs`).
+    fn new(
+        plan: Plan,
+        progress: Option<progress::Progress>,
+        drop_output: watch::Sender<bool>,
+        spawned_jobs: std::sync::mpsc::Sender<SpawnedJob>,
+    ) -> Root {
+        Root {
+            progress,
+            timeout_at: plan.timeout.map(|t| Instant::now() + t),
+            roll: Roll::new(&plan.job, &plan.roots, plan.node_hosts.clone()),
+            children: Children::default(),
+            causes: Vec::new(),
+            terminating: false,
+            last_interrupt: None,
+            forwarded: Forwarded::default(),
+            proxy_deadline: None,
+            output_deadline: None,
+            drop_only_if_behind: false,
+            note_drop: false,
+            drop_output,
+            stdin: StdinFlow {
+                open: plan.job.stdin != StdinTarget::None,
+                seq: 0,
+                pending: HashMap::new(),
+            },
+            fence: FenceFold::default(),
+            pmix_fence: pmix_fence::PmixFence::default(),
+            group_fences: HashMap::new(),
+            names: Names::default(),
+            spawned_jobs,
+            launcher: None,
+            dial_deadline: None,
+            parent_of: HashMap::new(),
+            listening: HashMap::new(),
+            redirects: Vec::new(),
+            spawns: spawn::Spawns::default(),
+            links: None,
+            turnout: None,
+            tracker_span: None,
+            plan,
+        }
+    }
+}
+
 /// Runs the job to the end; returns rlaunch's exit status.
 pub async fn run(mut plan: Plan) -> i32 {
     procs::become_subreaper();
@@ -204,41 +253,7 @@ pub async fn run(mut plan: Plan) -> i32 {
         .expect("SIGCHLD handler");
     let mut forwarded = ForwardedSignals::new();
 
-    let mut root = Root {
-        progress,
-        timeout_at: plan.timeout.map(|t| Instant::now() + t),
-        roll: Roll::new(&plan.job, &plan.roots, plan.node_hosts.clone()),
-        children: Children::default(),
-        causes: Vec::new(),
-        terminating: false,
-        last_interrupt: None,
-        forwarded: Forwarded::default(),
-        proxy_deadline: None,
-        output_deadline: None,
-        drop_only_if_behind: false,
-        note_drop: false,
-        drop_output,
-        stdin: StdinFlow {
-            open: plan.job.stdin != StdinTarget::None,
-            seq: 0,
-            pending: HashMap::new(),
-        },
-        fence: FenceFold::default(),
-        pmix_fence: pmix_fence::PmixFence::default(),
-        group_fences: HashMap::new(),
-        names: Names::default(),
-        spawned_jobs,
-        launcher: None,
-        dial_deadline: None,
-        parent_of: HashMap::new(),
-        listening: HashMap::new(),
-        redirects: Vec::new(),
-        spawns: spawn::Spawns::default(),
-        links: None,
-        turnout: None,
-        tracker_span: None,
-        plan,
-    };
+    let mut root = Root::new(plan, progress, drop_output, spawned_jobs);
     let (tracker_news_tx, mut tracker_news) = mpsc::unbounded_channel();
     let tracker = root.plan.tracker.take().map(|listener| {
         let workers = root.plan.job.size;

@@ -326,7 +326,7 @@ fn strerror(errno: i32) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use pmi_wire::control::{Bootstrap, Job, Liveness, RankPlan, Segment, SpawnCmd, StdinTarget};
+    use pmi_wire::control::{Job, RankPlan, Segment, SpawnCmd};
 
     fn job() -> Job {
         let segment = |exe: &str| Segment {
@@ -336,27 +336,10 @@ mod tests {
             env: vec![],
             wdir: b"/w".to_vec(),
         };
-        Job {
-            jobid: "j".into(),
-            size: 3,
-            segments: vec![segment("./a"), segment("./b")],
-            env: vec![],
-            stdin: StdinTarget::None,
-            kill_grace_ms: 0,
-            bootstrap: Bootstrap::Fork,
-            process_mapping: None,
-            pmi_port: false,
-            binding: None,
-            liveness: Liveness::default(),
-            pmix: None,
-            progress: false,
-            forked_ranks: 0,
-            rendezvous: None,
-            nodes: 1,
-            tracker: None,
-            slurm_nodes: None,
-            report_vars: false,
-        }
+        let mut job = Job::simple("j", 3, vec![segment("./a"), segment("./b")]);
+        job.kill_grace_ms = 0;
+        job.forked_ranks = 0;
+        job
     }
 
     fn node(index: u32, ranks: &[(u32, u32)], children: Vec<NodePlan>) -> NodePlan {

@@ -69,6 +69,35 @@ pub struct Job {
     pub report_vars: bool,
 }
 
+impl Job {
+    /// Job `jobid` of `size` ranks running `segments`, every other setting at its simplest:
+    /// on this machine (fork), no stdin, no PMIx, no binding, no services for frameworks,
+    /// one node. What a test starts from; rlaunch's plan sets every field itself.
+    pub fn simple(jobid: &str, size: u32, segments: Vec<Segment>) -> Job {
+        Job {
+            jobid: jobid.into(),
+            size,
+            segments,
+            env: Vec::new(),
+            stdin: StdinTarget::None,
+            kill_grace_ms: 1000,
+            bootstrap: Bootstrap::Fork,
+            process_mapping: None,
+            pmi_port: false,
+            binding: None,
+            liveness: Liveness::default(),
+            pmix: None,
+            progress: false,
+            forked_ranks: size,
+            nodes: 1,
+            rendezvous: None,
+            tracker: None,
+            slurm_nodes: None,
+            report_vars: false,
+        }
+    }
+}
+
 /// An address of rank 0's node that every node reaches (an IP, not a name), and ports that
 /// were free there at launch.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
