@@ -26,6 +26,8 @@ mod reap;
 mod singleton;
 mod start;
 mod subtree;
+#[cfg(test)]
+mod tests;
 
 pub use start::{serve, DialContext, Forked, PlainChannel, Served};
 use subtree::relay_child;
@@ -92,7 +94,7 @@ struct JobState {
 
 /// What goes to the parent: control messages, and the bounded channel that output and
 /// child proxies' frames share (so backpressure reaches them).
-struct Upstream {
+pub(super) struct Upstream {
     control: mpsc::UnboundedSender<Up>,
     data: mpsc::UnboundedSender<Queued>,
     /// Set when the parent is lost: the pump stops writing to it and drops what comes.

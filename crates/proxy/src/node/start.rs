@@ -157,57 +157,84 @@ pub async fn serve(
         }
     };
     let (pmi_tx, pmi_rx) = mpsc::unbounded_channel();
-    let launched = JobState {
-        pmi: Arc::new(PmiJob {
-            kvsname: launch.job.jobid.clone(),
-            size: launch.job.size,
-            process_mapping: launch.job.process_mapping.clone(),
-            spawner: None,
-        }),
-        kvs: Kvs::new(FenceScope::Tree, launch.node.ranks.len(), []),
-        group: (launch.node.index, launch.job.nodes),
-    };
-    let mut node = Node {
-        phases: vec![(Phase::Launched, launched_at)],
-        fences: FenceTimes::default(),
-        jobs: HashMap::from([(0, launched)]),
-        pmi_calls: pmi_tx,
-        binder: Binder::new(launch.node.host.clone()),
-        programs: HashMap::new(),
-        proxy_exe,
-        job: Arc::new(launch.job),
-        plan: launch.node,
-        ranks: RankTable::default(),
-        children: Children::default(),
-        up: Upstream { control: control_tx, data: data_tx, abandon, shed_output },
-        outputs,
-        events: events_tx,
-        kill: Escalation::default(),
-        orphaned: false,
-        last_heard: Instant::now(),
-        stopped: false,
-        swept: false,
-        dial,
-        dial_deadline: None,
-        pmix: None,
-        pmix_late: None,
-        late: launch.late,
-        awaiting_spawn: launch.late,
-        awaiting_rendezvous: false,
-        error_dir: None,
-        singleton: None,
-        trapped: Vec::new(),
-        probes,
-        pmix_fence: pmix_fence::NodeFence::default(),
-        dmodex: dmodex::Asks::default(),
-        held_stdin: Vec::new(),
-    };
+    let up = Upstream { control: control_tx, data: data_tx, abandon, shed_output };
+    let parts = Parts { up, outputs, events: events_tx, pmi_calls: pmi_tx, probes };
+    let mut node = Node::new(launch, launched_at, proxy_exe, dial, parts);
     let code = node.run(events_rx, pmi_rx).await;
     drop(node);
     // The pump drains the link's channel to its end before it ends.
     drop(link_tx);
     let _ = tokio::time::timeout(Duration::from_secs(5), pump).await;
     Served::Exit(code)
+}
+
+/// What a Node talks through: its parent's channels, its ranks' output hub, its own event
+/// queue and its ranks' PMI calls' sender, and the parent's clock probes answered.
+pub(super) struct Parts {
+    pub(super) up: Upstream,
+    pub(super) outputs: Outputs,
+    pub(super) events: mpsc::UnboundedSender<Event>,
+    pub(super) pmi_calls: mpsc::UnboundedSender<(crate::pmi::PmiPeer, crate::pmi::PmiCall)>,
+    pub(super) probes: tokio::sync::watch::Receiver<u32>,
+}
+
+impl Node {
+    /// The Node of `launch` (had at `launched_at`), before it starts anything: no rank, no
+    /// child proxy. `serve` runs it; a unit test drives it with events (`node/tests.rs`).
+    pub(super) fn new(
+        launch: Launch,
+        launched_at: pmi_wire::record::Micros,
+        proxy_exe: OsString,
+        dial: Option<DialContext>,
+        parts: Parts,
+    ) -> Node {
+        let Parts { up, outputs, events, pmi_calls, probes } = parts;
+        let launched = JobState {
+            pmi: Arc::new(PmiJob {
+                kvsname: launch.job.jobid.clone(),
+                size: launch.job.size,
+                process_mapping: launch.job.process_mapping.clone(),
+                spawner: None,
+            }),
+            kvs: Kvs::new(FenceScope::Tree, launch.node.ranks.len(), []),
+            group: (launch.node.index, launch.job.nodes),
+        };
+        Node {
+            phases: vec![(Phase::Launched, launched_at)],
+            fences: FenceTimes::default(),
+            jobs: HashMap::from([(0, launched)]),
+            pmi_calls,
+            binder: Binder::new(launch.node.host.clone()),
+            programs: HashMap::new(),
+            proxy_exe,
+            job: Arc::new(launch.job),
+            plan: launch.node,
+            ranks: RankTable::default(),
+            children: Children::default(),
+            up,
+            outputs,
+            events,
+            kill: Escalation::default(),
+            orphaned: false,
+            last_heard: Instant::now(),
+            stopped: false,
+            swept: false,
+            dial,
+            dial_deadline: None,
+            pmix: None,
+            pmix_late: None,
+            late: launch.late,
+            awaiting_spawn: launch.late,
+            awaiting_rendezvous: false,
+            error_dir: None,
+            singleton: None,
+            trapped: Vec::new(),
+            probes,
+            pmix_fence: pmix_fence::NodeFence::default(),
+            dmodex: dmodex::Asks::default(),
+            held_stdin: Vec::new(),
+        }
+    }
 }
 
 /// This proxy's end of its link to its parent: what the link's own messages act on.

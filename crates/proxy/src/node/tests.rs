@@ -1,0 +1,87 @@
+//! The Node driven without processes: a Node built for a small launch, ranks entered in its
+//! table as if started (no process behind them), PMI calls and its parent's frames fed in,
+//! and what it sends up and answers checked.
+
+use pmi_wire::control::{Job, Launch, NodePlan, RankPlan, Segment};
+
+use super::start::Parts;
+use super::*;
+use crate::pmi::{answer_channel, AnswerRx, PmiAnswer};
+use crate::ranks::PmiState;
+
+/// A Node holding ranks 0 and 1 of a 2-rank job, none started, and what it sends its parent.
+fn node() -> (Node, mpsc::UnboundedReceiver<Up>) {
+    let segment = Segment {
+        exe: b"/bin/true".to_vec(),
+        args: vec![],
+        inherit_env: true,
+        env: vec![],
+        wdir: b"/".to_vec(),
+    };
+    let job = Job::simple("j", 2, vec![segment]);
+    let ranks = vec![RankPlan { rank: 0, segment: 0 }, RankPlan { rank: 1, segment: 0 }];
+    let plan = NodePlan { index: 0, host: "n0".into(), fork: true, ranks, children: vec![] };
+    let launch = Launch { job, node: plan, late: false };
+    let (control, up) = mpsc::unbounded_channel();
+    let (data, _) = mpsc::unbounded_channel();
+    let (abandon, _) = tokio::sync::watch::channel(false);
+    let (shed_output, _) = tokio::sync::watch::channel(false);
+    let outputs = Outputs::start(data.clone(), None, None, |_| {}).expect("an epoll set");
+    let (events, _) = mpsc::unbounded_channel();
+    let (pmi_calls, _) = mpsc::unbounded_channel();
+    let (_, probes) = tokio::sync::watch::channel(0);
+    let up_channels = Upstream { control, data, abandon, shed_output };
+    let parts = Parts { up: up_channels, outputs, events, pmi_calls, probes };
+    (Node::new(launch, 0, "rlaunch-proxy".into(), None, parts), up)
+}
+
+/// Rank `rank` in the node's table as if started and connected, and its answers' mailbox.
+/// Its pid is one no process has (the kernel's pids stop short of it).
+fn connected(node: &mut Node, rank: u32) -> (PmiPeer, AnswerRx) {
+    let local = node.ranks.add_running(rank, 0, i32::MAX - rank as i32, PmiState::Open);
+    let (answers, rx) = answer_channel();
+    node.ranks.get_mut(local).answers = Some(answers);
+    (PmiPeer { local, job: 0, rank, appnum: 0 }, rx)
+}
+
+/// The next answer a rank's connection would write, if one is there.
+async fn answer(rx: &mut AnswerRx) -> Option<PmiAnswer> {
+    let next = tokio::time::timeout(Duration::from_secs(1), rx.recv()).await;
+    next.ok().flatten().map(|a| *a)
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_fence_goes_up_once_every_local_rank_is_in_and_its_pairs_come_down_to_all() {
+    let (mut node, mut up) = node();
+    let (zero, mut zero_answers) = connected(&mut node, 0);
+    let (one, mut one_answers) = connected(&mut node, 1);
+    let put = |key: &str, value: &str| PmiCall::Put { key: key.into(), value: value.into() };
+    node.pmi_call(zero, put("card-0", "a"));
+    node.pmi_call(zero, PmiCall::Fence { tag: None });
+    assert!(up.try_recv().is_err(), "rank 1 is not in yet");
+    node.pmi_call(one, put("card-1", "b"));
+    node.pmi_call(one, PmiCall::Fence { tag: Some("t1".into()) });
+    match up.try_recv() {
+        Ok(Up::FenceIn { epoch: 0, mut pairs }) => {
+            pairs.sort();
+            assert_eq!(pairs, [("card-0".into(), "a".into()), ("card-1".into(), "b".into())]);
+        }
+        other => panic!("expected the node's FenceIn, got {other:?}"),
+    }
+    // The whole job's pairs come down; every rank's fence is answered, with its own tag.
+    let pairs = vec![("card-0".into(), "a".into()), ("card-9".into(), "z".into())];
+    node.handle(Event::Down(Down::FenceOut { epoch: 0, pairs }));
+    assert!(matches!(answer(&mut zero_answers).await, Some(PmiAnswer::Fence { tag: None })));
+    assert!(
+        matches!(answer(&mut one_answers).await, Some(PmiAnswer::Fence { tag: Some(t) }) if t == "t1")
+    );
+    // A pair another node put is a local hit now.
+    node.pmi_call(zero, PmiCall::Get { key: "card-9".into(), tag: None });
+    match answer(&mut zero_answers).await {
+        Some(PmiAnswer::Get { key, value, .. }) => {
+            assert_eq!((key.as_str(), value), ("card-9", Some("z".into())))
+        }
+        other => panic!("expected the get's answer, got {other:?}"),
+    }
+    assert!(up.try_recv().is_err(), "a hit goes nowhere");
+}
