@@ -26,6 +26,7 @@ impl Root {
             progress.clear();
         }
         let first = self.causes.is_empty();
+        self.ending.send_replace(true);
         // A forwarded signal ends the job when the grace after it is over, or when every
         // rank has ended before that: the ranks have had their grace, and what is still
         // running is killed now.

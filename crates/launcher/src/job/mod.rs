@@ -179,6 +179,9 @@ struct Root {
     turnout: Option<crate::tracker::rabit::Turnout>,
     /// The tracker's rendezvous, once every worker's links were assigned.
     tracker_span: Option<(Micros, Micros)>,
+    /// True once the job began to end for a cause: what breaks after that (a connection to
+    /// the tracker from a rank being killed) is the teardown's doing, not news.
+    ending: watch::Sender<bool>,
 }
 
 impl Root {
@@ -223,6 +226,7 @@ impl Root {
             links: None,
             turnout: None,
             tracker_span: None,
+            ending: watch::channel(false).0,
             plan,
         }
     }
@@ -258,7 +262,8 @@ pub async fn run(mut plan: Plan) -> i32 {
     let tracker = root.plan.tracker.take().map(|listener| {
         let workers = root.plan.job.size;
         root.turnout = Some(crate::tracker::rabit::Turnout::new(workers));
-        tokio::spawn(crate::tracker::serve(listener, workers, tracker_news_tx))
+        let ending = root.ending.subscribe();
+        tokio::spawn(crate::tracker::serve(listener, workers, tracker_news_tx, ending))
     });
     let (dialed_tx, mut dialed) = mpsc::unbounded_channel();
     root.start_proxies(&events_tx, &output_tx, dialed_tx);

@@ -40,6 +40,8 @@ const MAGIC: i32 = 0xff99;
 /// A worker that says nothing for this long mid-exchange is dropped (the others wait while
 /// it is served).
 const READ_WAIT: Duration = Duration::from_secs(60);
+/// Why a connection was dropped when its peer closed it (or died) mid-exchange.
+const CLOSED: &str = "it closed the connection mid-message";
 /// The longest string a worker may send (a `print` of an evaluation log, a task id).
 const MAX_STRING: usize = 64 << 10;
 
@@ -71,8 +73,15 @@ pub enum News {
     Assigned { first: Micros, all: Micros },
 }
 
-/// Serves the job's `n` workers until every one has shut down.
-pub async fn serve(listener: Listener, n: u32, news: mpsc::UnboundedSender<News>) {
+/// Serves the job's `n` workers until every one has shut down. `ending` turns true when the
+/// job begins to end: connections that break after that are the teardown's doing (a worker
+/// killed mid-exchange), and are dropped without a warning.
+pub async fn serve(
+    listener: Listener,
+    n: u32,
+    news: mpsc::UnboundedSender<News>,
+    ending: tokio::sync::watch::Receiver<bool>,
+) {
     let socket = match tokio::net::TcpListener::from_std(listener.socket) {
         Ok(socket) => socket,
         Err(e) => return eprintln!("rlaunch: warning: the rabit tracker cannot listen: {e}"),
@@ -83,6 +92,7 @@ pub async fn serve(listener: Listener, n: u32, news: mpsc::UnboundedSender<News>
         waiting: Vec::new(),
         news,
         identified: false,
+        spoke: false,
     };
     let mut first: Option<(Instant, Micros)> = None;
     let mut reported = false;
@@ -97,8 +107,11 @@ pub async fn serve(listener: Listener, n: u32, news: mpsc::UnboundedSender<News>
             }
             Ok(Served::Done) => {}
             Ok(Served::Waiting(rank)) => trackers.waiting_for_all(rank, conn).await,
-            // A worker's own connection: its end, if it ended, is what the user hears of.
-            Err(why) if trackers.identified => {
+            // A worker's own connection (it said who it is, or it spoke rabit and died
+            // mid-exchange, killed with the job): its end is what the user hears of.
+            Err(why)
+                if trackers.identified || (trackers.spoke && why == CLOSED) || *ending.borrow() =>
+            {
                 tracing::debug!(%peer, why, "rabit tracker: a worker's connection dropped");
             }
             Err(why) => {
@@ -132,6 +145,8 @@ struct Trackers {
     news: mpsc::UnboundedSender<News>,
     /// The connection being served said it is a worker (a rank and a known command).
     identified: bool,
+    /// The connection being served began with the rabit magic.
+    spoke: bool,
 }
 
 /// The first frame of an XGBoost 2.1 connection.
@@ -155,7 +170,7 @@ struct Command {
 impl Trackers {
     /// One worker's connection: whole, or up to its start (XGBoost 2.1's, which waits).
     async fn serve_one(&mut self, conn: &mut TcpStream, peer: IpAddr) -> Result<Served, String> {
-        self.identified = false;
+        (self.identified, self.spoke) = (false, false);
         // XGBoost 2.1's workers wait for the tracker's magic; the classic ones send theirs
         // first and take it after.
         write(conn, &[MAGIC]).await?;
@@ -163,6 +178,7 @@ impl Trackers {
         if magic != MAGIC {
             return Err(format!("it is no rabit worker (it began with {magic:#x})"));
         }
+        self.spoke = true;
         let mut head = [0u8; 8];
         read_exact(conn, &mut head).await?;
         // XGBoost from 2.1 sends a length and JSON ({"rank": ...}) where the classic protocol
@@ -313,8 +329,13 @@ async fn write(conn: &mut TcpStream, values: &[i32]) -> Result<(), String> {
 async fn read_exact(conn: &mut TcpStream, buf: &mut [u8]) -> Result<(), String> {
     match tokio::time::timeout(READ_WAIT, conn.read_exact(buf)).await {
         Ok(Ok(_)) => Ok(()),
-        Ok(Err(e)) if e.kind() == io::ErrorKind::UnexpectedEof => {
-            Err("it closed the connection mid-message".to_string())
+        Ok(Err(e))
+            if matches!(
+                e.kind(),
+                io::ErrorKind::UnexpectedEof | io::ErrorKind::ConnectionReset
+            ) =>
+        {
+            Err(CLOSED.to_string())
         }
         Ok(Err(e)) => Err(e.to_string()),
         Err(_) => Err(format!("it said nothing for {} s", READ_WAIT.as_secs())),
