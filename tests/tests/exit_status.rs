@@ -116,3 +116,23 @@ fn timeout_kills_the_job_with_124() {
         Run::new(&["-n", "1", &rankprog_str(), "sleep", "60"]).env("MPIEXEC_TIMEOUT", "1").run();
     out.assert_code(124);
 }
+
+#[test]
+fn the_culprit_line_starts_a_line_of_its_own_after_a_rank_cut_short_mid_line() {
+    // A rank killed mid-line (here: whose stderr ends without a newline) leaves rlaunch's
+    // stderr mid-line; the culprit line comes after a newline, not glued to the rank's bytes.
+    let out = Run::new(&["-n", "1", "sh", "-c", "printf cut >&2; exit 3"]).run();
+    out.assert_code(3);
+    let err = out.stderr_str();
+    let (first, rest) = err.split_once('\n').unwrap_or_else(|| panic!("{err:?}"));
+    assert_eq!(first, "cut", "{err:?}");
+    assert!(
+        rest.starts_with("rlaunch: rank 0 (pid ") && rest.ends_with(" exited with code 3\n"),
+        "{err:?}"
+    );
+    // A whole last line gets no blank line after it.
+    let out = Run::new(&["-n", "1", "sh", "-c", "echo whole >&2; exit 3"]).run();
+    out.assert_code(3);
+    let err = out.stderr_str();
+    assert!(err.starts_with("whole\nrlaunch: rank 0 (pid "), "{err:?}");
+}

@@ -385,7 +385,9 @@ impl Writer {
     }
 
     /// Runs until every sender is gone.
-    pub(crate) fn run(mut self, mut queue: Queue) {
+    /// Writes the output queued until every sender is gone; returns whether rlaunch's stderr
+    /// was left mid-line (see `Sinks::ends_mid_line`).
+    pub(crate) fn run(mut self, mut queue: Queue) -> bool {
         while let Some(chunk) = queue.next() {
             if *self.dropped.borrow() {
                 // Emptied, so that the links' windows open and the proxies finish.
@@ -416,7 +418,7 @@ impl Writer {
             self.spliced + direct
         );
         if *self.dropped.borrow() {
-            return;
+            return self.sinks.ends_mid_line();
         }
         let stamp = stamp(&mut self.clock);
         for (&(_, stream), lane) in self.lanes.iter_mut().filter(|(_, l)| !l.partial.is_empty()) {
@@ -424,6 +426,7 @@ impl Writer {
             emit(&mut self.sinks, stamp, stream, lane, &[], &rest);
         }
         self.flush();
+        self.sinks.ends_mid_line()
     }
 
     fn flush(&mut self) {

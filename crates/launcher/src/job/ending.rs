@@ -75,6 +75,15 @@ impl Root {
         self.terminating = true;
     }
 
+    /// One of rlaunch's last lines on stderr, on a line of its own even when a rank's output
+    /// there ended mid-line.
+    fn say(&mut self, line: &str) {
+        if std::mem::take(&mut self.output_mid_line) {
+            eprintln!();
+        }
+        eprintln!("rlaunch: {line}");
+    }
+
     /// Prints why the job failed (the first cause, then the table of the ranks that failed
     /// if more than one did), writes `--report`, and returns the exit status.
     pub(super) fn report(&mut self) -> i32 {
@@ -84,7 +93,7 @@ impl Root {
         let listed = self.plan.print_all_exit_codes;
         if listed {
             for line in self.roll.all_outcomes() {
-                eprintln!("rlaunch: {line}");
+                self.say(&line);
             }
         }
         let (code, line) = match self.causes.first() {
@@ -92,13 +101,13 @@ impl Root {
             None => (0, None),
         };
         if let Some(line) = &line {
-            eprintln!("rlaunch: {line}");
+            self.say(line);
         }
         // Ranks that a signal to rlaunch ended did not fail: it was the user's wish.
         let wished = matches!(self.causes.first(), Some(Cause::Forwarded(_) | Cause::Interrupted));
         if !self.causes.is_empty() && !listed && !wished {
             for row in report::failure_table(&self.roll) {
-                eprintln!("rlaunch: {row}");
+                self.say(&row);
             }
         }
         let facts = report::JobFacts {

@@ -182,6 +182,9 @@ struct Root {
     /// True once the job began to end for a cause: what breaks after that (a connection to
     /// the tracker from a rank being killed) is the teardown's doing, not news.
     ending: watch::Sender<bool>,
+    /// The ranks' output on rlaunch's stderr ended mid-line (a rank's last line cut short):
+    /// rlaunch's own last words start on a line of their own.
+    output_mid_line: bool,
 }
 
 impl Root {
@@ -227,6 +230,7 @@ impl Root {
             turnout: None,
             tracker_span: None,
             ending: watch::channel(false).0,
+            output_mid_line: false,
             plan,
         }
     }
@@ -318,7 +322,7 @@ pub async fn run(mut plan: Plan) -> i32 {
     drop(output_tx);
     // Every sender is gone, so the writer is flushing its last bytes: wait for it right here
     // (a blocking-pool thread just for this costs more than the wait).
-    let _ = writer.join();
+    root.output_mid_line = writer.join().unwrap_or(false);
     // The last lines may have met a file that could not be written: the job ended anyway,
     // but not with the output it asked for.
     while let Ok(event) = output_events.try_recv() {

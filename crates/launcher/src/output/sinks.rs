@@ -54,6 +54,8 @@ struct Terminal {
     len: usize,
     /// Set after a write fails: output is discarded from then on.
     broken: bool,
+    /// The last byte taken was not a newline: a rank's last line, cut short by its end.
+    open_line: bool,
 }
 
 enum Part {
@@ -73,7 +75,8 @@ impl Terminal {
         if file.metadata().is_ok_and(|m| m.file_type().is_fifo()) {
             rlaunch_tree::fdio::enlarge_pipe(&*file, rlaunch_tree::fdio::PIPE_CAPACITY);
         }
-        Terminal { file, buf: Vec::with_capacity(BATCH), parts: Vec::new(), len: 0, broken: false }
+        let buf = Vec::with_capacity(BATCH);
+        Terminal { file, buf, parts: Vec::new(), len: 0, broken: false, open_line: false }
     }
 
     fn append(&mut self, stamp: &[u8], prefix: &[u8], head: &[u8], body: &[u8]) {
@@ -81,6 +84,9 @@ impl Terminal {
         append(&mut self.buf, stamp, prefix, head, body);
         let end = self.buf.len();
         self.len += end - start;
+        if end > start {
+            self.open_line = self.buf[end - 1] != b'\n';
+        }
         match self.parts.last_mut() {
             Some(Part::Buf(last)) if last.end == start => last.end = end,
             _ => self.parts.push(Part::Buf(start..end)),
@@ -89,11 +95,16 @@ impl Terminal {
 
     fn own(&mut self, data: Vec<u8>, range: Range<usize>) {
         self.len += range.len();
+        if let Some(&last) = data[range.clone()].last() {
+            self.open_line = last != b'\n';
+        }
         self.parts.push(Part::Owned(data, range));
     }
 
     fn stash(&mut self, stash: Arc<Stash>, len: usize) {
         self.len += len;
+        // Whole lines, or the start of one whose rest follows in its own part.
+        self.open_line = false;
         self.parts.push(Part::Stashed(stash, len));
     }
 
@@ -233,6 +244,17 @@ impl Sinks {
             stretches: Vec::new(),
             gather: Vec::new(),
         }
+    }
+
+    /// Whether what went to rlaunch's stderr (or to its stdout, when both are one file: a
+    /// terminal, `2>&1`) ends mid-line: rlaunch's own last words then start on a line of
+    /// their own.
+    pub(crate) fn ends_mid_line(&self) -> bool {
+        let same = |a: i32, b: i32| {
+            let id = |fd| nix::sys::stat::fstat(fd).ok().map(|s| (s.st_dev, s.st_ino));
+            id(a).is_some_and(|x| Some(x) == id(b))
+        };
+        self.stderr.open_line || (self.stdout.open_line && same(1, 2))
     }
 
     /// Bytes waiting for the next flush.
