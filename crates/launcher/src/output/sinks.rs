@@ -70,8 +70,8 @@ impl Terminal {
         // SAFETY: fds 1 and 2 stay open for the life of the process; ManuallyDrop never closes.
         let file = ManuallyDrop::new(unsafe { File::from_raw_fd(fd) });
         // Into a pipe (`rlaunch ... | consumer`), a 64 KiB buffer makes this thread and the
-        // consumer take turns every 64 KiB; a larger one lets both run (1 GiB through a
-        // 1 MiB pipe: ~0.35 s against ~1.1 s here).
+        // consumer take turns every 64 KiB; a larger one lets both run (docs/measurements.md,
+        // *rlaunch's stdout pipe*).
         if file.metadata().is_ok_and(|m| m.file_type().is_fifo()) {
             rlaunch_tree::fdio::enlarge_pipe(&*file, rlaunch_tree::fdio::PIPE_CAPACITY);
         }
