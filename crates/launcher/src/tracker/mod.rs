@@ -91,7 +91,6 @@ pub async fn serve(
         ring: rabit::Ring::new(n),
         waiting: Vec::new(),
         news,
-        identified: false,
         spoke: false,
     };
     let mut first: Option<(Instant, Micros)> = None;
@@ -107,11 +106,10 @@ pub async fn serve(
             }
             Ok(Served::Done) => {}
             Ok(Served::Waiting(rank)) => trackers.waiting_for_all(rank, conn).await,
-            // A worker's own connection (it said who it is, or it spoke rabit and died
-            // mid-exchange, killed with the job): its end is what the user hears of.
-            Err(why)
-                if trackers.identified || (trackers.spoke && why == CLOSED) || *ending.borrow() =>
-            {
+            // A worker died mid-exchange (it spoke rabit), or the job is ending and killed it:
+            // its end is what the user hears of. A worker that says something wrong is still
+            // warned about (a task id that is no rank, say: the others would wait for it).
+            Err(why) if (trackers.spoke && why == CLOSED) || *ending.borrow() => {
                 tracing::debug!(%peer, why, "rabit tracker: a worker's connection dropped");
             }
             Err(why) => {
@@ -143,8 +141,6 @@ struct Trackers {
     ring: rabit::Ring,
     waiting: Vec<(u32, TcpStream)>,
     news: mpsc::UnboundedSender<News>,
-    /// The connection being served said it is a worker (a rank and a known command).
-    identified: bool,
     /// The connection being served began with the rabit magic.
     spoke: bool,
 }
@@ -170,7 +166,7 @@ struct Command {
 impl Trackers {
     /// One worker's connection: whole, or up to its start (XGBoost 2.1's, which waits).
     async fn serve_one(&mut self, conn: &mut TcpStream, peer: IpAddr) -> Result<Served, String> {
-        (self.identified, self.spoke) = (false, false);
+        self.spoke = false;
         // XGBoost 2.1's workers wait for the tracker's magic; the classic ones send theirs
         // first and take it after.
         write(conn, &[MAGIC]).await?;
@@ -190,7 +186,6 @@ impl Trackers {
         let world = i32::from_le_bytes(head[4..].try_into().expect("4 bytes"));
         let task = read_string(conn).await?;
         let cmd = read_string(conn).await?;
-        self.identified = ["print", "shutdown", "start", "recover"].contains(&cmd.as_str());
         let tracker = &mut self.classic;
         match cmd.as_str() {
             "print" => {
@@ -229,7 +224,7 @@ impl Trackers {
                         put_i32(&mut out, *port);
                         put_i32(&mut out, *peer as i32);
                     }
-                    conn.write_all(&out).await.map_err(|e| e.to_string())?;
+                    conn.write_all(&out).await.map_err(failure)?;
                     let errors = read_i32(conn).await?;
                     if errors != 0 {
                         continue;
@@ -259,7 +254,6 @@ impl Trackers {
         read_exact(conn, &mut body[4..]).await?;
         let connect: Connect = serde_json::from_slice(&body)
             .map_err(|e| format!("its first message is not what XGBoost sends: {e}"))?;
-        self.identified = true;
         let frame = read_string(conn).await?;
         let command: Command = serde_json::from_str(&frame)
             .map_err(|e| format!("its command is not what XGBoost sends: {e}"))?;
@@ -311,7 +305,7 @@ async fn write_frame(conn: &mut TcpStream, value: &serde_json::Value) -> Result<
     let mut out = Vec::with_capacity(4 + text.len());
     put_i32(&mut out, text.len() as i32);
     out.extend_from_slice(text.as_bytes());
-    conn.write_all(&out).await.map_err(|e| e.to_string())
+    conn.write_all(&out).await.map_err(failure)
 }
 
 fn put_i32(out: &mut Vec<u8>, v: i32) {
@@ -323,21 +317,22 @@ async fn write(conn: &mut TcpStream, values: &[i32]) -> Result<(), String> {
     for &v in values {
         put_i32(&mut out, v);
     }
-    conn.write_all(&out).await.map_err(|e| e.to_string())
+    conn.write_all(&out).await.map_err(failure)
+}
+
+/// An I/O error on a worker's connection, in words; a peer gone mid-exchange is [`CLOSED`].
+fn failure(e: io::Error) -> String {
+    use io::ErrorKind::{BrokenPipe, ConnectionReset, UnexpectedEof};
+    match e.kind() {
+        UnexpectedEof | ConnectionReset | BrokenPipe => CLOSED.to_string(),
+        _ => e.to_string(),
+    }
 }
 
 async fn read_exact(conn: &mut TcpStream, buf: &mut [u8]) -> Result<(), String> {
     match tokio::time::timeout(READ_WAIT, conn.read_exact(buf)).await {
         Ok(Ok(_)) => Ok(()),
-        Ok(Err(e))
-            if matches!(
-                e.kind(),
-                io::ErrorKind::UnexpectedEof | io::ErrorKind::ConnectionReset
-            ) =>
-        {
-            Err(CLOSED.to_string())
-        }
-        Ok(Err(e)) => Err(e.to_string()),
+        Ok(Err(e)) => Err(failure(e)),
         Err(_) => Err(format!("it said nothing for {} s", READ_WAIT.as_secs())),
     }
 }
