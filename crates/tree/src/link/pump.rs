@@ -34,7 +34,8 @@ pub async fn pump<L: Frame, M: Frame>(
     if hello {
         batch.bytes(&control::hello());
     }
-    // The link's own channel outlives no job channel: its heartbeat holds only a weak sender.
+    // The pump ends with the job's channel (and the data path); the link's own channel may
+    // close before it, or outlive it: what is left on it then is not written.
     let (mut link_open, mut control_open) = (true, true);
     loop {
         if batch.is_empty() {
