@@ -41,9 +41,10 @@
 //! output files), `stdin`, `exit_status` (failures, timeouts), `signals`, `lost_proxies`,
 //! `chaos` (random faults, each checked), `under_load` (a loaded machine), `cli` (the
 //! drop-in command line), `bad_input` (the catalogue of bad input), `allocation` (schedulers'
-//! host lists), `binding`, `fakessh` (the ssh bootstrap, with a fake ssh), `multihost` (real
-//! ssh between network namespaces; needs root), `slurm` (a real Slurm cluster of fake nodes;
-//! needs root), `sge` (a real Grid Engine cluster of fake nodes; needs root), `mpich`,
+//! host lists), `binding`, `gpus` (GPUs and `--map-by` on fake machines), `fakessh` (the ssh
+//! bootstrap, with a fake ssh), `multihost` (real ssh between network namespaces; needs
+//! root), `slurm` (a real Slurm cluster of fake nodes; needs root), `sge` (a real Grid Engine
+//! cluster of fake nodes; needs root), `mpich`,
 //! `openmpi`, `pmi`, `spawn`, `report`, `timeline` and `progress` (what rlaunch says of a
 //! job), `frameworks` (PyTorch, JAX, and XGBoost with rlaunch as its tracker), and `rankprog`
 //! (the helper itself).

@@ -250,7 +250,11 @@ fn wrong_value(key: Key) -> Option<(&'static str, &'static str, i32)> {
             usage("/nonexistent/h", "cannot read hostfile /nonexistent/h: No such file or directory")
         }
         Key::Ppn => usage("0", "{o} 0: expected a number of ranks per host"),
-        Key::MapBy => usage("diagonal", "{o} diagonal: expected slot, node or ppr:N:node"),
+        Key::MapBy => usage(
+            "diagonal",
+            "{o} diagonal: expected slot, node, hwthread, core, l3cache, numa, socket, or \
+             ppr:N:UNIT, optionally :PE=n",
+        ),
         Key::Launcher => usage("pbs", "{o} pbs: expected fork, ssh, rsh, slurm, sge or lsf"),
         Key::LauncherExec => usage(" ", "{o}: empty command"),
         Key::BindAddress => usage("x", "{o} x: expected an IP address"),
@@ -290,7 +294,12 @@ fn wrong_value(key: Key) -> Option<(&'static str, &'static str, i32)> {
         )),
         Key::BindTo => usage(
             "corez",
-            "{o} corez: expected none, hwthread, core, socket or numa, optionally :N",
+            "{o} corez: expected none, hwthread, core, l3cache, numa or socket, optionally :N",
+        ),
+        Key::GpusPerRank => usage("x", "{o} x: expected a number of GPUs"),
+        Key::GpuBind => usage(
+            "nearest",
+            "{o} nearest: expected closest, none or map:LIST (GPU indexes: 3,2,1,0)",
         ),
         // Any path: it is the remote hosts' to find.
         Key::ProxyPath => None,
@@ -310,6 +319,7 @@ fn wrong_value(key: Key) -> Option<(&'static str, &'static str, i32)> {
         | Key::TimestampOutput
         | Key::PrintAllExitCodes
         | Key::ReportBindings
+        | Key::GpuShare
         | Key::Verbose
         | Key::Help
         | Key::HelpAll

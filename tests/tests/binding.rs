@@ -315,9 +315,32 @@ fn a_bad_bind_to_value_is_a_one_line_usage_error() {
         assert_eq!(
             out.stderr_lines(),
             [format!(
-                "rlaunch: --bind-to {bad}: expected none, hwthread, core, socket or numa, optionally :N"
+                "rlaunch: --bind-to {bad}: expected none, hwthread, core, l3cache, numa or socket, optionally :N"
             )],
             "{out}"
         );
     }
+}
+
+#[test]
+fn map_by_an_object_binds_to_it_on_this_machine() {
+    // Open MPI's rule: mapped by an object and not told otherwise, a rank is bound to it.
+    let allowed = own_cpus();
+    for (unit, name) in [(Unit::Core, "core"), (Unit::Numa, "numa"), (Unit::Socket, "socket")] {
+        let objs = objects(unit, &allowed);
+        let out = Run::new(&["-l", "-n", "2", "--map-by", name]).args(show_cpus()).run();
+        out.assert_code(0);
+        assert_eq!(seen_cpus(&out.lines()), expected([(0, 0), (1, 1)], &objs), "{name}: {out}");
+    }
+    // --bind-to none keeps them unbound.
+    let own = cpulist(&allowed);
+    let out = Run::new(&["-l", "-n", "2", "--map-by", "core", "--bind-to", "none"])
+        .args(show_cpus())
+        .run();
+    out.assert_code(0);
+    assert_eq!(
+        seen_cpus(&out.lines()).into_values().collect::<Vec<_>>(),
+        [own.as_str(), own.as_str()],
+        "{out}"
+    );
 }

@@ -234,7 +234,7 @@ fn unknown_options_get_one_line_with_a_suggestion() {
     one_line_error(&Run::new(&["--outptu-filename", "d", &rp]).run(), "'--output-filename'");
     one_line_error(&Run::new(&["-n", "x", &rp]).run(), "-n x: expected a number of ranks");
     one_line_error(&Run::new(&["-n", "1", &rp, "args", ":"]).run(), "followed by a program");
-    one_line_error(&Run::new(&["--map-by", "ppr:2:socket", &rp]).run(), "ppr:N:node");
+    one_line_error(&Run::new(&["--map-by", "ppr:2:bogus", &rp]).run(), "ppr:N:UNIT");
     one_line_error(&Run::new(&["--bind-to", "corez", &rp]).run(), "--bind-to corez");
     one_line_error(&Run::new(&["-n", "2"]).run(), "no program given");
 }

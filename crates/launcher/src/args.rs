@@ -65,6 +65,9 @@ pub enum Key {
     Timeline,
     BindTo,
     ReportBindings,
+    GpusPerRank,
+    GpuBind,
+    GpuShare,
     Verbose,
     Help,
     HelpAll,
@@ -173,7 +176,8 @@ pub const OPTIONS: &[Opt] = &[
     opt(&["--ppn", "-ppn", "--npernode", "-npernode", "-N"], Value("N"), Key::Ppn, Global, Hosts,
         true, "ranks per host, whatever the host list says"),
     opt(&["--map-by", "-map-by"], Value("HOW"), Key::MapBy, Global, Hosts, true,
-        "placement: slot (fill each host in turn, default), node (round-robin), ppr:N:node"),
+        "placement: slot (fill each host in turn, default), node (round-robin), ppr:N:node; \
+         in each host: core, socket, numa, l3cache, hwthread, ppr:N:UNIT, :PE=n"),
     opt(&["--bynode", "-bynode"], Flag, Key::MapBy, Global, Hosts, false,
         "same as --map-by node"),
     opt(&["--byslot", "-byslot"], Flag, Key::MapBy, Global, Hosts, false,
@@ -254,9 +258,19 @@ pub const OPTIONS: &[Opt] = &[
          per node, spans for bootstrap, launch, PMI init, fences, ranks; `rlaunch timeline \
          FILE -o PAGE.html` draws it"),
     opt(&["--bind-to", "-bind-to", "-binding"], Value("UNIT[:N]"), Key::BindTo, Global, Binding,
-        true, "pin each rank to N (default 1) of: none (default), hwthread, core, socket, numa"),
+        true, "pin each rank to N (default 1) of: none (default; --map-by UNIT binds to UNIT), \
+         hwthread, core, l3cache, numa, socket"),
     opt(&["--report-bindings", "-report-bindings"], Flag, Key::ReportBindings, Global, Binding,
-        false, "print the CPUs each rank is bound to"),
+        false, "print the CPUs and GPUs of each rank"),
+    opt(&["--gpus-per-rank", "-gpus-per-proc", "--gpus-per-proc", "--gpus-per-task"],
+        Value("N"), Key::GpusPerRank, Both, Binding, true,
+        "give each rank N GPUs (0: none), the free ones nearest its CPUs: \
+         CUDA_VISIBLE_DEVICES, ROCR_VISIBLE_DEVICES, ZE_AFFINITY_MASK"),
+    opt(&["--gpu-bind"], Value("HOW"), Key::GpuBind, Global, Binding, false,
+        "how ranks get GPUs: closest (default), map:LIST (local rank i gets GPU LIST[i]), \
+         none (rlaunch sets no GPU variable)"),
+    opt(&["--gpu-share"], Flag, Key::GpuShare, Global, Binding, false,
+        "more ranks than GPUs share them, in turn, instead of failing"),
     opt(&["--verbose", "-v", "-verbose"], Flag, Key::Verbose, Global, Information, true,
         "more log output (repeat for more); RLAUNCH_LOG=debug does the same"),
     opt(&["--help", "-h", "-help"], Flag, Key::Help, Global, Information, true,

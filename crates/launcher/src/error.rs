@@ -45,6 +45,9 @@ pub enum UsageError {
 /// rlaunch itself cannot run the job, whatever the command line.
 #[derive(Debug, thiserror::Error)]
 pub enum SetupError {
+    /// `--map-by ppr:N:UNIT` counts this machine's UNITs, and cannot.
+    #[error("{0}")]
+    Topology(String),
     #[error("cannot read the current directory: {}", io_error(.0))]
     CurrentDir(io::Error),
     #[error("cannot find my own executable: {0}")]

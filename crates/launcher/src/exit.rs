@@ -68,8 +68,8 @@ pub const TABLE: &[Row] = &[
     row("141", "rlaunch's stdout was closed"),
     row(
         "255",
-        "a proxy or node was lost, a rank broke the PMI protocol or started Open MPI alone \
-         without PMIx, a worker reported an error to the rabit tracker or ended before it \
+        "a proxy or node was lost or could not fit its ranks (GPUs, ppr), a rank broke the \
+         PMI protocol or started Open MPI alone without PMIx, a worker reported an error to the rabit tracker or ended before it \
          connected while others waited, an output file could not be written, or rlaunch itself \
          could not run the job",
     ),

@@ -108,7 +108,7 @@ pub(crate) fn title(topic: Topic) -> &'static str {
         Topic::Hosts => "Hosts and launching",
         Topic::Environment => "Environment and working directory",
         Topic::Output => "Output",
-        Topic::Binding => "CPU binding",
+        Topic::Binding => "CPUs and GPUs (docs/topology.md)",
         Topic::Information => "Information",
         Topic::Compatibility => "Accepted for compatibility",
     }

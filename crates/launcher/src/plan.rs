@@ -12,6 +12,7 @@
 //! `place` and `tree` are pure; this file reads the hostfiles and finds the proxy.
 
 mod elf;
+mod layout;
 mod ldso;
 pub(crate) mod place;
 mod tree;
@@ -67,7 +68,11 @@ pub fn build(o: &Options, env: &[(OsString, OsString)]) -> Result<job::Plan, Pla
         Scheduler::Pbs => None,
     });
     let mut notices = Vec::new();
-    let lists = host_lists(o, &own_host, allocation.as_ref(), &mut notices)?;
+    let layout = layout::layout(o, |unit| {
+        let machine = rlaunch_topology::Machine::of_this_process(false)?;
+        Ok(machine.objects(unit).len())
+    })?;
+    let lists = host_lists(o, layout.ppn, &own_host, allocation.as_ref(), &mut notices)?;
     let size = lists.size()?;
     lists.fit_hosts()?;
     let by_node = o.map_by == MapBy::Node;
@@ -161,7 +166,9 @@ pub fn build(o: &Options, env: &[(OsString, OsString)]) -> Result<job::Plan, Pla
         bootstrap,
         process_mapping: place::process_mapping(&rank_node),
         pmi_port: o.pmi_port,
-        binding: o.binding,
+        mapping: layout.mapping,
+        binding: layout.binding,
+        gpus: layout.gpus,
         liveness: o.liveness,
         pmix,
         progress: job::progress::wanted(node_hosts.len(), getenv),
@@ -409,6 +416,7 @@ fn read_allocation(
 /// and `notices` says so.
 fn host_lists(
     o: &Options,
+    ppn: Option<u32>,
     own_host: &str,
     allocation: Option<&Allocation>,
     notices: &mut Vec<String>,
@@ -423,7 +431,7 @@ fn host_lists(
                     (None, Some(allocation)) => allocation.hosts.clone(),
                     (source, _) => read_hosts(source, own_host).map_err(UsageError::from)?,
                 };
-                if let Some(ppn) = o.ppn {
+                if let Some(ppn) = ppn {
                     hosts.iter_mut().for_each(|h| h.slots = ppn);
                 }
                 sources.push(seg.hosts.as_ref());
@@ -443,7 +451,7 @@ fn host_lists(
             .filter(|(seg, _)| seg.hosts.is_none())
             .map(|(_, (_, n))| *n)
             .sum();
-        if ranks > slots && o.ppn.is_none() {
+        if ranks > slots && ppn.is_none() {
             notices.push(format!(
                 "note: {ranks} ranks on the {slots} slots of the {} allocation: placement \
                  wraps around",

@@ -77,6 +77,22 @@ pub struct RankRecord {
     /// asks for them ([`crate::control::Job::report_vars`]); the PMI channel's own are left
     /// out.
     pub vars: Vec<(String, String)>,
+    /// The CPUs it was bound to (a cpulist); `None`: not bound.
+    pub cpus: Option<String>,
+    /// The GPUs it was given; `None`: its job asked for none (`--gpus-per-rank`).
+    pub gpus: Option<Vec<GpuUse>>,
+}
+
+/// A GPU a rank was given.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GpuUse {
+    /// What names it in its vendor's variable (`CUDA_VISIBLE_DEVICES`, ...).
+    pub entry: String,
+    /// `nvidia`, `amd` or `intel`.
+    pub vendor: String,
+    /// Its PCI address and NUMA node; `None` where the allocation named it by UUID only.
+    pub pci: Option<String>,
+    pub numa: Option<u32>,
 }
 
 /// A fence of the launched job on one node: from when the node entered it (its first local

@@ -15,8 +15,8 @@
 //! fixed so a failure reproduces.
 
 use pmi_wire::control::{
-    self, Bootstrap, Down, DownFrame, Frame, Job, Launch, LinkDown, LinkUp, Liveness, NodePlan,
-    RankPlan, Segment, StdinTarget, Up, UpFrame,
+    self, Binding, Bootstrap, CpuUnit, Down, DownFrame, Frame, GpuBind, Gpus, Job, Launch,
+    LinkDown, LinkUp, Liveness, Mapping, NodePlan, RankPlan, Segment, StdinTarget, Up, UpFrame,
 };
 use pmi_wire::ids::{ExitOutcome, Stream};
 use pmi_wire::{pmi1, pmi2};
@@ -146,7 +146,9 @@ fn corpus() -> Vec<Vec<u8>> {
             bootstrap: Bootstrap::Fork,
             process_mapping: Some("(vector,(0,1,2))".into()),
             pmi_port: false,
-            binding: None,
+            mapping: Some(Mapping { unit: CpuUnit::L3, per: Some(2) }),
+            binding: Some(Binding { unit: CpuUnit::Core, count: 2 }),
+            gpus: Some(Gpus { per_rank: vec![1], bind: GpuBind::Map(vec![3, 2]), share: false }),
             liveness: Liveness::default(),
             pmix: None,
             progress: false,

@@ -22,11 +22,11 @@
 //! rlaunch-tree's: starting child proxies and routing to them, links, the dial-in listener,
 //! credit, splice, process bookkeeping, fences. docs/architecture.md tells the whole story.
 
-mod binding;
 mod kill;
 mod kvs;
 pub mod node;
 mod outputs;
+mod place;
 pub mod pmi;
 pub mod pmix;
 pub mod rank;

@@ -30,6 +30,8 @@ pub struct Placement<'a> {
     pub nodes: u32,
     /// Where it may write why it failed (`TORCHELASTIC_ERROR_FILE`).
     pub error_file: Option<String>,
+    /// Its GPU visibility variables (`CUDA_VISIBLE_DEVICES`, ...), if its job has GPUs.
+    pub gpu_vars: Vec<(&'static str, String)>,
 }
 
 /// How a rank reaches its PMI server.
@@ -62,6 +64,11 @@ pub const RANK_VARS: &[&str] = &[
     "PMI_ID",
     "MPI_LOCALRANKID",
     "MPI_LOCALNRANKS",
+    // The other local-rank spellings wrapper scripts read (Cray's PMI, Open MPI's mpirun).
+    "PMI_LOCAL_RANK",
+    "PMI_LOCAL_SIZE",
+    "OMPI_COMM_WORLD_LOCAL_RANK",
+    "OMPI_COMM_WORLD_LOCAL_SIZE",
     "MPIR_CVAR_CH3_INTERFACE_HOSTNAME",
     "GFORTRAN_UNBUFFERED_PRECONNECTED",
     // torchrun's contract (torch.distributed's env://, Lightning, Accelerate, DeepSpeed).
@@ -119,6 +126,9 @@ pub fn rank_vars(job: &Job) -> Vec<&'static str> {
     }
     if job.slurm_nodes.is_some() {
         vars.extend(SLURM_VARS);
+    }
+    if job.gpus.is_some() {
+        vars.extend(rlaunch_topology::gpu::VARS);
     }
     vars
 }
@@ -212,10 +222,15 @@ pub fn vars(job: &Job, at: &Placement) -> Vec<(&'static str, String)> {
         ("PMI_SIZE", job.size.to_string()),
         ("MPI_LOCALRANKID", at.local_id.to_string()),
         ("MPI_LOCALNRANKS", at.local_count.to_string()),
+        ("PMI_LOCAL_RANK", at.local_id.to_string()),
+        ("PMI_LOCAL_SIZE", at.local_count.to_string()),
+        ("OMPI_COMM_WORLD_LOCAL_RANK", at.local_id.to_string()),
+        ("OMPI_COMM_WORLD_LOCAL_SIZE", at.local_count.to_string()),
         ("MPIR_CVAR_CH3_INTERFACE_HOSTNAME", at.host.to_string()),
         ("GFORTRAN_UNBUFFERED_PRECONNECTED", "y".to_string()),
     ];
     framework_vars(job, at, &mut env);
+    env.extend(at.gpu_vars.iter().cloned());
     env
 }
 
@@ -413,7 +428,17 @@ mod tests {
     }
 
     fn at(rank: u32, local_id: usize, local_count: usize, node_id: u32) -> Placement<'static> {
-        Placement { rank, local_id, local_count, host: "n2", node_id, nodes: 3, error_file: None }
+        let host = "n2";
+        Placement {
+            rank,
+            local_id,
+            local_count,
+            host,
+            node_id,
+            nodes: 3,
+            error_file: None,
+            gpu_vars: Vec::new(),
+        }
     }
 
     fn vars_of(job: &Job, at: &Placement) -> BTreeMap<&'static str, String> {
@@ -434,6 +459,10 @@ mod tests {
             ("PMI_SIZE", "7"),
             ("MPI_LOCALRANKID", "1"),
             ("MPI_LOCALNRANKS", "2"),
+            ("PMI_LOCAL_RANK", "1"),
+            ("PMI_LOCAL_SIZE", "2"),
+            ("OMPI_COMM_WORLD_LOCAL_RANK", "1"),
+            ("OMPI_COMM_WORLD_LOCAL_SIZE", "2"),
             ("MPIR_CVAR_CH3_INTERFACE_HOSTNAME", "n2"),
             ("GFORTRAN_UNBUFFERED_PRECONNECTED", "y"),
             ("RANK", "5"),

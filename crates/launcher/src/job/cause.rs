@@ -29,6 +29,11 @@ pub(crate) enum Cause {
         host: String,
         reason: String,
     },
+    /// A node's ranks do not fit on it as asked (`--gpus-per-rank`, `ppr:N:socket`).
+    Unplaceable {
+        host: String,
+        why: String,
+    },
     StdoutClosed,
     Aborted {
         rank: u32,
@@ -110,6 +115,7 @@ impl Cause {
             Cause::Aborted { code: 0, .. } => 1,
             Cause::Aborted { code, .. } => *code,
             Cause::LostProxy { .. }
+            | Cause::Unplaceable { .. }
             | Cause::PmiFault { .. }
             | Cause::Singleton { .. }
             | Cause::OutputFile(_)
@@ -140,6 +146,9 @@ impl Cause {
             Cause::Interrupted | Cause::StdoutClosed => None,
             Cause::Forwarded(sig) => Some(format!("interrupted by {sig}")),
             Cause::LostProxy { host, reason } => Some(format!("lost proxy on {host} ({reason})")),
+            Cause::Unplaceable { host, why } => {
+                Some(format!("cannot place the ranks on {host}: {why}"))
+            }
             Cause::Aborted { rank, pid, code, msg } => {
                 let msg = if msg.is_empty() { String::new() } else { format!(": {msg}") };
                 Some(rank_said(*rank, *pid, &format!("aborted the job with exit code {code}{msg}")))

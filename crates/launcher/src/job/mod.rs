@@ -52,7 +52,7 @@ use cause::Cause;
 pub(crate) use dial::reaching;
 pub use dial::DialPlan;
 use names::{Asker, Names};
-use pmi_wire::record::Micros;
+use pmi_wire::record::{GpuUse, Micros};
 use report::OutFile;
 use roll::Roll;
 use signals::{Forwarded, ForwardedSignals};
@@ -407,6 +407,7 @@ impl Root {
                 }
             }
             Up::ProxyLost { host, reason } => self.fail(Cause::LostProxy { host, reason }),
+            Up::Unplaceable { host, why } => self.fail(Cause::Unplaceable { host, why }),
             Up::StdoutClosed => self.fail(Cause::StdoutClosed),
             Up::Singleton { rank, pid } => self.fail(Cause::Singleton { rank, pid }),
             Up::Notice { host, text } => eprintln!("rlaunch: note: on {host}: {text}"),
@@ -479,7 +480,7 @@ impl Root {
                 self.children.answered(answer.asker, answer.id);
                 self.children.send_toward_node(answer.asker, Down::DmodexAnswer(answer));
             }
-            Up::RankStarted { rank, pid, cpus } => self.report_binding(rank, pid, cpus),
+            Up::RankStarted { rank, pid, cpus, gpus } => self.report_binding(rank, pid, cpus, gpus),
             // Taken before they get here: output by the writer's path, a subtree's end by
             // `Children`.
             Up::Output { .. } | Up::OutputEnd { .. } | Up::NodeDone { .. } => {}
@@ -488,7 +489,7 @@ impl Root {
 
     /// `--report-bindings`: one line per rank as it starts (route sends RankStarted here
     /// only then).
-    fn report_binding(&self, rank: u32, pid: u32, cpus: Option<String>) {
+    fn report_binding(&self, rank: u32, pid: u32, cpus: Option<String>, gpus: Option<Vec<GpuUse>>) {
         if !self.roll.contains(rank) {
             tracing::warn!(rank, "start report for an unknown rank");
             return;
@@ -497,8 +498,16 @@ impl Root {
             Some(cpus) => format!("bound to cpus {cpus}"),
             None => "not bound".to_string(),
         };
+        let gpus = match gpus.as_deref() {
+            None => String::new(),
+            Some([]) => ", no GPU".to_string(),
+            Some(gpus) => {
+                let each: Vec<String> = gpus.iter().map(describe_gpu).collect();
+                format!(", {} {}", if gpus.len() == 1 { "GPU" } else { "GPUs" }, each.join(", "))
+            }
+        };
         let (who, host) = (self.roll.name(rank), self.roll.host(rank));
-        eprintln!("rlaunch: {who} on {host} (pid {pid}) {bound}");
+        eprintln!("rlaunch: {who} on {host} (pid {pid}) {bound}{gpus}");
     }
 
     /// Once every live top proxy is in the launched job's PMIx fence, every node's data goes
@@ -622,5 +631,13 @@ impl Root {
             }
         }
         self.dmodex_unanswerable();
+    }
+}
+
+/// A GPU as `--report-bindings` names it: `4 (amd 0000:d1:00.0, NUMA 0)`.
+fn describe_gpu(gpu: &GpuUse) -> String {
+    match (&gpu.pci, gpu.numa) {
+        (Some(pci), Some(numa)) => format!("{} ({} {pci}, NUMA {numa})", gpu.entry, gpu.vendor),
+        _ => format!("{} ({})", gpu.entry, gpu.vendor),
     }
 }

@@ -11,7 +11,7 @@ use std::io::{self, Write};
 use std::path::PathBuf;
 
 use pmi_wire::ids::ExitOutcome;
-use pmi_wire::record::{Micros, NodeRecord, RankRecord};
+use pmi_wire::record::{GpuUse, Micros, NodeRecord, RankRecord};
 use serde::Serialize;
 
 use super::roll::Roll;
@@ -152,6 +152,10 @@ struct Rank<'a> {
     /// The variables rlaunch set for it (its place, the frameworks' contract), by name;
     /// `null` if its node's report never came.
     vars: Option<BTreeMap<&'a str, &'a str>>,
+    /// The CPUs it was bound to, a cpulist; `null`: not bound (or no node report).
+    cpus: Option<&'a str>,
+    /// The GPUs it was given; `null`: its job asked for none (or no node report).
+    gpus: Option<&'a [GpuUse]>,
 }
 
 #[derive(Serialize)]
@@ -242,6 +246,8 @@ fn build<'a>(facts: &'a JobFacts, roll: &'a Roll, placed: &[Placed<'a>]) -> Repo
                 vars: rank_seen.map(|r| {
                     r.vars.iter().map(|(name, value)| (name.as_str(), value.as_str())).collect()
                 }),
+                cpus: rank_seen.and_then(|r| r.cpus.as_deref()),
+                gpus: rank_seen.and_then(|r| r.gpus.as_deref()),
             }
         })
         .collect();

@@ -128,9 +128,9 @@ pub(super) async fn route(
         LinkEvent::Spliced { output: spliced, debt } => {
             output.send(Chunk::Spliced { output: spliced, debt })
         }
-        LinkEvent::Up(Up::RankStarted { rank, pid, cpus }) => {
+        LinkEvent::Up(Up::RankStarted { rank, pid, cpus, gpus }) => {
             if report_bindings {
-                let up = Up::RankStarted { rank, pid, cpus: cpus.clone() };
+                let up = Up::RankStarted { rank, pid, cpus: cpus.clone(), gpus };
                 let _ = events.send(Event { child, event: LinkEvent::Up(up) });
             }
             output.send(Chunk::Started { rank, pid, cpus })

@@ -11,8 +11,8 @@ use std::time::Duration;
 use pmi_wire::control::Liveness;
 
 use super::values::{
-    self, output_spec, parse_bind_to, parse_command, parse_launcher, parse_seconds, split_pair,
-    OutputOptions,
+    self, output_spec, parse_bind_to, parse_command, parse_gpu_bind, parse_launcher, parse_map_by,
+    parse_seconds, split_pair, OutputOptions,
 };
 use super::{
     EnvBase, HostSource, MapBy, OptionError, Options, PmiKinds, Request, Rmk, SegmentSpec,
@@ -67,6 +67,7 @@ impl Segment {
             np: None,
             hosts: None,
             wdir: PathBuf::new(),
+            gpus: None,
             env_base: None,
             env: Vec::new(),
             command: part.command.clone(),
@@ -97,6 +98,8 @@ impl<'a> Fold<'a> {
             hosts: None,
             ppn: None,
             map_by: MapBy::Slot,
+            mapping: None,
+            pe: None,
             launcher: None,
             launcher_exec: None,
             proxy_path: None,
@@ -113,6 +116,10 @@ impl<'a> Fold<'a> {
             pmi: PmiKinds::Auto,
             psets: Vec::new(),
             binding: None,
+            bind_given: false,
+            gpus: None,
+            gpu_bind: None,
+            gpu_share: false,
             report_bindings: false,
             rabit: false,
             output: OutputSpec::default(),
@@ -137,7 +144,10 @@ impl<'a> Fold<'a> {
             | Key::MapBy
             | Key::Oversubscribe
             | Key::BindTo
-            | Key::ReportBindings => self.placement(item, segment),
+            | Key::ReportBindings
+            | Key::GpusPerRank
+            | Key::GpuBind
+            | Key::GpuShare => self.placement(item, segment),
             Key::Launcher
             | Key::LauncherExec
             | Key::ProxyPath
@@ -218,23 +228,28 @@ impl<'a> Fold<'a> {
                 let n = value.parse::<u32>().ok().filter(|&n| n > 0);
                 o.ppn = Some(n.ok_or_else(|| expected(item, "a number of ranks per host"))?);
             }
-            Key::MapBy => match value.as_str() {
-                "slot" | "--byslot" | "-byslot" | "core" | "hwthread" | "socket" | "numa" => {
-                    o.map_by = MapBy::Slot
+            Key::MapBy => {
+                let spec = parse_map_by(item.name, &value)?;
+                o.map_by = spec.over_hosts;
+                if spec.ppn.is_some() {
+                    o.ppn = spec.ppn;
                 }
-                "node" | "--bynode" | "-bynode" => o.map_by = MapBy::Node,
-                ppr if ppr.starts_with("ppr:") => {
-                    let n = ppr
-                        .strip_prefix("ppr:")
-                        .and_then(|r| r.strip_suffix(":node"))
-                        .and_then(|n| n.parse::<u32>().ok())
-                        .filter(|&n| n > 0);
-                    o.ppn = Some(n.ok_or_else(|| expected(item, "ppr:N:node"))?);
-                }
-                _ => return Err(expected(item, "slot, node or ppr:N:node")),
-            },
+                (o.mapping, o.pe) = (spec.mapping, spec.pe);
+            }
             Key::Oversubscribe => {}
-            Key::BindTo => o.binding = parse_bind_to(item.name, &value)?,
+            Key::BindTo => {
+                o.binding = parse_bind_to(item.name, &value)?;
+                o.bind_given = true;
+            }
+            Key::GpusPerRank => {
+                let n = value.parse::<u32>().map_err(|_| expected(item, "a number of GPUs"))?;
+                if segment.first {
+                    o.gpus = Some(n);
+                }
+                segment.spec.gpus = Some(n);
+            }
+            Key::GpuBind => o.gpu_bind = Some(parse_gpu_bind(item.name, &value)?),
+            Key::GpuShare => o.gpu_share = true,
             Key::ReportBindings => o.report_bindings = true,
             other => unreachable!("{other:?} is no placement option"),
         }

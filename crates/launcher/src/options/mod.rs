@@ -7,7 +7,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use pmi_wire::control::{Binding, Liveness};
+use pmi_wire::control::{Binding, GpuBind, Liveness, Mapping};
 
 use crate::allocation::Scheduler;
 use crate::args::{self, Key};
@@ -60,6 +60,9 @@ pub enum OptionError {
     /// `''` where a program should be: nothing could run it.
     #[error("empty program name")]
     EmptyProgram,
+    /// A map gives each rank one GPU.
+    #[error("--gpu-bind map gives each rank one GPU, not {0} (--gpus-per-rank)")]
+    MapManyGpus(u32),
 }
 
 /// What the command line asks rlaunch to do.
@@ -158,6 +161,8 @@ pub struct SegmentSpec {
     pub hosts: Option<HostSource>,
     /// Absolute.
     pub wdir: PathBuf,
+    /// `--gpus-per-rank` of this segment's; `None`: the job's.
+    pub gpus: Option<u32>,
     /// `Some` when the segment filters rlaunch's environment itself (`-envnone` ...).
     pub env_base: Option<EnvBase>,
     /// `-env` pairs, in order.
@@ -173,6 +178,10 @@ pub struct Options {
     pub(crate) hosts: Option<HostSource>,
     pub(crate) ppn: Option<u32>,
     pub(crate) map_by: MapBy,
+    /// `--map-by UNIT` or `ppr:N:UNIT`: where ranks go within each host.
+    pub(crate) mapping: Option<Mapping>,
+    /// `--map-by ...:PE=n`: each rank binds n cores (or n of `--bind-to`'s unit).
+    pub(crate) pe: Option<u32>,
     pub(crate) launcher: Option<LauncherKind>,
     pub(crate) launcher_exec: Option<Vec<String>>,
     pub(crate) proxy_path: Option<String>,
@@ -195,6 +204,13 @@ pub struct Options {
     /// `--pset NAME=RANKS`, in order: names and rank ranges (inclusive).
     pub(crate) psets: Vec<(String, Vec<(u32, u32)>)>,
     pub(crate) binding: Option<Binding>,
+    /// `--bind-to` was given (`none` included): a mapping's binding does not apply.
+    pub(crate) bind_given: bool,
+    /// `--gpus-per-rank` before the first program: every segment's default.
+    pub(crate) gpus: Option<u32>,
+    /// `--gpu-bind`: `None` when not given, `Some(None)` for `none`.
+    pub(crate) gpu_bind: Option<Option<GpuBind>>,
+    pub(crate) gpu_share: bool,
     pub(crate) report_bindings: bool,
     /// `--tracker rabit`: rlaunch is the job's dmlc/rabit tracker.
     pub(crate) rabit: bool,
@@ -331,6 +347,49 @@ mod tests {
         assert!(o.notices.is_empty(), "{:?}", o.notices);
         let mca = |k: &str, v: &str| (k.as_bytes().to_vec(), v.as_bytes().to_vec());
         assert_eq!(o.genv, [mca("OMPI_MCA_btl", "tcp"), mca("OMPI_MCA_x", "y")]);
+    }
+
+    #[test]
+    fn map_by_spells_every_level_ppr_and_pe() {
+        let mapping = |unit, per| Some(Mapping { unit, per });
+        for (value, want) in [
+            ("core", mapping(CpuUnit::Core, None)),
+            ("hwthread", mapping(CpuUnit::Hwthread, None)),
+            ("l3cache", mapping(CpuUnit::L3, None)),
+            ("NUMA", mapping(CpuUnit::Numa, None)),
+            ("package", mapping(CpuUnit::Socket, None)),
+            ("ppr:2:socket", mapping(CpuUnit::Socket, Some(2))),
+            ("ppr:1:l3cache:oversubscribe", mapping(CpuUnit::L3, Some(1))),
+        ] {
+            let o = run(&format!("--map-by {value} ./a"), &[]).unwrap();
+            assert_eq!((o.mapping, o.map_by, o.pe), (want, MapBy::Slot, None), "{value}");
+        }
+        let o = run("--map-by socket:PE=4 ./a", &[]).unwrap();
+        assert_eq!((o.mapping, o.pe), (mapping(CpuUnit::Socket, None), Some(4)));
+        let o = run("--map-by node:PE=2 ./a", &[]).unwrap();
+        assert_eq!((o.mapping, o.map_by, o.pe), (None, MapBy::Node, Some(2)));
+        for bad in ["ppr:0:socket", "ppr:2", "ppr:2:bogus", "core:PE=0", "core:span", "corez"] {
+            assert!(run(&format!("--map-by {bad} ./a"), &[]).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn gpu_options_fold_per_segment() {
+        let o = run(
+            "--gpus-per-rank 2 --gpu-share --gpu-bind map:3,1 ./a : --gpus-per-task 0 ./b",
+            &[],
+        )
+        .unwrap();
+        assert_eq!((o.gpus, o.segments[0].gpus, o.segments[1].gpus), (Some(2), Some(2), Some(0)));
+        assert_eq!(o.gpu_bind, Some(Some(GpuBind::Map(vec![3, 1]))));
+        assert!(o.gpu_share);
+        assert_eq!(run("--gpu-bind none ./a", &[]).unwrap().gpu_bind, Some(None));
+        assert_eq!(
+            run("--gpu-bind map_gpu:0 ./a", &[]).unwrap().gpu_bind,
+            Some(Some(GpuBind::Map(vec![0])))
+        );
+        assert!(run("--gpu-bind map: ./a", &[]).is_err());
+        assert!(run("-gpus-per-proc x ./a", &[]).is_err());
     }
 
     #[test]

@@ -4,7 +4,9 @@
 use std::os::unix::ffi::OsStrExt;
 use std::time::Duration;
 
-use pmi_wire::control::{Binding, CpuUnit};
+use pmi_wire::control::{Binding, CpuUnit, GpuBind, Mapping};
+
+use super::MapBy;
 
 use super::{LauncherKind, OptionError};
 use crate::args::Item;
@@ -147,20 +149,98 @@ pub(super) fn parse_bind_to(
     name: &'static str,
     value: &str,
 ) -> Result<Option<Binding>, OptionError> {
-    let bad = || expected(name, value, "none, hwthread, core, socket or numa, optionally :N");
+    let bad =
+        || expected(name, value, "none, hwthread, core, l3cache, numa or socket, optionally :N");
     let (unit, count) = match value.split_once(':') {
         Some((unit, n)) => (unit, n.parse::<u32>().ok().filter(|&n| n > 0).ok_or_else(bad)?),
         None => (value, 1),
     };
-    let unit = match unit {
-        "none" if count == 1 => return Ok(None),
-        "hwthread" | "hwthreads" | "thread" => CpuUnit::Hwthread,
+    if unit == "none" && count == 1 {
+        return Ok(None);
+    }
+    Ok(Some(Binding { unit: cpu_unit(unit).ok_or_else(bad)?, count }))
+}
+
+/// A topology level as Open MPI, Hydra and hwloc spell it.
+fn cpu_unit(word: &str) -> Option<CpuUnit> {
+    Some(match word.to_ascii_lowercase().as_str() {
+        "hwthread" | "hwthreads" | "thread" | "threads" | "pu" => CpuUnit::Hwthread,
         "core" | "cores" => CpuUnit::Core,
-        "socket" | "sockets" | "package" => CpuUnit::Socket,
-        "numa" | "numanode" => CpuUnit::Numa,
-        _ => return Err(bad()),
-    };
-    Ok(Some(Binding { unit, count }))
+        "l3cache" | "l3" | "l3caches" => CpuUnit::L3,
+        "numa" | "numanode" | "numanodes" | "numa-node" => CpuUnit::Numa,
+        "socket" | "sockets" | "package" | "packages" => CpuUnit::Socket,
+        _ => return None,
+    })
+}
+
+/// `--map-by` as given: how ranks are spread over the hosts, and within each.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct MapSpec {
+    pub(super) over_hosts: MapBy,
+    /// `ppr:N:node`: ranks per host.
+    pub(super) ppn: Option<u32>,
+    /// Within each host.
+    pub(super) mapping: Option<Mapping>,
+    /// `:PE=n`: each rank binds n cores.
+    pub(super) pe: Option<u32>,
+}
+
+/// `slot`, `node`, `core`, `socket:PE=4`, `ppr:2:numa`, `l3cache:oversubscribe` (Open MPI's
+/// spellings; the byslot/bynode flags come here as their own names).
+pub(super) fn parse_map_by(name: &'static str, value: &str) -> Result<MapSpec, OptionError> {
+    const WHAT: &str = "slot, node, hwthread, core, l3cache, numa, socket, or ppr:N:UNIT, \
+                        optionally :PE=n";
+    let bad = || expected(name, value, WHAT);
+    let mut spec = MapSpec { over_hosts: MapBy::Slot, ppn: None, mapping: None, pe: None };
+    let mut words = value.split(':');
+    match words.next().unwrap_or_default().to_ascii_lowercase().as_str() {
+        "slot" | "--byslot" | "-byslot" => {}
+        "node" | "--bynode" | "-bynode" => spec.over_hosts = MapBy::Node,
+        "ppr" => {
+            let n = words.next().and_then(|n| n.parse::<u32>().ok()).filter(|&n| n > 0);
+            let n = n.ok_or_else(bad)?;
+            match words.next().ok_or_else(bad)? {
+                "node" => spec.ppn = Some(n),
+                unit => {
+                    let unit = cpu_unit(unit).ok_or_else(bad)?;
+                    spec.mapping = Some(Mapping { unit, per: Some(n) });
+                }
+            }
+        }
+        unit => spec.mapping = Some(Mapping { unit: cpu_unit(unit).ok_or_else(bad)?, per: None }),
+    }
+    for modifier in words {
+        let upper = modifier.to_ascii_uppercase();
+        if let Some(n) = upper.strip_prefix("PE=") {
+            spec.pe = Some(n.parse::<u32>().ok().filter(|&n| n > 0).ok_or_else(bad)?);
+        } else if upper != "OVERSUBSCRIBE" {
+            // rlaunch always oversubscribes, as Hydra does.
+            return Err(bad());
+        }
+    }
+    Ok(spec)
+}
+
+/// `--gpu-bind`: `closest`, `none`, `map:3,2,1,0` (Slurm's `map_gpu:` too); `None` for
+/// `none`.
+pub(super) fn parse_gpu_bind(
+    name: &'static str,
+    value: &str,
+) -> Result<Option<GpuBind>, OptionError> {
+    let bad = || expected(name, value, "closest, none or map:LIST (GPU indexes: 3,2,1,0)");
+    match value {
+        "closest" => Ok(Some(GpuBind::Closest)),
+        "none" => Ok(None),
+        _ => {
+            let list = value
+                .strip_prefix("map:")
+                .or_else(|| value.strip_prefix("map_gpu:"))
+                .ok_or_else(bad)?;
+            let ids: Option<Vec<u32>> = list.split(',').map(|i| i.trim().parse().ok()).collect();
+            let ids = ids.filter(|ids| !ids.is_empty()).ok_or_else(bad)?;
+            Ok(Some(GpuBind::Map(ids)))
+        }
+    }
 }
 
 pub(super) fn expected(option: &'static str, value: &str, what: &'static str) -> OptionError {

@@ -10,7 +10,7 @@ use super::{
     SpawnRequest,
 };
 use crate::ids::{ExitOutcome, Stream};
-use crate::record::{Micros, NodeRecord, RankUsage};
+use crate::record::{GpuUse, Micros, NodeRecord, RankUsage};
 
 /// Parent to child: the job's messages.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -122,7 +122,8 @@ pub enum Up {
     Started { node: u32 },
     /// A rank is running. Travels on the output path, ahead of the rank's first output, so
     /// that the launcher knows the pid (and the CPUs it is bound to) before any of its lines.
-    RankStarted { rank: u32, pid: u32, cpus: Option<String> },
+    /// `cpus`: the CPUs it is bound to; `gpus`: the GPUs it was given, if its job asks.
+    RankStarted { rank: u32, pid: u32, cpus: Option<String>, gpus: Option<Vec<GpuUse>> },
     /// Bytes a rank wrote.
     Output { rank: u32, stream: Stream, data: Vec<u8> },
     /// A rank's stream reached end of file.
@@ -186,6 +187,9 @@ pub enum Up {
     /// Something the user should know that does not fail the job (bindings wrap around);
     /// the launcher prints it as one line.
     Notice { host: String, text: String },
+    /// The node's ranks do not fit on it as asked (`why`: more ranks than GPUs, than
+    /// `ppr:N:socket` places): they do not start, and the job ends.
+    Unplaceable { host: String, why: String },
     /// Rank 0's proxy chose where rank 0 serves the frameworks' rendezvous (the launch had
     /// none: rank 0 runs on another machine than rlaunch).
     Rendezvous(Rendezvous),

@@ -36,8 +36,14 @@ pub struct Job {
     pub process_mapping: Option<String>,
     /// Serve PMI on a loopback TCP port (`PMI_PORT`/`PMI_ID`) instead of a socketpair.
     pub pmi_port: bool,
+    /// Where on its node each local rank goes (`--map-by core`, `socket`, `ppr:2:numa`,
+    /// ...); `None` places by slot: local rank i after local rank i-1.
+    pub mapping: Option<Mapping>,
     /// How ranks are pinned to CPUs; `None` leaves them where the proxy runs.
     pub binding: Option<Binding>,
+    /// Each rank its GPUs (`--gpus-per-rank`), through the vendors' visibility variables;
+    /// `None` sets none of them.
+    pub gpus: Option<Gpus>,
     /// Heartbeat and silence timeout of every link of the tree.
     pub liveness: Liveness,
     /// Serve PMIx too: what each node's PMIx server must know of the whole job.
@@ -84,7 +90,9 @@ impl Job {
             bootstrap: Bootstrap::Fork,
             process_mapping: None,
             pmi_port: false,
+            mapping: None,
             binding: None,
+            gpus: None,
             liveness: Liveness::default(),
             pmix: None,
             progress: false,
@@ -143,8 +151,37 @@ pub struct Binding {
 pub enum CpuUnit {
     Hwthread,
     Core,
-    Socket,
+    /// The CPUs that share an L3 cache (an AMD CCD, an Intel socket).
+    L3,
     Numa,
+    Socket,
+}
+
+/// `--map-by UNIT` within a node: local rank i goes to object i of `unit`, round-robin
+/// (Open MPI's `--map-by socket`), or with `per`, to object i / per (`ppr:N:socket`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Mapping {
+    pub unit: CpuUnit,
+    pub per: Option<u32>,
+}
+
+/// `--gpus-per-rank` and its companions.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Gpus {
+    /// How many GPUs each rank of each segment gets (0: an explicit empty set).
+    pub per_rank: Vec<u32>,
+    pub bind: GpuBind,
+    /// More ranks than GPUs share them (`--gpu-share`) instead of failing the job.
+    pub share: bool,
+}
+
+/// How a rank's GPUs are chosen.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum GpuBind {
+    /// The free GPUs nearest the CPUs the rank is bound to (or would sit on).
+    Closest,
+    /// Local rank i gets GPU `list[i % len]` of the node's (`--gpu-bind map:3,2,1,0`).
+    Map(Vec<u32>),
 }
 
 /// One executable of an MPMD command line.

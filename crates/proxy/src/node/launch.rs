@@ -12,8 +12,8 @@ use pmi_wire::record::{self, Phase};
 use tokio::sync::mpsc;
 
 use super::{JobState, Node};
-use crate::binding::RankCpus;
 use crate::kvs::{FenceScope, Kvs};
+use crate::place::RankPlace;
 use crate::pmi::{self, PmiJob, PmiPeer};
 use crate::rank::{self, Placement, PmiSetup};
 use crate::ranks::PmiState;
@@ -33,8 +33,8 @@ struct StartRank<'a> {
     gid: u32,
     segment: u32,
     at: Placement<'a>,
-    /// Where `--bind-to` puts it; `None` leaves it on every CPU the proxy may use.
-    cpus: Option<RankCpus>,
+    /// Where `--map-by`, `--bind-to` and `--gpus-per-rank` put it.
+    place: RankPlace,
 }
 
 /// The ranks of a job to start here: (rank in its job, global id in frames, segment) each.
@@ -58,7 +58,7 @@ impl Node {
     pub(super) fn start_launched_ranks(&mut self) {
         let Some((listener, setup)) = self.launch_setup() else { return };
         let (job, host, ranks) = self.launched_ranks();
-        let batch = self.batch(&job, 0, &host, &ranks);
+        let Some(batch) = self.launched_batch(&job, &host, &ranks) else { return };
         let unbound = self.start_batch(batch, &setup);
         self.launched(listener, unbound, ranks.len());
     }
@@ -70,7 +70,7 @@ impl Node {
     async fn start_launched_ranks_yielding(&mut self) {
         let Some((listener, setup)) = self.launch_setup() else { return };
         let (job, host, ranks) = self.launched_ranks();
-        let mut batch = self.batch(&job, 0, &host, &ranks);
+        let Some(mut batch) = self.launched_batch(&job, &host, &ranks) else { return };
         let local = self.local_after(&batch);
         let mut unbound = HashMap::new();
         while !batch.is_empty() {
@@ -106,6 +106,31 @@ impl Node {
         Some((listener, setup))
     }
 
+    /// The launched job's batch; `None` if its ranks do not fit here, which ends the job
+    /// (they are reported as never run).
+    fn launched_batch<'a>(
+        &mut self,
+        job: &'a Job,
+        host: &'a str,
+        ranks: &[(u32, u32, u32)],
+    ) -> Option<Vec<StartRank<'a>>> {
+        match self.batch(job, 0, host, ranks) {
+            Ok(batch) => Some(batch),
+            Err(why) => {
+                let host = self.plan.host.clone();
+                tracing::debug!("the ranks do not fit here: {why}");
+                let _ = self.up.control.send(Up::Unplaceable { host, why });
+                for &(rank, _, _) in ranks {
+                    let outcome = ExitOutcome::Signaled(nix::libc::SIGTERM);
+                    let verdict = self.ranks.add_failed(rank, 0, outcome, Vec::new());
+                    let _ = self.up.control.send(verdict);
+                }
+                let _ = self.up.control.send(Up::Started { node: self.plan.index });
+                None
+            }
+        }
+    }
+
     /// The launched job, this node's name, and its ranks as [`Node::batch`] takes them.
     fn launched_ranks(&self) -> (Arc<Job>, String, JobRanks) {
         let ranks = self.plan.ranks.iter().map(|rp| (rp.rank, rp.rank, rp.segment)).collect();
@@ -128,20 +153,24 @@ impl Node {
     }
 
     /// What starting `ranks` of job `job_index` on this node takes; each is (rank in its job,
-    /// id in frames, segment), placed and bound by its index among `ranks`.
+    /// id in frames, segment), placed and bound by its index among `ranks`. `Err`: why they
+    /// do not fit on this node.
     fn batch<'a>(
         &mut self,
         job: &'a Job,
         job_index: u32,
         host: &'a str,
         ranks: &[(u32, u32, u32)],
-    ) -> Vec<StartRank<'a>> {
+    ) -> Result<Vec<StartRank<'a>>, String> {
         let count = ranks.len();
         let (node_id, nodes) = self.jobs.get(&job_index).map_or((0, 1), |j| j.group);
-        ranks
+        let segments: Vec<u32> = ranks.iter().map(|&(_, _, segment)| segment).collect();
+        let places = self.placer.place(job, &segments)?;
+        let batch = ranks
             .iter()
+            .zip(places)
             .enumerate()
-            .map(|(local_id, &(rank, gid, segment))| {
+            .map(|(local_id, (&(rank, gid, segment), place))| {
                 let error_file = self.error_dir.as_deref().map(|dir| {
                     rank::error_file(dir, &job.jobid, gid).to_string_lossy().into_owned()
                 });
@@ -153,11 +182,12 @@ impl Node {
                     node_id,
                     nodes,
                     error_file,
+                    gpu_vars: place.vars.clone(),
                 };
-                let cpus = job.binding.and_then(|b| self.binder.cpus(b, local_id, count));
-                StartRank { job, job_index, gid, segment, at, cpus }
+                StartRank { job, job_index, gid, segment, at, place }
             })
-            .collect()
+            .collect();
+        Ok(batch)
     }
 
     /// Starts ranks, a slice of them at a time (see [`START_SLICE`]). Returns the ranks
@@ -202,12 +232,12 @@ impl Node {
                     })
                     .clone()?;
                 let gets_stdin = job_index == 0 && job.stdin.includes(start.gid);
-                let mask = start.cpus.as_ref().map(|c| &c.mask);
+                let mask = start.place.cpus.as_ref().and_then(|c| c.mask.as_ref());
                 rank::prepare(program, job, &start.at, gets_stdin, setup, mask, front_env)
             })
             .collect();
         let started = rank::start_all(prepared);
-        for text in self.binder.take_notices() {
+        for text in self.placer.take_notices() {
             let _ = self.up.control.send(Up::Notice { host: self.plan.host.clone(), text });
         }
         for (start, result) in slice.into_iter().zip(started) {
@@ -224,7 +254,7 @@ impl Node {
         start: StartRank,
         result: Result<rank::Started, ExitOutcome>,
     ) -> Option<(PmiPeer, pmi::AnswerRx)> {
-        let StartRank { job, job_index, gid, segment, at, cpus } = start;
+        let StartRank { job, job_index, gid, segment, at, place } = start;
         // Computed again, only for a report: what the rank was started with.
         let vars = || -> Vec<(String, String)> {
             if !job.report_vars {
@@ -259,8 +289,10 @@ impl Node {
             }
             None => unbound = Some((peer, answers_rx)),
         }
-        let cpus = cpus.map(|c| c.list);
-        let hello = Up::RankStarted { rank: gid, pid: started.pid as u32, cpus };
+        let cpus = place.cpus.map(|c| c.list);
+        let seen = &mut self.ranks.get_mut(local).seen;
+        (seen.cpus, seen.gpus) = (cpus.clone(), place.gpus.clone());
+        let hello = Up::RankStarted { rank: gid, pid: started.pid as u32, cpus, gpus: place.gpus };
         // The start goes ahead of any output on the same ordered path: the launcher names
         // output files after the pid.
         self.outputs.add(gid, local, hello, started.stdout, started.stderr);
@@ -285,8 +317,8 @@ impl Node {
             },
             None => (job, ranks),
         };
-        self.start_spawned_ranks(&job, sj.job, &ranks);
-        self.spawn_started(sj.job, None);
+        let refused = self.start_spawned_ranks(&job, sj.job, &ranks).err();
+        self.spawn_started(sj.job, refused);
     }
 
     /// Tells the root that this node started its ranks of spawned job `job`, or why not.
@@ -329,6 +361,8 @@ impl Node {
         // Its rank 0 serves no rendezvous rlaunch knows of, nor is rlaunch its tracker.
         job.rendezvous = None;
         job.tracker = None;
+        // Its ranks see the GPUs the proxy sees: the launched job's ranks hold theirs.
+        job.gpus = None;
         // Inside an allocation, its ranks' step is its own nodes.
         if job.slurm_nodes.is_some() {
             let hosts: Vec<&str> = sj.nodes.iter().map(|(_, host)| host.as_str()).collect();
@@ -352,14 +386,22 @@ impl Node {
     }
 
     /// Starts a spawned job's ranks.
-    pub(super) fn start_spawned_ranks(&mut self, job: &Job, index: u32, ranks: &[(u32, u32, u32)]) {
+    pub(super) fn start_spawned_ranks(
+        &mut self,
+        job: &Job,
+        index: u32,
+        ranks: &[(u32, u32, u32)],
+    ) -> Result<(), String> {
         self.swept = false;
         let host = self.plan.host.clone();
         // Bound by the same policy over the spawned job's own local indexes: its ranks share
         // the CPUs of the job that spawned them.
-        let batch = self.batch(job, index, &host, ranks);
+        let batch = self
+            .batch(job, index, &host, ranks)
+            .map_err(|why| format!("its ranks do not fit on {host}: {why}"))?;
         self.start_batch(batch, &PmiSetup::Fd);
         tracing::debug!(job = index, size = ranks.len(), "spawned job started");
+        Ok(())
     }
 }
 

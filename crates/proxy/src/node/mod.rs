@@ -45,10 +45,10 @@ use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
-use crate::binding::Binder;
 use crate::kill::{Escalation, KillStep};
 use crate::kvs::Kvs;
 use crate::outputs::{Outputs, StreamEnd};
+use crate::place::Placer;
 use crate::pmi::{PmiAnswer, PmiCall, PmiJob, PmiPeer};
 use crate::rank::StdinChunk;
 use crate::ranks::Local;
@@ -129,7 +129,7 @@ pub(crate) struct Node {
     stopped: bool,
     /// Whatever the ranks left behind was killed once they had all ended.
     swept: bool,
-    binder: Binder,
+    placer: Placer,
     /// Each (job, segment)'s program, prepared once for all its ranks.
     programs: HashMap<(u32, u32), Result<Arc<crate::rank::Program>, pmi_wire::ids::ExitOutcome>>,
     /// The `rlaunch-proxy` this proxy starts its child proxies with.

@@ -277,7 +277,9 @@ impl Node {
             self.start_launched_ranks();
         }
         for (_, Spawning { job, index, ranks, .. }) in pmix.spawning {
-            self.start_spawned_ranks(&job, index, &ranks);
+            if let Err(why) = self.start_spawned_ranks(&job, index, &ranks) {
+                self.spawn_started(index, Some(why));
+            }
         }
     }
 

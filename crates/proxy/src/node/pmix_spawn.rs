@@ -144,9 +144,9 @@ impl Node {
     /// Every rank of a spawned job here has its environment: they start, and the root hears.
     pub(super) fn pmix_spawned(&mut self, spawning: Spawning) {
         let Spawning { nspace, job, index, ranks, .. } = spawning;
-        self.start_spawned_ranks(&job, index, &ranks);
+        let refused = self.start_spawned_ranks(&job, index, &ranks).err();
         tracing::debug!(job = index, %nspace, "PMIx spawned job started");
-        self.spawn_started(index, None);
+        self.spawn_started(index, refused);
     }
 
     /// How the spawn of a local client (the host's request `id`) went.

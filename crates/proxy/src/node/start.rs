@@ -14,10 +14,10 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use super::{dmodex, pmix_fence, Event, JobState, Node, Upstream};
-use crate::binding::Binder;
 use crate::kill::Escalation;
 use crate::kvs::{FenceScope, Kvs};
 use crate::outputs::{Carrying, Outputs};
+use crate::place::Placer;
 use crate::pmi::PmiJob;
 use crate::ranks::RankTable;
 use rlaunch_tree::children::Children;
@@ -204,7 +204,7 @@ impl Node {
             fences: FenceTimes::default(),
             jobs: HashMap::from([(0, launched)]),
             pmi_calls,
-            binder: Binder::new(launch.node.host.clone()),
+            placer: Placer::new(launch.node.host.clone()),
             programs: HashMap::new(),
             proxy_exe,
             job: Arc::new(launch.job),

@@ -120,7 +120,7 @@ async fn a_rank_added_while_the_lone_rank_is_mid_move_waits_and_stdout_is_handed
 
     // A spawned rank: held, nothing of it goes up while the move is under way.
     let (out_r, err_r, mut child, _child_err) = rank_pipes();
-    let started = Up::RankStarted { rank: 1, pid: 1, cpus: None };
+    let started = Up::RankStarted { rank: 1, pid: 1, cpus: None, gpus: None };
     outputs.add(1, 1, started, out_r, err_r);
     child.write_all(b"child line\n").unwrap();
     assert!(next_up(&mut data, QUIET).await.is_none());

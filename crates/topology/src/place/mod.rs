@@ -1,0 +1,315 @@
+//! Where each of a job's local ranks goes on its node: the object it is mapped to
+//! (`--map-by`), the CPUs it is bound to (`--bind-to`, following the mapping when not given),
+//! and the GPUs it gets (`--gpus-per-rank`, nearest first). A pure function of the machine
+//! and the request, computed once per node and job.
+//!
+//! ```text
+//!  mapping   by slot: local rank i takes bind objects [i*count, i*count+count)
+//!            UNIT: object i mod n of UNIT (round-robin);  ppr:N:UNIT: object i / N
+//!  binding   finer than (or as) the mapped object: the object's next `count` free ones
+//!            coarser: the one that holds the mapped object, and the next `count-1`
+//!  GPUs      the free GPUs whose local CPUs overlap the rank's most (ties: PCI order);
+//!            an unbound rank counts as sitting on its share of the cores, in order
+//! ```
+
+use pmi_wire::control::{Binding, CpuUnit, GpuBind, Mapping};
+
+use crate::gpu::Visible;
+use crate::machine::Machine;
+
+/// What a job asks of a node.
+#[derive(Debug, Clone, Copy)]
+pub struct Request<'a> {
+    /// `None`: by slot.
+    pub mapping: Option<Mapping>,
+    /// `None`: not bound (the launcher has already made a mapping's default binding explicit).
+    pub binding: Option<Binding>,
+    pub gpus: Option<GpuAsk<'a>>,
+}
+
+/// The GPU part of a [`Request`].
+#[derive(Debug, Clone, Copy)]
+pub struct GpuAsk<'a> {
+    /// GPUs each local rank asks for, by local rank.
+    pub per_rank: &'a [u32],
+    pub bind: &'a GpuBind,
+    pub share: bool,
+    pub visible: &'a Visible,
+}
+
+/// One local rank's place.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Place {
+    /// The CPUs it is bound to (sorted); `None`: not bound.
+    pub cpus: Option<Vec<u32>>,
+    /// Indexes into [`Visible::gpus`], in the order chosen.
+    pub gpus: Vec<usize>,
+}
+
+/// Every local rank's place, and what the user should hear about them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Placed {
+    pub places: Vec<Place>,
+    pub notices: Vec<String>,
+}
+
+/// The places of `count` local ranks; `Err` is a sentence saying why they do not fit.
+pub fn place(machine: &Machine, request: &Request, count: usize) -> Result<Placed, String> {
+    let mut notices = Vec::new();
+    let spots = match request.mapping {
+        None => by_slot(machine, request.binding, count, &mut notices),
+        Some(mapping) => by_object(machine, mapping, request.binding, count, &mut notices)?,
+    };
+    let gpus = match &request.gpus {
+        Some(ask) => gpus(ask, &spots, count)?,
+        None => vec![Vec::new(); count],
+    };
+    let places =
+        spots.into_iter().zip(gpus).map(|(spot, gpus)| Place { cpus: spot.cpus, gpus }).collect();
+    Ok(Placed { places, notices })
+}
+
+/// Where a rank sits: the CPUs it is bound to, and those it counts as near.
+struct Spot {
+    cpus: Option<Vec<u32>>,
+    near: Vec<u32>,
+}
+
+fn by_slot(
+    machine: &Machine,
+    binding: Option<Binding>,
+    count: usize,
+    notices: &mut Vec<String>,
+) -> Vec<Spot> {
+    let Some(binding) = binding else {
+        // Not bound: each rank counts as sitting on its share of the cores, in order.
+        let cores = machine.objects(CpuUnit::Core);
+        return (0..count)
+            .map(|i| {
+                let start = i * cores.len() / count;
+                let end = ((i + 1) * cores.len() / count).max(start + 1).min(cores.len());
+                Spot { cpus: None, near: cores[start.min(end - 1)..end].concat() }
+            })
+            .collect();
+    };
+    let objects = machine.objects(binding.unit);
+    let each = u64::from(binding.count.max(1));
+    if count as u64 * each > objects.len() as u64 {
+        notices.push(wraps(count, binding, objects.len()));
+    }
+    (0..count)
+        .map(|i| {
+            let cpus = rank_cpus(&objects, binding.count, i);
+            Spot { near: cpus.clone(), cpus: Some(cpus) }
+        })
+        .collect()
+}
+
+fn by_object(
+    machine: &Machine,
+    mapping: Mapping,
+    binding: Option<Binding>,
+    count: usize,
+    notices: &mut Vec<String>,
+) -> Result<Vec<Spot>, String> {
+    let objects = machine.objects(mapping.unit);
+    let n = objects.len();
+    if let Some(per) = mapping.per {
+        let fits = per as usize * n;
+        if count > fits {
+            return Err(format!(
+                "ppr:{per}:{} places at most {fits} ranks here ({}), not {count}",
+                unit_word(mapping.unit),
+                plural(n as u64, unit_name(mapping.unit))
+            ));
+        }
+    }
+    let object_of = |i: usize| match mapping.per {
+        Some(per) => i / per as usize,
+        None => i % n,
+    };
+    let Some(binding) = binding else {
+        return Ok((0..count)
+            .map(|i| Spot { cpus: None, near: objects[object_of(i)].clone() })
+            .collect());
+    };
+    let units = machine.objects(binding.unit);
+    let take = (binding.count.max(1) as usize).min(units.len());
+    // Per mapped object: the binding units inside it (when it holds whole ones), and how
+    // many its ranks have taken.
+    let inside: Vec<Option<Vec<usize>>> = objects
+        .iter()
+        .map(|object| {
+            let touching: Vec<usize> =
+                (0..units.len()).filter(|&u| units[u].iter().any(|c| object.contains(c))).collect();
+            let whole = touching.iter().all(|&u| units[u].iter().all(|c| object.contains(c)));
+            whole.then_some(touching)
+        })
+        .collect();
+    let mut taken = vec![0usize; n];
+    let mut wrapped = false;
+    let mut spots = Vec::with_capacity(count);
+    for i in 0..count {
+        let at = object_of(i);
+        let chosen: Vec<usize> = match &inside[at] {
+            Some(within) => {
+                let first = taken[at];
+                taken[at] += take;
+                wrapped |= taken[at] > within.len();
+                (first..first + take.min(within.len())).map(|k| within[k % within.len()]).collect()
+            }
+            None => {
+                // Coarser than the object: the unit that holds it, and the ones after.
+                let first = objects[at][0];
+                let holder = units.iter().position(|u| u.contains(&first)).unwrap_or(0);
+                (holder..holder + take).map(|k| k % units.len()).collect()
+            }
+        };
+        let mut cpus: Vec<u32> = chosen.iter().flat_map(|&u| units[u].iter().copied()).collect();
+        cpus.sort_unstable();
+        cpus.dedup();
+        spots.push(Spot { near: cpus.clone(), cpus: Some(cpus) });
+    }
+    if wrapped {
+        notices.push(format!(
+            "{} x {} by {} but not that many in each: bindings wrap around",
+            plural(count as u64, ("rank", "ranks")),
+            plural(u64::from(binding.count.max(1)), unit_name(binding.unit)),
+            unit_word(mapping.unit),
+        ));
+    }
+    Ok(spots)
+}
+
+/// The CPUs of local rank `local`: `count` objects from its position on, wrapping around.
+pub fn rank_cpus(objects: &[Vec<u32>], count: u32, local: usize) -> Vec<u32> {
+    let n = objects.len();
+    if n == 0 {
+        return Vec::new();
+    }
+    // A count past the number of objects takes them all; reduce first so nothing overflows.
+    let count = (count.max(1) as usize).min(n);
+    let start = ((local % n) * count) % n;
+    let mut cpus: Vec<u32> = (0..count).flat_map(|j| &objects[(start + j) % n]).copied().collect();
+    cpus.sort_unstable();
+    cpus
+}
+
+/// Each rank's GPUs: by `map:`, or the nearest free ones in local-rank order.
+fn gpus(ask: &GpuAsk, spots: &[Spot], count: usize) -> Result<Vec<Vec<usize>>, String> {
+    let have = ask.visible.gpus.len();
+    let want: Vec<u32> = (0..count).map(|i| ask.per_rank.get(i).copied().unwrap_or(0)).collect();
+    let total: u64 = want.iter().map(|&w| u64::from(w)).sum();
+    if total > 0 && have == 0 {
+        return Err(format!("{} for GPUs but there is none here", ranks_ask(count)));
+    }
+    let most = want.iter().copied().max().unwrap_or(0) as usize;
+    // A map is the user's own sharing: only its entries are checked.
+    let mapped = matches!(ask.bind, GpuBind::Map(_));
+    if !ask.share && !mapped && (total > have as u64 || most > have) {
+        return Err(format!(
+            "{} for {} but there are {} here (--gpu-share lets ranks share them)",
+            ranks_ask(count),
+            plural(total, ("GPU", "GPUs")),
+            have
+        ));
+    }
+    if ask.share && most > have {
+        return Err(format!("a rank asks for {most} GPUs but there are {have} here"));
+    }
+    // Shared GPUs take turns: none gets a second rank before every one has its first.
+    let cap = if ask.share { total.div_ceil(have as u64).max(1) as u32 } else { 1 };
+    let mut users = vec![0u32; have];
+    let mut out = Vec::with_capacity(count);
+    for (i, &w) in want.iter().enumerate() {
+        let mut mine: Vec<usize> = Vec::new();
+        if let GpuBind::Map(list) = ask.bind {
+            if w > 0 && !list.is_empty() {
+                let g = list[i % list.len()] as usize;
+                if g >= have {
+                    return Err(format!("--gpu-bind map names GPU {g} but there are {have} here"));
+                }
+                mine.push(g);
+            }
+        } else {
+            for _ in 0..w {
+                let best = (0..have)
+                    .filter(|g| !mine.contains(g) && users[*g] < cap)
+                    .min_by_key(|&g| {
+                        let near = match &ask.visible.gpus[g].gpu {
+                            Some(gpu) => overlap(&gpu.cpus, &spots[i].near),
+                            None => 0,
+                        };
+                        (std::cmp::Reverse(near), users[g], g)
+                    })
+                    .or_else(|| (0..have).find(|g| !mine.contains(g)))
+                    .expect("a rank asks for no more GPUs than there are");
+                mine.push(best);
+            }
+        }
+        mine.iter().for_each(|&g| users[g] += 1);
+        out.push(mine);
+    }
+    Ok(out)
+}
+
+/// How many of `a` (sorted) are in `b` (sorted).
+fn overlap(a: &[u32], b: &[u32]) -> usize {
+    let (mut i, mut j, mut n) = (0, 0, 0);
+    while i < a.len() && j < b.len() {
+        match a[i].cmp(&b[j]) {
+            std::cmp::Ordering::Less => i += 1,
+            std::cmp::Ordering::Greater => j += 1,
+            std::cmp::Ordering::Equal => {
+                n += 1;
+                i += 1;
+                j += 1;
+            }
+        }
+    }
+    n
+}
+
+fn wraps(count: usize, binding: Binding, here: usize) -> String {
+    let ranks = plural(count as u64, ("rank", "ranks"));
+    let each = plural(u64::from(binding.count.max(1)), unit_name(binding.unit));
+    let here = plural(here as u64, unit_name(binding.unit));
+    format!("{ranks} x {each} but only {here} here: bindings wrap around")
+}
+
+/// `1 rank asks`, `9 ranks ask`.
+fn ranks_ask(count: usize) -> String {
+    if count == 1 {
+        "1 rank asks".to_string()
+    } else {
+        format!("{count} ranks ask")
+    }
+}
+
+/// The unit as `--map-by` spells it.
+pub fn unit_word(unit: CpuUnit) -> &'static str {
+    match unit {
+        CpuUnit::Hwthread => "hwthread",
+        CpuUnit::Core => "core",
+        CpuUnit::L3 => "l3cache",
+        CpuUnit::Numa => "numa",
+        CpuUnit::Socket => "socket",
+    }
+}
+
+pub fn unit_name(unit: CpuUnit) -> (&'static str, &'static str) {
+    match unit {
+        CpuUnit::Hwthread => ("hwthread", "hwthreads"),
+        CpuUnit::Core => ("core", "cores"),
+        CpuUnit::L3 => ("L3 cache", "L3 caches"),
+        CpuUnit::Numa => ("NUMA node", "NUMA nodes"),
+        CpuUnit::Socket => ("socket", "sockets"),
+    }
+}
+
+pub fn plural(n: u64, (one, many): (&str, &str)) -> String {
+    format!("{n} {}", if n == 1 { one } else { many })
+}
+
+#[cfg(test)]
+mod tests;
