@@ -178,6 +178,15 @@ impl FakeSys {
                 self.write(&format!("{system}/node/node{node}/cpulist"), &node_cpus(node));
             }
         }
+        // AMD's driver topology: node 0 the CPUs, then the GPUs in PCI order.
+        let amd = s.pci.iter().filter(|(_, vendor, class, _)| *vendor == AMD && class >> 16 == 3);
+        if s.pci.iter().any(|(_, vendor, _, _)| *vendor == AMD) {
+            self.write("sys/class/kfd/kfd/topology/nodes/0/gpu_id", "0");
+            self.write("sys/class/kfd/kfd/topology/nodes/0/properties", "cpu_cores_count 64");
+        }
+        for (i, (address, ..)) in amd.enumerate() {
+            self.kfd_node(i as u32 + 1, address);
+        }
         for &(address, vendor, class, numa) in s.pci {
             let dir = format!("sys/bus/pci/devices/{address}");
             self.write(&format!("{dir}/vendor"), &format!("0x{vendor:04x}"));
@@ -190,6 +199,19 @@ impl FakeSys {
             };
             self.write(&format!("{dir}/local_cpulist"), &local);
         }
+    }
+
+    /// Makes AMD driver topology node `node` the GPU at PCI `address` (`0000:c1:00.0`).
+    pub fn kfd_node(&self, node: u32, address: &str) {
+        let hex = |s: &str| u64::from_str_radix(s, 16).unwrap();
+        let (domain, rest) = address.split_once(':').unwrap();
+        let (bus, rest) = rest.split_once(':').unwrap();
+        let (device, function) = rest.split_once('.').unwrap();
+        let location = hex(bus) << 8 | hex(device) << 3 | hex(function);
+        let dir = format!("sys/class/kfd/kfd/topology/nodes/{node}");
+        self.write(&format!("{dir}/gpu_id"), &(1000 + node).to_string());
+        let properties = format!("simd_count 440\ndomain {}\nlocation_id {location}", hex(domain));
+        self.write(&format!("{dir}/properties"), &properties);
     }
 
     /// `cpus`: (id, socket, core); `nodes`: each NUMA node's cpulist, or `None` for a kernel

@@ -91,6 +91,9 @@ pub struct Gpu {
     pub numa: u32,
     /// The usable CPUs near it: of its `local_cpulist`, else of its NUMA node.
     pub cpus: Vec<u32>,
+    /// Its node in the AMD kernel driver's topology (`/sys/class/kfd/kfd/topology/nodes`),
+    /// whose order is the ROCm runtime's device order.
+    pub kfd: Option<u32>,
 }
 
 /// PCI base classes of GPUs: display controllers (VGA, 3D, other) and processing
@@ -98,9 +101,11 @@ pub struct Gpu {
 const DISPLAY: i64 = 0x03;
 const ACCELERATOR: i64 = 0x12;
 
-/// The GPUs under `dir` (a stand-in for /sys/bus/pci/devices), sorted by PCI address.
-pub(crate) fn read_pci(dir: &Path, machine: &Machine) -> io::Result<Vec<Gpu>> {
-    let entries = match fs::read_dir(dir) {
+/// The GPUs under `root` (a stand-in for `/`), sorted by PCI address.
+pub(crate) fn read_pci(root: &Path, machine: &Machine) -> io::Result<Vec<Gpu>> {
+    let dir = root.join("sys/bus/pci/devices");
+    let kfd = read_kfd(&root.join("sys/class/kfd/kfd/topology/nodes"))?;
+    let entries = match fs::read_dir(&dir) {
         Ok(entries) => entries,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
         Err(e) => return Err(e),
@@ -129,10 +134,43 @@ pub(crate) fn read_pci(dir: &Path, machine: &Machine) -> io::Result<Vec<Gpu>> {
                 .collect(),
             Err(_) => machine.numa_cpus(numa),
         };
-        gpus.push(Gpu { pci: pci.to_string(), vendor, numa, cpus });
+        let kfd = kfd.iter().find(|(_, at)| at == pci).map(|(node, _)| *node);
+        gpus.push(Gpu { pci: pci.to_string(), vendor, numa, cpus, kfd });
     }
     gpus.sort_by(|a, b| a.pci.cmp(&b.pci));
     Ok(gpus)
+}
+
+/// The GPU nodes of AMD's kernel driver topology, each with its PCI address: a node's
+/// `properties` has `domain` and `location_id` (bus << 8 | device << 3 | function); CPU
+/// nodes have a `gpu_id` of 0. Empty without the driver.
+fn read_kfd(dir: &Path) -> io::Result<Vec<(u32, String)>> {
+    let entries = match fs::read_dir(dir) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(e),
+    };
+    let mut nodes = Vec::new();
+    for entry in entries {
+        let name = entry?.file_name();
+        let Some(node) = name.to_str().and_then(|n| n.parse::<u32>().ok()) else { continue };
+        let at = dir.join(&name);
+        if read_id(&at.join("gpu_id"))?.unwrap_or(0) == 0 {
+            continue;
+        }
+        let properties = fs::read_to_string(at.join("properties"))?;
+        let property = |key: &str| -> Option<u64> {
+            properties
+                .lines()
+                .find_map(|l| l.strip_prefix(key)?.strip_prefix(' ')?.trim().parse().ok())
+        };
+        let (Some(domain), Some(location)) = (property("domain"), property("location_id")) else {
+            continue;
+        };
+        let (bus, device, function) = (location >> 8, (location >> 3) & 0x1f, location & 7);
+        nodes.push((node, format!("{domain:04x}:{bus:02x}:{device:02x}.{function:x}")));
+    }
+    Ok(nodes)
 }
 
 /// A sysfs number written in hex (`0x10de`); `None` when the file does not exist.
@@ -180,7 +218,12 @@ impl Visible {
     pub fn of(machine: &Machine, env: impl Fn(&str) -> Option<String>) -> Visible {
         let mut visible = Visible::default();
         for vendor in Vendor::ALL {
-            let on_bus: Vec<&Gpu> = machine.gpus.iter().filter(|g| g.vendor == vendor).collect();
+            let mut on_bus: Vec<&Gpu> =
+                machine.gpus.iter().filter(|g| g.vendor == vendor).collect();
+            // The runtime's numbering: PCI order, but AMD's follows its driver's topology.
+            if vendor == Vendor::Amd {
+                on_bus.sort_by_key(|g| (g.kfd.is_none(), g.kfd));
+            }
             let Some(given) = env(vendor.var()) else {
                 visible.gpus.extend(on_bus.iter().enumerate().map(|(i, gpu)| Usable {
                     vendor,

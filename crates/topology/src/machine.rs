@@ -115,7 +115,7 @@ impl Machine {
         cpus.sort_by_key(|c| (c.socket, c.core, c.id));
         let mut machine = Machine { cpus, gpus: Vec::new(), stand_in: false };
         if gpus {
-            machine.gpus = crate::gpu::read_pci(&root.join("sys/bus/pci/devices"), &machine)?;
+            machine.gpus = crate::gpu::read_pci(root, &machine)?;
         }
         Ok(machine)
     }

@@ -311,3 +311,23 @@ fn a_cpuset_narrows_the_gpus_local_cpus_too() {
     assert_eq!(placed.places[0].cpus.as_deref(), Some(&[8][..]));
     assert_eq!(visible.vars(&placed.places[0].gpus)[0], ("CUDA_VISIBLE_DEVICES", "2".to_string()));
 }
+
+#[test]
+fn amd_gpus_are_numbered_as_their_drivers_topology_orders_them() {
+    let sys = FakeSys::of(&FRONTIER);
+    let case = Case { gpus: Some(1), ..Case::on(&sys) };
+    let pcis = |visible: &Visible| -> Vec<String> {
+        visible.gpus.iter().map(|g| g.gpu.as_ref().unwrap().pci.clone()).collect()
+    };
+    // In PCI order on Frontier.
+    assert_eq!(pcis(&case.visible())[..2], ["0000:c1:00.0", "0000:c6:00.0"]);
+    // A driver that lists the first two the other way round renumbers them, and rank 6 (by
+    // NUMA node 3's cores, nearest c1 and c6) is told c1's new number.
+    sys.kfd_node(1, "0000:c6:00.0");
+    sys.kfd_node(2, "0000:c1:00.0");
+    assert_eq!(pcis(&case.visible())[..2], ["0000:c6:00.0", "0000:c1:00.0"]);
+    assert_eq!(case.var(8, "ROCR_VISIBLE_DEVICES"), ["4", "5", "2", "3", "6", "7", "0", "1"]);
+    let (placed, visible) = case.place(8).unwrap();
+    let rank6 = visible.gpus[placed.places[6].gpus[0]].gpu.as_ref().unwrap().pci.clone();
+    assert_eq!(rank6, "0000:c6:00.0");
+}
