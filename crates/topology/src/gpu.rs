@@ -50,7 +50,8 @@ impl Vendor {
     }
 
     /// The variable (and value) that makes the runtime number its devices in PCI order, as
-    /// rlaunch does; AMD's runtime numbers them so already.
+    /// rlaunch does; AMD's runtime numbers them in its driver's topology order, which
+    /// rlaunch reads ([`Gpu::kfd`]).
     fn order(self) -> Option<(&'static str, &'static str)> {
         match self {
             Vendor::Nvidia => Some(("CUDA_DEVICE_ORDER", "PCI_BUS_ID")),
@@ -224,7 +225,10 @@ impl Visible {
             if vendor == Vendor::Amd {
                 on_bus.sort_by_key(|g| (g.kfd.is_none(), g.kfd));
             }
-            let Some(given) = env(vendor.var()) else {
+            // Another maker's variable on a node with only this maker's GPUs (Slurm sets
+            // every maker's unless told which) names nothing here.
+            let given = env(vendor.var()).filter(|_| on_bus.is_empty() == machine.gpus.is_empty());
+            let Some(given) = given else {
                 visible.gpus.extend(on_bus.iter().enumerate().map(|(i, gpu)| Usable {
                     vendor,
                     entry: i.to_string(),

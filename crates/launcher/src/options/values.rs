@@ -199,7 +199,7 @@ pub(super) fn parse_map_by(name: &'static str, value: &str) -> Result<MapSpec, O
         "ppr" => {
             let n = words.next().and_then(|n| n.parse::<u32>().ok()).filter(|&n| n > 0);
             let n = n.ok_or_else(bad)?;
-            match words.next().ok_or_else(bad)? {
+            match words.next().ok_or_else(bad)?.to_ascii_lowercase().as_str() {
                 "node" => spec.ppn = Some(n),
                 unit => {
                     let unit = cpu_unit(unit).ok_or_else(bad)?;

@@ -27,10 +27,16 @@ pub(super) fn layout(
     o: &Options,
     objects_here: impl FnOnce(CpuUnit) -> Result<usize, String>,
 ) -> Result<Layout, PlanError> {
+    // PE counts cores, or hardware threads where ranks are mapped by them (Open MPI's
+    // `--map-by hwthread:PE=2`).
+    let pe_unit = match o.mapping {
+        Some(Mapping { unit: CpuUnit::Hwthread, .. }) => CpuUnit::Hwthread,
+        _ => CpuUnit::Core,
+    };
     let binding = match (o.bind_given, o.binding, o.pe, o.mapping) {
         (true, Some(b), Some(pe), _) => Some(Binding { unit: b.unit, count: pe }),
         (true, binding, _, _) => binding,
-        (false, _, Some(pe), _) => Some(Binding { unit: CpuUnit::Core, count: pe }),
+        (false, _, Some(pe), _) => Some(Binding { unit: pe_unit, count: pe }),
         (false, _, None, Some(m)) => Some(Binding { unit: m.unit, count: 1 }),
         (false, binding, None, None) => binding,
     };
@@ -98,6 +104,8 @@ mod tests {
         );
         assert_eq!(layout_of("--map-by numa --bind-to none ./a", 2).binding, None);
         assert_eq!(layout_of("--map-by socket:PE=4 ./a", 2).binding, binding(CpuUnit::Core, 4));
+        let threads = layout_of("--map-by hwthread:PE=2 ./a", 2).binding;
+        assert_eq!(threads, binding(CpuUnit::Hwthread, 2));
         let pe = layout_of("--map-by slot:PE=2 --bind-to hwthread ./a", 2);
         assert_eq!((pe.mapping, pe.binding), (None, binding(CpuUnit::Hwthread, 2)));
     }

@@ -361,8 +361,11 @@ impl Node {
         // Its rank 0 serves no rendezvous rlaunch knows of, nor is rlaunch its tracker.
         job.rendezvous = None;
         job.tracker = None;
-        // Its ranks see the GPUs the proxy sees: the launched job's ranks hold theirs.
+        // Its ranks see the GPUs the proxy sees: the launched job's ranks hold theirs. They
+        // are placed by slot (bound as the launched job's are): a spawn is laid out by its
+        // own hints, and no `ppr` count must refuse it on one node while others start.
         job.gpus = None;
+        job.mapping = None;
         // Inside an allocation, its ranks' step is its own nodes.
         if job.slurm_nodes.is_some() {
             let hosts: Vec<&str> = sj.nodes.iter().map(|(_, host)| host.as_str()).collect();

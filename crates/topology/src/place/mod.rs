@@ -146,8 +146,17 @@ fn by_object(
             whole.then_some(touching)
         })
         .collect();
+    // Objects smaller than a rank's binding (`--map-by core:PE=2`): as Open MPI, rank i takes
+    // the binding's units from the i-th rank's share on, `take` a rank, in order.
+    let too_small = |w: &Option<Vec<usize>>| matches!(w, Some(w) if w.len() < take);
+    if take > 1 && inside.iter().any(too_small) {
+        return Ok(by_slot(machine, Some(binding), count, notices));
+    }
+    // The binding unit is the object itself: ranks that share one (`ppr:2:numa`) share it by
+    // design; only round-robin past the last object oversubscribes.
+    let same = binding.unit == mapping.unit;
     let mut taken = vec![0usize; n];
-    let mut wrapped = false;
+    let mut wrapped = same && mapping.per.is_none() && count > n;
     let mut spots = Vec::with_capacity(count);
     for i in 0..count {
         let at = object_of(i);
@@ -155,7 +164,7 @@ fn by_object(
             Some(within) => {
                 let first = taken[at];
                 taken[at] += take;
-                wrapped |= taken[at] > within.len();
+                wrapped |= !same && taken[at] > within.len();
                 (first..first + take.min(within.len())).map(|k| within[k % within.len()]).collect()
             }
             None => {
@@ -203,6 +212,9 @@ fn gpus(ask: &GpuAsk, spots: &[Spot], count: usize) -> Result<Vec<Vec<usize>>, S
     if total > 0 && have == 0 {
         return Err(format!("{} for GPUs but there is none here", ranks_ask(count)));
     }
+    if have == 0 {
+        return Ok(vec![Vec::new(); count]);
+    }
     let most = want.iter().copied().max().unwrap_or(0) as usize;
     // A map is the user's own sharing: only its entries are checked.
     let mapped = matches!(ask.bind, GpuBind::Map(_));
@@ -217,8 +229,10 @@ fn gpus(ask: &GpuAsk, spots: &[Spot], count: usize) -> Result<Vec<Vec<usize>>, S
     if ask.share && most > have {
         return Err(format!("a rank asks for {most} GPUs but there are {have} here"));
     }
-    // Shared GPUs take turns: none gets a second rank before every one has its first.
+    // Shared GPUs are shared evenly: each takes at most `cap` ranks, and only as many GPUs
+    // reach `cap` as the count needs (10 ranks on 8 GPUs: two GPUs take two).
     let cap = if ask.share { total.div_ceil(have as u64).max(1) as u32 } else { 1 };
+    let mut full_left = total.saturating_sub(have as u64 * u64::from(cap - 1));
     let mut users = vec![0u32; have];
     let mut out = Vec::with_capacity(count);
     for (i, &w) in want.iter().enumerate() {
@@ -234,7 +248,10 @@ fn gpus(ask: &GpuAsk, spots: &[Spot], count: usize) -> Result<Vec<Vec<usize>>, S
         } else {
             for _ in 0..w {
                 let best = (0..have)
-                    .filter(|g| !mine.contains(g) && users[*g] < cap)
+                    .filter(|g| {
+                        let fills = users[*g] + 1 == cap;
+                        !mine.contains(g) && users[*g] < cap && (!fills || full_left > 0)
+                    })
                     .min_by_key(|&g| {
                         let near = match &ask.visible.gpus[g].gpu {
                             Some(gpu) => overlap(&gpu.cpus, &spots[i].near),
@@ -244,6 +261,9 @@ fn gpus(ask: &GpuAsk, spots: &[Spot], count: usize) -> Result<Vec<Vec<usize>>, S
                     })
                     .or_else(|| (0..have).find(|g| !mine.contains(g)))
                     .expect("a rank asks for no more GPUs than there are");
+                if users[best] + 1 == cap {
+                    full_left = full_left.saturating_sub(1);
+                }
                 mine.push(best);
             }
         }

@@ -89,7 +89,7 @@ fn frontier_unbound_ranks_get_the_gcd_of_their_share_of_the_cores() {
     // NUMA 0 (cores 0-15) holds GCDs 4 and 5, NUMA 1 GCDs 2 and 3, NUMA 2 6-7, NUMA 3 0-1.
     assert_eq!(case.var(8, "ROCR_VISIBLE_DEVICES"), ["4", "5", "2", "3", "6", "7", "0", "1"]);
     assert_eq!(case.cpus(8), ["-"; 8]);
-    // AMD numbers its devices in PCI order already: no order variable.
+    // AMD's runtime numbers its devices as its driver lists them: no order variable.
     let (placed, visible) = case.place(1).unwrap();
     assert_eq!(visible.vars(&placed.places[0].gpus), [("ROCR_VISIBLE_DEVICES", "4".into())]);
 }
@@ -330,4 +330,72 @@ fn amd_gpus_are_numbered_as_their_drivers_topology_orders_them() {
     let (placed, visible) = case.place(8).unwrap();
     let rank6 = visible.gpus[placed.places[6].gpus[0]].gpu.as_ref().unwrap().pci.clone();
     assert_eq!(rank6, "0000:c6:00.0");
+}
+
+#[test]
+fn pe_past_the_mapped_object_takes_consecutive_units_as_open_mpi_does() {
+    let sys = FakeSys::of(&DGX);
+    // --map-by core:PE=2: rank i has cores 2i and 2i+1.
+    let cores =
+        Case { mapping: map(CpuUnit::Core), binding: bind(CpuUnit::Core, 2), ..Case::on(&sys) };
+    assert_eq!(cores.cpus(3), ["0-1,112-113", "2-3,114-115", "4-5,116-117"]);
+    let (placed, _) = cores.place(3).unwrap();
+    assert_eq!(placed.notices, Vec::<String>::new());
+    // --map-by hwthread:PE=2: two hardware threads a rank, a core's pair.
+    let threads = Case {
+        mapping: map(CpuUnit::Hwthread),
+        binding: bind(CpuUnit::Hwthread, 2),
+        ..Case::on(&sys)
+    };
+    assert_eq!(threads.cpus(2), ["0,112", "1,113"]);
+}
+
+#[test]
+fn ranks_sharing_their_object_by_design_get_no_wrap_notice() {
+    let sys = FakeSys::of(&FRONTIER);
+    let ppr =
+        Case { mapping: ppr(2, CpuUnit::Numa), binding: bind(CpuUnit::Numa, 1), ..Case::on(&sys) };
+    assert_eq!(ppr.place(8).unwrap().0.notices, Vec::<String>::new());
+    let round =
+        Case { mapping: map(CpuUnit::Numa), binding: bind(CpuUnit::Numa, 1), ..Case::on(&sys) };
+    assert_eq!(round.place(4).unwrap().0.notices, Vec::<String>::new());
+    assert_eq!(
+        round.place(5).unwrap().0.notices,
+        ["5 ranks x 1 NUMA node by numa but not that many in each: bindings wrap around"]
+    );
+}
+
+#[test]
+fn shared_gpus_double_up_only_as_much_as_the_count_needs() {
+    let sys = FakeSys::of(&FRONTIER);
+    let case = Case {
+        mapping: ppr(5, CpuUnit::Numa),
+        binding: bind(CpuUnit::Core, 1),
+        gpus: Some(1),
+        share: true,
+        ..Case::on(&sys)
+    };
+    let got = case.var(10, "ROCR_VISIBLE_DEVICES");
+    let mut uses = std::collections::BTreeMap::new();
+    got.iter().for_each(|g| *uses.entry(g.clone()).or_insert(0) += 1);
+    // Five ranks on NUMA node 0, five on 1: every GCD used, two of them (NUMA 0's) twice; the
+    // ranks past those take the free GCDs, nearest first.
+    assert_eq!(uses.len(), 8, "{got:?}");
+    assert_eq!(got, ["4", "5", "4", "5", "0", "2", "3", "1", "6", "7"]);
+    // No GPU asked for on a node without any, shared or not: nothing to divide.
+    let vm = FakeSys::of(&VM);
+    let none = Case { gpus: Some(0), share: true, ..Case::on(&vm) };
+    assert_eq!(none.var(2, "CUDA_VISIBLE_DEVICES"), ["", ""]);
+}
+
+#[test]
+fn another_makers_variable_names_no_gpu_here() {
+    let sys = FakeSys::of(&FRONTIER);
+    // Slurm sets every maker's variable unless told which.
+    let env = [("CUDA_VISIBLE_DEVICES", "0,1"), ("ROCR_VISIBLE_DEVICES", "0,1")];
+    let case = Case { env: &env, gpus: Some(1), ..Case::on(&sys) };
+    assert_eq!(case.visible().gpus.len(), 2);
+    assert_eq!(case.var(2, "ROCR_VISIBLE_DEVICES"), ["0", "1"]);
+    let (placed, visible) = case.place(1).unwrap();
+    assert_eq!(visible.vars(&placed.places[0].gpus), [("ROCR_VISIBLE_DEVICES", "0".to_string())]);
 }
