@@ -1,7 +1,7 @@
-//! The pmi2 decoder's properties (crates/pmi-wire/tests/properties) on libFuzzer's inputs.
+//! The pmi2 decoder's properties (crates/protocol/tests/properties) on libFuzzer's inputs.
 #![no_main]
 
-#[path = "../../crates/pmi-wire/tests/properties/mod.rs"]
+#[path = "../../crates/protocol/tests/properties/mod.rs"]
 #[allow(dead_code)]
 mod properties;
 

@@ -557,11 +557,11 @@ fn frame(tag: u8, body: &[u8]) -> Vec<u8> {
 #[test]
 fn a_proxy_fed_bad_control_frames_exits_with_one_line_and_starts_nothing() {
     let hello = |version: u32| {
-        let mut out = pmi_wire::control::MAGIC.to_vec();
+        let mut out = rlaunch_protocol::control::MAGIC.to_vec();
         out.extend_from_slice(&version.to_be_bytes());
         out
     };
-    let ok = hello(pmi_wire::control::PROTOCOL_VERSION);
+    let ok = hello(rlaunch_protocol::control::PROTOCOL_VERSION);
     let with = |rest: &[u8]| [&ok[..], rest].concat();
     let cases: Vec<(Vec<u8>, String)> = vec![
         (vec![b'X'; 70 << 10], "no rlaunch hello in the first 65536 bytes".into()),
@@ -570,7 +570,7 @@ fn a_proxy_fed_bad_control_frames_exits_with_one_line_and_starts_nothing() {
             hello(99),
             format!(
                 "the launcher speaks protocol version 99, this proxy speaks version {}",
-                pmi_wire::control::PROTOCOL_VERSION
+                rlaunch_protocol::control::PROTOCOL_VERSION
             ),
         ),
         (
@@ -609,7 +609,7 @@ fn a_remote_shell_that_answers_garbage_loses_its_host() {
     let line = format!(
         "lost proxy on r1 (its proxy speaks protocol version 99, this rlaunch speaks version {}: \
          install the same rlaunch version on every host)",
-        pmi_wire::control::PROTOCOL_VERSION
+        rlaunch_protocol::control::PROTOCOL_VERSION
     );
     refused_alone(&dir, run, &line, 255);
 }

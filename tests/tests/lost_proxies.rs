@@ -83,7 +83,7 @@ fn a_proxy_of_another_protocol_version_is_named_clearly() {
     std::fs::copy(rlaunch_tests::rlaunch(), &rlaunch).unwrap();
     let fake = dir.path().join("rlaunch-proxy");
     // A version this rlaunch does not speak: one past its own, as 4 bytes big-endian.
-    let theirs = pmi_wire::control::PROTOCOL_VERSION + 1;
+    let theirs = rlaunch_protocol::control::PROTOCOL_VERSION + 1;
     let version: String = theirs.to_be_bytes().iter().map(|b| format!("\\{b:03o}")).collect();
     std::fs::write(&fake, format!("#!/bin/sh\nprintf '\\177RLAUNCH{version}'\nsleep 1\n")).unwrap();
     std::fs::set_permissions(&fake, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
@@ -93,7 +93,7 @@ fn a_proxy_of_another_protocol_version_is_named_clearly() {
     out.assert_code(255);
     let err = out.stderr_str();
     assert!(err.contains("lost proxy on n2"), "{err}");
-    let ours = pmi_wire::control::PROTOCOL_VERSION;
+    let ours = rlaunch_protocol::control::PROTOCOL_VERSION;
     assert!(
         err.contains(&format!("protocol version {theirs}, this rlaunch speaks version {ours}")),
         "{err}"

@@ -28,9 +28,9 @@ pub const FAILURE: i32 = 255;
 /// The status a rank's end passes on when it decides the job's: its own code, 128 + its
 /// signal, or the shell's 127 (not found) / 126 (not executable) when it never ran. A node
 /// out of processes, descriptors or memory is no fault of the program: 255.
-pub fn of_outcome(outcome: pmi_wire::ids::ExitOutcome) -> i32 {
+pub fn of_outcome(outcome: rlaunch_protocol::ids::ExitOutcome) -> i32 {
     use nix::libc::{EAGAIN, EMFILE, ENFILE, ENOENT, ENOMEM};
-    use pmi_wire::ids::ExitOutcome;
+    use rlaunch_protocol::ids::ExitOutcome;
     match outcome {
         ExitOutcome::Exited(code) => code,
         ExitOutcome::Signaled(sig) => SIGNALED + sig,
@@ -82,7 +82,7 @@ mod tests {
 
     #[test]
     fn a_rank_passes_its_end_on_as_a_shell_would() {
-        use pmi_wire::ids::ExitOutcome;
+        use rlaunch_protocol::ids::ExitOutcome;
         assert_eq!(of_outcome(ExitOutcome::Exited(7)), 7);
         assert_eq!(of_outcome(ExitOutcome::Signaled(11)), 139);
         assert_eq!(of_outcome(ExitOutcome::SpawnFailed { errno: 2 }), NOT_FOUND);

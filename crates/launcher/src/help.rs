@@ -153,7 +153,7 @@ pub fn info(getenv: impl Fn(&str) -> Option<String>) -> String {
         profile = if cfg!(debug_assertions) { "debug" } else { "release" },
         arch = std::env::consts::ARCH,
         os = std::env::consts::OS,
-        protocol = pmi_wire::control::PROTOCOL_VERSION,
+        protocol = rlaunch_protocol::control::PROTOCOL_VERSION,
         pmix = match rlaunch_proxy::pmix::version() {
             Some(v) =>
                 format!("OpenPMIx {v} server on every node, for programs that can use it (--pmi)"),

@@ -35,7 +35,7 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use pmi_wire::ids::Stream;
+use rlaunch_protocol::ids::Stream;
 use rlaunch_tree::credit::Debt;
 use rlaunch_tree::splice::{is_pipe, takes_splices, Direct, Spliced, Splicer, Stash, WriterState};
 use tokio::sync::{mpsc, watch};

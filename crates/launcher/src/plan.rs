@@ -21,7 +21,7 @@ use std::ffi::OsString;
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use pmi_wire::control::{Bootstrap, Job, PmixJob, Segment, StdinTarget};
+use rlaunch_protocol::control::{Bootstrap, Job, PmixJob, Segment, StdinTarget};
 
 use crate::allocation::{self, Allocation, Scheduler};
 use crate::error::{SetupError, UsageError};
@@ -46,7 +46,7 @@ pub enum PlanError {
 
 /// Lays out the job `o` describes. `env` is rlaunch's environment, which the ranks start from.
 pub fn build(o: &Options, env: &[(OsString, OsString)]) -> Result<job::Plan, PlanError> {
-    let started_us = pmi_wire::record::now_us();
+    let started_us = rlaunch_protocol::record::now_us();
     let own_host = own_host();
     let getenv = |name: &str| {
         env.iter().find(|(k, _)| k == name).map(|(_, v)| v.to_string_lossy().into_owned())
@@ -207,9 +207,9 @@ pub fn build(o: &Options, env: &[(OsString, OsString)]) -> Result<job::Plan, Pla
 /// [`reached_here`]). `None` leaves the choice to rank 0's proxy (it runs elsewhere, or no
 /// address was found here).
 fn rendezvous(
-    nodes: &[pmi_wire::control::NodePlan],
+    nodes: &[rlaunch_protocol::control::NodePlan],
     rank_node: &[u32],
-) -> Option<pmi_wire::control::Rendezvous> {
+) -> Option<rlaunch_protocol::control::Rendezvous> {
     let first = &nodes[*rank_node.first()? as usize];
     if !first.fork {
         return None;
@@ -221,7 +221,7 @@ fn rendezvous(
 /// An address of this machine that every node reaches: loopback when every node is this
 /// machine (fake nodes of `--launcher fork` included), else the local end of the route to
 /// the others (`job::reaching`); `None` if there is none.
-fn reached_here(nodes: &[pmi_wire::control::NodePlan]) -> Option<std::net::IpAddr> {
+fn reached_here(nodes: &[rlaunch_protocol::control::NodePlan]) -> Option<std::net::IpAddr> {
     if nodes.iter().all(|n| n.fork) {
         return Some(std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST));
     }

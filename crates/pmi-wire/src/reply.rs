@@ -8,10 +8,10 @@
 //!
 //! Each protocol's spelling of a failed name-service request is written here once.
 
-use crate::control::{NameAnswer, NameValue};
 use crate::pmi1::Response as Resp1;
 use crate::pmi2::Response as Resp2;
 use crate::request::Protocol;
+use crate::services::{NameAnswer, NameValue};
 
 /// An answer to one request. Replies that only one protocol has (PMI-1 `maxes`, PMI-2
 /// node attributes) have no wording in the other: nothing is sent there.

@@ -17,10 +17,10 @@
 //! buffer: both hold a message that has only partly arrived. The mapping stays pure and
 //! yields a spawn only once it is whole.
 
-use crate::control::{LookupWait, NameOp, NameValue, SpawnCmd, SpawnRequest};
 use crate::pmi1;
 use crate::pmi2;
 pub use crate::pmi2::Protocol;
+use crate::services::{LookupWait, NameOp, NameValue, SpawnCmd, SpawnRequest};
 
 /// One message from a rank, as far as the protocol goes.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -39,7 +39,7 @@ use std::ffi::OsString;
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
 
-use pmi_wire::control::{Job, Launch, NodePlan};
+use rlaunch_protocol::control::{Job, Launch, NodePlan};
 use rlaunch_tree::fdio::FdStream;
 use rlaunch_tree::{link, null_stdin_stdout, secure};
 

@@ -4,8 +4,8 @@
 //! reads nothing.
 
 use nix::sched::CpuSet;
-use pmi_wire::control::Job;
-use pmi_wire::record::GpuUse;
+use rlaunch_protocol::control::Job;
+use rlaunch_protocol::record::GpuUse;
 use rlaunch_topology::gpu::Visible;
 use rlaunch_topology::place::{GpuAsk, Request};
 use rlaunch_topology::{cpulist, Machine};

@@ -10,8 +10,8 @@ use nix::sched::CpuSet;
 use nix::sys::socket::{socketpair, AddressFamily, SockFlag, SockType};
 use nix::sys::stat::Mode;
 use nix::unistd::pipe2;
-use pmi_wire::control::{Job, Segment, Up};
-use pmi_wire::ids::ExitOutcome;
+use rlaunch_protocol::control::{Job, Segment, Up};
+use rlaunch_protocol::ids::ExitOutcome;
 use tokio::io::AsyncWriteExt;
 use tokio::sync::mpsc;
 
@@ -320,7 +320,7 @@ pub fn error_file(dir: &std::path::Path, jobid: &str, gid: u32) -> std::path::Pa
     dir.join(format!("{jobid}.{gid}.json"))
 }
 
-/// What a rank wrote in its error file, at most [`pmi_wire::control::MAX_ERROR_REPORT`]
+/// What a rank wrote in its error file, at most [`rlaunch_protocol::control::MAX_ERROR_REPORT`]
 /// bytes, the file removed; `None` if it wrote nothing.
 pub fn error_report(dir: &std::path::Path, jobid: &str, gid: u32) -> Option<Vec<u8>> {
     use std::io::Read;
@@ -328,7 +328,7 @@ pub fn error_report(dir: &std::path::Path, jobid: &str, gid: u32) -> Option<Vec<
     let file = std::fs::File::open(&path).ok()?;
     let _ = std::fs::remove_file(&path);
     let mut report = Vec::new();
-    let limit = pmi_wire::control::MAX_ERROR_REPORT as u64;
+    let limit = rlaunch_protocol::control::MAX_ERROR_REPORT as u64;
     file.take(limit).read_to_end(&mut report).ok()?;
     (!report.is_empty()).then_some(report)
 }
@@ -417,7 +417,7 @@ pub async fn feed_stdin(
 mod tests {
     use std::collections::BTreeMap;
 
-    use pmi_wire::control::Rendezvous;
+    use rlaunch_protocol::control::Rendezvous;
 
     use super::*;
 

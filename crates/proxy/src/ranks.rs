@@ -26,9 +26,9 @@
 
 use std::collections::HashMap;
 
-use pmi_wire::control::Up;
-use pmi_wire::ids::ExitOutcome;
-use pmi_wire::record::{RankRecord, RankUsage};
+use rlaunch_protocol::control::Up;
+use rlaunch_protocol::ids::ExitOutcome;
+use rlaunch_protocol::record::{RankRecord, RankUsage};
 use tokio::sync::mpsc;
 
 use crate::pmi::AnswerTx;

@@ -7,7 +7,7 @@
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, TcpListener};
 
-use pmi_wire::control::Rendezvous;
+use rlaunch_protocol::control::Rendezvous;
 
 /// Two ports free on `addr` now, for `MASTER_PORT` and JAX's coordinator: bound together, so
 /// they differ, then let go for rank 0 to bind. The kernel hands out a free port at random,

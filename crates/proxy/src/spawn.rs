@@ -25,8 +25,8 @@ use std::sync::{mpsc, Arc, OnceLock};
 
 use nix::libc::{self, c_char};
 use nix::sched::{CloneFlags, CpuSet};
-use pmi_wire::control::{Job, Segment};
-use pmi_wire::ids::ExitOutcome;
+use rlaunch_protocol::control::{Job, Segment};
+use rlaunch_protocol::ids::ExitOutcome;
 
 /// The default search path of execvp when the environment has no PATH.
 const DEFAULT_PATH: &[u8] = b"/bin:/usr/bin";

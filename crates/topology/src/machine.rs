@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 
 use nix::sched::CpuSet;
 use nix::unistd::Pid;
-use pmi_wire::control::CpuUnit;
+use rlaunch_protocol::control::CpuUnit;
 
 use crate::cpulist;
 use crate::gpu::Gpu;

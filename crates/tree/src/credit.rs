@@ -23,7 +23,7 @@
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::Arc;
 
-use pmi_wire::control::{LinkDown, Up};
+use rlaunch_protocol::control::{LinkDown, Up};
 use tokio::sync::{mpsc, watch, Notify, Semaphore};
 
 use crate::splice::Carried;
@@ -266,7 +266,7 @@ mod tests {
     fn output(n: usize) -> Queued {
         Queued::uncredited(Up::Output {
             rank: 0,
-            stream: pmi_wire::ids::Stream::Stdout,
+            stream: rlaunch_protocol::ids::Stream::Stdout,
             data: vec![b'x'; n],
         })
     }

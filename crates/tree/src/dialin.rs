@@ -11,7 +11,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use pmi_wire::io::FrameReader;
+use rlaunch_protocol::io::FrameReader;
 use tokio::sync::mpsc;
 
 use crate::link::{self, Greeting, ProxyProcess};

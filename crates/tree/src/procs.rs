@@ -6,7 +6,7 @@ use std::collections::{HashMap, HashSet};
 use nix::errno::Errno;
 use nix::sys::signal::{kill, killpg, Signal};
 use nix::unistd::Pid;
-use pmi_wire::ids::ExitOutcome;
+use rlaunch_protocol::ids::ExitOutcome;
 
 /// A child that ended, and what it used (its descendants it waited for included).
 #[derive(Debug, Clone, Copy)]

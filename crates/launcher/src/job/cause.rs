@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use pmi_wire::ids::ExitOutcome;
+use rlaunch_protocol::ids::ExitOutcome;
 
 use rlaunch_proxy::pmix::wire::MAX_DATA;
 

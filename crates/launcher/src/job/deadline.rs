@@ -2,7 +2,7 @@
 //! and what it does when one comes.
 
 use nix::sys::signal::Signal;
-use pmi_wire::control::Down;
+use rlaunch_protocol::control::Down;
 use rlaunch_tree::{link, procs};
 use tokio::time::Instant;
 

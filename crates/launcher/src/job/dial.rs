@@ -21,7 +21,7 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr, ToSocketAddrs, UdpSocket};
 use std::os::unix::process::CommandExt;
 use std::process::{Command, Stdio};
 
-use pmi_wire::control::LinkDown;
+use rlaunch_protocol::control::LinkDown;
 use rlaunch_tree::children::Lost;
 use rlaunch_tree::dialin::{self, Dialed};
 use rlaunch_tree::secure::{self, Secret};
@@ -157,7 +157,7 @@ fn slurm_addresses(nodes: &[String]) -> Result<HashMap<String, String>, String> 
 pub(super) struct Launcher {
     pub pid: i32,
     pub name: String,
-    pub ended: Option<pmi_wire::ids::ExitOutcome>,
+    pub ended: Option<rlaunch_protocol::ids::ExitOutcome>,
     pub acceptor: tokio::task::JoinHandle<()>,
 }
 
@@ -215,10 +215,10 @@ impl Root {
 
 /// Sends a proxy that dialed rlaunch to its parent's listener, and lets it go.
 fn redirect(proxy: Dialed, to: String) {
-    use pmi_wire::control::Frame;
+    use rlaunch_protocol::control::Frame;
     use tokio::io::AsyncWriteExt;
     tracing::debug!(host = %proxy.greeting.host, %to, "sending a proxy to its parent");
-    let mut frames = pmi_wire::control::hello().to_vec();
+    let mut frames = rlaunch_protocol::control::hello().to_vec();
     LinkDown::Redirect { to }.encode(&mut frames);
     let mut writer = proxy.process.to_child;
     tokio::spawn(async move {

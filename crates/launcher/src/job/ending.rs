@@ -5,7 +5,7 @@
 use std::io;
 use std::time::Duration;
 
-use pmi_wire::record;
+use rlaunch_protocol::record;
 use tokio::time::Instant;
 
 use super::cause::Cause;
@@ -14,8 +14,12 @@ use super::roll::Roll;
 use super::{timeline, Root, OUTPUT_GRACE, PROXY_GRACE};
 
 /// What writes a file at the end of the job (`--report`, `--timeline`).
-type WriteEnd =
-    fn(&mut OutFile, &report::JobFacts, &Roll, &[pmi_wire::record::NodeRecord]) -> io::Result<()>;
+type WriteEnd = fn(
+    &mut OutFile,
+    &report::JobFacts,
+    &Roll,
+    &[rlaunch_protocol::record::NodeRecord],
+) -> io::Result<()>;
 
 impl Root {
     /// Records why the job must end; the first cause starts the teardown.

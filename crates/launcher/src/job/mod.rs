@@ -37,7 +37,9 @@ use std::io;
 use std::time::Duration;
 
 use nix::sys::signal::Signal;
-use pmi_wire::control::{DmodexAnswer, DmodexData, Down, Job, NameOp, NodePlan, StdinTarget, Up};
+use rlaunch_protocol::control::{
+    DmodexAnswer, DmodexData, Down, Job, NameOp, NodePlan, StdinTarget, Up,
+};
 use rlaunch_tree::children::{ChildNews, Children};
 use rlaunch_tree::dialin::Dialed;
 use rlaunch_tree::fence::FenceFold;
@@ -52,8 +54,8 @@ use cause::Cause;
 pub(crate) use dial::reaching;
 pub use dial::DialPlan;
 use names::{Asker, Names};
-use pmi_wire::record::{GpuUse, Micros};
 use report::OutFile;
+use rlaunch_protocol::record::{GpuUse, Micros};
 use roll::Roll;
 use signals::{Forwarded, ForwardedSignals};
 pub use start::fork_local_proxies;
@@ -378,7 +380,7 @@ impl Root {
                 tracing::debug!(rank, pid, %outcome, unfinalized, "rank ended");
                 self.names.forget(rank);
                 // A failing end is the job's failure already (or a forwarded signal's doing).
-                let clean = outcome == pmi_wire::ids::ExitOutcome::Exited(0);
+                let clean = outcome == rlaunch_protocol::ids::ExitOutcome::Exited(0);
                 if let Some(absent) =
                     self.turnout.as_mut().filter(|_| clean).and_then(|r| r.ended(rank))
                 {

@@ -11,8 +11,8 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-pub(crate) use pmi_wire::control::NameAnswer;
-use pmi_wire::control::{LookupWait, NameOp, NameValue};
+pub(crate) use rlaunch_protocol::control::NameAnswer;
+use rlaunch_protocol::control::{LookupWait, NameOp, NameValue};
 use tokio::time::Instant;
 
 /// Who asked: the rank its answer goes to, and the tag it echoes.

@@ -13,7 +13,7 @@
 
 use std::collections::BTreeMap;
 
-use pmi_wire::control::PMIX_FENCE_PART;
+use rlaunch_protocol::control::PMIX_FENCE_PART;
 use rlaunch_proxy::pmix::wire::MAX_DATA;
 use rlaunch_tree::fence::{in_parts, FenceFold};
 

@@ -21,7 +21,7 @@ use std::io::IsTerminal;
 use std::time::Duration;
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
-use pmi_wire::control::NodePlan;
+use rlaunch_protocol::control::NodePlan;
 use tokio::time::Instant;
 
 /// A launch over at most this many nodes shows no progress line.

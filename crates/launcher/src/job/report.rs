@@ -3,15 +3,15 @@
 //!
 //! Every time in the report is on rlaunch's clock, in microseconds since the Unix epoch: a
 //! node's times are moved by its clock's offset (the sum of the offsets measured by each
-//! parent down its path, see `pmi_wire::record`).
+//! parent down its path, see `rlaunch_protocol::record`).
 
 use std::collections::{BTreeMap, HashMap};
 use std::fs::File;
 use std::io::{self, Write};
 use std::path::PathBuf;
 
-use pmi_wire::ids::ExitOutcome;
-use pmi_wire::record::{GpuUse, Micros, NodeRecord, RankRecord};
+use rlaunch_protocol::ids::ExitOutcome;
+use rlaunch_protocol::record::{GpuUse, Micros, NodeRecord, RankRecord};
 use serde::Serialize;
 
 use super::roll::Roll;

@@ -2,9 +2,9 @@
 //! It names them in messages ("rank 3", "rank 1 of spawned job 2"), places them on their
 //! host, and holds each one's outcome.
 
-use pmi_wire::control::{NodePlan, SpawnRequest};
-use pmi_wire::ids::ExitOutcome;
-use pmi_wire::record::RankUsage;
+use rlaunch_protocol::control::{NodePlan, SpawnRequest};
+use rlaunch_protocol::ids::ExitOutcome;
+use rlaunch_protocol::record::RankUsage;
 
 /// One process of the run.
 struct Proc {
@@ -79,7 +79,7 @@ pub(crate) struct Roll {
 impl Roll {
     /// The launched job's ranks, as `roots` place them.
     pub(crate) fn new(
-        job: &pmi_wire::control::Job,
+        job: &rlaunch_protocol::control::Job,
         roots: &[NodePlan],
         node_hosts: Vec<String>,
     ) -> Roll {
@@ -326,7 +326,7 @@ fn strerror(errno: i32) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use pmi_wire::control::{Job, RankPlan, Segment, SpawnCmd};
+    use rlaunch_protocol::control::{Job, RankPlan, Segment, SpawnCmd};
 
     fn job() -> Job {
         let segment = |exe: &str| Segment {

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use nix::sys::signal::Signal;
-use pmi_wire::ids::ExitOutcome;
+use rlaunch_protocol::ids::ExitOutcome;
 use tokio::signal::unix::{signal, SignalKind};
 use tokio::time::Instant;
 

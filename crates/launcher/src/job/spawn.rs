@@ -13,7 +13,7 @@
 
 use std::collections::{BTreeSet, HashMap};
 
-use pmi_wire::control::{Down, NodePlan, SpawnCmd, SpawnJob, SpawnOutcome, SpawnRequest};
+use rlaunch_protocol::control::{Down, NodePlan, SpawnCmd, SpawnJob, SpawnOutcome, SpawnRequest};
 use rlaunch_tree::children::Lost;
 use rlaunch_tree::credit;
 use rlaunch_tree::fence::{FenceFold, Pair};
@@ -204,13 +204,13 @@ impl Root {
         };
         let job = &self.plan.job;
         let process = match job.bootstrap {
-            pmi_wire::control::Bootstrap::Dial => Err(std::io::Error::other(
+            rlaunch_protocol::control::Bootstrap::Dial => Err(std::io::Error::other(
                 "proxies that dial in (inside a Slurm allocation) are started once, at the \
                  start of the job",
             )),
             _ => {
                 let own = &self.plan.own_host;
-                let fork = job.bootstrap == pmi_wire::control::Bootstrap::Fork
+                let fork = job.bootstrap == rlaunch_protocol::control::Bootstrap::Fork
                     || (!self.plan.forced_remote && hosts::is_local(&host, own));
                 link::spawn_proxy(&job.bootstrap, &host, fork, &self.plan.proxy_exe)
             }

@@ -3,7 +3,7 @@
 
 use std::os::fd::AsRawFd;
 
-use pmi_wire::control::{NodePlan, Up};
+use rlaunch_protocol::control::{NodePlan, Up};
 use rlaunch_tree::children::{Children, Lost};
 use rlaunch_tree::credit;
 use rlaunch_tree::dialin::Dialed;

@@ -4,8 +4,8 @@
 
 use std::time::Duration;
 
-use pmi_wire::control::{RankPlan, Segment};
-use pmi_wire::ids::ExitOutcome;
+use rlaunch_protocol::control::{RankPlan, Segment};
+use rlaunch_protocol::ids::ExitOutcome;
 
 use super::*;
 

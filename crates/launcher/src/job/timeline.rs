@@ -10,8 +10,8 @@
 
 use std::io;
 
-use pmi_wire::ids::ExitOutcome;
-use pmi_wire::record::{Micros, NodeRecord, Phase};
+use rlaunch_protocol::ids::ExitOutcome;
+use rlaunch_protocol::record::{Micros, NodeRecord, Phase};
 use serde::Serialize;
 use serde_json::{json, Value};
 

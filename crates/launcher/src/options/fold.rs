@@ -8,7 +8,7 @@ use std::os::unix::ffi::OsStringExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use pmi_wire::control::Liveness;
+use rlaunch_protocol::control::Liveness;
 
 use super::values::{
     self, output_spec, parse_bind_to, parse_command, parse_gpu_bind, parse_launcher, parse_map_by,

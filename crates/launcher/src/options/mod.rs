@@ -7,7 +7,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use pmi_wire::control::{Binding, GpuBind, Liveness, Mapping};
+use rlaunch_protocol::control::{Binding, GpuBind, Liveness, Mapping};
 
 use crate::allocation::Scheduler;
 use crate::args::{self, Key};
@@ -277,7 +277,7 @@ pub fn parse(
 mod tests {
     use super::*;
     use crate::args::os;
-    use pmi_wire::control::CpuUnit;
+    use rlaunch_protocol::control::CpuUnit;
 
     fn run(line: &str, env: &[(&str, &str)]) -> Result<Options, UsageError> {
         let args: Vec<OsString> = line.split_whitespace().map(os).collect();

@@ -4,7 +4,7 @@
 use std::os::unix::ffi::OsStrExt;
 use std::time::Duration;
 
-use pmi_wire::control::{Binding, CpuUnit, GpuBind, Mapping};
+use rlaunch_protocol::control::{Binding, CpuUnit, GpuBind, Mapping};
 
 use super::MapBy;
 

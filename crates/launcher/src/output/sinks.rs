@@ -17,7 +17,7 @@ use std::os::unix::fs::FileTypeExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use pmi_wire::ids::Stream;
+use rlaunch_protocol::ids::Stream;
 use rlaunch_tree::fdio::Gather;
 use rlaunch_tree::splice::Stash;
 

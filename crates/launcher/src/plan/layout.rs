@@ -3,7 +3,7 @@
 //! unit, `:PE=n` cores), and their GPUs (`--gpus-per-rank`, `--gpu-bind`, `--gpu-share`).
 //! The proxies place; this only decides what they are asked.
 
-use pmi_wire::control::{Binding, CpuUnit, GpuBind, Gpus, Mapping};
+use rlaunch_protocol::control::{Binding, CpuUnit, GpuBind, Gpus, Mapping};
 
 use crate::error::{SetupError, UsageError};
 use crate::options::{OptionError, Options};

@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 
-use pmi_wire::control::{NodePlan, RankPlan};
+use rlaunch_protocol::control::{NodePlan, RankPlan};
 
 /// Ranks grouped into nodes, one per distinct host name, in order of first rank.
 pub(crate) struct Nodes {

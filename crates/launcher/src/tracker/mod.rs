@@ -31,7 +31,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 
-use pmi_wire::record::{self, Micros};
+use rlaunch_protocol::record::{self, Micros};
 
 use crate::quote::cut;
 

@@ -2,8 +2,8 @@
 //! space, fences, node attributes, and the requests that go to the root (name service,
 //! abort, spawn, protocol faults). The end of a connection is part of the rank's verdict.
 
-use pmi_wire::control::Up;
-use pmi_wire::record;
+use rlaunch_protocol::control::Up;
+use rlaunch_protocol::record;
 
 use super::Node;
 use crate::kvs::{FenceStep, Kvs, Reply};

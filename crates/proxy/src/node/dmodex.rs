@@ -16,7 +16,7 @@
 
 use std::collections::HashMap;
 
-use pmi_wire::control::{DmodexAnswer, DmodexAsk, DmodexData, Down, Up};
+use rlaunch_protocol::control::{DmodexAnswer, DmodexAsk, DmodexData, Down, Up};
 
 use super::Node;
 use crate::pmix::wire::{self, Proc, Status};

@@ -6,9 +6,9 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use pmi_wire::control::{Job, Segment, SpawnJob, Up};
-use pmi_wire::ids::ExitOutcome;
-use pmi_wire::record::{self, Phase};
+use rlaunch_protocol::control::{Job, Segment, SpawnJob, Up};
+use rlaunch_protocol::ids::ExitOutcome;
+use rlaunch_protocol::record::{self, Phase};
 use tokio::sync::mpsc;
 
 use super::{JobState, Node};
@@ -91,7 +91,7 @@ impl Node {
             // start, and are reported as never run (killed before they began).
             tracing::debug!("the node is going down: its held ranks do not start");
             for rp in self.plan.ranks.clone() {
-                let outcome = pmi_wire::ids::ExitOutcome::Signaled(nix::libc::SIGTERM);
+                let outcome = rlaunch_protocol::ids::ExitOutcome::Signaled(nix::libc::SIGTERM);
                 let verdict = self.ranks.add_failed(rp.rank, 0, outcome, Vec::new());
                 let _ = self.up.control.send(verdict);
             }

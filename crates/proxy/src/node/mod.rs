@@ -38,9 +38,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use nix::sys::signal::Signal;
-use pmi_wire::control::{Down, Job, NodePlan, Up};
-use pmi_wire::ids::Stream;
-use pmi_wire::record::{self, FenceTimes, Micros, NodeRecord, Phase};
+use rlaunch_protocol::control::{Down, Job, NodePlan, Up};
+use rlaunch_protocol::ids::Stream;
+use rlaunch_protocol::record::{self, FenceTimes, Micros, NodeRecord, Phase};
 use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
@@ -131,7 +131,8 @@ pub(crate) struct Node {
     swept: bool,
     placer: Placer,
     /// Each (job, segment)'s program, prepared once for all its ranks.
-    programs: HashMap<(u32, u32), Result<Arc<crate::rank::Program>, pmi_wire::ids::ExitOutcome>>,
+    programs:
+        HashMap<(u32, u32), Result<Arc<crate::rank::Program>, rlaunch_protocol::ids::ExitOutcome>>,
     /// The `rlaunch-proxy` this proxy starts its child proxies with.
     proxy_exe: OsString,
     /// This proxy dialed its parent: its children dial it.
@@ -524,7 +525,7 @@ impl Node {
             // Rank 0's programs will say what is wrong with the address; the others must
             // not wait for ever.
             self.notice(format!("no free port for the rendezvous at {addr}: {e}"));
-            pmi_wire::control::Rendezvous { addr: addr.to_string(), port: 0, jax_port: 0 }
+            rlaunch_protocol::control::Rendezvous { addr: addr.to_string(), port: 0, jax_port: 0 }
         });
         tracing::debug!(?picked, "rendezvous chosen");
         let _ = self.up.control.send(Up::Rendezvous(picked.clone()));
@@ -533,7 +534,7 @@ impl Node {
 
     /// Rank 0's proxy chose the rendezvous: the ranks that waited for it start (once their
     /// PMIx environments are in, if they wait for those too).
-    fn rendezvous_found(&mut self, rendezvous: pmi_wire::control::Rendezvous) {
+    fn rendezvous_found(&mut self, rendezvous: rlaunch_protocol::control::Rendezvous) {
         if self.job.rendezvous.is_none() {
             Arc::make_mut(&mut self.job).rendezvous = Some(rendezvous);
         }

@@ -20,8 +20,8 @@
 use std::collections::{HashMap, HashSet};
 use std::os::unix::ffi::OsStrExt;
 
-use pmi_wire::control::{NameAnswer, NameOp, SpawnCmd, SpawnRequest, Up};
-use pmi_wire::ids::ExitOutcome;
+use rlaunch_protocol::control::{NameAnswer, NameOp, SpawnCmd, SpawnRequest, Up};
+use rlaunch_protocol::ids::ExitOutcome;
 use tokio::time::Instant;
 
 use super::pmix_spawn::{Registered, Spawning};
@@ -457,7 +457,8 @@ impl Node {
                 match pairs.len() {
                     1 => {
                         let (service, value) = pairs.remove(0);
-                        let packed = matches!(value, pmi_wire::control::NameValue::Packed(_));
+                        let packed =
+                            matches!(value, rlaunch_protocol::control::NameValue::Packed(_));
                         tracing::debug!(%service, once, packed, "PMIx publish");
                         let op = NameOp::Publish { service, value, once };
                         let _ = self.up.control.send(Up::Name { rank, tag: name_tag(id), op });

@@ -15,7 +15,7 @@
 //!   parent ──PmixFencePart × n, PmixFenceOut──► children, and ──ModexDone(id, all)──► host
 //! ```
 
-use pmi_wire::control::{Down, Up, PMIX_FENCE_PART};
+use rlaunch_protocol::control::{Down, Up, PMIX_FENCE_PART};
 
 use super::Node;
 use crate::pmix::wire::{self, Proc};
@@ -37,7 +37,7 @@ impl Node {
     /// Every local client entered the launched job's fence: this node's data goes up, and
     /// the host's `id` is answered when the fence completes.
     pub(super) fn pmix_fence_entered(&mut self, id: u32, data: Vec<u8>) {
-        self.fences.enter(pmi_wire::record::now_us());
+        self.fences.enter(rlaunch_protocol::record::now_us());
         let Some(pmix) = self.pmix.as_mut() else { return };
         if let Some(old) = pmix.entered.replace(id) {
             tracing::warn!(old, id, "a PMIx fence entered twice");
@@ -101,7 +101,7 @@ impl Node {
         }
         self.children.broadcast(&Down::PmixFenceOut { epoch, data });
         if self.pmix_fence.served {
-            self.fences.complete(pmi_wire::record::now_us());
+            self.fences.complete(rlaunch_protocol::record::now_us());
         }
         if !self.pmix_fence.fold.finish(epoch) {
             tracing::warn!(epoch, "PMIx fence completion for another epoch");

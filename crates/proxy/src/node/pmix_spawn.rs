@@ -12,7 +12,7 @@
 //!   root, every node in ──Down::SpawnAnswer──► spawner's node ──SpawnDone(id)──► host
 //! ```
 
-use pmi_wire::control::{Job, SpawnCmd, SpawnJob, SpawnOutcome};
+use rlaunch_protocol::control::{Job, SpawnCmd, SpawnJob, SpawnOutcome};
 
 use super::launch::JobRanks;
 use super::Node;

@@ -1,9 +1,9 @@
 //! A process of this node ended: a rank (its verdict, once, with what it wrote in its error
 //! file first) or a child proxy (lost, unless it said it was done).
 
-use pmi_wire::control::Up;
-use pmi_wire::ids::ExitOutcome;
-use pmi_wire::record;
+use rlaunch_protocol::control::Up;
+use rlaunch_protocol::ids::ExitOutcome;
+use rlaunch_protocol::record;
 use rlaunch_tree::procs;
 
 use super::Node;

@@ -2,7 +2,7 @@
 //! given the trap's `OPAL_BINDIR`, and the proxy listens for reports from the first such
 //! rank on; a report names the rank it came from, and the job ends.
 
-use pmi_wire::control::Up;
+use rlaunch_protocol::control::Up;
 
 use super::{Event, Node};
 use crate::singleton::{self, Reports, BINDIR_VAR};

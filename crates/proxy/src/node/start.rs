@@ -7,9 +7,9 @@ use std::os::fd::OwnedFd;
 use std::sync::Arc;
 use std::time::Duration;
 
-use pmi_wire::control::{Bootstrap, Down, DownFrame, Launch, LinkDown, LinkUp, Up};
-use pmi_wire::io::FrameReader;
-use pmi_wire::record::{self, FenceTimes, Phase};
+use rlaunch_protocol::control::{Bootstrap, Down, DownFrame, Launch, LinkDown, LinkUp, Up};
+use rlaunch_protocol::io::FrameReader;
+use rlaunch_protocol::record::{self, FenceTimes, Phase};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
@@ -183,7 +183,7 @@ impl Node {
     /// child proxy. `serve` runs it; a unit test drives it with events (`node/tests.rs`).
     pub(super) fn new(
         launch: Launch,
-        launched_at: pmi_wire::record::Micros,
+        launched_at: rlaunch_protocol::record::Micros,
         proxy_exe: OsString,
         dial: Option<DialContext>,
         parts: Parts,
@@ -269,11 +269,11 @@ async fn receive_launch(
     link: LinkEnd<'_>,
 ) -> Result<Received, String> {
     let (found, _) = reader.read_hello().await.map_err(|e| e.to_string())?;
-    if found.version != pmi_wire::control::PROTOCOL_VERSION {
+    if found.version != rlaunch_protocol::control::PROTOCOL_VERSION {
         return Err(format!(
             "the launcher speaks protocol version {}, this proxy speaks version {}",
             found.version,
-            pmi_wire::control::PROTOCOL_VERSION
+            rlaunch_protocol::control::PROTOCOL_VERSION
         ));
     }
     loop {

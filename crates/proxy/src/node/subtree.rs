@@ -1,7 +1,7 @@
 //! This node's child proxies: starting them (or listening for them to dial in), and how
 //! their frames go up. The parent side itself is [`Children`], shared with the launcher.
 
-use pmi_wire::control::{Bootstrap, LinkUp, Up};
+use rlaunch_protocol::control::{Bootstrap, LinkUp, Up};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 

@@ -2,7 +2,7 @@
 //! table as if started (no process behind them), PMI calls and its parent's frames fed in,
 //! and what it sends up and answers checked.
 
-use pmi_wire::control::{Job, Launch, NodePlan, RankPlan, Segment};
+use rlaunch_protocol::control::{Job, Launch, NodePlan, RankPlan, Segment};
 
 use super::start::Parts;
 use super::*;

@@ -11,7 +11,7 @@
 //! moves the rank's output there itself, one splice a chunk where there were three, and
 //! rlaunch does not wake for it at all. Everything else goes up as before: the rank's stderr,
 //! its start and end, its byte counts. A stdout found closed is said upstream
-//! ([`Up::StdoutClosed`](pmi_wire::control::Up)), and rlaunch ends the job as it does when
+//! ([`Up::StdoutClosed`](rlaunch_protocol::control::Up)), and rlaunch ends the job as it does when
 //! its own write fails. Only into a pipe: a splice into it can be told not to block
 //! (`SPLICE_F_NONBLOCK`) while the descriptor stays as it is (its flags are shared with the
 //! user's shell), and the node's one thread never waits on a disk.

@@ -32,9 +32,9 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::Arc;
 
 use nix::libc;
-use pmi_wire::control::Up;
-use pmi_wire::ids::Stream;
-use pmi_wire::record::{self, Micros};
+use rlaunch_protocol::control::Up;
+use rlaunch_protocol::ids::Stream;
+use rlaunch_protocol::record::{self, Micros};
 use tokio::io::unix::AsyncFd;
 use tokio::sync::{mpsc, watch};
 use tokio::time::{Duration, Instant};

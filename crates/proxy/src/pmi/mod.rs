@@ -77,7 +77,7 @@ pub enum PmiCall {
         tag: Option<String>,
     },
     Name {
-        op: pmi_wire::control::NameOp,
+        op: rlaunch_protocol::control::NameOp,
         tag: Option<String>,
     },
     Abort {
@@ -85,7 +85,7 @@ pub enum PmiCall {
         msg: String,
     },
     Spawn {
-        request: pmi_wire::control::SpawnRequest,
+        request: rlaunch_protocol::control::SpawnRequest,
         tag: Option<String>,
     },
     Finalized,
@@ -107,8 +107,8 @@ pub enum PmiAnswer {
     Get { key: String, value: Option<String>, tag: Option<String> },
     Fence { tag: Option<String> },
     GetNodeAttr { value: Option<String>, tag: Option<String> },
-    Name { answer: pmi_wire::control::NameAnswer, tag: Option<String> },
-    Spawn { outcome: pmi_wire::control::SpawnOutcome, tag: Option<String> },
+    Name { answer: rlaunch_protocol::control::NameAnswer, tag: Option<String> },
+    Spawn { outcome: rlaunch_protocol::control::SpawnOutcome, tag: Option<String> },
 }
 
 /// Answers on their way to one rank's connection task (see [`rlaunch_tree::mailbox`] for why not a

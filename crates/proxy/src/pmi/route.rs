@@ -1,9 +1,9 @@
 //! What the connection answers itself and what goes to the node (docs/pmi.md, *Who answers what*: Hydra's proxy
 //! answers the same set locally). Pure: the job's facts in, a [`Route`] out.
 
-use pmi_wire::control::SpawnOutcome;
 use pmi_wire::reply::Reply;
 use pmi_wire::request::{Protocol, Request};
+use rlaunch_protocol::control::SpawnOutcome;
 
 use super::fault::Fault;
 use super::{PmiAnswer, PmiCall, PmiJob, PmiPeer};
@@ -122,7 +122,7 @@ fn special_key(job: &PmiJob, key: &str) -> Option<Option<String>> {
 
 #[cfg(test)]
 mod tests {
-    use pmi_wire::control::{NameAnswer, NameOp, SpawnRequest};
+    use rlaunch_protocol::control::{NameAnswer, NameOp, SpawnRequest};
 
     use super::*;
 
@@ -164,7 +164,8 @@ mod tests {
     fn the_table() {
         use Protocol::{Pmi1, Pmi2};
         let spawn = SpawnRequest { cmds: vec![], preput: vec![(s("k"), s("v"))] };
-        let lookup = NameOp::Lookup { service: s("S"), wait: pmi_wire::control::LookupWait::No };
+        let lookup =
+            NameOp::Lookup { service: s("S"), wait: rlaunch_protocol::control::LookupWait::No };
         let mapping = Some(s("(vector,(0,1,4))"));
         let put = |kvsname: Option<&str>| Request::Put {
             kvsname: kvsname.map(str::to_string),

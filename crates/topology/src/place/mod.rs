@@ -12,7 +12,7 @@
 //!            an unbound rank counts as sitting on its share of the cores, in order
 //! ```
 
-use pmi_wire::control::{Binding, CpuUnit, GpuBind, Mapping};
+use rlaunch_protocol::control::{Binding, CpuUnit, GpuBind, Mapping};
 
 use crate::gpu::Visible;
 use crate::machine::Machine;

@@ -19,11 +19,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use nix::sys::signal::Signal;
-use pmi_wire::control::{
+use rlaunch_protocol::control::{
     DmodexAnswer, DmodexAsk, DmodexData, Down, Job, Launch, LinkDown, LinkUp, NodePlan, Up,
 };
-use pmi_wire::ids::ExitOutcome;
-use pmi_wire::record::{self, Micros, NodeRecord, Phase};
+use rlaunch_protocol::ids::ExitOutcome;
+use rlaunch_protocol::record::{self, Micros, NodeRecord, Phase};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;

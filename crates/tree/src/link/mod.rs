@@ -20,9 +20,9 @@ use std::process::{Command, Stdio};
 use std::sync::Arc;
 
 use nix::sys::socket::{socketpair, AddressFamily, SockFlag, SockType};
-use pmi_wire::control::{Bootstrap, Down, LinkDown, LinkUp, Up, UpFrame, PROTOCOL_VERSION};
-use pmi_wire::ids::Stream;
-use pmi_wire::io::{FrameReader, Next, ReadError};
+use rlaunch_protocol::control::{Bootstrap, Down, LinkDown, LinkUp, Up, UpFrame, PROTOCOL_VERSION};
+use rlaunch_protocol::ids::Stream;
+use rlaunch_protocol::io::{FrameReader, Next, ReadError};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::mpsc;
 
@@ -435,7 +435,7 @@ async fn next_event(
             // Only output carries bulk data up.
             Some(Next::Bulk { .. }) => {
                 let what = "bulk data that is not output".to_string();
-                return Err(pmi_wire::control::FrameError::Malformed(what).into());
+                return Err(rlaunch_protocol::control::FrameError::Malformed(what).into());
             }
         }
     }

@@ -8,7 +8,7 @@ use tokio::io::unix::AsyncFd;
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 use tokio::sync::mpsc;
 
-use pmi_wire::control::{self, Frame, Up};
+use rlaunch_protocol::control::{self, Frame, Up};
 
 use crate::credit::{Outbox, Queued};
 use crate::fdio::Gather;

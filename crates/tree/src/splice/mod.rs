@@ -41,8 +41,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use nix::libc;
-use pmi_wire::control::{Frame, Up};
-use pmi_wire::ids::Stream;
+use rlaunch_protocol::control::{Frame, Up};
+use rlaunch_protocol::ids::Stream;
 use tokio::io::unix::AsyncFd;
 use tokio::io::Interest;
 use tokio::sync::Notify;
@@ -59,7 +59,7 @@ pub const SPLICE_MIN: usize = 16 << 10;
 /// A link reader that splices reads this much at a time after each large output frame: the
 /// head of an output frame (length, tag, rank and stream), so that none of the next frame's
 /// data is read with it (more while reads come back full of small frames).
-pub const READ_CHUNK: usize = pmi_wire::control::FRAME_HEAD + <Up as Frame>::DATA_HEAD;
+pub const READ_CHUNK: usize = rlaunch_protocol::control::FRAME_HEAD + <Up as Frame>::DATA_HEAD;
 /// How far the reader peeks for the newline that ends a line left open. A longer line is
 /// read, not spliced.
 const PEEK_HEAD: usize = 64 << 10;

@@ -6,8 +6,8 @@ use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::time::Duration;
 
 use nix::libc;
-use pmi_wire::ids::Stream;
-use pmi_wire::io::ReadError;
+use rlaunch_protocol::ids::Stream;
+use rlaunch_protocol::io::ReadError;
 use tokio::io::unix::AsyncFd;
 use tokio::io::Interest;
 

@@ -14,7 +14,7 @@
 //! Published values are strings, or any other PMIx value packed by the host
 //! (`PMIx_Data_pack`) and unpacked by the host that looks it up.
 
-use pmi_wire::control::{LookupWait, NameValue};
+use rlaunch_protocol::control::{LookupWait, NameValue};
 
 /// A PMIx status: 0 is success, negative values are PMIx's error codes.
 pub type Status = i32;

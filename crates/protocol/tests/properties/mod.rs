@@ -1,12 +1,12 @@
-//! What every decoder of pmi-wire must hold to, whatever the bytes: nothing panics, a decoded
+//! What every decoder of pmi-wire and rlaunch-protocol must hold to, whatever the bytes: nothing panics, a decoded
 //! message never claims more bytes than it was given, and whatever decodes re-encodes to
 //! something that decodes to the same value. Shared by the deterministic fuzzing test
 //! (tests/fuzz_codecs.rs) and the cargo-fuzz targets (fuzz/fuzz_targets/), which include
 //! this file by path.
 
-use pmi_wire::control::{self, DownFrame, UpFrame};
 use pmi_wire::request::{Message, SpawnBlocks};
 use pmi_wire::{pmi1, pmi2};
+use rlaunch_protocol::control::{self, DownFrame, UpFrame};
 
 /// PMI-1: requests and responses, re-encoding, the mapping to the protocol-neutral request,
 /// and a connection's draining of messages off the front (spawn blocks gathered).

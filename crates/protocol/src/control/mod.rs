@@ -36,10 +36,8 @@ pub use plan::{
     Binding, Bootstrap, CpuUnit, GpuBind, Gpus, Job, Launch, Liveness, Mapping, NodePlan, PmixJob,
     RankPlan, Rendezvous, Segment, StdinTarget,
 };
-pub use services::{
-    DmodexAnswer, DmodexAsk, DmodexData, LookupWait, NameAnswer, NameOp, NameValue, SpawnCmd,
-    SpawnJob, SpawnOutcome, SpawnRequest,
-};
+pub use pmi_wire::services::{LookupWait, NameAnswer, NameOp, NameValue, SpawnCmd, SpawnRequest};
+pub use services::{DmodexAnswer, DmodexAsk, DmodexData, SpawnJob, SpawnOutcome};
 
 /// First bytes on every control channel, in both directions.
 pub const MAGIC: [u8; 8] = *b"\x7fRLAUNCH";

@@ -1,4 +1,4 @@
-//! Bounded, deterministic fuzzing of every decoder in pmi-wire.
+//! Bounded, deterministic fuzzing of every decoder in pmi-wire and rlaunch-protocol.
 //!
 //! A corpus of valid PMI-1 lines, spawn blocks, PMI-2 frames and control frames is mutated
 //! (bit flips, truncation, insertion, deletion, splicing) and fed to each decoder. The
@@ -14,12 +14,12 @@
 //! `RLAUNCH_FUZZ_ITERS=<n>` changes the number of mutated inputs (default 100000); the seed is
 //! fixed so a failure reproduces.
 
-use pmi_wire::control::{
+use pmi_wire::{pmi1, pmi2};
+use rlaunch_protocol::control::{
     self, Binding, Bootstrap, CpuUnit, Down, DownFrame, Frame, GpuBind, Gpus, Job, Launch,
     LinkDown, LinkUp, Liveness, Mapping, NodePlan, RankPlan, Segment, StdinTarget, Up, UpFrame,
 };
-use pmi_wire::ids::{ExitOutcome, Stream};
-use pmi_wire::{pmi1, pmi2};
+use rlaunch_protocol::ids::{ExitOutcome, Stream};
 
 /// The properties, shared with the cargo-fuzz targets in fuzz/.
 mod properties;
@@ -338,7 +338,7 @@ fn the_fuzzers_corpora_and_crashes_replay_cleanly() {
 }
 
 /// Writes the corpus above as the cargo-fuzz targets' seeds (fuzz/corpus/TARGET/seed-N):
-/// `cargo test -p pmi-wire --test fuzz_codecs -- --ignored write_fuzz_seeds`.
+/// `cargo test -p rlaunch-protocol --test fuzz_codecs -- --ignored write_fuzz_seeds`.
 #[test]
 #[ignore = "writes files under fuzz/; run by hand when the corpus changes"]
 fn write_fuzz_seeds() {
