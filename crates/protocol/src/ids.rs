@@ -1,8 +1,30 @@
-//! Small shared vocabulary: how a rank ended, which stream a byte came from.
+//! Small shared vocabulary: which node, how a rank ended, which stream a byte came from.
 
 use std::fmt;
 
 use serde::{Deserialize, Serialize};
+
+/// A node of the job: its index in the launcher's host list, which is also its node id in
+/// `PMI_process_mapping` and the index into a job's per-node tables. Not a rank: the two
+/// were both bare `u32`s, and the compiler now tells them apart.
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize,
+)]
+#[serde(transparent)]
+pub struct NodeId(pub u32);
+
+impl NodeId {
+    /// As an index into a per-node table.
+    pub fn index(self) -> usize {
+        self.0 as usize
+    }
+}
+
+impl fmt::Display for NodeId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
 
 /// How a rank ended. Never a raw wait status.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

@@ -222,7 +222,7 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
 mod tests {
     use super::*;
     use crate::control::Up;
-    use crate::ids::Stream;
+    use crate::ids::{NodeId, Stream};
     use tokio::io::AsyncWriteExt;
 
     #[tokio::test]
@@ -231,7 +231,7 @@ mod tests {
         let big: Vec<u8> = (0..200_000u32).map(|i| (i % 251) as u8).collect();
         let frames = [
             Up::Output { rank: 3, stream: Stream::Stderr, data: big.clone() },
-            Up::Started { node: 7 },
+            Up::Started { node: NodeId(7) },
             Up::Output { rank: 1, stream: Stream::Stdout, data: b"short\n".to_vec() },
             Up::Output { rank: 2, stream: Stream::Stdout, data: big[..40_000].to_vec() },
         ];
@@ -260,7 +260,7 @@ mod tests {
         let frame = Up::Output { rank: 4, stream: Stream::Stdout, data };
         let mut bytes = Vec::new();
         frame.encode(&mut bytes);
-        Up::Started { node: 1 }.encode(&mut bytes);
+        Up::Started { node: NodeId(1) }.encode(&mut bytes);
         let mut reader = FrameReader::new(rx);
         // Half of the frame, then a read that is given up (as a select! drops it when its
         // other branch wins: found by the chaos runner, a chunk of output lost when ssh
@@ -270,7 +270,7 @@ mod tests {
         assert!(tokio::time::timeout(wait, reader.next::<Up>()).await.is_err());
         tx.write_all(&bytes[50_000..]).await.unwrap();
         assert_eq!(reader.next::<Up>().await.unwrap(), Some(frame));
-        assert_eq!(reader.next::<Up>().await.unwrap(), Some(Up::Started { node: 1 }));
+        assert_eq!(reader.next::<Up>().await.unwrap(), Some(Up::Started { node: NodeId(1) }));
     }
 
     #[tokio::test]
@@ -278,7 +278,7 @@ mod tests {
         let (mut tx, rx) = tokio::io::duplex(1 << 20);
         let big: Vec<u8> = (0..100_000u32).map(|i| (i % 241) as u8).collect();
         let mut bytes = Vec::new();
-        Up::Started { node: 2 }.encode(&mut bytes);
+        Up::Started { node: NodeId(2) }.encode(&mut bytes);
         Up::Output { rank: 5, stream: Stream::Stdout, data: big.clone() }.encode(&mut bytes);
         Up::Output { rank: 6, stream: Stream::Stderr, data: b"small\n".to_vec() }
             .encode(&mut bytes);
@@ -287,7 +287,7 @@ mod tests {
         let mut reader = FrameReader::new(rx);
         reader.cap_reads(2048);
         let first = reader.next_or_bulk::<Up>(16 << 10).await.unwrap();
-        assert_eq!(first, Some(Next::Frame(Up::Started { node: 2 })));
+        assert_eq!(first, Some(Next::Frame(Up::Started { node: NodeId(2) })));
         let Some(Next::Bulk { frame: Up::Output { rank: 5, stream, data }, rest }) =
             reader.next_or_bulk::<Up>(16 << 10).await.unwrap()
         else {

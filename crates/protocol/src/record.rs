@@ -9,6 +9,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::ids::NodeId;
+
 /// Microseconds since the Unix epoch, on the clock of the host that took it.
 pub type Micros = u64;
 
@@ -129,7 +131,7 @@ impl FenceTimes {
 /// What one node's proxy saw, on its own clock.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct NodeRecord {
-    pub node: u32,
+    pub node: NodeId,
     pub host: String,
     pub pid: u32,
     /// This node's clock minus its parent's, in microseconds, measured by the parent from a
@@ -200,11 +202,16 @@ mod tests {
 
     #[test]
     fn walking_sums_the_offsets_down_the_tree() {
-        let leaf = NodeRecord { node: 2, offset_us: -5, ..Default::default() };
-        let mid =
-            NodeRecord { node: 1, offset_us: 100, children: vec![leaf], ..Default::default() };
-        let top = NodeRecord { node: 0, offset_us: 7, children: vec![mid], ..Default::default() };
-        let walked: Vec<(u32, i64)> = top.walk().iter().map(|(r, o)| (r.node, *o)).collect();
+        let leaf = NodeRecord { node: NodeId(2), offset_us: -5, ..Default::default() };
+        let mid = NodeRecord {
+            node: NodeId(1),
+            offset_us: 100,
+            children: vec![leaf],
+            ..Default::default()
+        };
+        let top =
+            NodeRecord { node: NodeId(0), offset_us: 7, children: vec![mid], ..Default::default() };
+        let walked: Vec<(u32, i64)> = top.walk().iter().map(|(r, o)| (r.node.0, *o)).collect();
         assert_eq!(walked, vec![(0, 0), (1, 100), (2, 95)]);
     }
 }

@@ -160,7 +160,7 @@ fn corpus() -> Vec<Vec<u8>> {
             report_vars: false,
         },
         node: NodePlan {
-            index: 0,
+            index: rlaunch_protocol::ids::NodeId(0),
             host: "n1".into(),
             fork: true,
             ranks: vec![RankPlan { rank: 0, segment: 0 }, RankPlan { rank: 1, segment: 0 }],

@@ -262,6 +262,7 @@ impl Outbox {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use rlaunch_protocol::ids::NodeId;
 
     fn output(n: usize) -> Queued {
         Queued::uncredited(Up::Output {
@@ -286,9 +287,10 @@ mod tests {
         let window = Arc::new(Window::default());
         let (_shed_tx, shed) = watch::channel(false);
         let mut outbox = Outbox::new(rx, window.clone(), shed);
-        tx.send(Queued::uncredited(Up::Started { node: 1 })).unwrap();
+        tx.send(Queued::uncredited(Up::Started { node: NodeId(1) })).unwrap();
         tx.send(output(100)).unwrap();
-        tx.send(Queued::uncredited(Up::NodeDone { node: 1, record: Box::default() })).unwrap();
+        tx.send(Queued::uncredited(Up::NodeDone { node: NodeId(1), record: Box::default() }))
+            .unwrap();
         assert!(matches!(outbox.try_next().map(|q| q.up), Some(Up::Started { .. })));
         assert!(outbox.try_next().is_none(), "output went without credit");
         window.grant(10);
@@ -309,7 +311,8 @@ mod tests {
         let mut outbox = Outbox::new(rx, Arc::new(Window::default()), shed);
         tx.send(output(5)).unwrap();
         tx.send(output(5)).unwrap();
-        tx.send(Queued::uncredited(Up::NodeDone { node: 2, record: Box::default() })).unwrap();
+        tx.send(Queued::uncredited(Up::NodeDone { node: NodeId(2), record: Box::default() }))
+            .unwrap();
         drop(tx);
         assert!(outbox.try_next().is_none());
         shed_tx.send_replace(true);

@@ -15,6 +15,7 @@
 //! are not its own children to their parent's listener (`LinkDown::Redirect`), once that parent
 //! has said where it listens (`Up::Listening`).
 
+use rlaunch_protocol::ids::NodeId;
 use std::collections::HashMap;
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, ToSocketAddrs, UdpSocket};
@@ -200,8 +201,8 @@ impl Root {
     }
 
     /// The proxy of `node` listens at `address`: the proxies waiting for it go there.
-    pub(super) fn listening(&mut self, node: u32, address: String) {
-        tracing::debug!(node, %address, "a proxy listens for its children");
+    pub(super) fn listening(&mut self, node: NodeId, address: String) {
+        tracing::debug!(%node, %address, "a proxy listens for its children");
         let (now, later) = std::mem::take(&mut self.redirects)
             .into_iter()
             .partition(|(_, parent)| *parent == node);

@@ -31,6 +31,7 @@ mod start;
 mod tests;
 mod timeline;
 
+use rlaunch_protocol::ids::NodeId;
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::ffi::OsString;
 use std::io;
@@ -159,7 +160,7 @@ struct Root {
     pmix_fence: pmix_fence::PmixFence,
     /// PMIx fences over other processes (global ids, sorted): the nodes in so far, and
     /// their data.
-    group_fences: HashMap<Vec<u32>, (BTreeSet<u32>, Vec<u8>)>,
+    group_fences: HashMap<Vec<u32>, (BTreeSet<NodeId>, Vec<u8>)>,
     names: Names,
     /// Tells the output writer about each spawned job before its ranks start.
     spawned_jobs: std::sync::mpsc::Sender<SpawnedJob>,
@@ -168,11 +169,11 @@ struct Root {
     /// Proxies that have not dialed in by then are lost.
     dial_deadline: Option<Instant>,
     /// The tree of a dialing launch: the node of the parent of each proxy below the top.
-    parent_of: HashMap<String, u32>,
+    parent_of: HashMap<String, NodeId>,
     /// Where the interior proxies listen for their children, by node.
-    listening: HashMap<u32, String>,
+    listening: HashMap<NodeId, String>,
     /// Proxies that dialed rlaunch before their parent said where it listens.
-    redirects: Vec<(Dialed, u32)>,
+    redirects: Vec<(Dialed, NodeId)>,
     /// Spawned jobs on their way, and fences of those over several nodes.
     spawns: spawn::Spawns,
     /// Where a proxy started during the run sends its link's news and its output.
@@ -414,7 +415,7 @@ impl Root {
             Up::Singleton { rank, pid } => self.fail(Cause::Singleton { rank, pid }),
             Up::Notice { host, text } => eprintln!("rlaunch: note: on {host}: {text}"),
             Up::Started { node } => {
-                tracing::debug!(node, "node started its ranks");
+                tracing::debug!(%node, "node started its ranks");
                 if let Some(progress) = self.progress.as_mut() {
                     progress.node_started(node);
                 }
@@ -528,8 +529,8 @@ impl Root {
 
     /// Node `node` entered a PMIx fence over `members` (Open MPI's disconnect of parents and
     /// children, say): complete once every node that hosts a member is in, and sent to each.
-    fn pmix_group_fence(&mut self, node: u32, members: Vec<u32>, data: Vec<u8>) {
-        let nodes: BTreeSet<u32> = members.iter().filter_map(|&r| self.roll.node(r)).collect();
+    fn pmix_group_fence(&mut self, node: NodeId, members: Vec<u32>, data: Vec<u8>) {
+        let nodes: BTreeSet<NodeId> = members.iter().filter_map(|&r| self.roll.node(r)).collect();
         let (arrived, blobs) = self.group_fences.entry(members.clone()).or_default();
         arrived.insert(node);
         blobs.extend_from_slice(&data);

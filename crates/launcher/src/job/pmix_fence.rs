@@ -11,6 +11,7 @@
 //!
 //! Pure: no I/O.
 
+use rlaunch_protocol::ids::NodeId;
 use std::collections::BTreeMap;
 
 use rlaunch_protocol::control::PMIX_FENCE_PART;
@@ -30,7 +31,7 @@ pub(crate) struct PmixFence {
     /// The top proxies in.
     fold: FenceFold<()>,
     /// Each node's data so far, by node.
-    data: BTreeMap<u32, Vec<u8>>,
+    data: BTreeMap<NodeId, Vec<u8>>,
     /// Bytes gathered in the current epoch.
     bytes: usize,
     /// The most a fence may gather.
@@ -71,7 +72,7 @@ impl PmixFence {
 
     /// Part of node `node`'s data for fence `epoch`. Says once if the fence has gathered
     /// too much.
-    pub(crate) fn part(&mut self, epoch: u64, node: u32, data: &[u8]) -> Result<(), TooLarge> {
+    pub(crate) fn part(&mut self, epoch: u64, node: NodeId, data: &[u8]) -> Result<(), TooLarge> {
         self.check_epoch(epoch);
         if self.too_large {
             return Ok(());
@@ -116,7 +117,7 @@ mod tests {
         let mut fence = PmixFence::with_limit(100);
         // Two nodes' parts interleave on their way up: each node's data stays whole.
         for (node, data) in [(2, &b"c1"[..]), (1, b"a1"), (2, b"c2"), (1, b"a2")] {
-            assert_eq!(fence.part(0, node, data), Ok(()));
+            assert_eq!(fence.part(0, NodeId(node), data), Ok(()));
         }
         fence.arrive(0, true);
         assert_eq!(fence.complete(2), None);
@@ -133,8 +134,8 @@ mod tests {
     fn every_nodes_data_goes_down_in_parts() {
         let mut fence = PmixFence::default();
         let big = vec![7u8; PMIX_FENCE_PART + 5];
-        assert_eq!(fence.part(0, 0, &big), Ok(()));
-        assert_eq!(fence.part(0, 1, b"n2"), Ok(()));
+        assert_eq!(fence.part(0, NodeId(0), &big), Ok(()));
+        assert_eq!(fence.part(0, NodeId(1), b"n2"), Ok(()));
         fence.arrive(0, true);
         let (epoch, parts) = fence.complete(1).expect("in");
         assert_eq!(epoch, 0);
@@ -145,9 +146,9 @@ mod tests {
     #[test]
     fn a_fence_that_gathers_more_than_a_server_takes_is_too_large_once() {
         let mut fence = PmixFence::with_limit(10);
-        assert_eq!(fence.part(0, 0, &[0; 6]), Ok(()));
-        assert_eq!(fence.part(0, 1, &[0; 6]), Err(TooLarge { epoch: 0, bytes: 12 }));
-        assert_eq!(fence.part(0, 2, &[0; 6]), Ok(()));
+        assert_eq!(fence.part(0, NodeId(0), &[0; 6]), Ok(()));
+        assert_eq!(fence.part(0, NodeId(1), &[0; 6]), Err(TooLarge { epoch: 0, bytes: 12 }));
+        assert_eq!(fence.part(0, NodeId(2), &[0; 6]), Ok(()));
         fence.arrive(0, true);
         assert_eq!(fence.complete(1), None, "it never completes");
     }

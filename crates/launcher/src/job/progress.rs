@@ -16,6 +16,7 @@
 //! a job whose ranks have not initialised PMI [`PMI_WAIT`] after they all started is taken
 //! for one that does not use it.
 
+use rlaunch_protocol::ids::NodeId;
 use std::collections::HashMap;
 use std::io::IsTerminal;
 use std::time::Duration;
@@ -41,9 +42,9 @@ pub(crate) struct Progress {
     bar: ProgressBar,
     ranks: usize,
     /// Ranks planned on each node.
-    planned: HashMap<u32, usize>,
+    planned: HashMap<NodeId, usize>,
     /// Nodes whose proxy is up, and ranks initialised in PMI, by node.
-    pmi: HashMap<u32, u32>,
+    pmi: HashMap<NodeId, u32>,
     started_nodes: usize,
     started_ranks: usize,
     /// When the last rank started.
@@ -82,13 +83,13 @@ impl Progress {
     }
 
     /// Node `node`'s proxy is up, with `pmi_inited` of its ranks initialised in PMI.
-    pub(crate) fn node_progress(&mut self, node: u32, pmi_inited: u32) {
+    pub(crate) fn node_progress(&mut self, node: NodeId, pmi_inited: u32) {
         self.pmi.insert(node, pmi_inited);
         self.draw();
     }
 
     /// Node `node` started its ranks.
-    pub(crate) fn node_started(&mut self, node: u32) {
+    pub(crate) fn node_started(&mut self, node: NodeId) {
         self.started_nodes += 1;
         self.started_ranks += self.planned.get(&node).copied().unwrap_or(0);
         if self.started_nodes == self.planned.len() {

@@ -5,6 +5,7 @@
 //! node's times are moved by its clock's offset (the sum of the offsets measured by each
 //! parent down its path, see `rlaunch_protocol::record`).
 
+use rlaunch_protocol::ids::NodeId;
 use std::collections::{BTreeMap, HashMap};
 use std::fs::File;
 use std::io::{self, Write};
@@ -128,7 +129,7 @@ struct Rank<'a> {
     rank: u32,
     segment: u32,
     host: &'a str,
-    node: u32,
+    node: NodeId,
     pid: Option<u32>,
     start_us: Option<Micros>,
     end_us: Option<Micros>,
@@ -160,7 +161,7 @@ struct Rank<'a> {
 
 #[derive(Serialize)]
 struct Node<'a> {
-    node: u32,
+    node: NodeId,
     host: &'a str,
     proxy_pid: u32,
     /// Its clock minus rlaunch's, and the round trips that measured it, summed down its path.
@@ -276,7 +277,7 @@ fn build<'a>(facts: &'a JobFacts, roll: &'a Roll, placed: &[Placed<'a>]) -> Repo
 
 /// The round trips summed from `top` down to `record`: how far off its offset may be, twice.
 fn path_round_trip(top: &NodeRecord, record: &NodeRecord) -> u64 {
-    fn down(at: &NodeRecord, node: u32) -> Option<u64> {
+    fn down(at: &NodeRecord, node: NodeId) -> Option<u64> {
         if at.node == node {
             return Some(at.round_trip_us);
         }

@@ -4,6 +4,7 @@
 
 use rlaunch_protocol::control::{NodePlan, SpawnRequest};
 use rlaunch_protocol::ids::ExitOutcome;
+use rlaunch_protocol::ids::NodeId;
 use rlaunch_protocol::record::RankUsage;
 
 /// One process of the run.
@@ -11,7 +12,7 @@ struct Proc {
     job: u32,
     /// Rank within its job.
     rank: u32,
-    node: u32,
+    node: NodeId,
     exe: String,
     /// Its MPMD segment (for the launched job).
     segment: u32,
@@ -56,7 +57,7 @@ pub(crate) struct Entry<'a> {
     pub gid: u32,
     pub job: u32,
     pub rank: u32,
-    pub node: u32,
+    pub node: NodeId,
     pub host: &'a str,
     pub segment: u32,
     pub outcome: Option<(u32, ExitOutcome)>,
@@ -118,12 +119,12 @@ impl Roll {
     }
 
     /// The node of process `gid`, if there is one.
-    pub(crate) fn node(&self, gid: u32) -> Option<u32> {
+    pub(crate) fn node(&self, gid: u32) -> Option<NodeId> {
         self.procs.get(gid as usize).map(|p| p.node)
     }
 
-    pub(crate) fn node_host(&self, node: u32) -> &str {
-        &self.node_hosts[node as usize]
+    pub(crate) fn node_host(&self, node: NodeId) -> &str {
+        &self.node_hosts[node.index()]
     }
 
     /// How many nodes the run has had: the plan's, then those started for spawns.
@@ -132,19 +133,19 @@ impl Roll {
     }
 
     /// A node started during the run, on `host`; returns its index.
-    pub(crate) fn add_node(&mut self, host: &str) -> u32 {
+    pub(crate) fn add_node(&mut self, host: &str) -> NodeId {
         self.node_hosts.push(host.to_string());
-        self.node_hosts.len() as u32 - 1
+        NodeId(self.node_hosts.len() as u32 - 1)
     }
 
     /// Node `node` runs a process that has not ended: its proxy is there for a while yet.
-    pub(crate) fn node_busy(&self, node: u32) -> bool {
+    pub(crate) fn node_busy(&self, node: NodeId) -> bool {
         self.procs.iter().any(|p| p.node == node && p.outcome.is_none())
     }
 
     /// Adds a job of `request`'s processes, process r on node `nodes[r]`; returns its index
     /// and its first process's global id.
-    pub(crate) fn add_spawned(&mut self, nodes: &[u32], request: &SpawnRequest) -> (u32, u32) {
+    pub(crate) fn add_spawned(&mut self, nodes: &[NodeId], request: &SpawnRequest) -> (u32, u32) {
         let job = self.jobs;
         self.jobs += 1;
         let first = self.len();
@@ -344,7 +345,7 @@ mod tests {
 
     fn node(index: u32, ranks: &[(u32, u32)], children: Vec<NodePlan>) -> NodePlan {
         NodePlan {
-            index,
+            index: NodeId(index),
             host: format!("n{index}"),
             fork: true,
             ranks: ranks.iter().map(|&(rank, segment)| RankPlan { rank, segment }).collect(),
@@ -360,8 +361,8 @@ mod tests {
         let cmd =
             SpawnCmd { exe: "./c".into(), args: vec![], nprocs: 2, info: vec![], env: vec![] };
         let request = SpawnRequest { cmds: vec![cmd], preput: vec![] };
-        assert_eq!(roll.add_spawned(&[1, 1], &request), (1, 3));
-        assert!(roll.node_busy(1) && !roll.node_busy(2));
+        assert_eq!(roll.add_spawned(&[NodeId(1), NodeId(1)], &request), (1, 3));
+        assert!(roll.node_busy(NodeId(1)) && !roll.node_busy(NodeId(2)));
         assert_eq!(roll.name(4), "rank 1 of spawned job 1");
         assert!(roll.contains(4) && !roll.contains(5));
         let used = RankUsage::default();

@@ -11,6 +11,7 @@
 //!   Up::JobFenceIn × the job's nodes ──► Down::JobFenceOut (a job over several nodes)
 //! ```
 
+use rlaunch_protocol::ids::NodeId;
 use std::collections::{BTreeSet, HashMap};
 
 use rlaunch_protocol::control::{Down, NodePlan, SpawnCmd, SpawnJob, SpawnOutcome, SpawnRequest};
@@ -37,7 +38,7 @@ pub(super) struct Spawns {
     /// Jobs over several nodes: their fence, and how many nodes take part.
     fences: HashMap<u32, (FenceFold, usize)>,
     /// Nodes started during the run, by index: their host.
-    late: HashMap<u32, String>,
+    late: HashMap<NodeId, String>,
 }
 
 /// A spawned job before every node of it has started its ranks.
@@ -46,7 +47,7 @@ struct Pending {
     tag: Option<String>,
     kvsname: String,
     /// The nodes still to say.
-    waiting: BTreeSet<u32>,
+    waiting: BTreeSet<NodeId>,
     /// Why some node did not start its ranks.
     refused: Option<String>,
 }
@@ -70,7 +71,7 @@ impl Root {
             Ok(placed) => placed,
             Err(reason) => return self.refuse_spawn(parent, tag, reason),
         };
-        let mut nodes: Vec<(u32, String)> = Vec::new();
+        let mut nodes: Vec<(NodeId, String)> = Vec::new();
         let mut rank_node = Vec::with_capacity(placed.len());
         let mut starting = Vec::new();
         for host in &placed {
@@ -91,7 +92,7 @@ impl Root {
             };
             rank_node.push(node as u32);
         }
-        let global: Vec<u32> = rank_node.iter().map(|&i| nodes[i as usize].0).collect();
+        let global: Vec<NodeId> = rank_node.iter().map(|&i| nodes[i as usize].0).collect();
         let (job, first) = self.roll.add_spawned(&global, &request);
         let spawn = SpawnJob {
             job,
@@ -115,7 +116,7 @@ impl Root {
             jobid: spawn.kvsname.clone(),
         });
         tracing::debug!(job, first, nodes = spawn.nodes.len(), "spawning a job");
-        let waiting: BTreeSet<u32> = spawn.nodes.iter().map(|&(n, _)| n).collect();
+        let waiting: BTreeSet<NodeId> = spawn.nodes.iter().map(|&(n, _)| n).collect();
         if waiting.len() > 1 {
             self.spawns.fences.insert(job, (FenceFold::default(), waiting.len()));
         }
@@ -186,14 +187,15 @@ impl Root {
 
     /// A node on `host` whose proxy will be there to start more ranks: one that runs a
     /// process still, or was started during the run and has not finished.
-    fn live_node(&self, host: &str) -> Option<u32> {
+    fn live_node(&self, host: &str) -> Option<NodeId> {
         (0..self.roll.node_count())
+            .map(NodeId)
             .find(|&node| self.roll.node_host(node) == host && self.roll.node_busy(node))
     }
 
     /// Starts a proxy for node `node` of the run, which had none on its host, as a child of
     /// rlaunch's; `ranks`: how many of the spawn's ranks it runs.
-    fn start_late_proxy(&mut self, node: u32, ranks: usize) {
+    fn start_late_proxy(&mut self, node: NodeId, ranks: usize) {
         let host = self.roll.node_host(node).to_string();
         let plan = NodePlan {
             index: node,
@@ -241,7 +243,7 @@ impl Root {
     }
 
     /// Node `node` started its ranks of spawned job `job`, or could not (`refused`).
-    pub(super) fn spawn_started(&mut self, job: u32, node: u32, refused: Option<String>) {
+    pub(super) fn spawn_started(&mut self, job: u32, node: NodeId, refused: Option<String>) {
         let Some(pending) = self.spawns.pending.get_mut(&job) else { return };
         pending.waiting.remove(&node);
         if let Some(why) = refused {
@@ -284,7 +286,7 @@ impl Root {
     /// that spawn (the spawner hears why); any other fails the job.
     pub(super) fn proxy_lost(&mut self, Lost { host, reason }: Lost) {
         let late = self.spawns.late.iter().map(|(&node, h)| (node, h)).filter(|(_, h)| **h == host);
-        let late: Vec<u32> = late.map(|(node, _)| node).collect();
+        let late: Vec<NodeId> = late.map(|(node, _)| node).collect();
         let pending = self.spawns.pending.iter().find_map(|(&job, p)| {
             late.iter().find(|n| p.waiting.contains(n)).map(|&node| (job, node))
         });

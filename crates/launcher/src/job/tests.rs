@@ -20,7 +20,13 @@ fn plan(size: u32) -> Plan {
     };
     let job = Job::simple("j", size, vec![segment]);
     let ranks = (0..size).map(|rank| RankPlan { rank, segment: 0 }).collect();
-    let node = NodePlan { index: 0, host: "n0".into(), fork: true, ranks, children: vec![] };
+    let node = NodePlan {
+        index: rlaunch_protocol::ids::NodeId(0),
+        host: "n0".into(),
+        fork: true,
+        ranks,
+        children: vec![],
+    };
     Plan {
         job,
         roots: vec![node],

@@ -2,6 +2,7 @@
 //! tree rooted at rlaunch, so that no process starts more than `--tree-width` proxies.
 //! Pure functions.
 
+use rlaunch_protocol::ids::NodeId;
 use std::collections::HashMap;
 
 use rlaunch_protocol::control::{NodePlan, RankPlan};
@@ -28,7 +29,7 @@ pub(crate) fn group_nodes(
     for (rank, (&host, segment)) in rank_hosts.iter().zip(rank_segments).enumerate() {
         let index = *index_of.entry(host).or_insert_with(|| {
             nodes.push(NodePlan {
-                index: nodes.len() as u32,
+                index: NodeId(nodes.len() as u32),
                 fork: fork(host),
                 host: host.to_string(),
                 ranks: Vec::new(),
@@ -82,7 +83,7 @@ mod tests {
     fn node_plans(n: usize) -> Vec<NodePlan> {
         (0..n)
             .map(|i| NodePlan {
-                index: i as u32,
+                index: NodeId(i as u32),
                 host: format!("n{}", i + 1),
                 fork: false,
                 ranks: vec![RankPlan { rank: i as u32, segment: 0 }],
@@ -106,7 +107,7 @@ mod tests {
         let roots = build_tree(node_plans(7), 2);
         assert_eq!(roots.len(), 2);
         assert_eq!(depth(&roots), 3);
-        let mut all: Vec<u32> = roots.iter().flat_map(|r| r.walk()).map(|n| n.index).collect();
+        let mut all: Vec<u32> = roots.iter().flat_map(|r| r.walk()).map(|n| n.index.0).collect();
         all.sort();
         assert_eq!(all, (0..7).collect::<Vec<_>>());
         assert_eq!(depth(&build_tree(node_plans(7), 0)), 1);

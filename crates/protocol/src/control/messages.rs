@@ -9,7 +9,7 @@ use super::{
     DmodexAnswer, DmodexAsk, Launch, NameAnswer, NameOp, Rendezvous, SpawnJob, SpawnOutcome,
     SpawnRequest,
 };
-use crate::ids::{ExitOutcome, Stream};
+use crate::ids::{ExitOutcome, NodeId, Stream};
 use crate::record::{GpuUse, Micros, NodeRecord, RankUsage};
 
 /// Parent to child: the job's messages.
@@ -53,7 +53,7 @@ pub enum Down {
     JobFenceOut { job: u32, epoch: u64, pairs: Vec<(String, String)> },
     /// A PMIx fence over `members` (global ids; not the whole launched job) is complete: every
     /// participating node's data, routed down to each of those nodes (`node`).
-    PmixGroupFenceOut { node: u32, members: Vec<u32>, data: Vec<u8> },
+    PmixGroupFenceOut { node: NodeId, members: Vec<u32>, data: Vec<u8> },
     /// A direct modex request, routed down to the node of the rank it names.
     DmodexAsk(DmodexAsk),
     /// The answer to a direct modex request, routed down to the node that asked.
@@ -119,7 +119,7 @@ pub enum UpFrame {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum Up {
     /// All of this node's ranks have been started (or failed to start).
-    Started { node: u32 },
+    Started { node: NodeId },
     /// A rank is running. Travels on the output path, ahead of the rank's first output, so
     /// that the launcher knows the pid (and the CPUs it is bound to) before any of its lines.
     /// `cpus`: the CPUs it is bound to; `gpus`: the GPUs it was given, if its job asks.
@@ -143,10 +143,10 @@ pub enum Up {
     ProxyLost { host: String, reason: String },
     /// Every rank of this node has ended and its output has been sent. `record`: what the
     /// node saw (its launch, its ranks' output and PMI), its children's nested in it.
-    NodeDone { node: u32, record: Box<NodeRecord> },
+    NodeDone { node: NodeId, record: Box<NodeRecord> },
     /// For rlaunch's progress line (`Job::progress`): node `node`'s proxy is up (sent once it
     /// has its launch, with 0), and `pmi_inited` of its ranks have initialised PMI so far.
-    Progress { node: u32, pmi_inited: u32 },
+    Progress { node: NodeId, pmi_inited: u32 },
     /// Every rank of this subtree has entered fence `epoch`; the pairs they put since the
     /// last fence come along.
     FenceIn { epoch: u64, pairs: Vec<(String, String)> },
@@ -159,7 +159,7 @@ pub enum Up {
     /// node's data goes up in order, in parts of at most [`PMIX_FENCE_PART`] bytes, ahead of
     /// its subtree's [`Up::PmixFenceIn`]. Interior proxies pass parts on as they come; the
     /// root puts each node's together, so that every node's data stays whole.
-    PmixFencePart { epoch: u64, node: u32, data: Vec<u8> },
+    PmixFencePart { epoch: u64, node: NodeId, data: Vec<u8> },
     /// A rank's publish, unpublish or lookup, for the job's name table at the root.
     Name { rank: u32, tag: Option<String>, op: NameOp },
     /// A rank called PMI abort (MPI_Abort).
@@ -170,7 +170,7 @@ pub enum Up {
     /// its ranks.
     Spawn { rank: u32, tag: Option<String>, request: SpawnRequest },
     /// Node `node` started its ranks of spawned job `job` (`refused`: could not, and why).
-    SpawnStarted { job: u32, node: u32, refused: Option<String> },
+    SpawnStarted { job: u32, node: NodeId, refused: Option<String> },
     /// Every local rank of spawned job `job` (whose ranks are on several nodes) entered fence
     /// `epoch`, with the pairs they put since the last; relayed up unchanged, the root folds
     /// the nodes of the job.
@@ -178,7 +178,7 @@ pub enum Up {
     /// Every local process of node `node` entered a PMIx fence over `members` (global ids,
     /// sorted; not the whole launched job, e.g. Open MPI's disconnect of parents and spawned
     /// children); the root folds it with the other nodes that host members.
-    PmixGroupFenceIn { node: u32, members: Vec<u32>, data: Vec<u8> },
+    PmixGroupFenceIn { node: NodeId, members: Vec<u32>, data: Vec<u8> },
     /// A node's PMIx server wants a rank's data from the node that owns it (direct modex);
     /// the root sends it down toward that rank.
     DmodexAsk(DmodexAsk),
@@ -195,7 +195,7 @@ pub enum Up {
     Rendezvous(Rendezvous),
     /// The proxy of `node` listens at `address` for its children to dial in; relayed up to
     /// rlaunch, which sends them there.
-    Listening { node: u32, address: String },
+    Listening { node: NodeId, address: String },
     /// The reader of rlaunch's stdout closed it, found by a proxy that writes a lone rank's
     /// output there itself (a proxy forked from rlaunch: see `rlaunch_proxy::outputs`);
     /// rlaunch ends the job as when it finds that itself.

@@ -25,7 +25,7 @@
 
 use serde::{de::DeserializeOwned, Serialize};
 
-use crate::ids::Stream;
+use crate::ids::{NodeId, Stream};
 
 mod messages;
 mod plan;
@@ -378,7 +378,7 @@ impl Frame for Up {
                 let start = out.len();
                 out.extend_from_slice(&[0, 0, 0, 0, TAG_PMIX_FENCE]);
                 out.extend_from_slice(&epoch.to_be_bytes());
-                out.extend_from_slice(&node.to_be_bytes());
+                out.extend_from_slice(&node.0.to_be_bytes());
                 out.extend_from_slice(data);
                 patch_len(out, start);
             }
@@ -393,7 +393,7 @@ impl Frame for Up {
                 let head = take::<12>(rest, "PMIx fence header")?;
                 let epoch = u64::from_be_bytes(head[..8].try_into().expect("8 bytes"));
                 let node = u32::from_be_bytes(head[8..].try_into().expect("4 bytes"));
-                Ok(Up::PmixFencePart { epoch, node, data: rest[12..].to_vec() })
+                Ok(Up::PmixFencePart { epoch, node: NodeId(node), data: rest[12..].to_vec() })
             }
             (TAG_DATA, rest) => {
                 let head = take::<5>(rest, "output header")?;
@@ -431,16 +431,17 @@ mod tests {
             unfinalized: true,
             usage: RankUsage { started: 1, ended: 2, user_us: 3, system_us: 4, maxrss_kib: 5 },
         });
-        let leaf = NodeRecord { node: 2, host: "n2".into(), offset_us: -40, ..Default::default() };
+        let leaf =
+            NodeRecord { node: NodeId(2), host: "n2".into(), offset_us: -40, ..Default::default() };
         let record = NodeRecord {
-            node: 1,
+            node: NodeId(1),
             host: "n1".into(),
             pid: 42,
             phases: vec![(crate::record::Phase::Launched, 9)],
             children: vec![leaf],
             ..Default::default()
         };
-        roundtrip(Up::NodeDone { node: 1, record: Box::new(record) });
+        roundtrip(Up::NodeDone { node: NodeId(1), record: Box::new(record) });
         roundtrip(LinkDown::ClockProbe { sent: 1 << 50 });
         roundtrip(LinkUp::ClockEcho { sent: 1 << 50, at: (1 << 50) + 3 });
         roundtrip(UpFrame::Link(LinkUp::Greeting { host: "n1".into(), pid: 7 }));
@@ -450,7 +451,7 @@ mod tests {
         roundtrip(DownFrame::Job(Down::PmixFenceOut { epoch: 5, data: vec![2] }));
         roundtrip(Down::Stdin { seq: 3, data: vec![0, 255, 10] });
         roundtrip(Down::Terminate { grace_ms: 1000 });
-        roundtrip(Up::PmixFencePart { epoch: 1 << 40, node: 7, data: vec![1, 2, 3] });
+        roundtrip(Up::PmixFencePart { epoch: 1 << 40, node: NodeId(7), data: vec![1, 2, 3] });
         roundtrip(Up::PmixFenceIn { epoch: 2, served: true });
         roundtrip(Down::PmixFencePart { epoch: 3, data: vec![0; 1000] });
         roundtrip(Down::PmixFenceOut { epoch: 4, data: b"x".to_vec() });

@@ -3,6 +3,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::ids::NodeId;
+
 /// What one proxy is told to do.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Launch {
@@ -201,7 +203,7 @@ pub struct Segment {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct NodePlan {
     /// Index in the launcher's host list; also the node id in `PMI_process_mapping`.
-    pub index: u32,
+    pub index: NodeId,
     pub host: String,
     /// Started by fork on the parent's machine (a name of the launcher's own machine, or
     /// `--launcher fork`); otherwise by the job's remote bootstrap.

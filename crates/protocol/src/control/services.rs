@@ -3,6 +3,8 @@
 //! pmi-wire's `services`, re-exported here.
 
 use pmi_wire::services::SpawnRequest;
+
+use crate::ids::NodeId;
 use serde::{Deserialize, Serialize};
 
 /// A spawned job, as the root hands it to every node: those it places ranks on start them,
@@ -16,7 +18,7 @@ pub struct SpawnJob {
     /// The nodes that run the job's ranks, each its index in the tree and its host's name,
     /// in the order the job's own node ids count them (its `PMI_process_mapping`, its PMIx
     /// node map).
-    pub nodes: Vec<(u32, String)>,
+    pub nodes: Vec<(NodeId, String)>,
     /// Each rank's node: an index into `nodes`.
     pub rank_node: Vec<u32>,
     /// Its `PMI_process_mapping`, if it fits a PMI value.
@@ -35,19 +37,19 @@ impl SpawnJob {
     }
 
     /// The job's own id of tree node `node`, if the job has ranks there.
-    pub fn node_id(&self, node: u32) -> Option<u32> {
+    pub fn node_id(&self, node: NodeId) -> Option<u32> {
         self.nodes.iter().position(|&(n, _)| n == node).map(|i| i as u32)
     }
 
     /// The job's ranks on tree node `node`, in order.
-    pub fn ranks_on(&self, node: u32) -> Vec<u32> {
+    pub fn ranks_on(&self, node: NodeId) -> Vec<u32> {
         let Some(id) = self.node_id(node) else { return Vec::new() };
         (0..self.size()).filter(|&r| self.rank_node[r as usize] == id).collect()
     }
 
     /// Each run of consecutive global ids on one tree node: (node, ids).
-    pub fn runs(&self) -> Vec<(u32, std::ops::Range<u32>)> {
-        let mut runs: Vec<(u32, std::ops::Range<u32>)> = Vec::new();
+    pub fn runs(&self) -> Vec<(NodeId, std::ops::Range<u32>)> {
+        let mut runs: Vec<(NodeId, std::ops::Range<u32>)> = Vec::new();
         for (r, &id) in self.rank_node.iter().enumerate() {
             let (node, gid) = (self.nodes[id as usize].0, self.first + r as u32);
             match runs.last_mut() {
@@ -74,7 +76,7 @@ pub enum SpawnOutcome {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DmodexAsk {
     /// The node that asks, where the answer goes.
-    pub asker: u32,
+    pub asker: NodeId,
     /// The asking server's request id, echoed by the answer.
     pub id: u32,
     /// The rank's global id (first + r for a spawned job's rank r): it routes the request.
@@ -87,7 +89,7 @@ pub struct DmodexAsk {
 /// The answer to a [`DmodexAsk`].
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DmodexAnswer {
-    pub asker: u32,
+    pub asker: NodeId,
     pub id: u32,
     pub data: DmodexData,
 }

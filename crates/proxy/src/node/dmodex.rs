@@ -112,7 +112,7 @@ impl Node {
         if answer.asker != self.plan.index {
             let asker = answer.asker;
             if !self.children.send_toward_node(asker, Down::DmodexAnswer(answer)) {
-                tracing::debug!(asker, "a direct modex answer for a node that is gone");
+                tracing::debug!(%asker, "a direct modex answer for a node that is gone");
             }
             return;
         }
@@ -167,7 +167,13 @@ mod tests {
     use super::*;
 
     fn ask(rank: u32, id: u32) -> DmodexAsk {
-        DmodexAsk { asker: 0, id, rank, nspace: "job".into(), nspace_rank: rank }
+        DmodexAsk {
+            asker: rlaunch_protocol::ids::NodeId(0),
+            id,
+            rank,
+            nspace: "job".into(),
+            nspace_rank: rank,
+        }
     }
 
     #[test]

@@ -142,7 +142,7 @@ impl Node {
     fn launched(&mut self, listener: Option<std::net::TcpListener>, unbound: Unbound, n: usize) {
         let _ = self.up.control.send(Up::Started { node: self.plan.index });
         self.phases.push((Phase::RanksStarted, record::now_us()));
-        tracing::debug!(node = self.plan.index, ranks = n, "ranks started");
+        tracing::debug!(node = %self.plan.index, ranks = n, "ranks started");
         if let Some(listener) = listener {
             let (pmi_job, calls) = (self.jobs[&0].pmi.clone(), self.pmi_calls.clone());
             tokio::spawn(pmi::accept(listener, unbound, pmi_job, calls));

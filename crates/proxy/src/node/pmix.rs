@@ -193,7 +193,7 @@ impl Node {
         host.send(Command::Setup {
             nspace: self.job.jobid.clone(),
             jobid: self.job.jobid.clone(),
-            node: (!self.late).then_some(self.plan.index),
+            node: (!self.late).then_some(self.plan.index.0),
             hosts: job.hosts.clone(),
             rank_node: job.rank_node.clone(),
             rank_app: job.rank_app.clone(),

@@ -16,6 +16,7 @@
 //! ```
 
 use rlaunch_protocol::control::{Down, Up, PMIX_FENCE_PART};
+use rlaunch_protocol::ids::NodeId;
 
 use super::Node;
 use crate::pmix::wire::{self, Proc};
@@ -142,7 +143,7 @@ impl Node {
     }
 
     /// A fence over `members` is complete, with every participating node's data.
-    pub(super) fn pmix_group_fence_out(&mut self, node: u32, members: Vec<u32>, data: Vec<u8>) {
+    pub(super) fn pmix_group_fence_out(&mut self, node: NodeId, members: Vec<u32>, data: Vec<u8>) {
         if node != self.plan.index {
             let down = Down::PmixGroupFenceOut { node, members, data };
             self.children.send_toward_node(node, down);

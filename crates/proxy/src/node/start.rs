@@ -197,7 +197,7 @@ impl Node {
                 spawner: None,
             }),
             kvs: Kvs::new(FenceScope::Tree, launch.node.ranks.len(), []),
-            group: (launch.node.index, launch.job.nodes),
+            group: (launch.node.index.0, launch.job.nodes),
         };
         Node {
             phases: vec![(Phase::Launched, launched_at)],

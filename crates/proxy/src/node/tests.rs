@@ -20,7 +20,13 @@ fn node() -> (Node, mpsc::UnboundedReceiver<Up>) {
     };
     let job = Job::simple("j", 2, vec![segment]);
     let ranks = vec![RankPlan { rank: 0, segment: 0 }, RankPlan { rank: 1, segment: 0 }];
-    let plan = NodePlan { index: 0, host: "n0".into(), fork: true, ranks, children: vec![] };
+    let plan = NodePlan {
+        index: rlaunch_protocol::ids::NodeId(0),
+        host: "n0".into(),
+        fork: true,
+        ranks,
+        children: vec![],
+    };
     let launch = Launch { job, node: plan, late: false };
     let (control, up) = mpsc::unbounded_channel();
     let (data, _) = mpsc::unbounded_channel();

@@ -14,6 +14,7 @@
 
 pub mod wire;
 
+use rlaunch_protocol::ids::NodeId;
 use std::io;
 use std::path::{Path, PathBuf};
 
@@ -46,7 +47,7 @@ pub struct Files {
 
 impl Files {
     /// Where job `jobid` keeps its files on node `node`; nothing is made yet.
-    pub fn at(jobid: &str, node: u32) -> Files {
+    pub fn at(jobid: &str, node: NodeId) -> Files {
         let name = format!("rlaunch-pmix.{}.{}.{}", sanitize(jobid), node, std::process::id());
         let dir = std::env::temp_dir().join(&name);
         // Open MPI names its shared-memory segments after the host name, the job and the
@@ -107,7 +108,7 @@ pub struct Late {
 
 impl Late {
     /// A listening socket for node `node`'s ranks. Fails where this proxy has no PMIx.
-    pub fn listen(node: u32) -> io::Result<Late> {
+    pub fn listen(node: NodeId) -> io::Result<Late> {
         if version().is_none() {
             return Err(no_pmix());
         }

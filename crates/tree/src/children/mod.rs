@@ -22,7 +22,7 @@ use nix::sys::signal::Signal;
 use rlaunch_protocol::control::{
     DmodexAnswer, DmodexAsk, DmodexData, Down, Job, Launch, LinkDown, LinkUp, NodePlan, Up,
 };
-use rlaunch_protocol::ids::ExitOutcome;
+use rlaunch_protocol::ids::{ExitOutcome, NodeId};
 use rlaunch_protocol::record::{self, Micros, NodeRecord, Phase};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
@@ -89,12 +89,12 @@ pub struct Children {
     /// The child whose subtree holds each rank (global id), for routing down.
     rank_child: HashMap<u32, usize>,
     /// The child whose subtree holds each node (by index), for routing spawns.
-    node_child: HashMap<u32, usize>,
+    node_child: HashMap<NodeId, usize>,
     /// The tasks that run the links.
     links: Vec<JoinHandle<()>>,
     /// Direct modex requests sent down and not answered yet: (asking node, its id), and the
     /// child they went to.
-    asks: HashMap<(u32, u32), usize>,
+    asks: HashMap<(NodeId, u32), usize>,
 }
 
 impl Children {
@@ -306,7 +306,7 @@ impl Children {
                 None
             }
             LinkEvent::Up(Up::NodeDone { record, node }) => {
-                tracing::debug!(node, host = %state.host, "subtree done");
+                tracing::debug!(%node, host = %state.host, "subtree done");
                 state.done = true;
                 *kept = Some(clock.stamp(*record));
                 None
@@ -347,7 +347,7 @@ impl Children {
 
     /// Sends `down` toward the subtree holding `node`; false as for
     /// [`Children::send_toward_rank`].
-    pub fn send_toward_node(&self, node: u32, down: Down) -> bool {
+    pub fn send_toward_node(&self, node: NodeId, down: Down) -> bool {
         match self.node_child.get(&node) {
             Some(&c) => self.send_to(c, down),
             None => false,
@@ -368,7 +368,7 @@ impl Children {
     }
 
     /// The answer to request `id` of node `asker` came up.
-    pub fn answered(&mut self, asker: u32, id: u32) {
+    pub fn answered(&mut self, asker: NodeId, id: u32) {
         self.asks.remove(&(asker, id));
     }
 
@@ -388,7 +388,7 @@ impl Children {
             .map(|(asker, id)| {
                 self.asks.remove(&(asker, id));
                 tracing::debug!(
-                    asker,
+                    %asker,
                     id,
                     "a direct modex request its subtree ended without answering"
                 );
@@ -403,7 +403,7 @@ impl Children {
     }
 
     /// The subtree holding `node` holds `ranks` from now on (a spawned job's).
-    pub fn add_ranks(&mut self, node: u32, ranks: Range<u32>) {
+    pub fn add_ranks(&mut self, node: NodeId, ranks: Range<u32>) {
         if let Some(&c) = self.node_child.get(&node) {
             self.rank_child.extend(ranks.map(|r| (r, c)));
         }
