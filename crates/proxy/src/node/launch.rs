@@ -37,8 +37,19 @@ struct StartRank<'a> {
     place: RankPlace,
 }
 
-/// The ranks of a job to start here: (rank in its job, global id in frames, segment) each.
-pub(super) type JobRanks = Vec<(u32, u32, u32)>;
+/// One rank of a job to start here.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct JobRank {
+    /// Its rank in its own job (what its PMI and its variables say).
+    pub(super) rank: u32,
+    /// Its id in every frame: its rank for the launched job, past the launched job's for a
+    /// spawned one's.
+    pub(super) gid: u32,
+    pub(super) segment: u32,
+}
+
+/// The ranks of a job to start here, in local order.
+pub(super) type JobRanks = Vec<JobRank>;
 
 /// `--pmi-port` ranks whose connection is still to come, by rank: who they are and where
 /// their answers go.
@@ -112,7 +123,7 @@ impl Node {
         &mut self,
         job: &'a Job,
         host: &'a str,
-        ranks: &[(u32, u32, u32)],
+        ranks: &[JobRank],
     ) -> Option<Vec<StartRank<'a>>> {
         match self.batch(job, 0, host, ranks) {
             Ok(batch) => Some(batch),
@@ -120,7 +131,7 @@ impl Node {
                 let host = self.plan.host.clone();
                 tracing::debug!("the ranks do not fit here: {why}");
                 let _ = self.up.control.send(Up::Unplaceable { host, why });
-                for &(rank, _, _) in ranks {
+                for &JobRank { rank, .. } in ranks {
                     let outcome = ExitOutcome::Signaled(nix::libc::SIGTERM);
                     let verdict = self.ranks.add_failed(rank, 0, outcome, Vec::new());
                     let _ = self.up.control.send(verdict);
@@ -133,7 +144,12 @@ impl Node {
 
     /// The launched job, this node's name, and its ranks as [`Node::batch`] takes them.
     fn launched_ranks(&self) -> (Arc<Job>, String, JobRanks) {
-        let ranks = self.plan.ranks.iter().map(|rp| (rp.rank, rp.rank, rp.segment)).collect();
+        let ranks = self
+            .plan
+            .ranks
+            .iter()
+            .map(|rp| JobRank { rank: rp.rank, gid: rp.rank, segment: rp.segment })
+            .collect();
         (self.job.clone(), self.plan.host.clone(), ranks)
     }
 
@@ -160,17 +176,17 @@ impl Node {
         job: &'a Job,
         job_index: u32,
         host: &'a str,
-        ranks: &[(u32, u32, u32)],
+        ranks: &[JobRank],
     ) -> Result<Vec<StartRank<'a>>, String> {
         let count = ranks.len();
         let (node_id, nodes) = self.jobs.get(&job_index).map_or((0, 1), |j| j.group);
-        let segments: Vec<u32> = ranks.iter().map(|&(_, _, segment)| segment).collect();
+        let segments: Vec<u32> = ranks.iter().map(|r| r.segment).collect();
         let places = self.placer.place(job, &segments)?;
         let batch = ranks
             .iter()
             .zip(places)
             .enumerate()
-            .map(|(local_id, (&(rank, gid, segment), place))| {
+            .map(|(local_id, (&JobRank { rank, gid, segment }, place))| {
                 let error_file = self.error_dir.as_deref().map(|dir| {
                     rank::error_file(dir, &job.jobid, gid).to_string_lossy().into_owned()
                 });
@@ -384,7 +400,10 @@ impl Node {
         self.jobs.insert(sj.job, JobState { pmi, kvs, group });
         // Nothing is swept while the job is on its way.
         self.swept = false;
-        let ranks = here.into_iter().map(|r| (r, sj.first + r, rank_app[r as usize])).collect();
+        let ranks = here
+            .into_iter()
+            .map(|r| JobRank { rank: r, gid: sj.first + r, segment: rank_app[r as usize] })
+            .collect();
         (job, ranks)
     }
 
@@ -393,7 +412,7 @@ impl Node {
         &mut self,
         job: &Job,
         index: u32,
-        ranks: &[(u32, u32, u32)],
+        ranks: &[JobRank],
     ) -> Result<(), String> {
         self.swept = false;
         let host = self.plan.host.clone();

@@ -33,9 +33,8 @@ use crate::ranks::Local;
 /// The node's PMIx server and what it waits for.
 pub(super) struct Pmix {
     pub(super) host: Host,
-    /// The namespaces the server knows (the launched job's, and each spawned job's): the
-    /// job's index, the global id of its rank 0, and its size.
-    pub(super) nspaces: HashMap<String, (u32, u32, u32)>,
+    /// The namespaces the server knows (the launched job's, and each spawned job's).
+    pub(super) nspaces: HashMap<String, Nspace>,
     /// Fences over other processes than the whole launched job (global ids, sorted) this
     /// node entered: the host's id, answered when the root says the fence is complete.
     pub(super) groups: HashMap<Vec<u32>, u32>,
@@ -70,7 +69,7 @@ pub(super) struct Pmix {
 impl Pmix {
     /// The global id of a process of a namespace this server knows.
     pub(super) fn gid(&self, proc: &Proc) -> Option<u32> {
-        self.nspaces.get(&proc.nspace).map(|&(_, first, _)| first + proc.rank)
+        self.nspaces.get(&proc.nspace).map(|n| n.first + proc.rank)
     }
 
     pub(super) fn host(&self) -> &Host {
@@ -118,6 +117,16 @@ impl Drop for Watch {
     fn drop(&mut self) {
         self.0.abort();
     }
+}
+
+/// A PMIx namespace: a job the node's server knows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Nspace {
+    /// The job's index (the launched job is 0).
+    pub(super) job: u32,
+    /// The global id of its rank 0: its rank r is `first + r` in every frame.
+    pub(super) first: u32,
+    pub(super) size: u32,
 }
 
 impl Node {
@@ -212,7 +221,10 @@ impl Node {
         tracing::debug!(pid = host.pid(), "PMIx host started");
         self.pmix = Some(Pmix {
             host,
-            nspaces: HashMap::from([(self.job.jobid.clone(), (0, 0, self.job.size))]),
+            nspaces: HashMap::from([(
+                self.job.jobid.clone(),
+                Nspace { job: 0, first: 0, size: self.job.size },
+            )]),
             groups: HashMap::new(),
             envs: HashMap::new(),
             holding,
@@ -402,7 +414,7 @@ impl Node {
                 if status != wire::SUCCESS {
                     tracing::warn!(%nspace, rank, status, "no PMIx environment for a rank");
                 }
-                let Some(&(index, _, _)) = pmix.nspaces.get(&nspace) else {
+                let Some(&Nspace { job: index, .. }) = pmix.nspaces.get(&nspace) else {
                     return tracing::warn!(%nspace, "a PMIx environment for an unknown namespace");
                 };
                 if index == 0 && !pmix.holding {

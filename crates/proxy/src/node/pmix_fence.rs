@@ -118,7 +118,8 @@ impl Node {
         let Some(pmix) = self.pmix.as_mut() else { return };
         let mut members = Vec::new();
         for proc in procs {
-            let Some(&(_, first, size)) = pmix.nspaces.get(&proc.nspace) else {
+            let Some(&super::pmix::Nspace { first, size, .. }) = pmix.nspaces.get(&proc.nspace)
+            else {
                 let text = format!("a fence with {}, a job this node does not know", proc.nspace);
                 self.notice(text);
                 let (status, data) = (wire::ERR_NOT_SUPPORTED, Vec::new());

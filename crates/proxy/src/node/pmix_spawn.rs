@@ -15,6 +15,7 @@
 use rlaunch_protocol::control::{Job, SpawnCmd, SpawnJob, SpawnOutcome};
 
 use super::launch::JobRanks;
+use super::pmix::Nspace;
 use super::Node;
 use crate::pmix::wire::{self, App};
 use crate::pmix::Command;
@@ -85,13 +86,14 @@ impl Node {
         let node = sj.node_id(self.plan.index);
         let Some(pmix) = self.pmix.as_mut() else { return Some((job, ranks)) };
         let nspace = sj.kvsname.clone();
-        pmix.nspaces.insert(nspace.clone(), (sj.job, sj.first, sj.size()));
+        pmix.nspaces
+            .insert(nspace.clone(), Nspace { job: sj.job, first: sj.first, size: sj.size() });
         pmix.host.send(setup(sj, node));
         pmix.host.send(Command::Clients {
             nspace: nspace.clone(),
             uid: nix::unistd::getuid().as_raw(),
             gid: nix::unistd::getgid().as_raw(),
-            ranks: ranks.iter().map(|&(rank, _, _)| rank).collect(),
+            ranks: ranks.iter().map(|r| r.rank).collect(),
         });
         let registration = Registration::new(ranks.len());
         let spawning = Spawning { nspace, job, index: sj.job, ranks, registration };
@@ -123,7 +125,8 @@ impl Node {
     /// nodes): they connect to it, and get its ranks' data by direct modex.
     pub(super) fn pmix_spawned_elsewhere(&mut self, sj: &SpawnJob) {
         let Some(pmix) = self.pmix.as_mut() else { return };
-        pmix.nspaces.insert(sj.kvsname.clone(), (sj.job, sj.first, sj.size()));
+        pmix.nspaces
+            .insert(sj.kvsname.clone(), Nspace { job: sj.job, first: sj.first, size: sj.size() });
         pmix.host.send(setup(sj, None));
     }
 
