@@ -502,6 +502,7 @@ impl Writer {
     /// terminal.
     fn take_spliced(&mut self, output: Spliced) {
         let Spliced { rank, stream, head, stashed, whole, mut after, stash, .. } = output;
+        let rank = rank.0;
         self.take_data(rank, stream, head);
         self.output_for(rank, stream);
         let lane = self.lanes.get_mut(&(rank, stream)).expect("opened");

@@ -20,6 +20,28 @@ impl NodeId {
     }
 }
 
+/// A process of the run as every frame names it: rank r of the launched job is `Gid(r)`; rank
+/// r of a spawned job is `Gid(first + r)`, past the ids already given. Not its rank in its own
+/// job (what its PMI and its variables say), which is a bare `u32`.
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize,
+)]
+#[serde(transparent)]
+pub struct Gid(pub u32);
+
+impl Gid {
+    /// As an index into a per-process table.
+    pub fn index(self) -> usize {
+        self.0 as usize
+    }
+}
+
+impl fmt::Display for Gid {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
 impl fmt::Display for NodeId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         self.0.fmt(f)

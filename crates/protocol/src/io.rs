@@ -222,7 +222,7 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
 mod tests {
     use super::*;
     use crate::control::Up;
-    use crate::ids::{NodeId, Stream};
+    use crate::ids::{Gid, NodeId, Stream};
     use tokio::io::AsyncWriteExt;
 
     #[tokio::test]
@@ -230,10 +230,10 @@ mod tests {
         let (mut tx, rx) = tokio::io::duplex(8 << 10);
         let big: Vec<u8> = (0..200_000u32).map(|i| (i % 251) as u8).collect();
         let frames = [
-            Up::Output { rank: 3, stream: Stream::Stderr, data: big.clone() },
+            Up::Output { rank: Gid(3), stream: Stream::Stderr, data: big.clone() },
             Up::Started { node: NodeId(7) },
-            Up::Output { rank: 1, stream: Stream::Stdout, data: b"short\n".to_vec() },
-            Up::Output { rank: 2, stream: Stream::Stdout, data: big[..40_000].to_vec() },
+            Up::Output { rank: Gid(1), stream: Stream::Stdout, data: b"short\n".to_vec() },
+            Up::Output { rank: Gid(2), stream: Stream::Stdout, data: big[..40_000].to_vec() },
         ];
         let mut bytes = Vec::new();
         for f in &frames {
@@ -257,7 +257,7 @@ mod tests {
     async fn a_large_frame_survives_its_read_being_dropped_halfway() {
         let (mut tx, rx) = tokio::io::duplex(1 << 20);
         let data: Vec<u8> = (0..100_000u32).map(|i| (i % 253) as u8).collect();
-        let frame = Up::Output { rank: 4, stream: Stream::Stdout, data };
+        let frame = Up::Output { rank: Gid(4), stream: Stream::Stdout, data };
         let mut bytes = Vec::new();
         frame.encode(&mut bytes);
         Up::Started { node: NodeId(1) }.encode(&mut bytes);
@@ -279,8 +279,8 @@ mod tests {
         let big: Vec<u8> = (0..100_000u32).map(|i| (i % 241) as u8).collect();
         let mut bytes = Vec::new();
         Up::Started { node: NodeId(2) }.encode(&mut bytes);
-        Up::Output { rank: 5, stream: Stream::Stdout, data: big.clone() }.encode(&mut bytes);
-        Up::Output { rank: 6, stream: Stream::Stderr, data: b"small\n".to_vec() }
+        Up::Output { rank: Gid(5), stream: Stream::Stdout, data: big.clone() }.encode(&mut bytes);
+        Up::Output { rank: Gid(6), stream: Stream::Stderr, data: b"small\n".to_vec() }
             .encode(&mut bytes);
         tx.write_all(&bytes).await.unwrap();
         drop(tx);
@@ -288,7 +288,7 @@ mod tests {
         reader.cap_reads(2048);
         let first = reader.next_or_bulk::<Up>(16 << 10).await.unwrap();
         assert_eq!(first, Some(Next::Frame(Up::Started { node: NodeId(2) })));
-        let Some(Next::Bulk { frame: Up::Output { rank: 5, stream, data }, rest }) =
+        let Some(Next::Bulk { frame: Up::Output { rank: Gid(5), stream, data }, rest }) =
             reader.next_or_bulk::<Up>(16 << 10).await.unwrap()
         else {
             panic!("not handed out as bulk");
@@ -299,7 +299,7 @@ mod tests {
         let mut tail = vec![0; rest];
         tokio::io::AsyncReadExt::read_exact(reader.get_mut(), &mut tail).await.unwrap();
         assert_eq!([data, tail].concat(), big);
-        let small = Up::Output { rank: 6, stream: Stream::Stderr, data: b"small\n".to_vec() };
+        let small = Up::Output { rank: Gid(6), stream: Stream::Stderr, data: b"small\n".to_vec() };
         assert_eq!(reader.next_or_bulk::<Up>(16 << 10).await.unwrap(), Some(Next::Frame(small)));
         assert_eq!(reader.next_or_bulk::<Up>(16 << 10).await.unwrap(), None);
     }
@@ -307,12 +307,12 @@ mod tests {
     #[tokio::test]
     async fn capped_reads_grow_with_small_frames_and_shrink_after_bulk_data() {
         let (mut tx, rx) = tokio::io::duplex(1 << 20);
-        let small = Up::Output { rank: 1, stream: Stream::Stdout, data: b"a line\n".to_vec() };
+        let small = Up::Output { rank: Gid(1), stream: Stream::Stdout, data: b"a line\n".to_vec() };
         let mut bytes = Vec::new();
         for _ in 0..5000 {
             small.encode(&mut bytes);
         }
-        Up::Output { rank: 2, stream: Stream::Stdout, data: vec![b'x'; 100_000] }
+        Up::Output { rank: Gid(2), stream: Stream::Stdout, data: vec![b'x'; 100_000] }
             .encode(&mut bytes);
         tx.write_all(&bytes).await.unwrap();
         let mut reader = FrameReader::new(rx);
@@ -334,7 +334,7 @@ mod tests {
     async fn a_large_frame_cut_short_is_truncated() {
         let (mut tx, rx) = tokio::io::duplex(1 << 20);
         let mut bytes = Vec::new();
-        Up::Output { rank: 0, stream: Stream::Stdout, data: vec![b'x'; 100_000] }
+        Up::Output { rank: Gid(0), stream: Stream::Stdout, data: vec![b'x'; 100_000] }
             .encode(&mut bytes);
         tx.write_all(&bytes[..60_000]).await.unwrap();
         drop(tx);

@@ -9,7 +9,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::ids::NodeId;
+use crate::ids::{Gid, NodeId};
 
 /// Microseconds since the Unix epoch, on the clock of the host that took it.
 pub type Micros = u64;
@@ -66,7 +66,7 @@ impl Phase {
 /// What a node's proxy saw of one of its ranks, besides its end.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RankRecord {
-    pub rank: u32,
+    pub rank: Gid,
     /// Bytes the rank wrote to its stdout and its stderr (all of them, whether rlaunch wrote
     /// them out or dropped them at the end of a failed job).
     pub stdout_bytes: u64,

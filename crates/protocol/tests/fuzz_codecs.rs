@@ -19,7 +19,7 @@ use rlaunch_protocol::control::{
     self, Binding, Bootstrap, CpuUnit, Down, DownFrame, Frame, GpuBind, Gpus, Job, Launch,
     LinkDown, LinkUp, Liveness, Mapping, NodePlan, RankPlan, Segment, StdinTarget, Up, UpFrame,
 };
-use rlaunch_protocol::ids::{ExitOutcome, Stream};
+use rlaunch_protocol::ids::{ExitOutcome, Gid, Stream};
 
 /// The properties, shared with the cargo-fuzz targets in fuzz/.
 mod properties;
@@ -113,9 +113,9 @@ fn corpus() -> Vec<Vec<u8>> {
     }
 
     let up = [
-        Up::Output { rank: 3, stream: Stream::Stdout, data: b"hello\n".to_vec() },
+        Up::Output { rank: Gid(3), stream: Stream::Stdout, data: b"hello\n".to_vec() },
         Up::RankExited {
-            rank: 1,
+            rank: Gid(1),
             pid: 99,
             outcome: ExitOutcome::Signaled(9),
             unfinalized: false,

@@ -1,6 +1,7 @@
 //! One rank: how it is started, and the task that feeds its stdin (its output goes through
 //! [`crate::outputs`]).
 
+use rlaunch_protocol::ids::Gid;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::Arc;
@@ -316,13 +317,13 @@ pub fn error_dir() -> Option<std::path::PathBuf> {
 }
 
 /// The error file of the rank with global id `gid` of job `jobid`, in `dir`.
-pub fn error_file(dir: &std::path::Path, jobid: &str, gid: u32) -> std::path::PathBuf {
+pub fn error_file(dir: &std::path::Path, jobid: &str, gid: Gid) -> std::path::PathBuf {
     dir.join(format!("{jobid}.{gid}.json"))
 }
 
 /// What a rank wrote in its error file, at most [`rlaunch_protocol::control::MAX_ERROR_REPORT`]
 /// bytes, the file removed; `None` if it wrote nothing.
-pub fn error_report(dir: &std::path::Path, jobid: &str, gid: u32) -> Option<Vec<u8>> {
+pub fn error_report(dir: &std::path::Path, jobid: &str, gid: Gid) -> Option<Vec<u8>> {
     use std::io::Read;
     let path = error_file(dir, jobid, gid);
     let file = std::fs::File::open(&path).ok()?;

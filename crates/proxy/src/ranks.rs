@@ -24,6 +24,7 @@
 //!
 //! Pure: no I/O; the dispatcher reads whether a rank is exiting, and sends what it returns.
 
+use rlaunch_protocol::ids::Gid;
 use std::collections::HashMap;
 
 use rlaunch_protocol::control::Up;
@@ -61,7 +62,7 @@ pub enum PmiState {
 /// One rank of this node: the launched job's or a spawned job's.
 pub struct Rank {
     /// Its id in every frame: the rank, for the launched job.
-    pub gid: u32,
+    pub gid: Gid,
     /// Its job: 0 for the launched one, then one per MPI_Comm_spawn.
     pub job: u32,
     /// Its process id (and process group); 0 if it never started.
@@ -92,7 +93,7 @@ pub struct RankTable {
 
 impl RankTable {
     /// A rank that started as `pid`, with both output streams open.
-    pub fn add_running(&mut self, gid: u32, job: u32, pid: i32, pmi: PmiState) -> Local {
+    pub fn add_running(&mut self, gid: Gid, job: u32, pid: i32, pmi: PmiState) -> Local {
         let local = self.ranks.len();
         self.by_pid.insert(pid, local);
         self.ranks.push(Rank {
@@ -115,7 +116,7 @@ impl RankTable {
     /// judged at once.
     pub fn add_failed(
         &mut self,
-        gid: u32,
+        gid: Gid,
         job: u32,
         outcome: ExitOutcome,
         vars: Vec<(String, String)>,
@@ -154,7 +155,7 @@ impl RankTable {
     }
 
     /// The rank with this id in frames.
-    pub fn find(&self, gid: u32) -> Option<&Rank> {
+    pub fn find(&self, gid: Gid) -> Option<&Rank> {
         self.ranks.iter().find(|r| r.gid == gid)
     }
 
@@ -172,7 +173,7 @@ impl RankTable {
     pub fn reaped(&mut self, local: Local, outcome: ExitOutcome) -> Option<Up> {
         let rank = &mut self.ranks[local];
         if rank.state != RankState::Running {
-            tracing::warn!(rank = rank.gid, "reaped twice");
+            tracing::warn!(rank = %rank.gid, "reaped twice");
             return None;
         }
         // Nothing more can be written to it.
@@ -199,7 +200,7 @@ impl RankTable {
         rank.answers = None;
         if rank.state == RankState::Judged {
             // A failure judged at its reap, or a `--pmi-port` connection claimed after it.
-            tracing::debug!(rank = rank.gid, clean, "PMI connection of a judged rank closed");
+            tracing::debug!(rank = %rank.gid, clean, "PMI connection of a judged rank closed");
             return None;
         }
         if !clean && rank.state == RankState::Running && !exiting {
@@ -248,20 +249,20 @@ mod tests {
 
     const OK: ExitOutcome = ExitOutcome::Exited(0);
 
-    fn exited(rank: u32, pid: u32, outcome: ExitOutcome, unfinalized: bool) -> Option<Up> {
+    fn exited(rank: Gid, pid: u32, outcome: ExitOutcome, unfinalized: bool) -> Option<Up> {
         Some(Up::RankExited { rank, pid, outcome, unfinalized, usage: RankUsage::default() })
     }
 
     #[test]
     fn an_exit_of_0_waits_for_the_pmi_close_in_either_order() {
         let mut table = RankTable::default();
-        let a = table.add_running(0, 0, 100, PmiState::Open);
-        let b = table.add_running(1, 0, 101, PmiState::Open);
+        let a = table.add_running(Gid(0), 0, 100, PmiState::Open);
+        let b = table.add_running(Gid(1), 0, 101, PmiState::Open);
         assert_eq!(table.reaped(a, OK), None);
-        assert_eq!(table.pmi_closed(a, true, true), exited(0, 100, OK, false));
+        assert_eq!(table.pmi_closed(a, true, true), exited(Gid(0), 100, OK, false));
         // A dying rank's socket ends a moment before its reap.
         assert_eq!(table.pmi_closed(b, true, true), None);
-        assert_eq!(table.reaped(b, OK), exited(1, 101, OK, false));
+        assert_eq!(table.reaped(b, OK), exited(Gid(1), 101, OK, false));
         assert!(table.all_reaped());
         assert!(!table.finished(), "output streams are still open");
         for local in [a, a, b, b] {
@@ -273,56 +274,59 @@ mod tests {
     #[test]
     fn a_failure_is_judged_at_its_reap_whatever_holds_its_socket() {
         let mut table = RankTable::default();
-        let a = table.add_running(2, 0, 100, PmiState::Open);
+        let a = table.add_running(Gid(2), 0, 100, PmiState::Open);
         let crash = ExitOutcome::Signaled(11);
-        assert_eq!(table.reaped(a, crash), exited(2, 100, crash, false));
+        assert_eq!(table.reaped(a, crash), exited(Gid(2), 100, crash, false));
         // The socket closes later (a leftover child held it): nothing more.
         assert_eq!(table.pmi_closed(a, false, true), None);
         // A crash that closed the socket first is still named as the crash.
-        let b = table.add_running(3, 0, 101, PmiState::Open);
+        let b = table.add_running(Gid(3), 0, 101, PmiState::Open);
         assert_eq!(table.pmi_closed(b, false, true), None);
-        assert_eq!(table.reaped(b, crash), exited(3, 101, crash, true));
+        assert_eq!(table.reaped(b, crash), exited(Gid(3), 101, crash, true));
     }
 
     #[test]
     fn closing_pmi_before_finalize_fails_the_rank() {
         let mut table = RankTable::default();
         // While exiting: judged at the reap, even with an exit of 0.
-        let a = table.add_running(3, 0, 100, PmiState::Open);
+        let a = table.add_running(Gid(3), 0, 100, PmiState::Open);
         assert_eq!(table.pmi_closed(a, false, true), None);
-        assert_eq!(table.reaped(a, OK), exited(3, 100, OK, true));
+        assert_eq!(table.reaped(a, OK), exited(Gid(3), 100, OK, true));
         assert_eq!(table.pmi_closed(a, false, true), None, "judged once");
         // Alive: a protocol fault at once, and its exit is judged on its own later.
-        let b = table.add_running(4, 0, 101, PmiState::Open);
+        let b = table.add_running(Gid(4), 0, 101, PmiState::Open);
         let what = "closed its PMI connection before calling finalize".to_string();
         assert_eq!(
             table.pmi_closed(b, false, false),
-            Some(Up::PmiFault { rank: 4, pid: 101, what })
+            Some(Up::PmiFault { rank: Gid(4), pid: 101, what })
         );
-        assert_eq!(table.reaped(b, OK), exited(4, 101, OK, false));
+        assert_eq!(table.reaped(b, OK), exited(Gid(4), 101, OK, false));
     }
 
     #[test]
     fn without_a_connection_the_reap_decides() {
         let mut table = RankTable::default();
-        let a = table.add_running(0, 0, 100, PmiState::Unclaimed);
+        let a = table.add_running(Gid(0), 0, 100, PmiState::Unclaimed);
         assert_eq!(table.by_pid(100), Some(a));
         assert_eq!(table.running_pids().collect::<Vec<_>>(), [100]);
-        assert_eq!(table.reaped(a, OK), exited(0, 100, OK, false));
+        assert_eq!(table.reaped(a, OK), exited(Gid(0), 100, OK, false));
         assert_eq!(table.reaped(a, OK), None, "reaped twice is ignored");
         // A --pmi-port connection that claims its rank makes the verdict wait for it.
-        let b = table.add_running(1, 0, 101, PmiState::Unclaimed);
+        let b = table.add_running(Gid(1), 0, 101, PmiState::Unclaimed);
         table.pmi_opened(b);
         assert_eq!(table.reaped(b, OK), None);
-        assert_eq!(table.pmi_closed(b, false, true), exited(1, 101, OK, true));
+        assert_eq!(table.pmi_closed(b, false, true), exited(Gid(1), 101, OK, true));
     }
 
     #[test]
     fn a_rank_that_never_started_is_judged_at_once() {
         let mut table = RankTable::default();
         let failed = ExitOutcome::SpawnFailed { errno: 2 };
-        assert_eq!(Some(table.add_failed(5, 0, failed, Vec::new())), exited(5, 0, failed, false));
+        assert_eq!(
+            Some(table.add_failed(Gid(5), 0, failed, Vec::new())),
+            exited(Gid(5), 0, failed, false)
+        );
         assert!(table.all_reaped() && table.finished());
-        assert_eq!(table.find(5).map(|r| r.state), Some(RankState::Judged));
+        assert_eq!(table.find(Gid(5)).map(|r| r.state), Some(RankState::Judged));
     }
 }

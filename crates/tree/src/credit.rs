@@ -266,7 +266,7 @@ mod tests {
 
     fn output(n: usize) -> Queued {
         Queued::uncredited(Up::Output {
-            rank: 0,
+            rank: rlaunch_protocol::ids::Gid(0),
             stream: rlaunch_protocol::ids::Stream::Stdout,
             data: vec![b'x'; n],
         })

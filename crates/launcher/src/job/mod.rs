@@ -31,7 +31,7 @@ mod start;
 mod tests;
 mod timeline;
 
-use rlaunch_protocol::ids::NodeId;
+use rlaunch_protocol::ids::{Gid, NodeId};
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::ffi::OsString;
 use std::io;
@@ -160,7 +160,7 @@ struct Root {
     pmix_fence: pmix_fence::PmixFence,
     /// PMIx fences over other processes (global ids, sorted): the nodes in so far, and
     /// their data.
-    group_fences: HashMap<Vec<u32>, (BTreeSet<NodeId>, Vec<u8>)>,
+    group_fences: HashMap<Vec<Gid>, (BTreeSet<NodeId>, Vec<u8>)>,
     names: Names,
     /// Tells the output writer about each spawned job before its ranks start.
     spawned_jobs: std::sync::mpsc::Sender<SpawnedJob>,
@@ -373,7 +373,7 @@ impl Root {
 
     fn handle_up(&mut self, up: Up) {
         match up {
-            Up::RankExited { rank, pid, outcome, unfinalized, usage } => {
+            Up::RankExited { rank: Gid(rank), pid, outcome, unfinalized, usage } => {
                 if !self.roll.record(rank, pid, outcome, usage, self.terminating) {
                     tracing::warn!(rank, "exit report for an unknown rank");
                     return;
@@ -400,7 +400,7 @@ impl Root {
                     }
                 }
             }
-            Up::RankError { rank, report } => self.roll.set_error(rank, &report),
+            Up::RankError { rank: Gid(rank), report } => self.roll.set_error(rank, &report),
             Up::StdinAck { seq } => {
                 if let Some(left) = self.stdin.pending.get_mut(&seq) {
                     *left -= 1;
@@ -412,7 +412,7 @@ impl Root {
             Up::ProxyLost { host, reason } => self.fail(Cause::LostProxy { host, reason }),
             Up::Unplaceable { host, why } => self.fail(Cause::Unplaceable { host, why }),
             Up::StdoutClosed => self.fail(Cause::StdoutClosed),
-            Up::Singleton { rank, pid } => self.fail(Cause::Singleton { rank, pid }),
+            Up::Singleton { rank: Gid(rank), pid } => self.fail(Cause::Singleton { rank, pid }),
             Up::Notice { host, text } => eprintln!("rlaunch: note: on {host}: {text}"),
             Up::Started { node } => {
                 tracing::debug!(%node, "node started its ranks");
@@ -447,7 +447,7 @@ impl Root {
                 self.pmix_fence.arrive(epoch, served);
                 self.pmix_fence_step();
             }
-            Up::Name { rank, tag, op } => {
+            Up::Name { rank: Gid(rank), tag, op } => {
                 // A lookup of a rank that ended on its way here is nobody's: parked, it would
                 // take a value published for one read.
                 if matches!(op, NameOp::Lookup { .. }) && self.roll.ended(rank) {
@@ -456,11 +456,13 @@ impl Root {
                 let answers = self.names.serve(Asker { rank, tag }, op, Instant::now());
                 self.name_answers(answers);
             }
-            Up::Abort { rank, pid, code, msg } => {
+            Up::Abort { rank: Gid(rank), pid, code, msg } => {
                 self.fail(Cause::Aborted { rank, pid, code, msg })
             }
-            Up::PmiFault { rank, pid, what } => self.fail(Cause::PmiFault { rank, pid, what }),
-            Up::Spawn { rank, tag, request } => self.spawn(rank, tag, request),
+            Up::PmiFault { rank: Gid(rank), pid, what } => {
+                self.fail(Cause::PmiFault { rank, pid, what })
+            }
+            Up::Spawn { rank: Gid(rank), tag, request } => self.spawn(rank, tag, request),
             Up::Rendezvous(rendezvous) => {
                 tracing::debug!(?rendezvous, "rank 0's proxy chose the rendezvous");
                 self.children.broadcast(&Down::Rendezvous(rendezvous));
@@ -483,7 +485,9 @@ impl Root {
                 self.children.answered(answer.asker, answer.id);
                 self.children.send_toward_node(answer.asker, Down::DmodexAnswer(answer));
             }
-            Up::RankStarted { rank, pid, cpus, gpus } => self.report_binding(rank, pid, cpus, gpus),
+            Up::RankStarted { rank: Gid(rank), pid, cpus, gpus } => {
+                self.report_binding(rank, pid, cpus, gpus)
+            }
             // Taken before they get here: output by the writer's path, a subtree's end by
             // `Children`.
             Up::Output { .. } | Up::OutputEnd { .. } | Up::NodeDone { .. } => {}
@@ -529,8 +533,8 @@ impl Root {
 
     /// Node `node` entered a PMIx fence over `members` (Open MPI's disconnect of parents and
     /// children, say): complete once every node that hosts a member is in, and sent to each.
-    fn pmix_group_fence(&mut self, node: NodeId, members: Vec<u32>, data: Vec<u8>) {
-        let nodes: BTreeSet<NodeId> = members.iter().filter_map(|&r| self.roll.node(r)).collect();
+    fn pmix_group_fence(&mut self, node: NodeId, members: Vec<Gid>, data: Vec<u8>) {
+        let nodes: BTreeSet<NodeId> = members.iter().filter_map(|&r| self.roll.node(r.0)).collect();
         let (arrived, blobs) = self.group_fences.entry(members.clone()).or_default();
         arrived.insert(node);
         blobs.extend_from_slice(&data);
@@ -553,7 +557,8 @@ impl Root {
                 tracing::debug!(rank, "no answer to a rank that ended");
                 continue;
             }
-            self.children.send_toward_rank(rank, Down::NameReply { rank, tag, answer });
+            self.children
+                .send_toward_rank(Gid(rank), Down::NameReply { rank: Gid(rank), tag, answer });
         }
     }
 

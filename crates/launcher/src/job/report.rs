@@ -186,7 +186,7 @@ pub(crate) fn seen_ranks<'a>(nodes: &[Placed<'a>]) -> HashMap<u32, (&'a RankReco
     let mut seen = HashMap::new();
     for node in nodes {
         for rank in &node.record.ranks {
-            seen.insert(rank.rank, (rank, node.offset));
+            seen.insert(rank.rank.0, (rank, node.offset));
         }
     }
     seen

@@ -11,7 +11,7 @@
 //!   Up::JobFenceIn × the job's nodes ──► Down::JobFenceOut (a job over several nodes)
 //! ```
 
-use rlaunch_protocol::ids::NodeId;
+use rlaunch_protocol::ids::{Gid, NodeId};
 use std::collections::{BTreeSet, HashMap};
 
 use rlaunch_protocol::control::{Down, NodePlan, SpawnCmd, SpawnJob, SpawnOutcome, SpawnRequest};
@@ -239,7 +239,8 @@ impl Root {
         let who = self.roll.name(parent);
         eprintln!("rlaunch: note: the spawn of {who} failed: {reason}");
         let outcome = SpawnOutcome::Refused { reason };
-        self.children.send_toward_rank(parent, Down::SpawnAnswer { rank: parent, tag, outcome });
+        self.children
+            .send_toward_rank(Gid(parent), Down::SpawnAnswer { rank: Gid(parent), tag, outcome });
     }
 
     /// Node `node` started its ranks of spawned job `job`, or could not (`refused`).
@@ -259,8 +260,8 @@ impl Root {
             None => {
                 tracing::debug!(job, "spawned job started on every node");
                 let outcome = SpawnOutcome::Started { kvsname };
-                let down = Down::SpawnAnswer { rank: parent, tag, outcome };
-                self.children.send_toward_rank(parent, down);
+                let down = Down::SpawnAnswer { rank: Gid(parent), tag, outcome };
+                self.children.send_toward_rank(Gid(parent), down);
             }
         }
     }

@@ -2,6 +2,7 @@
 //! would take (ranks' ends, the tracker's news, signals, deadlines), and checked by the causes
 //! it records and the exit status they give.
 
+use rlaunch_protocol::ids::Gid;
 use std::time::Duration;
 
 use rlaunch_protocol::control::{RankPlan, Segment};
@@ -59,7 +60,7 @@ fn root(plan: Plan) -> Root {
 
 fn ended(rank: u32, outcome: ExitOutcome) -> Up {
     let usage = Default::default();
-    Up::RankExited { rank, pid: 100 + rank, outcome, unfinalized: false, usage }
+    Up::RankExited { rank: Gid(rank), pid: 100 + rank, outcome, unfinalized: false, usage }
 }
 
 /// The exit status the Root's first cause gives (0 without one).

@@ -9,7 +9,7 @@ use super::{
     DmodexAnswer, DmodexAsk, Launch, NameAnswer, NameOp, Rendezvous, SpawnJob, SpawnOutcome,
     SpawnRequest,
 };
-use crate::ids::{ExitOutcome, NodeId, Stream};
+use crate::ids::{ExitOutcome, Gid, NodeId, Stream};
 use crate::record::{GpuUse, Micros, NodeRecord, RankUsage};
 
 /// Parent to child: the job's messages.
@@ -38,7 +38,7 @@ pub enum Down {
     /// its [`Down::PmixFenceOut`]; each proxy passes it on and keeps it for its server.
     PmixFencePart { epoch: u64, data: Vec<u8> },
     /// The root's answer to a rank's name-service request.
-    NameReply { rank: u32, tag: Option<String>, answer: NameAnswer },
+    NameReply { rank: Gid, tag: Option<String>, answer: NameAnswer },
     /// A job spawned by a rank (MPI_Comm_spawn), sent to every node: those it places ranks
     /// on start them and answer [`Up::SpawnStarted`]; the others' PMIx servers register its
     /// namespace, for their ranks that are its parents too (a spawn collective over ranks of
@@ -46,14 +46,14 @@ pub enum Down {
     Spawn(Box<SpawnJob>),
     /// How the spawn of rank `rank` (a global id) went, once every node of the new job
     /// started its ranks or the root refused it: routed down to that rank's node.
-    SpawnAnswer { rank: u32, tag: Option<String>, outcome: SpawnOutcome },
+    SpawnAnswer { rank: Gid, tag: Option<String>, outcome: SpawnOutcome },
     /// A fence of spawned job `job`, whose ranks are on several nodes, is complete: every
     /// pair its ranks put during `epoch`. Sent to every node; those with ranks of the job
     /// release them.
     JobFenceOut { job: u32, epoch: u64, pairs: Vec<(String, String)> },
     /// A PMIx fence over `members` (global ids; not the whole launched job) is complete: every
     /// participating node's data, routed down to each of those nodes (`node`).
-    PmixGroupFenceOut { node: NodeId, members: Vec<u32>, data: Vec<u8> },
+    PmixGroupFenceOut { node: NodeId, members: Vec<Gid>, data: Vec<u8> },
     /// A direct modex request, routed down to the node of the rank it names.
     DmodexAsk(DmodexAsk),
     /// The answer to a direct modex request, routed down to the node that asked.
@@ -123,22 +123,22 @@ pub enum Up {
     /// A rank is running. Travels on the output path, ahead of the rank's first output, so
     /// that the launcher knows the pid (and the CPUs it is bound to) before any of its lines.
     /// `cpus`: the CPUs it is bound to; `gpus`: the GPUs it was given, if its job asks.
-    RankStarted { rank: u32, pid: u32, cpus: Option<String>, gpus: Option<Vec<GpuUse>> },
+    RankStarted { rank: Gid, pid: u32, cpus: Option<String>, gpus: Option<Vec<GpuUse>> },
     /// Bytes a rank wrote.
-    Output { rank: u32, stream: Stream, data: Vec<u8> },
+    Output { rank: Gid, stream: Stream, data: Vec<u8> },
     /// A rank's stream reached end of file.
-    OutputEnd { rank: u32, stream: Stream },
+    OutputEnd { rank: Gid, stream: Stream },
     /// A rank ended: its one verdict, sent once it is reaped and its PMI connection (if it
     /// had one) has closed. `unfinalized`: the connection closed before PMI finalize, which
     /// fails the rank even if it exited with 0 (docs/pmi.md, *Who answers what*). `pid` is 0 for a rank that never
     /// started. `usage`: its times and resource use, for `--report`.
-    RankExited { rank: u32, pid: u32, outcome: ExitOutcome, unfinalized: bool, usage: RankUsage },
+    RankExited { rank: Gid, pid: u32, outcome: ExitOutcome, unfinalized: bool, usage: RankUsage },
     /// A stdin chunk has been written to one rank.
     StdinAck { seq: u64 },
     /// What a rank that failed wrote in its `TORCHELASTIC_ERROR_FILE` (torch's `@record`:
     /// JSON with the exception and its traceback), at most [`MAX_ERROR_REPORT`] bytes; sent
     /// ahead of its `RankExited`.
-    RankError { rank: u32, report: Vec<u8> },
+    RankError { rank: Gid, report: Vec<u8> },
     /// A proxy below lost one of its children.
     ProxyLost { host: String, reason: String },
     /// Every rank of this node has ended and its output has been sent. `record`: what the
@@ -161,14 +161,14 @@ pub enum Up {
     /// root puts each node's together, so that every node's data stays whole.
     PmixFencePart { epoch: u64, node: NodeId, data: Vec<u8> },
     /// A rank's publish, unpublish or lookup, for the job's name table at the root.
-    Name { rank: u32, tag: Option<String>, op: NameOp },
+    Name { rank: Gid, tag: Option<String>, op: NameOp },
     /// A rank called PMI abort (MPI_Abort).
-    Abort { rank: u32, pid: u32, code: i32, msg: String },
+    Abort { rank: Gid, pid: u32, code: i32, msg: String },
     /// A rank broke the PMI protocol; `what` says how, quoting what it sent.
-    PmiFault { rank: u32, pid: u32, what: String },
+    PmiFault { rank: Gid, pid: u32, what: String },
     /// A rank asks to spawn a new job (MPI_Comm_spawn); the root assigns its ids and places
     /// its ranks.
-    Spawn { rank: u32, tag: Option<String>, request: SpawnRequest },
+    Spawn { rank: Gid, tag: Option<String>, request: SpawnRequest },
     /// Node `node` started its ranks of spawned job `job` (`refused`: could not, and why).
     SpawnStarted { job: u32, node: NodeId, refused: Option<String> },
     /// Every local rank of spawned job `job` (whose ranks are on several nodes) entered fence
@@ -178,7 +178,7 @@ pub enum Up {
     /// Every local process of node `node` entered a PMIx fence over `members` (global ids,
     /// sorted; not the whole launched job, e.g. Open MPI's disconnect of parents and spawned
     /// children); the root folds it with the other nodes that host members.
-    PmixGroupFenceIn { node: NodeId, members: Vec<u32>, data: Vec<u8> },
+    PmixGroupFenceIn { node: NodeId, members: Vec<Gid>, data: Vec<u8> },
     /// A node's PMIx server wants a rank's data from the node that owns it (direct modex);
     /// the root sends it down toward that rank.
     DmodexAsk(DmodexAsk),
@@ -202,5 +202,5 @@ pub enum Up {
     StdoutClosed,
     /// A rank served no PMIx started Open MPI's singleton machinery (it forked `orted`): it
     /// would compute alone, as a world of one.
-    Singleton { rank: u32, pid: u32 },
+    Singleton { rank: Gid, pid: u32 },
 }

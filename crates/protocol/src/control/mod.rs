@@ -25,7 +25,7 @@
 
 use serde::{de::DeserializeOwned, Serialize};
 
-use crate::ids::{NodeId, Stream};
+use crate::ids::{Gid, NodeId, Stream};
 
 mod messages;
 mod plan;
@@ -349,11 +349,11 @@ link_frame!(LinkUp);
 
 /// Appends the head of an [`Up::Output`] frame of `data_len` bytes of data: the frame is
 /// this head and then the data, which a writer may send from where it lies (`writev`).
-pub fn encode_output_head(rank: u32, stream: Stream, data_len: usize, out: &mut Vec<u8>) {
+pub fn encode_output_head(rank: Gid, stream: Stream, data_len: usize, out: &mut Vec<u8>) {
     let len = (1 + 4 + 1 + data_len) as u32;
     out.extend_from_slice(&len.to_be_bytes());
     out.push(TAG_DATA);
-    out.extend_from_slice(&rank.to_be_bytes());
+    out.extend_from_slice(&rank.0.to_be_bytes());
     out.push(stream as u8);
 }
 
@@ -362,7 +362,7 @@ impl Frame for Up {
 
     fn from_data(head: &[u8], data: Vec<u8>) -> Result<Self, FrameError> {
         let head = take::<5>(head, "output header")?;
-        let rank = u32::from_be_bytes(head[..4].try_into().expect("4 bytes"));
+        let rank = Gid(u32::from_be_bytes(head[..4].try_into().expect("4 bytes")));
         let stream = Stream::from_u8(head[4])
             .ok_or_else(|| FrameError::Malformed(format!("bad stream {}", head[4])))?;
         Ok(Up::Output { rank, stream, data })
@@ -423,9 +423,9 @@ mod tests {
 
     #[test]
     fn frames_roundtrip_and_prefixes_are_incomplete() {
-        roundtrip(Up::Output { rank: 7, stream: Stream::Stderr, data: b"a\nb".to_vec() });
+        roundtrip(Up::Output { rank: Gid(7), stream: Stream::Stderr, data: b"a\nb".to_vec() });
         roundtrip(Up::RankExited {
-            rank: 1,
+            rank: Gid(1),
             pid: 99,
             outcome: ExitOutcome::Signaled(11),
             unfinalized: true,
@@ -445,7 +445,7 @@ mod tests {
         roundtrip(LinkDown::ClockProbe { sent: 1 << 50 });
         roundtrip(LinkUp::ClockEcho { sent: 1 << 50, at: (1 << 50) + 3 });
         roundtrip(UpFrame::Link(LinkUp::Greeting { host: "n1".into(), pid: 7 }));
-        roundtrip(UpFrame::Job(Up::Output { rank: 1, stream: Stream::Stdout, data: vec![1] }));
+        roundtrip(UpFrame::Job(Up::Output { rank: Gid(1), stream: Stream::Stdout, data: vec![1] }));
         roundtrip(DownFrame::Link(LinkDown::Credit { bytes: 1 << 20 }));
         roundtrip(DownFrame::Job(Down::Stdin { seq: 9, data: vec![7; 3] }));
         roundtrip(DownFrame::Job(Down::PmixFenceOut { epoch: 5, data: vec![2] }));

@@ -4,7 +4,7 @@
 
 use pmi_wire::services::SpawnRequest;
 
-use crate::ids::NodeId;
+use crate::ids::{Gid, NodeId};
 use serde::{Deserialize, Serialize};
 
 /// A spawned job, as the root hands it to every node: those it places ranks on start them,
@@ -80,7 +80,7 @@ pub struct DmodexAsk {
     /// The asking server's request id, echoed by the answer.
     pub id: u32,
     /// The rank's global id (first + r for a spawned job's rank r): it routes the request.
-    pub rank: u32,
+    pub rank: Gid,
     /// The rank's namespace and its rank there, as the owning node's server names it.
     pub nspace: String,
     pub nspace_rank: u32,

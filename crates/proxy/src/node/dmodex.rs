@@ -14,6 +14,7 @@
 //! open when its server goes; the root and interior proxies answer `Missing` for a rank they
 //! cannot route to (a finished or lost subtree).
 
+use rlaunch_protocol::ids::Gid;
 use std::collections::HashMap;
 
 use rlaunch_protocol::control::{DmodexAnswer, DmodexAsk, DmodexData, Down, Up};
@@ -39,7 +40,7 @@ impl Asks {
     }
 
     /// Takes the open requests for `rank` (a global id).
-    fn take_for(&mut self, rank: u32) -> Vec<DmodexAsk> {
+    fn take_for(&mut self, rank: Gid) -> Vec<DmodexAsk> {
         let ids: Vec<u32> =
             self.open.iter().filter(|(_, a)| a.rank == rank).map(|(&id, _)| id).collect();
         ids.into_iter().filter_map(|id| self.open.remove(&id)).collect()
@@ -123,7 +124,7 @@ impl Node {
 
     /// A local rank ended: if it never connected to the server, it committed nothing, and
     /// the requests for its data will never be answered by the server.
-    pub(super) fn dmodex_rank_ended(&mut self, rank: u32) {
+    pub(super) fn dmodex_rank_ended(&mut self, rank: Gid) {
         if self.pmix.as_ref().is_some_and(|p| p.connected(rank)) {
             return;
         }
@@ -167,12 +168,13 @@ mod tests {
     use super::*;
 
     fn ask(rank: u32, id: u32) -> DmodexAsk {
+        let (rank, nspace_rank) = (Gid(rank), rank);
         DmodexAsk {
             asker: rlaunch_protocol::ids::NodeId(0),
             id,
             rank,
             nspace: "job".into(),
-            nspace_rank: rank,
+            nspace_rank,
         }
     }
 
@@ -183,10 +185,10 @@ mod tests {
         let b = asks.add(ask(2, 11));
         let c = asks.add(ask(1, 12));
         assert_eq!(vec![a, b, c], vec![0, 1, 2]);
-        let mut taken: Vec<u32> = asks.take_for(1).into_iter().map(|a| a.id).collect();
+        let mut taken: Vec<u32> = asks.take_for(Gid(1)).into_iter().map(|a| a.id).collect();
         taken.sort();
         assert_eq!(taken, vec![10, 12]);
-        assert!(asks.take_for(1).is_empty());
+        assert!(asks.take_for(Gid(1)).is_empty());
         assert_eq!(asks.open.keys().copied().collect::<Vec<_>>(), vec![b]);
     }
 

@@ -3,6 +3,7 @@
 //! the slice's processes first, several at a time, then the tasks that serve each one's
 //! output, stdin and PMI.
 
+use rlaunch_protocol::ids::Gid;
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -30,7 +31,7 @@ struct StartRank<'a> {
     job: &'a Job,
     job_index: u32,
     /// The id of the rank in every frame: its rank for the launched job.
-    gid: u32,
+    gid: Gid,
     segment: u32,
     at: Placement<'a>,
     /// Where `--map-by`, `--bind-to` and `--gpus-per-rank` put it.
@@ -44,7 +45,7 @@ pub(super) struct JobRank {
     pub(super) rank: u32,
     /// Its id in every frame: its rank for the launched job, past the launched job's for a
     /// spawned one's.
-    pub(super) gid: u32,
+    pub(super) gid: Gid,
     pub(super) segment: u32,
 }
 
@@ -103,7 +104,7 @@ impl Node {
             tracing::debug!("the node is going down: its held ranks do not start");
             for rp in self.plan.ranks.clone() {
                 let outcome = rlaunch_protocol::ids::ExitOutcome::Signaled(nix::libc::SIGTERM);
-                let verdict = self.ranks.add_failed(rp.rank, 0, outcome, Vec::new());
+                let verdict = self.ranks.add_failed(Gid(rp.rank), 0, outcome, Vec::new());
                 let _ = self.up.control.send(verdict);
             }
             let _ = self.up.control.send(Up::Started { node: self.plan.index });
@@ -131,9 +132,9 @@ impl Node {
                 let host = self.plan.host.clone();
                 tracing::debug!("the ranks do not fit here: {why}");
                 let _ = self.up.control.send(Up::Unplaceable { host, why });
-                for &JobRank { rank, .. } in ranks {
+                for &JobRank { gid, .. } in ranks {
                     let outcome = ExitOutcome::Signaled(nix::libc::SIGTERM);
-                    let verdict = self.ranks.add_failed(rank, 0, outcome, Vec::new());
+                    let verdict = self.ranks.add_failed(gid, 0, outcome, Vec::new());
                     let _ = self.up.control.send(verdict);
                 }
                 let _ = self.up.control.send(Up::Started { node: self.plan.index });
@@ -148,7 +149,7 @@ impl Node {
             .plan
             .ranks
             .iter()
-            .map(|rp| JobRank { rank: rp.rank, gid: rp.rank, segment: rp.segment })
+            .map(|rp| JobRank { rank: rp.rank, gid: Gid(rp.rank), segment: rp.segment })
             .collect();
         (self.job.clone(), self.plan.host.clone(), ranks)
     }
@@ -247,7 +248,7 @@ impl Node {
                         rank::program(job, &job.segments[segment as usize]).map(Arc::new)
                     })
                     .clone()?;
-                let gets_stdin = job_index == 0 && job.stdin.includes(start.gid);
+                let gets_stdin = job_index == 0 && job.stdin.includes(start.gid.0);
                 let mask = start.place.cpus.as_ref().and_then(|c| c.mask.as_ref());
                 rank::prepare(program, job, &start.at, gets_stdin, setup, mask, front_env)
             })
@@ -402,7 +403,7 @@ impl Node {
         self.swept = false;
         let ranks = here
             .into_iter()
-            .map(|r| JobRank { rank: r, gid: sj.first + r, segment: rank_app[r as usize] })
+            .map(|r| JobRank { rank: r, gid: Gid(sj.first + r), segment: rank_app[r as usize] })
             .collect();
         (job, ranks)
     }

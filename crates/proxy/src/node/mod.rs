@@ -474,7 +474,7 @@ impl Node {
         match chunk {
             StdinChunk::Data { seq, data } => {
                 let stdin = self.job.stdin;
-                for rank in self.ranks.iter().filter(|r| r.job == 0 && stdin.includes(r.gid)) {
+                for rank in self.ranks.iter().filter(|r| r.job == 0 && stdin.includes(r.gid.0)) {
                     let queued = rank.stdin.as_ref().is_some_and(|tx| {
                         tx.send(StdinChunk::Data { seq, data: data.clone() }).is_ok()
                     });

@@ -17,6 +17,7 @@
 //!   every heartbeat ──Sync──► host ──Synced──► (silent for the silence timeout: lost)
 //! ```
 
+use rlaunch_protocol::ids::Gid;
 use std::collections::{HashMap, HashSet};
 use std::os::unix::ffi::OsStrExt;
 
@@ -37,7 +38,7 @@ pub(super) struct Pmix {
     pub(super) nspaces: HashMap<String, Nspace>,
     /// Fences over other processes than the whole launched job (global ids, sorted) this
     /// node entered: the host's id, answered when the root says the fence is complete.
-    pub(super) groups: HashMap<Vec<u32>, u32>,
+    pub(super) groups: HashMap<Vec<Gid>, u32>,
     /// Environments of local ranks, by job and rank, until their ranks start.
     pub(super) envs: HashMap<(u32, u32), Vec<Vec<u8>>>,
     /// The ranks are waiting for their environments (the start is held until then).
@@ -53,9 +54,9 @@ pub(super) struct Pmix {
     pub(super) spawning: HashMap<u32, Spawning>,
     /// Local clients (global ids) that connected to the server: only they can have
     /// committed data for a direct modex request.
-    connected: HashSet<u32>,
+    connected: HashSet<Gid>,
     /// Local clients (global ids) that called PMIx_Finalize.
-    finalized: HashSet<u32>,
+    finalized: HashSet<Gid>,
     /// Ranks that exited 0 after connecting, not (yet) known to have finalized: judged once
     /// the host answers the `Sync` of this id (a finalize comes ahead of it on the link).
     syncs: HashMap<u32, (Local, ExitOutcome)>,
@@ -68,8 +69,8 @@ pub(super) struct Pmix {
 
 impl Pmix {
     /// The global id of a process of a namespace this server knows.
-    pub(super) fn gid(&self, proc: &Proc) -> Option<u32> {
-        self.nspaces.get(&proc.nspace).map(|n| n.first + proc.rank)
+    pub(super) fn gid(&self, proc: &Proc) -> Option<Gid> {
+        self.nspaces.get(&proc.nspace).map(|n| Gid(n.first + proc.rank))
     }
 
     pub(super) fn host(&self) -> &Host {
@@ -77,7 +78,7 @@ impl Pmix {
     }
 
     /// The local rank with this global id connected to the server.
-    pub(super) fn connected(&self, gid: u32) -> bool {
+    pub(super) fn connected(&self, gid: Gid) -> bool {
         self.connected.contains(&gid)
     }
 
@@ -273,7 +274,7 @@ impl Node {
     }
 
     /// Whether rank `gid` connected to the PMIx server and left without finalizing.
-    pub(super) fn pmix_left_unfinalized(&self, gid: u32) -> bool {
+    pub(super) fn pmix_left_unfinalized(&self, gid: Gid) -> bool {
         self.pmix
             .as_ref()
             .is_some_and(|p| p.connected.contains(&gid) && !p.finalized.contains(&gid))
@@ -459,13 +460,13 @@ impl Node {
                 if msg == "N/A" {
                     msg.clear();
                 }
-                let rank = pmix.gid(&proc).unwrap_or(proc.rank);
+                let rank = pmix.gid(&proc).unwrap_or(Gid(proc.rank));
                 let pid = self.ranks.find(rank).map_or(0, |r| r.pid as u32);
                 let _ = self.up.control.send(Up::Abort { rank, pid, code: status, msg });
                 pmix.host.send(Command::OpDone { id, status: wire::SUCCESS });
             }
             pmix::Event::Publish { id, proc, once, mut pairs } => {
-                let rank = pmix.gid(&proc).unwrap_or(proc.rank);
+                let rank = pmix.gid(&proc).unwrap_or(Gid(proc.rank));
                 match pairs.len() {
                     1 => {
                         let (service, value) = pairs.remove(0);
@@ -483,7 +484,7 @@ impl Node {
             }
             pmix::Event::Unpublish { id, proc, mut keys } => match keys.len() {
                 1 => {
-                    let rank = pmix.gid(&proc).unwrap_or(proc.rank);
+                    let rank = pmix.gid(&proc).unwrap_or(Gid(proc.rank));
                     let op = NameOp::Unpublish { service: keys.remove(0) };
                     let _ = self.up.control.send(Up::Name { rank, tag: name_tag(id), op });
                 }
@@ -491,7 +492,7 @@ impl Node {
             },
             pmix::Event::Lookup { id, proc, wait, mut keys } => match keys.len() {
                 1 => {
-                    let rank = pmix.gid(&proc).unwrap_or(proc.rank);
+                    let rank = pmix.gid(&proc).unwrap_or(Gid(proc.rank));
                     let service = keys.remove(0);
                     tracing::debug!(%service, ?wait, "PMIx lookup");
                     pmix.lookups.insert(id, service.clone());

@@ -16,7 +16,7 @@
 //! ```
 
 use rlaunch_protocol::control::{Down, Up, PMIX_FENCE_PART};
-use rlaunch_protocol::ids::NodeId;
+use rlaunch_protocol::ids::{Gid, NodeId};
 
 use super::Node;
 use crate::pmix::wire::{self, Proc};
@@ -130,8 +130,8 @@ impl Node {
                 });
             };
             match proc.rank {
-                wire::RANK_WILDCARD => members.extend(first..first + size),
-                rank => members.push(first + rank),
+                wire::RANK_WILDCARD => members.extend((first..first + size).map(Gid)),
+                rank => members.push(Gid(first + rank)),
             }
         }
         members.sort_unstable();
@@ -144,7 +144,7 @@ impl Node {
     }
 
     /// A fence over `members` is complete, with every participating node's data.
-    pub(super) fn pmix_group_fence_out(&mut self, node: NodeId, members: Vec<u32>, data: Vec<u8>) {
+    pub(super) fn pmix_group_fence_out(&mut self, node: NodeId, members: Vec<Gid>, data: Vec<u8>) {
         if node != self.plan.index {
             let down = Down::PmixGroupFenceOut { node, members, data };
             self.children.send_toward_node(node, down);

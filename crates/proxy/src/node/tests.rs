@@ -3,6 +3,7 @@
 //! and what it sends up and answers checked.
 
 use rlaunch_protocol::control::{Job, Launch, NodePlan, RankPlan, Segment};
+use rlaunch_protocol::ids::Gid;
 
 use super::start::Parts;
 use super::*;
@@ -44,7 +45,7 @@ fn node() -> (Node, mpsc::UnboundedReceiver<Up>) {
 /// Rank `rank` in the node's table as if started and connected, and its answers' mailbox.
 /// Its pid is one no process has (the kernel's pids stop short of it).
 fn connected(node: &mut Node, rank: u32) -> (PmiPeer, AnswerRx) {
-    let local = node.ranks.add_running(rank, 0, i32::MAX - rank as i32, PmiState::Open);
+    let local = node.ranks.add_running(Gid(rank), 0, i32::MAX - rank as i32, PmiState::Open);
     let (answers, rx) = answer_channel();
     node.ranks.get_mut(local).answers = Some(answers);
     (PmiPeer { local, job: 0, rank, appnum: 0 }, rx)

@@ -26,6 +26,7 @@
 //! nothing more, so that the node ends now rather than after pushing it all up to be thrown
 //! away.
 
+use rlaunch_protocol::ids::Gid;
 use std::collections::HashMap;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
@@ -72,7 +73,7 @@ pub struct Outputs {
 }
 
 struct Add {
-    rank: u32,
+    rank: Gid,
     local: usize,
     first: Up,
     stdout: OwnedFd,
@@ -81,7 +82,7 @@ struct Add {
 
 struct Pipe {
     fd: OwnedFd,
-    rank: u32,
+    rank: Gid,
     local: usize,
     stream: Stream,
     /// Read so far.
@@ -151,7 +152,7 @@ impl Outputs {
     }
 
     /// Sends `first` upstream, then the rank's output, until both pipes end.
-    pub fn add(&self, rank: u32, local: usize, first: Up, stdout: OwnedFd, stderr: OwnedFd) {
+    pub fn add(&self, rank: Gid, local: usize, first: Up, stdout: OwnedFd, stderr: OwnedFd) {
         let _ = self.adds.send(Add { rank, local, first, stdout, stderr });
     }
 
@@ -283,7 +284,7 @@ impl<F: FnMut(StreamEnd)> Hub<F> {
                     }
                 }
                 Err(e) => {
-                    tracing::debug!(rank = add.rank, ?stream, "cannot watch output: {e}");
+                    tracing::debug!(rank = %add.rank, ?stream, "cannot watch output: {e}");
                     self.end(pipe).await;
                 }
             }
@@ -314,7 +315,7 @@ impl<F: FnMut(StreamEnd)> Hub<F> {
             let carried = match &self.carriers {
                 Some(c) => {
                     c.take(fd, held, splice::SPLICE_MIN, CARRIED_CHUNK).unwrap_or_else(|e| {
-                        tracing::debug!(rank = pipe.rank, "cannot carry output: {e}");
+                        tracing::debug!(rank = %pipe.rank, "cannot carry output: {e}");
                         None
                     })
                 }
@@ -343,7 +344,7 @@ impl<F: FnMut(StreamEnd)> Hub<F> {
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
                 read => {
                     if let Err(e) = read {
-                        tracing::debug!(rank = pipe.rank, "output read failed: {e}");
+                        tracing::debug!(rank = %pipe.rank, "output read failed: {e}");
                     }
                     let pipe = self.pipes.remove(&key).expect("looked up above");
                     let writing = |d: &&mut Direct| d.moves(key) && !d.discarding();
@@ -456,7 +457,7 @@ impl<F: FnMut(StreamEnd)> Hub<F> {
             let added =
                 epoll_ctl(self.set_fd, libc::EPOLL_CTL_ADD, &pipe.fd, key, libc::EPOLLIN as u32);
             if let Err(e) = added {
-                tracing::debug!(rank = pipe.rank, "cannot watch output again: {e}");
+                tracing::debug!(rank = %pipe.rank, "cannot watch output again: {e}");
             }
         }
         self.after_direct(key, state).await;
@@ -493,7 +494,7 @@ impl<F: FnMut(StreamEnd)> Hub<F> {
     fn rearm(&mut self, key: u64) {
         if let Some(pipe) = self.pipes.get(&key) {
             if let Err(e) = set_events(self.set_fd, &pipe.fd, key, libc::EPOLLIN as u32) {
-                tracing::debug!(rank = pipe.rank, "cannot watch output again: {e}");
+                tracing::debug!(rank = %pipe.rank, "cannot watch output again: {e}");
             }
         }
     }

@@ -34,7 +34,7 @@ async fn a_carried_pipe_is_read_again_once_its_chunk_went_up_and_the_channel_has
     // SAFETY: F_GETPIPE_SZ on an open pipe.
     let size = unsafe { libc::fcntl(out_w.as_raw_fd(), libc::F_GETPIPE_SZ) };
     assert_eq!(size, 1 << 20, "the rank's pipe holds the writes below without blocking");
-    outputs.add(0, 0, Up::StdoutClosed, out_r, err_r);
+    outputs.add(Gid(0), 0, Up::StdoutClosed, out_r, err_r);
     let mut rank = File::from(out_w);
     let block = vec![b'x'; 64 << 10];
 
@@ -98,7 +98,7 @@ async fn lone_rank() -> Lone {
     let (data_tx, mut data) = mpsc::unbounded_channel();
     let outputs = Outputs::start(data_tx, None, Some(sink), |_| {}).unwrap();
     let (out_r, err_r, rank, rank_err) = rank_pipes();
-    outputs.add(0, 0, Up::StdoutClosed, out_r, err_r);
+    outputs.add(Gid(0), 0, Up::StdoutClosed, out_r, err_r);
     assert!(matches!(next_up(&mut data, PATIENCE).await, Some(Up::StdoutClosed)));
     Lone { stdout: File::from(stdout), data, outputs, rank, rank_err }
 }
@@ -120,8 +120,8 @@ async fn a_rank_added_while_the_lone_rank_is_mid_move_waits_and_stdout_is_handed
 
     // A spawned rank: held, nothing of it goes up while the move is under way.
     let (out_r, err_r, mut child, _child_err) = rank_pipes();
-    let started = Up::RankStarted { rank: 1, pid: 1, cpus: None, gpus: None };
-    outputs.add(1, 1, started, out_r, err_r);
+    let started = Up::RankStarted { rank: Gid(1), pid: 1, cpus: None, gpus: None };
+    outputs.add(Gid(1), 1, started, out_r, err_r);
     child.write_all(b"child line\n").unwrap();
     assert!(next_up(&mut data, QUIET).await.is_none());
 
@@ -134,13 +134,16 @@ async fn a_rank_added_while_the_lone_rank_is_mid_move_waits_and_stdout_is_handed
     });
     let first = next_up(&mut data, PATIENCE).await;
     assert!(
-        matches!(&first, Some(Up::Output { rank: 0, data, .. }) if data == b"open"),
+        matches!(&first, Some(Up::Output { rank: Gid(0), data, .. }) if data == b"open"),
         "{first:?}"
     );
-    assert!(matches!(next_up(&mut data, PATIENCE).await, Some(Up::RankStarted { rank: 1, .. })));
+    assert!(matches!(
+        next_up(&mut data, PATIENCE).await,
+        Some(Up::RankStarted { rank: Gid(1), .. })
+    ));
     let child_out = next_up(&mut data, PATIENCE).await;
     assert!(
-        matches!(&child_out, Some(Up::Output { rank: 1, data, .. }) if data == b"child line\n")
+        matches!(&child_out, Some(Up::Output { rank: Gid(1), data, .. }) if data == b"child line\n")
     );
     let (got, mut stdout) = reader.join().unwrap();
     assert!(got == lines, "the lines differ");
@@ -148,7 +151,7 @@ async fn a_rank_added_while_the_lone_rank_is_mid_move_waits_and_stdout_is_handed
     lone.write_all(b" ends\n").unwrap();
     let more = next_up(&mut data, PATIENCE).await;
     assert!(
-        matches!(&more, Some(Up::Output { rank: 0, data, .. }) if data == b" ends\n"),
+        matches!(&more, Some(Up::Output { rank: Gid(0), data, .. }) if data == b" ends\n"),
         "{more:?}"
     );
     rlaunch_tree::fdio::set_nonblocking(&stdout).unwrap();
@@ -192,7 +195,7 @@ async fn a_lone_rank_that_ends_while_stdout_is_full_is_waited_for_quietly_and_lo
     // The end goes up once everything is in stdout.
     loop {
         match next_up(&mut data, PATIENCE).await {
-            Some(Up::OutputEnd { rank: 0, stream: Stream::Stdout }) => break,
+            Some(Up::OutputEnd { rank: Gid(0), stream: Stream::Stdout }) => break,
             Some(_) => {}
             None => panic!("the end of the stream did not come"),
         }

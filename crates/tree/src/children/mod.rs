@@ -22,7 +22,7 @@ use nix::sys::signal::Signal;
 use rlaunch_protocol::control::{
     DmodexAnswer, DmodexAsk, DmodexData, Down, Job, Launch, LinkDown, LinkUp, NodePlan, Up,
 };
-use rlaunch_protocol::ids::{ExitOutcome, NodeId};
+use rlaunch_protocol::ids::{ExitOutcome, Gid, NodeId};
 use rlaunch_protocol::record::{self, Micros, NodeRecord, Phase};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
@@ -87,7 +87,7 @@ pub struct Children {
     list: Vec<Child>,
     by_pid: HashMap<i32, usize>,
     /// The child whose subtree holds each rank (global id), for routing down.
-    rank_child: HashMap<u32, usize>,
+    rank_child: HashMap<Gid, usize>,
     /// The child whose subtree holds each node (by index), for routing spawns.
     node_child: HashMap<NodeId, usize>,
     /// The tasks that run the links.
@@ -199,7 +199,7 @@ impl Children {
         for node in plan.walk() {
             self.node_child.insert(node.index, index);
             for r in &node.ranks {
-                self.rank_child.insert(r.rank, index);
+                self.rank_child.insert(Gid(r.rank), index);
                 stdin_ranks += usize::from(job.stdin.includes(r.rank));
             }
         }
@@ -338,7 +338,7 @@ impl Children {
 
     /// Sends `down` toward the subtree holding `rank`; false if none does, or if that
     /// subtree's proxy is lost or finished (nothing it is sent will be read).
-    pub fn send_toward_rank(&self, rank: u32, down: Down) -> bool {
+    pub fn send_toward_rank(&self, rank: Gid, down: Down) -> bool {
         match self.rank_child.get(&rank) {
             Some(&c) => self.send_to(c, down),
             None => false,
@@ -398,14 +398,14 @@ impl Children {
     }
 
     /// A child's subtree holds `rank`.
-    pub fn holds_rank(&self, rank: u32) -> bool {
+    pub fn holds_rank(&self, rank: Gid) -> bool {
         self.rank_child.contains_key(&rank)
     }
 
     /// The subtree holding `node` holds `ranks` from now on (a spawned job's).
     pub fn add_ranks(&mut self, node: NodeId, ranks: Range<u32>) {
         if let Some(&c) = self.node_child.get(&node) {
-            self.rank_child.extend(ranks.map(|r| (r, c)));
+            self.rank_child.extend(ranks.map(|r| (Gid(r), c)));
         }
     }
 

@@ -12,6 +12,7 @@
 //! A proxy forked from rlaunch ([`fork_proxy`]) is born holding its launch: it reads no hello
 //! and no Launch, and starts its ranks while rlaunch is still setting up.
 
+use rlaunch_protocol::ids::Gid;
 use std::ffi::OsStr;
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
@@ -291,7 +292,7 @@ pub enum LinkEvent {
     Up(Up),
     /// A rank's output (`Up::Output`), with the room in the child's window it takes until it
     /// is taken on.
-    Output { rank: u32, stream: Stream, data: Vec<u8>, debt: Debt },
+    Output { rank: Gid, stream: Stream, data: Vec<u8>, debt: Debt },
     /// A rank's output, part of it spliced into rlaunch's stash ([`crate::splice`]).
     Spliced { output: Spliced, debt: Debt },
     /// Bytes the remote launcher printed on stderr.

@@ -34,6 +34,7 @@
 //! The pages the rank wrote into its pipe are then the pages the reader of rlaunch's stdout
 //! reads: four copies of each byte fewer. `RLAUNCH_SPLICE=0` turns it all off.
 
+use rlaunch_protocol::ids::Gid;
 use std::fs::File;
 use std::io::{self, Read, Write};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
@@ -407,7 +408,7 @@ fn stream_index(stream: Stream) -> usize {
 /// lines, before all of these, are already in the sink (see [`Direct`]); `head` is empty
 /// then, and the stashed bytes may start mid-line.
 pub struct Spliced {
-    pub rank: u32,
+    pub rank: Gid,
     pub stream: Stream,
     pub direct: usize,
     pub head: Vec<u8>,
@@ -434,7 +435,7 @@ impl Spliced {
 
 /// A piece of a large output frame, as the link reader took it from the socket.
 pub enum Piece {
-    Read { rank: u32, stream: Stream, data: Vec<u8> },
+    Read { rank: Gid, stream: Stream, data: Vec<u8> },
     Spliced(Spliced),
 }
 

@@ -1,5 +1,6 @@
 //! The link reader's side of splicing: what of a large output frame to read, what to splice.
 
+use rlaunch_protocol::ids::Gid;
 use std::collections::HashSet;
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
@@ -26,7 +27,7 @@ const ROOM_WAIT: Duration = Duration::from_millis(50);
 
 /// The rest of a large output frame, still in the socket.
 struct Bulk {
-    rank: u32,
+    rank: Gid,
     stream: Stream,
     rest: usize,
     /// The frame's bytes after the last newline handed out: held until the frame is all
@@ -45,7 +46,7 @@ pub struct LinkSplice {
 struct State {
     splicer: Splicer,
     bulk: Option<Bulk>,
-    open_lines: HashSet<(u32, Stream)>,
+    open_lines: HashSet<(Gid, Stream)>,
     /// The stash had no room for the piece in time: it is read.
     impatient: bool,
 }
@@ -68,13 +69,13 @@ impl LinkSplice {
     }
 
     /// Notes output of a rank's stream read the usual way: whether it leaves a line open.
-    pub fn saw(&mut self, rank: u32, stream: Stream, data: &[u8]) {
+    pub fn saw(&mut self, rank: Gid, stream: Stream, data: &[u8]) {
         self.state.saw(rank, stream, data);
     }
 
     /// An output frame of `rank`'s `stream` begins with `first`, and its next `rest` bytes
     /// are still in the socket: [`LinkSplice::next_piece`] takes them all, `first` with them.
-    pub fn begin(&mut self, rank: u32, stream: Stream, first: Vec<u8>, rest: usize) {
+    pub fn begin(&mut self, rank: Gid, stream: Stream, first: Vec<u8>, rest: usize) {
         self.state.bulk = Some(Bulk { rank, stream, rest, held: first });
     }
 
@@ -105,7 +106,7 @@ impl LinkSplice {
 }
 
 impl State {
-    fn saw(&mut self, rank: u32, stream: Stream, data: &[u8]) {
+    fn saw(&mut self, rank: Gid, stream: Stream, data: &[u8]) {
         match data.last() {
             Some(b'\n') => {
                 self.open_lines.remove(&(rank, stream));
@@ -217,7 +218,7 @@ impl State {
     fn splice_piece(
         &self,
         fd: RawFd,
-        (rank, stream): (u32, Stream),
+        (rank, stream): (Gid, Stream),
         open: bool,
         clear: bool,
         avail: usize,
@@ -331,25 +332,25 @@ mod tests {
             link_to(Splicer { stash: stash.clone(), streams: [true, false], direct: None });
         // The stream left a line open: "part"; the frame's data ends it, has 1000 lines of
         // 50 bytes, and leaves another open.
-        link.saw(3, Stream::Stdout, b"part");
+        link.saw(Gid(3), Stream::Stdout, b"part");
         let mut data = b"-end\n".to_vec();
         data.extend(lines(0, 1000, 50));
         data.extend_from_slice(b"open");
         tx.write_all(&data).unwrap();
-        link.begin(3, Stream::Stdout, Vec::new(), data.len());
+        link.begin(Gid(3), Stream::Stdout, Vec::new(), data.len());
         let Piece::Spliced(s) = link.next_piece().await.unwrap() else { panic!("not spliced") };
         assert!(!link.busy());
         assert_eq!(
             (s.rank, s.stream, &s.head[..], s.whole, &s.after[..]),
-            (3, Stream::Stdout, &b"-end\n"[..], true, &b"open"[..])
+            (Gid(3), Stream::Stdout, &b"-end\n"[..], true, &b"open"[..])
         );
         assert_eq!(s.stashed, 50_000);
         assert_eq!(stash_contents(&stash, 50_000), lines(0, 1000, 50));
-        assert!(link.state.open_lines.contains(&(3, Stream::Stdout)));
+        assert!(link.state.open_lines.contains(&(Gid(3), Stream::Stdout)));
 
         // Stderr is not spliced here: read.
         tx.write_all(&data).unwrap();
-        link.begin(3, Stream::Stderr, Vec::new(), data.len());
+        link.begin(Gid(3), Stream::Stderr, Vec::new(), data.len());
         let Piece::Read { data: got, .. } = link.next_piece().await.unwrap() else { panic!() };
         assert_eq!(got, data);
     }
@@ -373,7 +374,7 @@ mod tests {
             link_to(Splicer { stash: stash.clone(), streams: [true, true], direct: None });
         let data = lines(0, 2000, 100);
         tx.write_all(&data).unwrap();
-        link.begin(2, Stream::Stdout, Vec::new(), data.len());
+        link.begin(Gid(2), Stream::Stdout, Vec::new(), data.len());
         // The writer thread empties the stash a little later.
         let emptier = stash.clone();
         let writer = std::thread::spawn(move || {
@@ -395,7 +396,7 @@ mod tests {
             link_to(Splicer { stash: stash.clone(), streams: [true, true], direct: None });
         let data = lines(0, 2000, 100);
         tx.write_all(&data).unwrap();
-        link.begin(2, Stream::Stdout, Vec::new(), data.len());
+        link.begin(Gid(2), Stream::Stdout, Vec::new(), data.len());
         let started = std::time::Instant::now();
         let piece = link.next_piece().await.unwrap();
         assert!(started.elapsed() >= ROOM_WAIT, "{:?}", started.elapsed());
@@ -452,7 +453,7 @@ mod tests {
         let mut data = lines(0, 500, 100);
         data.extend_from_slice(b"open");
         tx.write_all(&data).unwrap();
-        link.begin(0, Stream::Stdout, Vec::new(), data.len());
+        link.begin(Gid(0), Stream::Stdout, Vec::new(), data.len());
         let Piece::Spliced(s) = link.next_piece().await.unwrap() else { panic!("not spliced") };
         assert_eq!((s.direct, s.head.len(), s.stashed, s.whole), (50_000, 0, 0, true));
         // The open line is the writer's, to hold in its lane.
@@ -464,7 +465,7 @@ mod tests {
         // The stream has a line open now: its end and what follows go through the stash.
         let data = lines(500, 500, 100);
         tx.write_all(&data).unwrap();
-        link.begin(0, Stream::Stdout, Vec::new(), data.len());
+        link.begin(Gid(0), Stream::Stdout, Vec::new(), data.len());
         let Piece::Spliced(s) = link.next_piece().await.unwrap() else { panic!("not spliced") };
         assert_eq!((s.direct, s.head.len(), s.stashed), (0, 100, 49_900));
     }
@@ -477,7 +478,7 @@ mod tests {
         data.extend_from_slice(b"open");
         tx.write_all(&data).unwrap();
         // The frame goes on: its open line is left for the next piece to start with.
-        link.begin(0, Stream::Stdout, Vec::new(), data.len() + 6);
+        link.begin(Gid(0), Stream::Stdout, Vec::new(), data.len() + 6);
         let Piece::Spliced(s) = link.next_piece().await.unwrap() else { panic!("not spliced") };
         assert_eq!((s.direct + s.stashed, s.whole, s.after.len()), (70_000, true, 0));
         let mut got = read_pipe(&mut pipe, s.direct);
@@ -497,7 +498,7 @@ mod tests {
         // piece out. Nothing may go straight into the sink ahead of it.
         let data = lines(1, 500, 100);
         tx.write_all(&data).unwrap();
-        link.begin(0, Stream::Stdout, lines(0, 1, 100), data.len());
+        link.begin(Gid(0), Stream::Stdout, lines(0, 1, 100), data.len());
         let Piece::Spliced(s) = link.next_piece().await.unwrap() else { panic!("not spliced") };
         assert_eq!((s.direct, &s.head[..], s.stashed), (0, &lines(0, 1, 100)[..], 50_000));
         assert_eq!(stash_contents(&stash, 50_000), data);
@@ -510,7 +511,7 @@ mod tests {
         let data = lines(0, 2000, 100);
         tx.write_all(&data[..150_000]).unwrap();
         let sender = std::thread::spawn(move || tx.write_all(&data[150_000..]).map(|_| tx));
-        link.begin(0, Stream::Stdout, Vec::new(), 200_000);
+        link.begin(Gid(0), Stream::Stdout, Vec::new(), 200_000);
         let mut got = Vec::new();
         while link.busy() {
             let piece = link.next_piece().await.unwrap();
@@ -530,7 +531,7 @@ mod tests {
         let (mut link, mut tx, _pipe, stash, writer) = direct_link(false);
         let data = lines(0, 500, 100);
         tx.write_all(&data).unwrap();
-        link.begin(0, Stream::Stdout, Vec::new(), data.len());
+        link.begin(Gid(0), Stream::Stdout, Vec::new(), data.len());
         let Piece::Spliced(s) = link.next_piece().await.unwrap() else { panic!("not spliced") };
         assert_eq!((s.direct, s.stashed), (0, 50_000));
         assert_eq!(stash_contents(&stash, 50_000), data);
@@ -547,7 +548,7 @@ mod tests {
             link_to(Splicer { stash: stash.clone(), streams: [true, true], direct: None });
         let data = lines(0, 500, 100);
         tx.write_all(&data).unwrap();
-        link.begin(1, Stream::Stderr, Vec::new(), data.len());
+        link.begin(Gid(1), Stream::Stderr, Vec::new(), data.len());
         let Piece::Spliced(s) = link.next_piece().await.unwrap() else { panic!("not spliced") };
         assert!(!link.busy());
         assert!(
@@ -559,7 +560,7 @@ mod tests {
         let mut got = stash_contents(&stash, s.stashed);
         got.extend_from_slice(&s.after);
         assert_eq!(got, data);
-        assert!(!link.state.open_lines.contains(&(1, Stream::Stderr)));
+        assert!(!link.state.open_lines.contains(&(Gid(1), Stream::Stderr)));
     }
 
     #[tokio::test]
@@ -569,7 +570,7 @@ mod tests {
         // The frame's first bytes came with its head; then "c\nde", then the link is lost.
         tx.write_all(b"c\nde").unwrap();
         drop(tx);
-        link.begin(0, Stream::Stdout, b"ab".to_vec(), 1000);
+        link.begin(Gid(0), Stream::Stdout, b"ab".to_vec(), 1000);
         let Piece::Read { data, .. } = link.next_piece().await.unwrap() else { panic!() };
         assert_eq!(data, b"abc\n");
         assert!(matches!(link.next_piece().await, Err(ReadError::Truncated)));
@@ -580,7 +581,7 @@ mod tests {
         let (mut link, mut tx) =
             link_to(Splicer { stash: Stash::new().unwrap(), streams: [true, true], direct: None });
         tx.write_all(b"xy").unwrap();
-        link.begin(0, Stream::Stdout, b"w".to_vec(), 5);
+        link.begin(Gid(0), Stream::Stdout, b"w".to_vec(), 5);
         // No newline yet: nothing handed out.
         let wait = std::time::Duration::from_millis(50);
         assert!(tokio::time::timeout(wait, link.next_piece()).await.is_err());
