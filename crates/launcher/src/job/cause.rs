@@ -1,6 +1,7 @@
 //! Why a job ends early, what rlaunch says about it, and the exit status it comes to. The
 //! first cause recorded decides; every status here is one of [`crate::exit`]'s.
 
+use rlaunch_protocol::ids::Gid;
 use std::time::Duration;
 
 use rlaunch_protocol::ids::ExitOutcome;
@@ -16,7 +17,7 @@ use crate::output::FileFailure;
 #[derive(Debug, Clone)]
 pub(crate) enum Cause {
     RankFailed {
-        rank: u32,
+        rank: Gid,
         pid: u32,
         how: RankFailure,
     },
@@ -36,39 +37,39 @@ pub(crate) enum Cause {
     },
     StdoutClosed,
     Aborted {
-        rank: u32,
+        rank: Gid,
         pid: u32,
         code: i32,
         msg: String,
     },
     /// A rank broke the PMI protocol; `what` says how.
     PmiFault {
-        rank: u32,
+        rank: Gid,
         pid: u32,
         what: String,
     },
     OutputFile(FileFailure),
     /// A rank served no PMIx started Open MPI alone, as a singleton.
     Singleton {
-        rank: u32,
+        rank: Gid,
         pid: u32,
     },
     /// A rank asked to spawn more processes than can be laid out.
     SpawnTooLarge {
-        rank: u32,
+        rank: Gid,
         asked: u64,
     },
     /// A PMIx fence gathered more data than a node's PMIx server takes.
     PmixFenceTooLarge(TooLarge),
     /// A worker reported an error to the rabit tracker (`--tracker rabit`).
     TrackerError {
-        rank: u32,
+        rank: Gid,
         msg: String,
     },
     /// A rank ended before it connected to the rabit tracker, while workers that did wait for
     /// every one (`--tracker rabit`).
     TrackerAbsent {
-        rank: u32,
+        rank: Gid,
     },
 }
 
@@ -84,7 +85,7 @@ pub(crate) enum RankFailure {
 /// The one judgement of a rank's end at the root: a failure, or `None` for a clean end. A
 /// crash is the story, not the PMI connection it closed on the way.
 pub(crate) fn rank_end(
-    rank: u32,
+    rank: Gid,
     pid: u32,
     outcome: ExitOutcome,
     unfinalized: bool,
@@ -129,7 +130,7 @@ impl Cause {
     /// The line rlaunch prints about this cause (without "rlaunch: "), if any. `listed`:
     /// every rank's outcome was printed already (`--print-all-exit-codes`).
     pub(crate) fn message(&self, roll: &Roll, listed: bool) -> Option<String> {
-        let rank_said = |rank: u32, pid: u32, what: &str| {
+        let rank_said = |rank: Gid, pid: u32, what: &str| {
             format!("{} (pid {pid} on {}) {what}", roll.name(rank), roll.host(rank))
         };
         match self {
@@ -210,17 +211,17 @@ mod tests {
 
     #[test]
     fn a_rank_end_is_a_failure_if_it_exited_badly_or_left_pmi_early() {
-        assert!(rank_end(0, 1, ExitOutcome::Exited(0), false).is_none());
-        let crash = rank_end(0, 1, ExitOutcome::Signaled(11), true).unwrap();
+        assert!(rank_end(Gid(0), 1, ExitOutcome::Exited(0), false).is_none());
+        let crash = rank_end(Gid(0), 1, ExitOutcome::Signaled(11), true).unwrap();
         assert_eq!(crash.exit_code(), 139);
-        assert_eq!(rank_end(0, 1, ExitOutcome::Exited(0), true).unwrap().exit_code(), 255);
-        let missing = rank_end(0, 0, ExitOutcome::SpawnFailed { errno: 2 }, false).unwrap();
+        assert_eq!(rank_end(Gid(0), 1, ExitOutcome::Exited(0), true).unwrap().exit_code(), 255);
+        let missing = rank_end(Gid(0), 0, ExitOutcome::SpawnFailed { errno: 2 }, false).unwrap();
         assert_eq!(missing.exit_code(), 127);
     }
 
     #[test]
     fn every_cause_has_its_documented_status() {
-        let abort = |code| Cause::Aborted { rank: 0, pid: 1, code, msg: String::new() };
+        let abort = |code| Cause::Aborted { rank: Gid(0), pid: 1, code, msg: String::new() };
         assert_eq!(abort(0).exit_code(), 1);
         assert_eq!(abort(7).exit_code(), 7);
         assert_eq!(Cause::TimedOut(Duration::from_secs(1)).exit_code(), 124);
@@ -230,11 +231,11 @@ mod tests {
         assert_eq!(Cause::StdoutClosed.exit_code(), 141);
         let lost = Cause::LostProxy { host: "n1".into(), reason: "gone".into() };
         assert_eq!(lost.exit_code(), 255);
-        let fault = Cause::PmiFault { rank: 0, pid: 1, what: "x".into() };
+        let fault = Cause::PmiFault { rank: Gid(0), pid: 1, what: "x".into() };
         assert_eq!(fault.exit_code(), 255);
         let fence = Cause::PmixFenceTooLarge(TooLarge { epoch: 0, bytes: 1 << 31 });
         assert_eq!(fence.exit_code(), 255);
-        let tracker = Cause::TrackerError { rank: 1, msg: "no data".into() };
+        let tracker = Cause::TrackerError { rank: Gid(1), msg: "no data".into() };
         assert_eq!(tracker.exit_code(), 255);
     }
 }

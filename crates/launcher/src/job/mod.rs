@@ -373,19 +373,19 @@ impl Root {
 
     fn handle_up(&mut self, up: Up) {
         match up {
-            Up::RankExited { rank: Gid(rank), pid, outcome, unfinalized, usage } => {
+            Up::RankExited { rank, pid, outcome, unfinalized, usage } => {
                 if !self.roll.record(rank, pid, outcome, usage, self.terminating) {
-                    tracing::warn!(rank, "exit report for an unknown rank");
+                    tracing::warn!(%rank, "exit report for an unknown rank");
                     return;
                 }
-                tracing::debug!(rank, pid, %outcome, unfinalized, "rank ended");
+                tracing::debug!(%rank, pid, %outcome, unfinalized, "rank ended");
                 self.names.forget(rank);
                 // A failing end is the job's failure already (or a forwarded signal's doing).
                 let clean = outcome == rlaunch_protocol::ids::ExitOutcome::Exited(0);
                 if let Some(absent) =
-                    self.turnout.as_mut().filter(|_| clean).and_then(|r| r.ended(rank))
+                    self.turnout.as_mut().filter(|_| clean).and_then(|r| r.ended(rank.0))
                 {
-                    self.fail(Cause::TrackerAbsent { rank: absent });
+                    self.fail(Cause::TrackerAbsent { rank: Gid(absent) });
                 }
                 if let Some(cause) = cause::rank_end(rank, pid, outcome, unfinalized) {
                     if !self.forwarded.hold(Instant::now(), self.kill_grace(), outcome) {
@@ -400,7 +400,7 @@ impl Root {
                     }
                 }
             }
-            Up::RankError { rank: Gid(rank), report } => self.roll.set_error(rank, &report),
+            Up::RankError { rank, report } => self.roll.set_error(rank, &report),
             Up::StdinAck { seq } => {
                 if let Some(left) = self.stdin.pending.get_mut(&seq) {
                     *left -= 1;
@@ -412,7 +412,7 @@ impl Root {
             Up::ProxyLost { host, reason } => self.fail(Cause::LostProxy { host, reason }),
             Up::Unplaceable { host, why } => self.fail(Cause::Unplaceable { host, why }),
             Up::StdoutClosed => self.fail(Cause::StdoutClosed),
-            Up::Singleton { rank: Gid(rank), pid } => self.fail(Cause::Singleton { rank, pid }),
+            Up::Singleton { rank, pid } => self.fail(Cause::Singleton { rank, pid }),
             Up::Notice { host, text } => eprintln!("rlaunch: note: on {host}: {text}"),
             Up::Started { node } => {
                 tracing::debug!(%node, "node started its ranks");
@@ -447,22 +447,20 @@ impl Root {
                 self.pmix_fence.arrive(epoch, served);
                 self.pmix_fence_step();
             }
-            Up::Name { rank: Gid(rank), tag, op } => {
+            Up::Name { rank, tag, op } => {
                 // A lookup of a rank that ended on its way here is nobody's: parked, it would
                 // take a value published for one read.
                 if matches!(op, NameOp::Lookup { .. }) && self.roll.ended(rank) {
-                    return tracing::debug!(rank, "a lookup of a rank that ended is dropped");
+                    return tracing::debug!(%rank, "a lookup of a rank that ended is dropped");
                 }
                 let answers = self.names.serve(Asker { rank, tag }, op, Instant::now());
                 self.name_answers(answers);
             }
-            Up::Abort { rank: Gid(rank), pid, code, msg } => {
+            Up::Abort { rank, pid, code, msg } => {
                 self.fail(Cause::Aborted { rank, pid, code, msg })
             }
-            Up::PmiFault { rank: Gid(rank), pid, what } => {
-                self.fail(Cause::PmiFault { rank, pid, what })
-            }
-            Up::Spawn { rank: Gid(rank), tag, request } => self.spawn(rank, tag, request),
+            Up::PmiFault { rank, pid, what } => self.fail(Cause::PmiFault { rank, pid, what }),
+            Up::Spawn { rank, tag, request } => self.spawn(rank, tag, request),
             Up::Rendezvous(rendezvous) => {
                 tracing::debug!(?rendezvous, "rank 0's proxy chose the rendezvous");
                 self.children.broadcast(&Down::Rendezvous(rendezvous));
@@ -485,9 +483,7 @@ impl Root {
                 self.children.answered(answer.asker, answer.id);
                 self.children.send_toward_node(answer.asker, Down::DmodexAnswer(answer));
             }
-            Up::RankStarted { rank: Gid(rank), pid, cpus, gpus } => {
-                self.report_binding(rank, pid, cpus, gpus)
-            }
+            Up::RankStarted { rank, pid, cpus, gpus } => self.report_binding(rank, pid, cpus, gpus),
             // Taken before they get here: output by the writer's path, a subtree's end by
             // `Children`.
             Up::Output { .. } | Up::OutputEnd { .. } | Up::NodeDone { .. } => {}
@@ -496,9 +492,9 @@ impl Root {
 
     /// `--report-bindings`: one line per rank as it starts (route sends RankStarted here
     /// only then).
-    fn report_binding(&self, rank: u32, pid: u32, cpus: Option<String>, gpus: Option<Vec<GpuUse>>) {
+    fn report_binding(&self, rank: Gid, pid: u32, cpus: Option<String>, gpus: Option<Vec<GpuUse>>) {
         if !self.roll.contains(rank) {
-            tracing::warn!(rank, "start report for an unknown rank");
+            tracing::warn!(%rank, "start report for an unknown rank");
             return;
         }
         let bound = match cpus {
@@ -534,7 +530,7 @@ impl Root {
     /// Node `node` entered a PMIx fence over `members` (Open MPI's disconnect of parents and
     /// children, say): complete once every node that hosts a member is in, and sent to each.
     fn pmix_group_fence(&mut self, node: NodeId, members: Vec<Gid>, data: Vec<u8>) {
-        let nodes: BTreeSet<NodeId> = members.iter().filter_map(|&r| self.roll.node(r.0)).collect();
+        let nodes: BTreeSet<NodeId> = members.iter().filter_map(|&r| self.roll.node(r)).collect();
         let (arrived, blobs) = self.group_fences.entry(members.clone()).or_default();
         arrived.insert(node);
         blobs.extend_from_slice(&data);
@@ -554,23 +550,22 @@ impl Root {
     fn name_answers(&self, answers: Vec<(Asker, names::NameAnswer)>) {
         for (Asker { rank, tag }, answer) in answers {
             if self.roll.ended(rank) {
-                tracing::debug!(rank, "no answer to a rank that ended");
+                tracing::debug!(%rank, "no answer to a rank that ended");
                 continue;
             }
-            self.children
-                .send_toward_rank(Gid(rank), Down::NameReply { rank: Gid(rank), tag, answer });
+            self.children.send_toward_rank(rank, Down::NameReply { rank, tag, answer });
         }
     }
 
     fn tracker_news(&mut self, news: crate::tracker::News) {
         match news {
             crate::tracker::News::Error { rank, msg } => {
-                self.fail(Cause::TrackerError { rank, msg })
+                self.fail(Cause::TrackerError { rank: Gid(rank), msg })
             }
             crate::tracker::News::Assigned { first, all } => self.tracker_span = Some((first, all)),
             crate::tracker::News::Started { rank } => {
                 if let Some(absent) = self.turnout.as_mut().and_then(|r| r.started(rank)) {
-                    self.fail(Cause::TrackerAbsent { rank: absent });
+                    self.fail(Cause::TrackerAbsent { rank: Gid(absent) });
                 }
             }
         }

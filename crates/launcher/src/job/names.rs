@@ -8,6 +8,7 @@
 //!   its rank ends ──► its parked lookups are dropped
 //! ```
 
+use rlaunch_protocol::ids::Gid;
 use std::collections::HashMap;
 use std::time::Duration;
 
@@ -18,7 +19,7 @@ use tokio::time::Instant;
 /// Who asked: the rank its answer goes to, and the tag it echoes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Asker {
-    pub rank: u32,
+    pub rank: Gid,
     pub tag: Option<String>,
 }
 
@@ -103,7 +104,7 @@ impl Names {
 
     /// Rank `rank` ended: its parked lookups go, unanswered. Were they kept, a publish would
     /// answer a dead rank, and a value published for one read would go to it.
-    pub(crate) fn forget(&mut self, rank: u32) {
+    pub(crate) fn forget(&mut self, rank: Gid) {
         self.parked.retain(|p| p.asker.rank != rank);
     }
 
@@ -133,7 +134,7 @@ mod tests {
     use super::*;
 
     fn asker(rank: u32) -> Asker {
-        Asker { rank, tag: Some(format!("t{rank}")) }
+        Asker { rank: Gid(rank), tag: Some(format!("t{rank}")) }
     }
 
     fn text(v: &str) -> NameValue {
@@ -207,7 +208,7 @@ mod tests {
         for rank in [1, 2, 1] {
             assert_eq!(names.serve(asker(rank), lookup(LookupWait::UntilJobEnd), now), vec![]);
         }
-        names.forget(1);
+        names.forget(Gid(1));
         let answers = names.serve(asker(0), publish(text("v"), true), now);
         assert_eq!(
             answers,

@@ -5,7 +5,7 @@
 //! node's times are moved by its clock's offset (the sum of the offsets measured by each
 //! parent down its path, see `rlaunch_protocol::record`).
 
-use rlaunch_protocol::ids::NodeId;
+use rlaunch_protocol::ids::{Gid, NodeId};
 use std::collections::{BTreeMap, HashMap};
 use std::fs::File;
 use std::io::{self, Write};
@@ -123,7 +123,7 @@ struct Span {
 #[derive(Serialize)]
 struct Rank<'a> {
     /// Its id in the run: the rank for the launched job, then spawned jobs' processes.
-    id: u32,
+    id: Gid,
     /// 0 for the launched job, then one per MPI_Comm_spawn.
     job: u32,
     rank: u32,
@@ -182,11 +182,11 @@ pub(crate) fn write(
 }
 
 /// What each node saw of each rank, with the node's clock offset, by rank id.
-pub(crate) fn seen_ranks<'a>(nodes: &[Placed<'a>]) -> HashMap<u32, (&'a RankRecord, i64)> {
+pub(crate) fn seen_ranks<'a>(nodes: &[Placed<'a>]) -> HashMap<Gid, (&'a RankRecord, i64)> {
     let mut seen = HashMap::new();
     for node in nodes {
         for rank in &node.record.ranks {
-            seen.insert(rank.rank.0, (rank, node.offset));
+            seen.insert(rank.rank, (rank, node.offset));
         }
     }
     seen

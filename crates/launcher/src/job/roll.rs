@@ -4,7 +4,7 @@
 
 use rlaunch_protocol::control::{NodePlan, SpawnRequest};
 use rlaunch_protocol::ids::ExitOutcome;
-use rlaunch_protocol::ids::NodeId;
+use rlaunch_protocol::ids::{Gid, NodeId};
 use rlaunch_protocol::record::RankUsage;
 
 /// One process of the run.
@@ -54,7 +54,7 @@ impl RankError {
 
 /// One process of the run as the report shows it.
 pub(crate) struct Entry<'a> {
-    pub gid: u32,
+    pub gid: Gid,
     pub job: u32,
     pub rank: u32,
     pub node: NodeId,
@@ -114,13 +114,13 @@ impl Roll {
         self.procs.len() as u32
     }
 
-    pub(crate) fn contains(&self, gid: u32) -> bool {
-        (gid as usize) < self.procs.len()
+    pub(crate) fn contains(&self, gid: Gid) -> bool {
+        (gid.index()) < self.procs.len()
     }
 
     /// The node of process `gid`, if there is one.
-    pub(crate) fn node(&self, gid: u32) -> Option<NodeId> {
-        self.procs.get(gid as usize).map(|p| p.node)
+    pub(crate) fn node(&self, gid: Gid) -> Option<NodeId> {
+        self.procs.get(gid.index()).map(|p| p.node)
     }
 
     pub(crate) fn node_host(&self, node: NodeId) -> &str {
@@ -167,17 +167,17 @@ impl Roll {
     }
 
     /// Process `gid` wrote why it failed in its error file.
-    pub(crate) fn set_error(&mut self, gid: u32, report: &[u8]) {
-        match (self.procs.get_mut(gid as usize), RankError::parse(report)) {
+    pub(crate) fn set_error(&mut self, gid: Gid, report: &[u8]) {
+        match (self.procs.get_mut(gid.index()), RankError::parse(report)) {
             (Some(p), Some(error)) => p.error = Some(error),
-            (Some(_), None) => tracing::debug!(gid, "an error file rlaunch cannot read"),
-            (None, _) => tracing::warn!(gid, "an error report of an unknown rank"),
+            (Some(_), None) => tracing::debug!(%gid, "an error file rlaunch cannot read"),
+            (None, _) => tracing::warn!(%gid, "an error report of an unknown rank"),
         }
     }
 
     /// Process `gid` has ended (its end is recorded).
-    pub(crate) fn ended(&self, gid: u32) -> bool {
-        self.procs.get(gid as usize).is_some_and(|p| p.outcome.is_some())
+    pub(crate) fn ended(&self, gid: Gid) -> bool {
+        self.procs.get(gid.index()).is_some_and(|p| p.outcome.is_some())
     }
 
     /// Every process of the run has ended, spawned ones included.
@@ -189,13 +189,13 @@ impl Roll {
     /// had begun. False if there is no such process.
     pub(crate) fn record(
         &mut self,
-        gid: u32,
+        gid: Gid,
         pid: u32,
         outcome: ExitOutcome,
         usage: RankUsage,
         tearing_down: bool,
     ) -> bool {
-        match self.procs.get_mut(gid as usize) {
+        match self.procs.get_mut(gid.index()) {
             Some(p) => {
                 self.ends += usize::from(p.outcome.is_none());
                 p.outcome = Some((pid, outcome));
@@ -213,7 +213,7 @@ impl Roll {
     /// Every process, in global id order.
     pub(crate) fn entries(&self) -> impl Iterator<Item = Entry<'_>> {
         self.procs.iter().enumerate().map(|(gid, p)| Entry {
-            gid: gid as u32,
+            gid: Gid(gid as u32),
             job: p.job,
             rank: p.rank,
             node: p.node,
@@ -228,7 +228,7 @@ impl Roll {
     /// The processes that ran and ended badly on their own (not ended by the teardown), and
     /// how many the teardown ended. A process that could not start is left out: that is bad
     /// input, which the culprit line names once for all.
-    pub(crate) fn failures(&self) -> (Vec<u32>, usize) {
+    pub(crate) fn failures(&self) -> (Vec<Gid>, usize) {
         let mut own = Vec::new();
         let mut torn_down = 0;
         for (gid, p) in self.procs.iter().enumerate() {
@@ -236,42 +236,42 @@ impl Roll {
                 Some((_, outcome)) if outcome.is_success() => {}
                 Some((_, ExitOutcome::SpawnFailed { .. } | ExitOutcome::NoWorkdir { .. })) => {}
                 Some(_) if p.torn_down => torn_down += 1,
-                Some(_) => own.push(gid as u32),
+                Some(_) => own.push(Gid(gid as u32)),
                 None => {}
             }
         }
         (own, torn_down)
     }
 
-    pub(crate) fn host(&self, gid: u32) -> &str {
-        self.node_host(self.procs[gid as usize].node)
+    pub(crate) fn host(&self, gid: Gid) -> &str {
+        self.node_host(self.procs[gid.index()].node)
     }
 
     /// Its pid and how it ended, once reported.
-    pub(crate) fn outcome(&self, gid: u32) -> Option<(u32, ExitOutcome)> {
-        self.procs.get(gid as usize).and_then(|p| p.outcome)
+    pub(crate) fn outcome(&self, gid: Gid) -> Option<(u32, ExitOutcome)> {
+        self.procs.get(gid.index()).and_then(|p| p.outcome)
     }
 
     /// "3" for the launched job, "1 of job 2" for others: for a column of ranks.
-    pub(crate) fn short_name(&self, gid: u32) -> String {
-        match &self.procs[gid as usize] {
+    pub(crate) fn short_name(&self, gid: Gid) -> String {
+        match &self.procs[gid.index()] {
             Proc { job: 0, rank, .. } => rank.to_string(),
             Proc { job, rank, .. } => format!("{rank} of job {job}"),
         }
     }
 
     /// "rank 3" for the launched job, "rank 1 of spawned job 2" for others.
-    pub(crate) fn name(&self, gid: u32) -> String {
-        match &self.procs[gid as usize] {
+    pub(crate) fn name(&self, gid: Gid) -> String {
+        match &self.procs[gid.index()] {
             Proc { job: 0, rank, .. } => format!("rank {rank}"),
             Proc { job, rank, .. } => format!("rank {rank} of spawned job {job}"),
         }
     }
 
     /// How process `gid` ended, in one phrase: "rank 3 (pid 42 on n2) exited with code 7".
-    pub(crate) fn describe(&self, gid: u32, pid: u32, outcome: ExitOutcome) -> String {
+    pub(crate) fn describe(&self, gid: Gid, pid: u32, outcome: ExitOutcome) -> String {
         let host = self.host(gid);
-        let p = &self.procs[gid as usize];
+        let p = &self.procs[gid.index()];
         match outcome {
             ExitOutcome::SpawnFailed { errno } => {
                 let hint = match errno {
@@ -308,7 +308,8 @@ impl Roll {
     /// One line per process: how it ended, or that it did not say.
     pub(crate) fn all_outcomes(&self) -> Vec<String> {
         (0..self.len())
-            .map(|gid| match self.procs[gid as usize].outcome {
+            .map(Gid)
+            .map(|gid| match self.procs[gid.index()].outcome {
                 Some((pid, outcome)) => self.describe(gid, pid, outcome),
                 None => {
                     format!("{} (on {}) did not report an exit", self.name(gid), self.host(gid))
@@ -357,25 +358,36 @@ mod tests {
     fn ranks_are_named_and_placed_spawned_ones_too() {
         let roots = [node(0, &[(0, 0)], vec![node(1, &[(1, 1), (2, 1)], vec![])])];
         let mut roll = Roll::new(&job(), &roots, vec!["n0".into(), "n1".into()]);
-        assert_eq!((roll.len(), roll.host(2), roll.name(2)), (3, "n1", "rank 2".to_string()));
+        assert_eq!(
+            (roll.len(), roll.host(Gid(2)), roll.name(Gid(2))),
+            (3, "n1", "rank 2".to_string())
+        );
         let cmd =
             SpawnCmd { exe: "./c".into(), args: vec![], nprocs: 2, info: vec![], env: vec![] };
         let request = SpawnRequest { cmds: vec![cmd], preput: vec![] };
         assert_eq!(roll.add_spawned(&[NodeId(1), NodeId(1)], &request), (1, 3));
         assert!(roll.node_busy(NodeId(1)) && !roll.node_busy(NodeId(2)));
-        assert_eq!(roll.name(4), "rank 1 of spawned job 1");
-        assert!(roll.contains(4) && !roll.contains(5));
+        assert_eq!(roll.name(Gid(4)), "rank 1 of spawned job 1");
+        assert!(roll.contains(Gid(4)) && !roll.contains(Gid(5)));
         let used = RankUsage::default();
-        assert!(roll.record(4, 77, ExitOutcome::Exited(3), used, false));
-        assert!(!roll.record(9, 1, ExitOutcome::Exited(0), used, false));
-        assert!(roll.record(1, 78, ExitOutcome::Signaled(nix::libc::SIGTERM), used, true));
-        assert!(roll.record(2, 79, ExitOutcome::Signaled(nix::libc::SIGSEGV), used, true));
-        assert_eq!(roll.failures(), (vec![2, 4], 1), "a crash in the teardown is its own");
+        assert!(roll.record(Gid(4), 77, ExitOutcome::Exited(3), used, false));
+        assert!(!roll.record(Gid(9), 1, ExitOutcome::Exited(0), used, false));
+        assert!(roll.record(Gid(1), 78, ExitOutcome::Signaled(nix::libc::SIGTERM), used, true));
+        assert!(roll.record(Gid(2), 79, ExitOutcome::Signaled(nix::libc::SIGSEGV), used, true));
+        assert_eq!(
+            roll.failures(),
+            (vec![Gid(2), Gid(4)], 1),
+            "a crash in the teardown is its own"
+        );
         let lines = roll.all_outcomes();
         assert_eq!(lines[4], "rank 1 of spawned job 1 (pid 77 on n1) exited with code 3");
         assert_eq!(lines[0], "rank 0 (on n0) did not report an exit");
-        assert!(roll.record(0, 0, ExitOutcome::SpawnFailed { errno: 2 }, used, false));
-        assert_eq!(roll.failures(), (vec![2, 4], 1), "a rank that never ran is not tabled");
+        assert!(roll.record(Gid(0), 0, ExitOutcome::SpawnFailed { errno: 2 }, used, false));
+        assert_eq!(
+            roll.failures(),
+            (vec![Gid(2), Gid(4)], 1),
+            "a rank that never ran is not tabled"
+        );
     }
 
     #[test]
@@ -384,9 +396,9 @@ mod tests {
         let mut roll = Roll::new(&job(), &roots, vec!["n0".into()]);
         let torch = br#"{"message": {"message": "ValueError: no\nmore", "extraInfo":
             {"py_callstack": "Traceback (most recent call last): ...", "timestamp": "1"}}}"#;
-        roll.set_error(1, torch);
-        roll.set_error(2, b"not json");
-        let line = roll.describe(1, 42, ExitOutcome::Exited(1));
+        roll.set_error(Gid(1), torch);
+        roll.set_error(Gid(2), b"not json");
+        let line = roll.describe(Gid(1), 42, ExitOutcome::Exited(1));
         assert_eq!(line, "rank 1 (pid 42 on n0) exited with code 1: ValueError: no");
         let plain = RankError::parse(br#"{"message": "it broke"}"#).unwrap();
         assert_eq!((plain.message.as_str(), plain.traceback), ("it broke", None));
@@ -400,9 +412,9 @@ mod tests {
     fn ranks_that_never_ran_say_why() {
         let roots = [node(0, &[(0, 0), (1, 1), (2, 1)], vec![])];
         let roll = Roll::new(&job(), &roots, vec!["n0".into()]);
-        let missing = roll.describe(1, 0, ExitOutcome::SpawnFailed { errno: 2 });
+        let missing = roll.describe(Gid(1), 0, ExitOutcome::SpawnFailed { errno: 2 });
         assert_eq!(missing, "cannot start ./b on n0: No such file or directory");
-        let nowdir = roll.describe(0, 0, ExitOutcome::NoWorkdir { errno: 2 });
+        let nowdir = roll.describe(Gid(0), 0, ExitOutcome::NoWorkdir { errno: 2 });
         assert_eq!(
             nowdir,
             "cannot start rank 0 on n0: working directory /w: No such file or directory"

@@ -43,7 +43,7 @@ pub(super) struct Spawns {
 
 /// A spawned job before every node of it has started its ranks.
 struct Pending {
-    parent: u32,
+    parent: Gid,
     tag: Option<String>,
     kvsname: String,
     /// The nodes still to say.
@@ -55,7 +55,7 @@ struct Pending {
 impl Root {
     /// A rank asked for a new job: give it ids and a kvsname, place its ranks and have their
     /// nodes start them. Its ranks count for the run's outcome like any other.
-    pub(super) fn spawn(&mut self, parent: u32, tag: Option<String>, request: SpawnRequest) {
+    pub(super) fn spawn(&mut self, parent: Gid, tag: Option<String>, request: SpawnRequest) {
         if self.roll.node(parent).is_none() {
             return;
         }
@@ -235,12 +235,11 @@ impl Root {
 
     /// The spawn of rank `parent` does not happen, for `reason`: the rank hears so (its
     /// MPI_Comm_spawn fails) and so does the user.
-    fn refuse_spawn(&mut self, parent: u32, tag: Option<String>, reason: String) {
+    fn refuse_spawn(&mut self, parent: Gid, tag: Option<String>, reason: String) {
         let who = self.roll.name(parent);
         eprintln!("rlaunch: note: the spawn of {who} failed: {reason}");
         let outcome = SpawnOutcome::Refused { reason };
-        self.children
-            .send_toward_rank(Gid(parent), Down::SpawnAnswer { rank: Gid(parent), tag, outcome });
+        self.children.send_toward_rank(parent, Down::SpawnAnswer { rank: parent, tag, outcome });
     }
 
     /// Node `node` started its ranks of spawned job `job`, or could not (`refused`).
@@ -260,8 +259,8 @@ impl Root {
             None => {
                 tracing::debug!(job, "spawned job started on every node");
                 let outcome = SpawnOutcome::Started { kvsname };
-                let down = Down::SpawnAnswer { rank: Gid(parent), tag, outcome };
-                self.children.send_toward_rank(Gid(parent), down);
+                let down = Down::SpawnAnswer { rank: parent, tag, outcome };
+                self.children.send_toward_rank(parent, down);
             }
         }
     }

@@ -79,7 +79,7 @@ async fn the_first_failing_rank_decides_and_a_clean_job_exits_0() {
     let mut failing = root(plan(3));
     failing.handle_up(ended(1, ExitOutcome::Exited(3)));
     failing.handle_up(ended(2, ExitOutcome::Signaled(9)));
-    assert!(matches!(failing.causes[0], Cause::RankFailed { rank: 1, pid: 101, .. }));
+    assert!(matches!(failing.causes[0], Cause::RankFailed { rank: Gid(1), pid: 101, .. }));
     assert_eq!(status(&failing), 3);
     assert!(failing.terminating, "the first failure starts the teardown");
 }
@@ -90,7 +90,7 @@ async fn a_rank_gone_before_it_joined_the_tracker_strands_the_workers_that_did()
     root.turnout = Some(crate::tracker::rabit::Turnout::new(3));
     root.tracker_news(crate::tracker::News::Started { rank: 0 });
     root.handle_up(ended(1, ExitOutcome::Exited(0)));
-    assert!(matches!(root.causes[0], Cause::TrackerAbsent { rank: 1 }), "{:?}", root.causes);
+    assert!(matches!(root.causes[0], Cause::TrackerAbsent { rank: Gid(1) }), "{:?}", root.causes);
     assert_eq!(status(&root), 255);
 }
 

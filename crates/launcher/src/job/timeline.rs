@@ -107,7 +107,7 @@ fn build(facts: &JobFacts, roll: &Roll, records: &[NodeRecord]) -> Trace {
         meta(pid, Some(0), "proxy".into(), 0);
     }
     for e in roll.entries().filter(|e| placed.iter().any(|p| p.record.node == e.node)) {
-        meta(e.node.0 + 1, Some(e.gid + 1), roll.name(e.gid), e.gid + 1);
+        meta(e.node.0 + 1, Some(e.gid.0 + 1), roll.name(e.gid), e.gid.0 + 1);
     }
     let mut spans = Vec::new();
     let mut span = |name: String, cat, pid, tid, from: Micros, to: Micros, args: Value| {
@@ -151,7 +151,7 @@ fn build(facts: &JobFacts, roll: &Roll, records: &[NodeRecord]) -> Trace {
     let seen = seen_ranks(&placed);
     let mut instants = Vec::new();
     for e in roll.entries() {
-        let (pid, tid) = (e.node.0 + 1, e.gid + 1);
+        let (pid, tid) = (e.node.0 + 1, e.gid.0 + 1);
         let offset = seen.get(&e.gid).map_or(0, |&(_, offset)| offset);
         let ours = |at: Micros| at.saturating_add_signed(-offset);
         if e.usage.started != 0 && e.usage.ended != 0 {

@@ -26,7 +26,7 @@ pub struct SpawnJob {
     /// Global id of the job's rank 0; rank r is `first: first + r` in every Up and Down frame.
     pub first: u32,
     /// The spawning rank (global id) and the thrid its answer echoes.
-    pub parent: u32,
+    pub parent: Gid,
     pub tag: Option<String>,
     pub request: SpawnRequest,
 }
