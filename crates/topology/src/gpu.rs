@@ -8,7 +8,7 @@ use std::io;
 use std::path::Path;
 
 use crate::cpulist;
-use crate::machine::{invalid, read_id, Machine};
+use crate::machine::{invalid, names_in, read_id, Machine};
 
 /// The GPU makers rlaunch knows, in the order their variables are set.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -106,14 +106,8 @@ const ACCELERATOR: i64 = 0x12;
 pub(crate) fn read_pci(root: &Path, machine: &Machine) -> io::Result<Vec<Gpu>> {
     let dir = root.join("sys/bus/pci/devices");
     let kfd = read_kfd(&root.join("sys/class/kfd/kfd/topology/nodes"))?;
-    let entries = match fs::read_dir(&dir) {
-        Ok(entries) => entries,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(e) => return Err(e),
-    };
     let mut gpus = Vec::new();
-    for entry in entries {
-        let name = entry?.file_name();
+    for name in names_in(&dir)? {
         let Some(pci) = name.to_str() else { continue };
         let device = dir.join(pci);
         let class = read_hex(&device.join("class"))?;
@@ -146,14 +140,8 @@ pub(crate) fn read_pci(root: &Path, machine: &Machine) -> io::Result<Vec<Gpu>> {
 /// `properties` has `domain` and `location_id` (bus << 8 | device << 3 | function); CPU
 /// nodes have a `gpu_id` of 0. Empty without the driver.
 fn read_kfd(dir: &Path) -> io::Result<Vec<(u32, String)>> {
-    let entries = match fs::read_dir(dir) {
-        Ok(entries) => entries,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(e) => return Err(e),
-    };
     let mut nodes = Vec::new();
-    for entry in entries {
-        let name = entry?.file_name();
+    for name in names_in(dir)? {
         let Some(node) = name.to_str().and_then(|n| n.parse::<u32>().ok()) else { continue };
         let at = dir.join(&name);
         if read_id(&at.join("gpu_id"))?.unwrap_or(0) == 0 {

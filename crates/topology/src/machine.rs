@@ -167,14 +167,8 @@ impl Machine {
 /// `node/nodeM/cpulist` for every NUMA node; empty when the kernel has no NUMA support
 /// (every CPU is then on node 0).
 fn read_numa_nodes(dir: &Path) -> io::Result<Vec<(u32, Vec<u32>)>> {
-    let entries = match fs::read_dir(dir) {
-        Ok(entries) => entries,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(e) => return Err(e),
-    };
     let mut nodes = Vec::new();
-    for entry in entries {
-        let name = entry?.file_name();
+    for name in names_in(dir)? {
         let Some(node) = name.to_str().and_then(|n| n.strip_prefix("node")?.parse().ok()) else {
             continue;
         };
@@ -205,6 +199,16 @@ fn read_l3(cache: &Path) -> io::Result<Option<i64>> {
         return Ok(cpus.first().map(|&c| i64::from(c)));
     }
     Ok(None)
+}
+
+/// The names in directory `dir`; none when it does not exist (a kernel without NUMA, a
+/// machine without a PCI bus or an AMD driver).
+pub(crate) fn names_in(dir: &Path) -> io::Result<Vec<std::ffi::OsString>> {
+    match fs::read_dir(dir) {
+        Ok(entries) => entries.map(|entry| entry.map(|e| e.file_name())).collect(),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(Vec::new()),
+        Err(e) => Err(e),
+    }
 }
 
 /// A number in a sysfs file; `None` when the file does not exist.
