@@ -106,6 +106,7 @@ const ACCELERATOR: i64 = 0x12;
 pub(crate) fn read_pci(root: &Path, machine: &Machine) -> io::Result<Vec<Gpu>> {
     let dir = root.join("sys/bus/pci/devices");
     let kfd = read_kfd(&root.join("sys/class/kfd/kfd/topology/nodes"))?;
+    let usable = machine.cpu_ids();
     let mut gpus = Vec::new();
     for name in names_in(&dir)? {
         let Some(pci) = name.to_str() else { continue };
@@ -119,7 +120,6 @@ pub(crate) fn read_pci(root: &Path, machine: &Machine) -> io::Result<Vec<Gpu>> {
         };
         let numa = read_id(&device.join("numa_node"))?.and_then(|n| u32::try_from(n).ok());
         let numa = numa.unwrap_or(0);
-        let usable = machine.cpu_ids();
         // Its local CPUs, else its NUMA node's; only the usable ones (none: near none of ours).
         let cpus = match fs::read_to_string(device.join("local_cpulist")) {
             Ok(text) => cpulist::parse(&text)
@@ -206,6 +206,9 @@ impl Visible {
     /// from 0 within the job's device cgroup.
     pub fn of(machine: &Machine, env: impl Fn(&str) -> Option<String>) -> Visible {
         let mut visible = Visible::default();
+        let job_gpus: Option<Vec<usize>> = env("SLURM_JOB_GPUS").and_then(|list| {
+            list.split(',').map(|i| i.trim().parse().ok()).collect::<Option<Vec<_>>>()
+        });
         for vendor in Vendor::ALL {
             let mut on_bus: Vec<&Gpu> =
                 machine.gpus.iter().filter(|g| g.vendor == vendor).collect();
@@ -232,9 +235,6 @@ impl Visible {
             }
             let entries: Vec<&str> =
                 given.split(',').map(str::trim).filter(|e| !e.is_empty()).collect();
-            let job_gpus: Option<Vec<usize>> = env("SLURM_JOB_GPUS").and_then(|list| {
-                list.split(',').map(|i| i.trim().parse().ok()).collect::<Option<Vec<_>>>()
-            });
             // Relative to a device cgroup: as many entries as the job's GPUs, counting from 0.
             let relative = job_gpus.as_ref().filter(|job| {
                 job.len() == entries.len()

@@ -102,12 +102,7 @@ impl Node {
             // The job ended while the ranks waited for their PMIx environments: they never
             // start, and are reported as never run (killed before they began).
             tracing::debug!("the node is going down: its held ranks do not start");
-            for rp in self.plan.ranks.clone() {
-                let outcome = rlaunch_protocol::ids::ExitOutcome::Signaled(nix::libc::SIGTERM);
-                let verdict = self.ranks.add_failed(Gid(rp.rank), 0, outcome, Vec::new());
-                let _ = self.up.control.send(verdict);
-            }
-            let _ = self.up.control.send(Up::Started { node: self.plan.index });
+            self.launched_never_run();
             return None;
         }
         let listener = if self.job.pmi_port { pmi::listen() } else { None };
@@ -132,15 +127,21 @@ impl Node {
                 let host = self.plan.host.clone();
                 tracing::debug!("the ranks do not fit here: {why}");
                 let _ = self.up.control.send(Up::Unplaceable { host, why });
-                for &JobRank { gid, .. } in ranks {
-                    let outcome = ExitOutcome::Signaled(nix::libc::SIGTERM);
-                    let verdict = self.ranks.add_failed(gid, 0, outcome, Vec::new());
-                    let _ = self.up.control.send(verdict);
-                }
-                let _ = self.up.control.send(Up::Started { node: self.plan.index });
+                self.launched_never_run();
                 None
             }
         }
+    }
+
+    /// The launched job's ranks here will never start: each is reported as never run
+    /// (killed before it began), and the node as started, so that the root can end.
+    fn launched_never_run(&mut self) {
+        for rp in self.plan.ranks.clone() {
+            let outcome = ExitOutcome::Signaled(nix::libc::SIGTERM);
+            let verdict = self.ranks.add_failed(Gid(rp.rank), 0, outcome, Vec::new());
+            let _ = self.up.control.send(verdict);
+        }
+        let _ = self.up.control.send(Up::Started { node: self.plan.index });
     }
 
     /// The launched job, this node's name, and its ranks as [`Node::batch`] takes them.

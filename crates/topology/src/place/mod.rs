@@ -8,7 +8,8 @@
 //!            UNIT: object i mod n of UNIT (round-robin);  ppr:N:UNIT: object i / N
 //!  binding   finer than (or as) the mapped object: the object's next `count` free ones
 //!            coarser: the one that holds the mapped object, and the next `count-1`
-//!  GPUs      the free GPUs whose local CPUs overlap the rank's most (ties: PCI order);
+//!  GPUs      the free GPUs whose local CPUs overlap the rank's most (ties: the runtime's
+//!            numbering, `gpu::Visible`);
 //!            an unbound rank counts as sitting on its share of the cores, in order
 //! ```
 
@@ -64,15 +65,34 @@ pub fn place(machine: &Machine, request: &Request, count: usize) -> Result<Place
         Some(ask) => gpus(ask, &spots, count)?,
         None => vec![Vec::new(); count],
     };
-    let places =
-        spots.into_iter().zip(gpus).map(|(spot, gpus)| Place { cpus: spot.cpus, gpus }).collect();
+    let places = spots
+        .into_iter()
+        .zip(gpus)
+        .map(|(spot, gpus)| Place { cpus: spot.into_cpus(), gpus })
+        .collect();
     Ok(Placed { places, notices })
 }
 
-/// Where a rank sits: the CPUs it is bound to, and those it counts as near.
-struct Spot {
-    cpus: Option<Vec<u32>>,
-    near: Vec<u32>,
+/// Where a rank sits: bound to CPUs, or not bound but counted as near some.
+enum Spot {
+    Bound(Vec<u32>),
+    Unbound { near: Vec<u32> },
+}
+
+impl Spot {
+    /// The CPUs its GPUs should be near: those it is bound to, or those it counts as near.
+    fn near(&self) -> &[u32] {
+        match self {
+            Spot::Bound(cpus) | Spot::Unbound { near: cpus } => cpus,
+        }
+    }
+
+    fn into_cpus(self) -> Option<Vec<u32>> {
+        match self {
+            Spot::Bound(cpus) => Some(cpus),
+            Spot::Unbound { .. } => None,
+        }
+    }
 }
 
 fn by_slot(
@@ -86,9 +106,10 @@ fn by_slot(
         let cores = machine.objects(CpuUnit::Core);
         return (0..count)
             .map(|i| {
+                // start < len, so the range holds at least one core.
                 let start = i * cores.len() / count;
-                let end = ((i + 1) * cores.len() / count).max(start + 1).min(cores.len());
-                Spot { cpus: None, near: cores[start.min(end - 1)..end].concat() }
+                let end = ((i + 1) * cores.len() / count).max(start + 1);
+                Spot::Unbound { near: cores[start..end].concat() }
             })
             .collect();
     };
@@ -97,12 +118,7 @@ fn by_slot(
     if count as u64 * each > objects.len() as u64 {
         notices.push(wraps(count, binding, objects.len()));
     }
-    (0..count)
-        .map(|i| {
-            let cpus = rank_cpus(&objects, binding.count, i);
-            Spot { near: cpus.clone(), cpus: Some(cpus) }
-        })
-        .collect()
+    (0..count).map(|i| Spot::Bound(rank_cpus(&objects, binding.count, i))).collect()
 }
 
 fn by_object(
@@ -130,7 +146,7 @@ fn by_object(
     };
     let Some(binding) = binding else {
         return Ok((0..count)
-            .map(|i| Spot { cpus: None, near: objects[object_of(i)].clone() })
+            .map(|i| Spot::Unbound { near: objects[object_of(i)].clone() })
             .collect());
     };
     let units = machine.objects(binding.unit);
@@ -177,7 +193,7 @@ fn by_object(
         let mut cpus: Vec<u32> = chosen.iter().flat_map(|&u| units[u].iter().copied()).collect();
         cpus.sort_unstable();
         cpus.dedup();
-        spots.push(Spot { near: cpus.clone(), cpus: Some(cpus) });
+        spots.push(Spot::Bound(cpus));
     }
     if wrapped {
         notices.push(format!(
@@ -218,7 +234,8 @@ fn gpus(ask: &GpuAsk, spots: &[Spot], count: usize) -> Result<Vec<Vec<usize>>, S
     let most = want.iter().copied().max().unwrap_or(0) as usize;
     // A map is the user's own sharing: only its entries are checked.
     let mapped = matches!(ask.bind, GpuBind::Map(_));
-    if !ask.share && !mapped && (total > have as u64 || most > have) {
+    // A rank's own count never exceeds the total: the total alone decides.
+    if !ask.share && !mapped && total > have as u64 {
         return Err(format!(
             "{} for {} but there are {} here (--gpu-share lets ranks share them)",
             ranks_ask(count),
@@ -254,7 +271,7 @@ fn gpus(ask: &GpuAsk, spots: &[Spot], count: usize) -> Result<Vec<Vec<usize>>, S
                     })
                     .min_by_key(|&g| {
                         let near = match &ask.visible.gpus[g].gpu {
-                            Some(gpu) => overlap(&gpu.cpus, &spots[i].near),
+                            Some(gpu) => overlap(&gpu.cpus, spots[i].near()),
                             None => 0,
                         };
                         (std::cmp::Reverse(near), users[g], g)
