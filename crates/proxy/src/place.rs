@@ -54,7 +54,6 @@ pub(crate) struct Placer {
     with_gpus: bool,
     /// The GPUs this proxy may hand out, from the machine and the allocation's variables.
     visible: Visible,
-    told_unreadable: bool,
     /// Every notice given so far: each goes out once.
     told: std::collections::HashSet<String>,
     /// Notices not yet sent to the launcher.
@@ -68,7 +67,6 @@ impl Placer {
             machine: None,
             with_gpus: false,
             visible: Visible::default(),
-            told_unreadable: false,
             told: Default::default(),
             notices: Vec::new(),
         }
@@ -104,10 +102,8 @@ impl Placer {
             Ok(machine) => machine,
             Err(why) if gpus => return Err(format!("{why}: cannot give its ranks GPUs")),
             Err(why) => {
-                if !std::mem::replace(&mut self.told_unreadable, true) {
-                    let why = why.clone();
-                    self.notice(&format!("{why}: ranks are not bound"));
-                }
+                let notice = format!("{why}: ranks are not bound");
+                self.tell(notice);
                 return Ok((0..count).map(|_| RankPlace::default()).collect());
             }
         };
@@ -138,11 +134,7 @@ impl Placer {
                 vars: if gpus { self.visible.vars(&p.gpus) } else { Vec::new() },
             })
             .collect();
-        for notice in placed.notices {
-            if self.told.insert(notice.clone()) {
-                self.notice(&notice);
-            }
-        }
+        placed.notices.into_iter().for_each(|notice| self.tell(notice));
         Ok(places)
     }
 
@@ -157,8 +149,11 @@ impl Placer {
         }
     }
 
-    fn notice(&mut self, what: &str) {
-        tracing::debug!(host = %self.host, "placement notice: {what}");
-        self.notices.push(what.to_string());
+    /// Queues `notice` for the launcher, unless it was given already.
+    fn tell(&mut self, notice: String) {
+        if self.told.insert(notice.clone()) {
+            tracing::debug!(host = %self.host, "placement notice: {notice}");
+            self.notices.push(notice);
+        }
     }
 }
