@@ -35,7 +35,7 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use rlaunch_protocol::ids::Stream;
+use rlaunch_protocol::ids::{Gid, Stream};
 use rlaunch_tree::credit::Debt;
 use rlaunch_tree::splice::{is_pipe, takes_splices, Direct, Spliced, Splicer, Stash, WriterState};
 use tokio::sync::{mpsc, watch};
@@ -110,20 +110,18 @@ impl OutputDir {
 pub(crate) enum Chunk {
     /// A rank is running; comes before any of its output.
     Started {
-        rank: u32,
+        rank: Gid,
         pid: u32,
-        #[expect(dead_code, reason = "output does not show CPU bindings yet")]
-        cpus: Option<String>,
     },
     Data {
-        rank: u32,
+        rank: Gid,
         stream: Stream,
         data: Vec<u8>,
         /// The room the chunk takes in its link's window, given back as it is taken.
         debt: Debt,
     },
     End {
-        rank: u32,
+        rank: Gid,
         stream: Stream,
     },
     /// Output of a rank, part of it in the stash (see `rlaunch_tree::splice`).
@@ -355,7 +353,7 @@ struct Lane {
 pub(crate) struct Writer {
     spec: OutputSpec,
     roster: Roster,
-    lanes: HashMap<(u32, Stream), Lane>,
+    lanes: HashMap<(Gid, Stream), Lane>,
     sinks: Sinks,
     /// Set with `--timestamp-output`.
     clock: Option<Clock>,
@@ -443,7 +441,7 @@ impl Writer {
         match chunk {
             Chunk::Data { rank, stream, data, debt: _debt } => self.take_data(rank, stream, data),
             Chunk::Spliced { output, debt: _debt } => self.take_spliced(output),
-            Chunk::Started { rank, pid, .. } => {
+            Chunk::Started { rank, pid } => {
                 if !self.lanes.contains_key(&(rank, Stream::Stdout)) {
                     self.open_lanes(rank, Some(pid));
                 }
@@ -461,17 +459,17 @@ impl Writer {
 
     /// Output is coming for `rank`'s `stream`: the progress line goes, and the lane is
     /// opened if the output came before the rank's start.
-    fn output_for(&mut self, rank: u32, stream: Stream) {
+    fn output_for(&mut self, rank: Gid, stream: Stream) {
         if let Some(bar) = self.progress.take() {
             bar.finish_and_clear();
         }
         if !self.lanes.contains_key(&(rank, stream)) {
-            tracing::debug!(rank, "output before the rank's start");
+            tracing::debug!(%rank, "output before the rank's start");
             self.open_lanes(rank, None);
         }
     }
 
-    fn take_data(&mut self, rank: u32, stream: Stream, data: Vec<u8>) {
+    fn take_data(&mut self, rank: Gid, stream: Stream, data: Vec<u8>) {
         if data.is_empty() {
             return;
         }
@@ -502,14 +500,13 @@ impl Writer {
     /// terminal.
     fn take_spliced(&mut self, output: Spliced) {
         let Spliced { rank, stream, head, stashed, whole, mut after, stash, .. } = output;
-        let rank = rank.0;
         self.take_data(rank, stream, head);
         self.output_for(rank, stream);
         let lane = self.lanes.get_mut(&(rank, stream)).expect("opened");
         if !lane.partial.is_empty() {
             // Not expected (the link reader knows where the lane's lines end); the line is
             // cut rather than put after the bytes that follow it.
-            tracing::debug!(rank, "spliced output after a line still open");
+            tracing::debug!(%rank, "spliced output after a line still open");
             let open = std::mem::take(&mut lane.partial);
             self.sinks.put(SinkId::terminal(stream), &[], &[], &[], &open);
         }
@@ -528,10 +525,10 @@ impl Writer {
     }
 
     /// Sets up both lanes of a process: expands its prefix and opens its files, once.
-    fn open_lanes(&mut self, gid: u32, pid: Option<u32>) {
+    fn open_lanes(&mut self, gid: Gid, pid: Option<u32>) {
         let place = self.roster.place(gid);
         let facts =
-            RankFacts { rank: gid, pid: pid.unwrap_or(0), host: place.host, jobid: place.jobid };
+            RankFacts { rank: gid.0, pid: pid.unwrap_or(0), host: place.host, jobid: place.jobid };
         for stream in [Stream::Stdout, Stream::Stderr] {
             let mut prefix = String::new();
             if self.spec.tag {

@@ -109,7 +109,7 @@ impl Root {
         // Before the proxies hear of it, so the writer knows the job before its first line.
         let _ = self.spawned_jobs.send(SpawnedJob {
             job,
-            first,
+            first: Gid(first),
             size: spawn.size(),
             hosts: spawn.nodes.iter().map(|(_, h)| h.clone()).collect(),
             rank_node: spawn.rank_node.clone(),

@@ -121,7 +121,7 @@ pub(super) async fn route(
 ) -> bool {
     match event {
         LinkEvent::Output { rank, stream, data, debt } => {
-            output.send(Chunk::Data { rank: rank.0, stream, data, debt })
+            output.send(Chunk::Data { rank, stream, data, debt })
         }
         // All of it already in the sink: its room goes back now.
         LinkEvent::Spliced { output: spliced, .. } if !spliced.for_writer() => true,
@@ -130,14 +130,12 @@ pub(super) async fn route(
         }
         LinkEvent::Up(Up::RankStarted { rank, pid, cpus, gpus }) => {
             if report_bindings {
-                let up = Up::RankStarted { rank, pid, cpus: cpus.clone(), gpus };
+                let up = Up::RankStarted { rank, pid, cpus, gpus };
                 let _ = events.send(Event { child, event: LinkEvent::Up(up) });
             }
-            output.send(Chunk::Started { rank: rank.0, pid, cpus })
+            output.send(Chunk::Started { rank, pid })
         }
-        LinkEvent::Up(Up::OutputEnd { rank, stream }) => {
-            output.send(Chunk::End { rank: rank.0, stream })
-        }
+        LinkEvent::Up(Up::OutputEnd { rank, stream }) => output.send(Chunk::End { rank, stream }),
         event => events.send(Event { child, event }).is_ok(),
     }
 }

@@ -3,13 +3,15 @@
 
 use std::sync::mpsc;
 
+use rlaunch_protocol::ids::Gid;
+
 /// A job a rank spawned, as the root tells the writer.
 #[derive(Debug, Clone)]
 pub(crate) struct SpawnedJob {
     /// Index of the job (the launched job is 0).
     pub job: u32,
     /// Global id of its rank 0.
-    pub first: u32,
+    pub first: Gid,
     pub size: u32,
     /// The hosts of its nodes, and each rank's (an index into `hosts`).
     pub hosts: Vec<String>,
@@ -53,22 +55,22 @@ impl Roster {
     }
 
     /// The place of the process with global id `gid`.
-    pub(crate) fn place(&mut self, gid: u32) -> Place<'_> {
+    pub(crate) fn place(&mut self, Gid(gid): Gid) -> Place<'_> {
         let size = self.rank_node.len() as u32;
         if gid < size {
             let host = &self.node_hosts[self.rank_node[gid as usize] as usize];
             return Place { job: 0, rank: gid, size, host, jobid: &self.jobid };
         }
-        let holds = |j: &SpawnedJob| (j.first..j.first + j.size).contains(&gid);
+        let holds = |j: &SpawnedJob| (j.first.0..j.first.0 + j.size).contains(&gid);
         if !self.spawned.iter().any(holds) {
             self.spawned.extend(self.news.try_iter());
         }
         match self.spawned.iter().find(|j| holds(j)) {
             Some(j) => Place {
                 job: j.job,
-                rank: gid - j.first,
+                rank: gid - j.first.0,
                 size: j.size,
-                host: &j.hosts[j.rank_node[(gid - j.first) as usize] as usize],
+                host: &j.hosts[j.rank_node[(gid - j.first.0) as usize] as usize],
                 jobid: &j.jobid,
             },
             None => {
@@ -87,13 +89,20 @@ mod tests {
     fn launched_and_spawned_ranks_are_placed() {
         let (tx, rx) = mpsc::channel();
         let mut roster = Roster::new("j".into(), vec!["a".into(), "b".into()], vec![0, 0, 1], rx);
-        let p = roster.place(2);
+        let p = roster.place(Gid(2));
         assert_eq!((p.job, p.rank, p.size, p.host, p.jobid), (0, 2, 3, "b", "j"));
         let (hosts, rank_node) = (vec!["a".into(), "c".into()], vec![0, 1]);
-        tx.send(SpawnedJob { job: 1, first: 3, size: 2, hosts, rank_node, jobid: "j_1".into() })
-            .unwrap();
-        let p = roster.place(4);
+        tx.send(SpawnedJob {
+            job: 1,
+            first: Gid(3),
+            size: 2,
+            hosts,
+            rank_node,
+            jobid: "j_1".into(),
+        })
+        .unwrap();
+        let p = roster.place(Gid(4));
         assert_eq!((p.job, p.rank, p.size, p.host, p.jobid), (1, 1, 2, "c", "j_1"));
-        assert_eq!(roster.place(9).host, "unknown");
+        assert_eq!(roster.place(Gid(9)).host, "unknown");
     }
 }
