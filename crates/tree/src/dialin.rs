@@ -11,7 +11,6 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use rlaunch_protocol::io::FrameReader;
 use tokio::sync::mpsc;
 
 use crate::link::{self, Greeting, ProxyProcess};
@@ -109,19 +108,8 @@ async fn admit(stream: tokio::net::TcpStream, secret: &Secret) -> Result<Dialed,
     stream.set_nodelay(true).map_err(|e| e.to_string())?;
     let (r, w) = stream.into_split();
     let link = secure::accept(r, w, secret, HANDSHAKE_WAIT).await.map_err(|e| e.to_string())?;
-    let mut from_child = FrameReader::new(Box::new(link.reader) as link::LinkRead);
-    let greeting = link::read_greeting(&mut from_child).await.map_err(|e| e.to_string())?;
-    let process = ProxyProcess {
-        pid: -1,
-        from_child,
-        greeted: None,
-        to_child: Box::new(link.writer),
-        stderr: None,
-        what: "its proxy".to_string(),
-        launched: false,
-        // Encrypted: read, never spliced.
-        plain: None,
-        splice: None,
-    };
+    // Encrypted: read, never spliced.
+    let mut process = ProxyProcess::over(Box::new(link.reader), Box::new(link.writer));
+    let greeting = link::read_greeting(&mut process.from_child).await.map_err(|e| e.to_string())?;
     Ok(Dialed { process, greeting })
 }

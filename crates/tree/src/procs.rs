@@ -87,7 +87,13 @@ pub fn signal_group(pgid: i32, sig: Signal) {
     }
 }
 
+/// Sends `sig` to process `pid`, ignoring one that is already gone. A pid of 0 or less
+/// (a child with no process of its own) is nobody's: kill(2) would take it for a group or
+/// for every process.
 pub fn signal_pid(pid: i32, sig: Signal) {
+    if pid <= 0 {
+        return tracing::debug!(pid, %sig, "no process to signal");
+    }
     match kill(Pid::from_raw(pid), sig) {
         Ok(()) | Err(Errno::ESRCH) => {}
         Err(e) => tracing::debug!("kill({pid}, {sig}) failed: {e}"),

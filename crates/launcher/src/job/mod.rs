@@ -13,8 +13,10 @@
 //! [`Children`]; a fence is the proxies' [`FenceFold`]. Here: [`start`] (the top proxies),
 //! [`dial`] (proxies that call back), [`roll`] (every process of the run), [`cause`] (why
 //! the job ends, and its exit status), [`ending`] (the teardown and the last word),
-//! [`names`] (publish and lookup), [`spawn`], [`signals`].
+//! [`names`] (publish and lookup), [`spawn`], [`signals`]. The loop runs in a [`World`]: this
+//! process's in [`run`], one of in-memory links in a test.
 
+mod bindings;
 mod cause;
 mod deadline;
 mod dial;
@@ -30,6 +32,7 @@ mod start;
 #[cfg(test)]
 mod tests;
 mod timeline;
+mod world;
 
 use rlaunch_protocol::ids::{Gid, NodeId};
 use std::collections::{BTreeSet, HashMap, HashSet};
@@ -37,7 +40,6 @@ use std::ffi::OsString;
 use std::io;
 use std::time::Duration;
 
-use nix::sys::signal::Signal;
 use rlaunch_protocol::control::{
     DmodexAnswer, DmodexData, Down, Job, NameOp, NodePlan, StdinTarget, Up,
 };
@@ -56,16 +58,15 @@ pub(crate) use dial::reaching;
 pub use dial::DialPlan;
 use names::{Asker, Names};
 use report::OutFile;
-use rlaunch_protocol::record::{GpuUse, Micros};
+use rlaunch_protocol::record::Micros;
 use roll::Roll;
-use signals::{Forwarded, ForwardedSignals};
+use signals::Forwarded;
 pub use start::fork_local_proxies;
 use start::route;
+use world::World;
 
 /// Stdin chunks in flight (sent, not yet written into every target rank).
 const STDIN_WINDOW: usize = 8;
-/// A second Ctrl-C within this time kills the job.
-const DOUBLE_INTERRUPT: Duration = Duration::from_secs(5);
 /// After the kill grace, how long proxies get to report before rlaunch kills them.
 const PROXY_GRACE: Duration = Duration::from_secs(5);
 /// After the kill grace of a job that failed, how long its output may take to be written
@@ -239,9 +240,16 @@ impl Root {
     }
 }
 
-/// Runs the job to the end; returns rlaunch's exit status.
+/// Runs the job to the end in this process's world; returns rlaunch's exit status.
 pub async fn run(mut plan: Plan) -> i32 {
     procs::become_subreaper();
+    let world = World::of_this_process(&mut plan);
+    run_in(plan, world).await
+}
+
+/// Runs the job to the end in `world`; returns rlaunch's exit status.
+async fn run_in(mut plan: Plan, world: World) -> i32 {
+    let World { start, signals: mut forwarded, mut stdin, mut sigchld } = world;
     let (events_tx, mut events) = mpsc::unbounded_channel();
 
     let (drop_output, dropped) = watch::channel(false);
@@ -260,10 +268,6 @@ pub async fn run(mut plan: Plan) -> i32 {
     writer.clear_first(progress.as_ref().map(|p| p.handle()));
     let writer = std::thread::spawn(move || writer.run(output_rx));
 
-    let mut sigchld = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::child())
-        .expect("SIGCHLD handler");
-    let mut forwarded = ForwardedSignals::new();
-
     let mut root = Root::new(plan, progress, drop_output, spawned_jobs);
     let (tracker_news_tx, mut tracker_news) = mpsc::unbounded_channel();
     let tracker = root.plan.tracker.take().map(|listener| {
@@ -273,11 +277,12 @@ pub async fn run(mut plan: Plan) -> i32 {
         tokio::spawn(crate::tracker::serve(listener, workers, tracker_news_tx, ending))
     });
     let (dialed_tx, mut dialed) = mpsc::unbounded_channel();
-    root.start_proxies(&events_tx, &output_tx, dialed_tx);
-    // A proxy forked in main starts its ranks at once, and may be gone before the SIGCHLD
-    // handler above existed: its signal is lost, but its zombie is still there to reap.
-    root.reap();
-    let mut stdin = if root.stdin.open { stdin::start() } else { None };
+    root.start_proxies(start, &events_tx, &output_tx, dialed_tx);
+    if sigchld.is_some() {
+        // A proxy forked in main starts its ranks at once, and may be gone before the SIGCHLD
+        // handler existed: its signal is lost, but its zombie is still there to reap.
+        root.reap();
+    }
     if stdin.is_none() && root.stdin.open {
         root.stdin.open = false;
         root.children.broadcast(&Down::StdinEof);
@@ -303,8 +308,8 @@ pub async fn run(mut plan: Plan) -> i32 {
                 OutputEvent::FileFailed(failure) => root.fail(Cause::OutputFile(failure)),
             },
             chunk = stdin::next(&mut stdin), if stdin_ready => root.stdin_chunk(chunk),
-            _ = sigchld.recv() => root.reap(),
-            sig = forwarded.recv() => root.on_signal(sig),
+            Some(()) = child_ended(&mut sigchld) => root.reap(),
+            Some(sig) = forwarded.recv() => root.on_signal(sig),
             _ = sleep_until(next.map(|(at, _)| at)), if next.is_some() => {
                 let writer_behind = output_tx.writer_behind();
                 root.on_deadline(next.expect("a deadline").1, writer_behind);
@@ -337,8 +342,18 @@ pub async fn run(mut plan: Plan) -> i32 {
     if let Some(sig) = root.forwarded.take() {
         root.causes.push(Cause::Forwarded(sig));
     }
-    procs::kill_descendants(&HashSet::new());
+    if sigchld.is_some() {
+        procs::kill_descendants(&HashSet::new());
+    }
     root.report()
+}
+
+/// The next SIGCHLD; never, in a world without processes.
+async fn child_ended(sigchld: &mut Option<tokio::signal::unix::Signal>) -> Option<()> {
+    match sigchld {
+        Some(sigchld) => sigchld.recv().await,
+        None => std::future::pending().await,
+    }
 }
 
 async fn sleep_until(at: Option<Instant>) {
@@ -490,29 +505,6 @@ impl Root {
         }
     }
 
-    /// `--report-bindings`: one line per rank as it starts (route sends RankStarted here
-    /// only then).
-    fn report_binding(&self, rank: Gid, pid: u32, cpus: Option<String>, gpus: Option<Vec<GpuUse>>) {
-        if !self.roll.contains(rank) {
-            tracing::warn!(%rank, "start report for an unknown rank");
-            return;
-        }
-        let bound = match cpus {
-            Some(cpus) => format!("bound to cpus {cpus}"),
-            None => "not bound".to_string(),
-        };
-        let gpus = match gpus.as_deref() {
-            None => String::new(),
-            Some([]) => ", no GPU".to_string(),
-            Some(gpus) => {
-                let each: Vec<String> = gpus.iter().map(describe_gpu).collect();
-                format!(", {} {}", if gpus.len() == 1 { "GPU" } else { "GPUs" }, each.join(", "))
-            }
-        };
-        let (who, host) = (self.roll.name(rank), self.roll.host(rank));
-        eprintln!("rlaunch: {who} on {host} (pid {pid}) {bound}{gpus}");
-    }
-
     /// Once every live top proxy is in the launched job's PMIx fence, every node's data goes
     /// down in parts.
     fn pmix_fence_step(&mut self) {
@@ -575,34 +567,6 @@ impl Root {
         Duration::from_millis(self.plan.job.kill_grace_ms)
     }
 
-    fn on_signal(&mut self, sig: Signal) {
-        tracing::debug!(%sig, "signal");
-        self.forwarded.sent(sig, Instant::now());
-        match sig {
-            Signal::SIGINT => {
-                let now = Instant::now();
-                if self.last_interrupt.is_some_and(|t| now - t < DOUBLE_INTERRUPT) {
-                    eprintln!("rlaunch: interrupted again; killing the job");
-                    self.causes.push(Cause::Interrupted);
-                    self.terminate(Duration::ZERO, Duration::ZERO, false);
-                    return;
-                }
-                self.last_interrupt = Some(now);
-                self.children.broadcast(&Down::Signal { signo: sig as i32 });
-            }
-            Signal::SIGTSTP => {
-                self.children.broadcast(&Down::Signal { signo: sig as i32 });
-                // Stop ourselves too, as the shell expects (SIGCONT resumes us and the ranks),
-                // once the link pumps have had the moment they need to write the signal down.
-                tokio::spawn(async {
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                    let _ = nix::sys::signal::raise(Signal::SIGSTOP);
-                });
-            }
-            _ => self.children.broadcast(&Down::Signal { signo: sig as i32 }),
-        }
-    }
-
     fn stdin_chunk(&mut self, chunk: Option<Vec<u8>>) {
         match chunk {
             Some(data) => {
@@ -634,13 +598,5 @@ impl Root {
             }
         }
         self.dmodex_unanswerable();
-    }
-}
-
-/// A GPU as `--report-bindings` names it: `4 (amd 0000:d1:00.0, NUMA 0)`.
-fn describe_gpu(gpu: &GpuUse) -> String {
-    match (&gpu.pci, gpu.numa) {
-        (Some(pci), Some(numa)) => format!("{} ({} {pci}, NUMA {numa})", gpu.entry, gpu.vendor),
-        _ => format!("{} ({})", gpu.entry, gpu.vendor),
     }
 }

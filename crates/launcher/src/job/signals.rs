@@ -8,6 +8,13 @@ use rlaunch_protocol::ids::ExitOutcome;
 use tokio::signal::unix::{signal, SignalKind};
 use tokio::time::Instant;
 
+use super::cause::Cause;
+use super::Root;
+use rlaunch_protocol::control::Down;
+
+/// A second Ctrl-C within this time kills the job.
+const DOUBLE_INTERRUPT: Duration = Duration::from_secs(5);
+
 pub(crate) struct ForwardedSignals {
     streams: Vec<(Signal, tokio::signal::unix::Signal)>,
 }
@@ -45,6 +52,9 @@ impl ForwardedSignals {
     }
 }
 
+/// How late, past the grace, the news of a death by the forwarded signal is still its.
+const LATE_NEWS: Duration = Duration::from_secs(30);
+
 /// After rlaunch forwards a signal that may end the ranks (INT, TERM, HUP, QUIT, USR1,
 /// USR2), the ends it causes are its doing, not the ranks': for `--kill-grace` after the
 /// signal they are held rather than taken as the job's failure, so that one rank's quick exit
@@ -52,9 +62,6 @@ impl ForwardedSignals {
 /// shell's trap). Only ends the signal explains are held: killed by it, or (INT, TERM, HUP,
 /// QUIT) a non-zero exit, as a handler's; a segfault is a segfault. Pure: the caller brings
 /// the clock.
-/// How late, past the grace, the news of a death by the forwarded signal is still its.
-const LATE_NEWS: Duration = Duration::from_secs(30);
-
 #[derive(Debug, Default)]
 pub(crate) struct Forwarded {
     /// The last such signal and when it was forwarded.
@@ -109,6 +116,38 @@ impl Forwarded {
     /// The signal the held ends are blamed on, if any are held; they are acted on now.
     pub(crate) fn take(&mut self) -> Option<Signal> {
         self.held.take().map(|(sig, _)| sig)
+    }
+}
+
+impl Root {
+    /// A signal came to rlaunch: forwarded to the ranks; a second Ctrl-C within
+    /// [`DOUBLE_INTERRUPT`] kills the job, and Ctrl-Z stops rlaunch too.
+    pub(super) fn on_signal(&mut self, sig: Signal) {
+        tracing::debug!(%sig, "signal");
+        self.forwarded.sent(sig, Instant::now());
+        match sig {
+            Signal::SIGINT => {
+                let now = Instant::now();
+                if self.last_interrupt.is_some_and(|t| now - t < DOUBLE_INTERRUPT) {
+                    eprintln!("rlaunch: interrupted again; killing the job");
+                    self.causes.push(Cause::Interrupted);
+                    self.terminate(Duration::ZERO, Duration::ZERO, false);
+                    return;
+                }
+                self.last_interrupt = Some(now);
+                self.children.broadcast(&Down::Signal { signo: sig as i32 });
+            }
+            Signal::SIGTSTP => {
+                self.children.broadcast(&Down::Signal { signo: sig as i32 });
+                // Stop ourselves too, as the shell expects (SIGCONT resumes us and the ranks),
+                // once the link pumps have had the moment they need to write the signal down.
+                tokio::spawn(async {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    let _ = nix::sys::signal::raise(Signal::SIGSTOP);
+                });
+            }
+            _ => self.children.broadcast(&Down::Signal { signo: sig as i32 }),
+        }
     }
 }
 

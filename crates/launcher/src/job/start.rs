@@ -7,11 +7,12 @@ use rlaunch_protocol::control::{NodePlan, Up};
 use rlaunch_tree::children::{Children, Lost};
 use rlaunch_tree::credit;
 use rlaunch_tree::dialin::Dialed;
-use rlaunch_tree::link::{self, LinkEvent, ProxyProcess};
+use rlaunch_tree::link::{self, LinkEvent};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use super::cause::Cause;
+use super::world::StartProxy;
 use super::{dial, Event, Plan, Root};
 use crate::output::{Chunk, Feed};
 
@@ -41,8 +42,11 @@ pub fn fork_local_proxies(plan: &mut Plan) {
 }
 
 impl Root {
+    /// Starts the top proxies, each by `start`, their links delivering to `events` and
+    /// `output`; a scheduler's launcher, if the plan has one, with proxies dialing back.
     pub(super) fn start_proxies(
         &mut self,
+        mut start: StartProxy,
         events: &mpsc::UnboundedSender<Event>,
         output: &Feed,
         dialed: mpsc::UnboundedSender<Dialed>,
@@ -50,27 +54,16 @@ impl Root {
         let report = self.plan.report_bindings;
         self.links = Some((events.clone(), output.clone()));
         let splicer = output.splicer();
-        let plan = &mut self.plan;
-        let dialing = plan.dial.is_some();
         let (children, lost) = Children::start(
-            &plan.job,
-            &plan.roots,
+            &self.plan.job,
+            &self.plan.roots,
             credit::ROOT_BUDGET,
             |index, node| {
-                let process = match plan.forked.get_mut(index).and_then(Option::take) {
-                    _ if dialing => return Ok(None),
-                    Some(forked) => forked.and_then(ProxyProcess::forked),
-                    None => link::spawn_proxy(
-                        &plan.job.bootstrap,
-                        &node.host,
-                        node.fork,
-                        &plan.proxy_exe,
-                    ),
-                };
-                Ok(Some(match &splicer {
-                    Some(splicer) => process?.splice_output(splicer),
-                    None => process?,
-                }))
+                let process = start(index, node)?;
+                Ok(match &splicer {
+                    Some(splicer) => process.map(|p| p.splice_output(splicer)),
+                    None => process,
+                })
             },
             |child| {
                 let (output, events) = (output.clone(), events.clone());

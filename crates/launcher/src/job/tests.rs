@@ -5,13 +5,22 @@
 use rlaunch_protocol::ids::Gid;
 use std::time::Duration;
 
-use rlaunch_protocol::control::{RankPlan, Segment};
-use rlaunch_protocol::ids::ExitOutcome;
+use nix::sys::signal::Signal;
+use rlaunch_protocol::control::{DownFrame, LinkUp, RankPlan, Segment};
+use rlaunch_protocol::ids::{ExitOutcome, Stream};
+use rlaunch_protocol::io::FrameReader;
+use rlaunch_protocol::record::NodeRecord;
+use rlaunch_tree::link::{pump, ProxyProcess};
 
 use super::*;
 
 /// A job of `size` ranks, all on one forked node, nothing started.
 fn plan(size: u32) -> Plan {
+    plan_of(&[size])
+}
+
+/// A job with `ranks[i]` ranks on node `i` (host `n{i}`), ranks numbered node by node.
+fn plan_of(ranks: &[u32]) -> Plan {
     let segment = Segment {
         exe: b"./a".to_vec(),
         args: vec![],
@@ -19,20 +28,26 @@ fn plan(size: u32) -> Plan {
         env: vec![],
         wdir: b"/w".to_vec(),
     };
+    let size = ranks.iter().sum();
     let job = Job::simple("j", size, vec![segment]);
-    let ranks = (0..size).map(|rank| RankPlan { rank, segment: 0 }).collect();
-    let node = NodePlan {
-        index: rlaunch_protocol::ids::NodeId(0),
-        host: "n0".into(),
-        fork: true,
-        ranks,
-        children: vec![],
-    };
+    let (mut roots, mut rank_node, mut first) = (Vec::new(), Vec::new(), 0);
+    for (index, &count) in ranks.iter().enumerate() {
+        let ranks = (first..first + count).map(|rank| RankPlan { rank, segment: 0 }).collect();
+        roots.push(NodePlan {
+            index: rlaunch_protocol::ids::NodeId(index as u32),
+            host: format!("n{index}"),
+            fork: true,
+            ranks,
+            children: vec![],
+        });
+        rank_node.resize(rank_node.len() + count as usize, index as u32);
+        first += count;
+    }
     Plan {
         job,
-        roots: vec![node],
-        node_hosts: vec!["n0".into()],
-        rank_node: vec![0; size as usize],
+        node_hosts: roots.iter().map(|r| r.host.clone()).collect(),
+        roots,
+        rank_node,
         proxy_exe: "rlaunch-proxy".into(),
         output: OutputSpec::default(),
         print_all_exit_codes: false,
@@ -121,4 +136,243 @@ async fn the_earliest_deadline_is_next_and_the_timeout_ends_the_job() {
     assert_eq!(status(&root), 124);
     // The teardown's own deadlines come next; the timeout is spent.
     assert!(root.next_deadline().is_none_or(|(_, next)| next != deadline::Deadline::Timeout));
+}
+
+/// A proxy in memory: it reads what the Root sends down its link and answers as a proxy
+/// would, as a test script says.
+struct FakeProxy {
+    down: FrameReader<tokio::io::ReadHalf<tokio::io::DuplexStream>>,
+    said_hello: bool,
+    up: mpsc::UnboundedSender<Up>,
+}
+
+impl FakeProxy {
+    /// A proxy for `host` that has greeted, and the Root's end of its link.
+    fn new(host: &str) -> (FakeProxy, ProxyProcess) {
+        let (ours, theirs) = tokio::io::duplex(1 << 20);
+        let (read, write) = tokio::io::split(ours);
+        let process = ProxyProcess::over(Box::new(read), Box::new(write));
+        let (read, mut write) = tokio::io::split(theirs);
+        let (up, mut up_rx) = mpsc::unbounded_channel();
+        let (link, mut link_rx) = mpsc::unbounded_channel();
+        link.send(LinkUp::Greeting { host: host.to_string(), pid: 4242 }).expect("open");
+        tokio::spawn(async move {
+            let _link = link;
+            let _ = pump(&mut write, true, &mut link_rx, &mut up_rx, None, None).await;
+            // The proxy is gone: the Root reads the end of its link.
+            let _ = tokio::io::AsyncWriteExt::shutdown(&mut write).await;
+        });
+        (FakeProxy { down: FrameReader::new(read), said_hello: false, up }, process)
+    }
+
+    /// The next of the job's messages down its link (the link's own, pings and clock
+    /// probes, are the tree's business: skipped).
+    async fn next(&mut self) -> Down {
+        if !std::mem::replace(&mut self.said_hello, true) {
+            self.down.read_hello().await.expect("the Root's hello");
+        }
+        loop {
+            match self.down.next::<DownFrame>().await.expect("a frame") {
+                Some(DownFrame::Job(down)) => return down,
+                Some(DownFrame::Link(_)) => continue,
+                None => panic!("the Root closed the link"),
+            }
+        }
+    }
+
+    fn send(&self, up: Up) {
+        self.up.send(up).expect("its link is open");
+    }
+
+    /// Its launch came, with its node's plan: returns the node.
+    async fn launched(&mut self, host: &str) -> NodeId {
+        match self.next().await {
+            Down::Launch(launch) => {
+                assert_eq!(launch.node.host, host);
+                launch.node.index
+            }
+            other => panic!("expected the launch, got {other:?}"),
+        }
+    }
+
+    /// Its subtree is finished: says so and closes its link.
+    fn done(self, node: NodeId) {
+        let record = Box::new(NodeRecord { node, ..Default::default() });
+        self.send(Up::NodeDone { node, record });
+    }
+}
+
+/// What a test sends the Root as this process's world would: signals, and stdin's chunks
+/// (`None`: its end).
+struct Outside {
+    signals: mpsc::UnboundedSender<Signal>,
+    stdin: mpsc::Sender<Option<Vec<u8>>>,
+}
+
+/// A world of in-memory proxies, one per top node: the Root's ends go to the Root, the
+/// proxies' ends to the test, with the signals and stdin it sends.
+fn world(hosts: &[&str]) -> (World, Vec<FakeProxy>, Outside) {
+    let (fakes, mut links): (Vec<_>, Vec<_>) =
+        hosts.iter().map(|h| FakeProxy::new(h)).map(|(f, p)| (f, Some(p))).unzip();
+    let start: world::StartProxy = Box::new(move |index, _| Ok(links[index].take()));
+    let (signals_tx, signals) = mpsc::unbounded_channel();
+    let (stdin_tx, stdin) = mpsc::channel(1);
+    let outside = Outside { signals: signals_tx, stdin: stdin_tx };
+    (World { start, signals, stdin: Some(stdin), sigchld: None }, fakes, outside)
+}
+
+/// A directory of a test's own, removed at its end.
+struct Scratch(std::path::PathBuf);
+
+impl Scratch {
+    fn new(name: &str) -> Scratch {
+        let dir = std::env::temp_dir().join(format!("rlaunch-root-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("scratch directory");
+        Scratch(dir)
+    }
+
+    fn path(&self) -> &std::path::Path {
+        &self.0
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// The output of a plan's ranks goes to files under `dir` (`DIR/rank.R/stdout`), and its
+/// report to `dir/report.json`.
+fn to_files(plan: &mut Plan, dir: &std::path::Path) {
+    plan.output.dir =
+        Some(crate::output::OutputDir { path: dir.to_path_buf(), copy: false, per_job: false });
+    plan.report = Some(OutFile::create(dir.join("report.json")).expect("report file"));
+}
+
+fn read_report(dir: &std::path::Path) -> serde_json::Value {
+    let text = std::fs::read_to_string(dir.join("report.json")).expect("report written");
+    serde_json::from_str(&text).expect("report is JSON")
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_whole_job_runs_over_in_memory_links() {
+    let dir = Scratch::new("whole");
+    let mut plan = plan_of(&[1, 1]);
+    plan.job.stdin = StdinTarget::None;
+    to_files(&mut plan, dir.path());
+    let (world, fakes, _outside) = world(&["n0", "n1"]);
+    let proxies = fakes.into_iter().enumerate().map(|(i, mut proxy)| async move {
+        let rank = Gid(i as u32);
+        let node = proxy.launched(&format!("n{i}")).await;
+        proxy.send(Up::RankStarted { rank, pid: 100 + rank.0, cpus: None, gpus: None });
+        let line = format!("hello from {i}\n").into_bytes();
+        proxy.send(Up::Output { rank, stream: Stream::Stdout, data: line });
+        proxy.send(Up::OutputEnd { rank, stream: Stream::Stdout });
+        // The fence completes once both top proxies are in, with every pair.
+        let pairs = vec![(format!("k{i}"), format!("v{i}"))];
+        proxy.send(Up::FenceIn { epoch: 0, pairs });
+        match proxy.next().await {
+            Down::FenceOut { epoch: 0, mut pairs } => {
+                pairs.sort();
+                let want = [("k0", "v0"), ("k1", "v1")].map(|(k, v)| (k.into(), v.into()));
+                assert_eq!(pairs, want, "node {i}");
+            }
+            other => panic!("expected the fence's end, got {other:?}"),
+        }
+        proxy.send(ended(rank.0, ExitOutcome::Exited(0)));
+        proxy.done(node);
+    });
+    let (code, _) = tokio::join!(run_in(plan, world), futures_join(proxies));
+    assert_eq!(code, 0);
+    for i in 0..2 {
+        let out = std::fs::read_to_string(dir.path().join(format!("rank.{i}/stdout")));
+        assert_eq!(out.expect("rank's output file"), format!("hello from {i}\n"));
+    }
+    let report = read_report(dir.path());
+    assert_eq!(report["job"]["exit_code"], 0);
+    assert_eq!(report["job"]["fences"], 1);
+    let pids: Vec<_> =
+        report["ranks"].as_array().expect("ranks").iter().map(|r| &r["pid"]).collect();
+    assert_eq!(pids, [100, 101]);
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_proxy_whose_link_ends_before_it_is_done_is_lost_and_the_rest_torn_down() {
+    let dir = Scratch::new("lost");
+    let mut plan = plan_of(&[1, 1]);
+    plan.job.stdin = StdinTarget::None;
+    to_files(&mut plan, dir.path());
+    let grace = plan.job.kill_grace_ms;
+    let (world, mut fakes, _outside) = world(&["n0", "n1"]);
+    let (mut lasting, mut lost) = (fakes.remove(0), fakes.remove(0));
+    let script = async move {
+        let node = lasting.launched("n0").await;
+        lost.launched("n1").await;
+        drop(lost);
+        match lasting.next().await {
+            Down::Terminate { grace_ms } => assert_eq!(grace_ms, grace),
+            other => panic!("expected the teardown, got {other:?}"),
+        }
+        lasting.send(ended(0, ExitOutcome::Signaled(15)));
+        lasting.done(node);
+    };
+    let (code, _) = tokio::join!(run_in(plan, world), script);
+    assert_eq!(code, 255);
+    let report = read_report(dir.path());
+    assert_eq!(report["job"]["cause"], "lost proxy on n1 (its connection closed)");
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn signals_go_down_to_every_proxy_and_stdin_to_the_rank_that_reads_it() {
+    let mut plan = plan_of(&[1, 1]);
+    plan.job.stdin = StdinTarget::Rank(1);
+    let (world, fakes, outside) = world(&["n0", "n1"]);
+    let proxies = fakes.into_iter().enumerate().map(|(i, mut proxy)| {
+        let (signals, stdin) = (outside.signals.clone(), outside.stdin.clone());
+        async move {
+            let node = proxy.launched(&format!("n{i}")).await;
+            if i == 1 {
+                // Only rank 1 reads stdin: its proxy alone gets it, and acknowledges it.
+                stdin.send(Some(b"abc".to_vec())).await.expect("stdin");
+                match proxy.next().await {
+                    Down::Stdin { seq, data } => {
+                        assert_eq!(data, b"abc");
+                        proxy.send(Up::StdinAck { seq });
+                    }
+                    other => panic!("expected stdin, got {other:?}"),
+                }
+                stdin.send(None).await.expect("stdin's end");
+            }
+            // Its end goes to every proxy (a rank that reads none has its stdin closed).
+            assert!(matches!(proxy.next().await, Down::StdinEof));
+            if i == 1 {
+                signals.send(Signal::SIGTERM).expect("signal");
+            }
+            match proxy.next().await {
+                Down::Signal { signo } => assert_eq!(signo, Signal::SIGTERM as i32),
+                other => panic!("expected the signal, got {other:?}"),
+            }
+            proxy.send(ended(i as u32, ExitOutcome::Signaled(Signal::SIGTERM as i32)));
+            proxy.done(node);
+        }
+    });
+    let (code, _) = tokio::join!(run_in(plan, world), futures_join(proxies));
+    // Every rank ended of the signal rlaunch forwarded: 128 + 15.
+    assert_eq!(code, 143);
+}
+
+/// Runs the futures together on this task.
+async fn futures_join<F: std::future::Future<Output = ()>>(all: impl IntoIterator<Item = F>) {
+    let mut set: Vec<_> = all.into_iter().map(Box::pin).collect();
+    std::future::poll_fn(|cx| {
+        set.retain_mut(|f| f.as_mut().poll(cx).is_pending());
+        if set.is_empty() {
+            std::task::Poll::Ready(())
+        } else {
+            std::task::Poll::Pending
+        }
+    })
+    .await
 }

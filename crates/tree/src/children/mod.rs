@@ -181,11 +181,15 @@ impl Children {
         let state = match started {
             Ok(None) => {
                 dialing = Some((link_rx, down_rx));
-                ChildState::dialing(plan.host.clone())
+                ChildState::without_process(plan.host.clone())
             }
             Ok(Some(process)) => {
-                let state = ChildState::new(plan.host.clone(), process.pid, &process.what);
-                self.by_pid.insert(process.pid, index);
+                let state = if process.pid > 0 {
+                    self.by_pid.insert(process.pid, index);
+                    ChildState::new(plan.host.clone(), process.pid, &process.what)
+                } else {
+                    ChildState::without_process(plan.host.clone())
+                };
                 self.run_link(&link, (link_rx, down_rx), &credit, process, job, deliver);
                 state
             }
@@ -557,8 +561,9 @@ impl ChildState {
         c
     }
 
-    /// A child that will dial in: no process of its own, so its link alone decides.
-    fn dialing(host: String) -> ChildState {
+    /// A child with no process of its own (one that will dial in, or a link in memory): its
+    /// link alone decides.
+    fn without_process(host: String) -> ChildState {
         let mut c = ChildState::new(host, -1, "its proxy");
         c.own_process = false;
         c

@@ -42,6 +42,7 @@ pub type LinkWrite = Box<dyn AsyncWrite + Send + Unpin>;
 
 /// A started child proxy, before the handshake.
 pub struct ProxyProcess {
+    /// Its process (the proxy, or the remote launcher that runs it); -1 for none of its own.
     pub pid: i32,
     /// Its Up frames (a forked or exec'd child's stdout), and a greeting already read from
     /// them, if the child dialed in and had to say who it is before it got a link.
@@ -128,6 +129,22 @@ impl ProxyProcess {
             plain,
             splice: None,
         })
+    }
+
+    /// A child over `read` and `write` with no process of its own (a proxy that dialed in,
+    /// or a test's proxy in memory): its link alone says when it is gone.
+    pub fn over(read: LinkRead, write: LinkWrite) -> ProxyProcess {
+        ProxyProcess {
+            pid: -1,
+            from_child: FrameReader::new(read),
+            greeted: None,
+            to_child: write,
+            stderr: None,
+            what: "its proxy".to_string(),
+            launched: false,
+            plain: None,
+            splice: None,
+        }
     }
 
     /// Has the link splice large output into `splicer`'s stash instead of reading it (see
