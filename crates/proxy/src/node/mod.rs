@@ -17,6 +17,7 @@
 //! rank's PMI connection asks of the node, in [`calls`].
 
 mod calls;
+mod deadline;
 mod dmodex;
 mod launch;
 mod pmix;
@@ -29,6 +30,7 @@ mod subtree;
 #[cfg(test)]
 mod tests;
 
+use deadline::Deadline;
 pub use start::{serve, DialContext, Forked, PlainChannel, Served};
 use subtree::relay_child;
 
@@ -56,7 +58,7 @@ use crate::ranks::RankTable;
 use rlaunch_tree::children::{ChildNews, Children, Lost};
 use rlaunch_tree::credit::Queued;
 use rlaunch_tree::dialin::Dialed;
-use rlaunch_tree::link::{self, LinkEvent};
+use rlaunch_tree::link::LinkEvent;
 use rlaunch_tree::procs;
 
 /// What the dispatcher hears about, besides PMI calls and signals.
@@ -169,6 +171,13 @@ pub(crate) struct Node {
     error_dir: Option<std::path::PathBuf>,
 }
 
+async fn sleep_until(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
 /// How long a finished node waits for its parent's clock probes before it reports.
 const PROBE_WAIT: Duration = Duration::from_secs(1);
 
@@ -189,16 +198,10 @@ impl Node {
             self.start_launched().await;
         }
         self.reap();
-        let silence = self.job.liveness.silence();
         let mut pmix_ping = tokio::time::interval(self.job.liveness.heartbeat());
         pmix_ping.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         while !self.finished() {
-            let deadline = self.kill.deadline();
-            // Watched until the parent is found unreachable (not only told to go).
-            let watch = !*self.up.abandon.borrow() && !self.stopped;
-            let silent_at = self.last_heard + silence;
-            let pmix_silent_at = self.pmix_silent_at();
-            let linger_at = self.children.linger_deadline(crate::kill::CHILD_PROXY_GRACE);
+            let next = self.next_deadline();
             tokio::select! {
                 ev = events.recv() => match ev {
                     Some(ev) => self.handle(ev),
@@ -216,35 +219,15 @@ impl Node {
                 _ = sigterm.recv() => self.lose_upstream("the proxy received SIGTERM", false),
                 _ = sighup.recv() => self.lose_upstream("the proxy received SIGHUP", false),
                 _ = sigint.recv() => self.lose_upstream("the proxy received SIGINT", false),
-                _ = tokio::time::sleep_until(deadline.unwrap_or_else(Instant::now)), if deadline.is_some() => {
-                    let steps = self.kill.on_deadline(Instant::now(), self.orphaned);
-                    self.apply(steps);
-                }
-                _ = tokio::time::sleep_until(self.dial_deadline.unwrap_or_else(Instant::now)), if self.dial_deadline.is_some() => {
-                    self.dial_deadline = None;
-                    let wait = link::HELLO_WAIT.as_secs();
-                    let reason = format!("its proxy did not call back within {wait} s");
-                    for lost in self.children.give_up_dialing(&reason) {
-                        self.report_lost(lost);
-                    }
-                }
-                _ = tokio::time::sleep_until(linger_at.unwrap_or_else(Instant::now)), if linger_at.is_some() => {
-                    self.children.kill_lingering(crate::kill::CHILD_PROXY_GRACE)
-                }
                 _ = pmix_ping.tick(), if self.pmix.is_some() => self.ping_pmix(),
-                _ = tokio::time::sleep_until(pmix_silent_at.unwrap_or_else(Instant::now)), if pmix_silent_at.is_some() => {
-                    self.pmix_silent()
-                }
-                _ = tokio::time::sleep_until(silent_at), if watch => {
-                    // The parent's frames may be waiting here, behind a long stretch of
-                    // work (thousands of ranks starting): they count.
-                    while let Ok(ev) = events.try_recv() {
-                        self.handle(ev);
+                _ = sleep_until(next.map(|(at, _)| at)), if next.is_some() => {
+                    let (_, which) = next.expect("a deadline");
+                    if which == Deadline::ParentSilent {
+                        while let Ok(ev) = events.try_recv() {
+                            self.handle(ev);
+                        }
                     }
-                    if self.last_heard + silence <= Instant::now() {
-                        let secs = silence.as_secs_f64();
-                        self.lose_upstream(&format!("it heard nothing from its parent for {secs} s"), true);
-                    }
+                    self.on_deadline(which);
                 }
             }
         }
@@ -567,7 +550,9 @@ impl Node {
     /// ranks' ends (a scheduler signals every task of a job at once).
     fn lose_upstream(&mut self, why: &str, unreachable: bool) {
         if unreachable {
-            let _ = self.up.abandon.send(true);
+            // Replaced, not sent: the node reads the switch itself (its parent is watched no
+            // more), whether or not the pump still listens.
+            self.up.abandon.send_replace(true);
         }
         if self.orphaned {
             return;

@@ -92,3 +92,31 @@ async fn a_fence_goes_up_once_every_local_rank_is_in_and_its_pairs_come_down_to_
     }
     assert!(up.try_recv().is_err(), "a hit goes nowhere");
 }
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_parent_silent_past_the_liveness_is_lost_and_the_node_tears_down() {
+    let (mut node, _up) = node();
+    let silence = node.job.liveness.silence();
+    let (at, which) = node.next_deadline().expect("the parent's silence is watched");
+    assert_eq!(which, deadline::Deadline::ParentSilent);
+    assert_eq!(at, node.last_heard + silence);
+    // Stopped (SIGTSTP), the launcher may be stopped too: its silence means nothing.
+    node.stopped = true;
+    assert!(node.next_deadline().is_none(), "nothing else is due");
+    node.stopped = false;
+
+    // Heard from since: the deadline moved, nothing happens.
+    node.on_deadline(deadline::Deadline::ParentSilent);
+    assert!(!node.orphaned && !node.kill.started());
+
+    let Some(long_ago) = Instant::now().checked_sub(silence + Duration::from_secs(1)) else {
+        return; // A machine up for less than the silence: no such past to stand in.
+    };
+    node.last_heard = long_ago;
+    node.on_deadline(deadline::Deadline::ParentSilent);
+    assert!(node.orphaned, "the parent is gone");
+    assert!(*node.up.abandon.borrow(), "nothing more is written to it");
+    // The teardown's own deadline is next; the parent is watched no more.
+    let (_, next) = node.next_deadline().expect("the teardown's next step");
+    assert_eq!(next, deadline::Deadline::Kill);
+}
