@@ -1,4 +1,5 @@
-//! Harness for rlaunch's integration tests (`tests/tests/*.rs`): they run the real, built
+//! Harness for rlaunch's integration tests (`tests/tests/`: one binary with a module per
+//! topic, `main.rs`, and the chaos and under-load suites apart): they run the real, built
 //! binaries with `rankprog` as the rank program, and never leak a process.
 //!
 //! ```text
