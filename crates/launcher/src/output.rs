@@ -26,6 +26,7 @@
 mod pattern;
 mod roster;
 mod sinks;
+mod splice;
 mod stamp;
 
 use std::collections::HashMap;
@@ -37,12 +38,14 @@ use std::sync::Arc;
 
 use rlaunch_protocol::ids::{Gid, Stream};
 use rlaunch_tree::credit::Debt;
-use rlaunch_tree::splice::{is_pipe, takes_splices, Direct, Spliced, Splicer, Stash, WriterState};
+use rlaunch_tree::splice::{is_pipe, takes_splices};
 use tokio::sync::{mpsc, watch};
 
 pub(crate) use pattern::Pattern;
 pub(crate) use roster::{Roster, SpawnedJob};
 pub(crate) use sinks::FileFailure;
+pub(crate) use splice::Spliced;
+use splice::{Direct, Splicer, Stash, WriterState};
 
 use pattern::RankFacts;
 use roster::Place;
@@ -124,7 +127,7 @@ pub(crate) enum Chunk {
         rank: Gid,
         stream: Stream,
     },
-    /// Output of a rank, part of it in the stash (see `rlaunch_tree::splice`).
+    /// Output of a rank, part of it in the stash (see `output::splice`).
     Spliced {
         output: Spliced,
         debt: Debt,
@@ -169,7 +172,7 @@ pub(crate) struct Queue {
 
 /// The writer thread's backlog, as the link readers see it: while it has nothing to write,
 /// they may splice whole lines straight into rlaunch's stdout and stderr (see
-/// `rlaunch_tree::splice::Direct`).
+/// `splice::Direct`).
 struct Backlog {
     /// Chunks queued for the writer and not yet written: taken, and their batch flushed.
     unwritten: AtomicUsize,

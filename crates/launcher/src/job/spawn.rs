@@ -220,7 +220,7 @@ impl Root {
         let Some((events, output)) = self.links.clone() else { return };
         let report = self.plan.report_bindings;
         let process = match output.splicer() {
-            Some(splicer) => process.map(|p| p.splice_output(&splicer)),
+            Some(splicer) => process.map(|p| splicer.attach(p)),
             None => process,
         };
         let window = credit::window(credit::ROOT_BUDGET, ranks, self.roll.len() as usize);

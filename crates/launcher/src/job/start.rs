@@ -14,7 +14,7 @@ use tokio::time::Instant;
 use super::cause::Cause;
 use super::world::StartProxy;
 use super::{dial, Event, Plan, Root};
-use crate::output::{Chunk, Feed};
+use crate::output::{Chunk, Feed, Spliced};
 
 /// Forks the proxies of `roots` that run on this machine, now, with no exec (see
 /// [`rlaunch_proxy::fork_proxy`]); the others are started by [`run`]. Must be called while rlaunch has
@@ -61,7 +61,7 @@ impl Root {
             |index, node| {
                 let process = start(index, node)?;
                 Ok(match &splicer {
-                    Some(splicer) => process.map(|p| p.splice_output(splicer)),
+                    Some(splicer) => process.map(|p| splicer.attach(p)),
                     None => process,
                 })
             },
@@ -116,10 +116,11 @@ pub(super) async fn route(
         LinkEvent::Output { rank, stream, data, debt } => {
             output.send(Chunk::Data { rank, stream, data, debt })
         }
-        // All of it already in the sink: its room goes back now.
-        LinkEvent::Spliced { output: spliced, .. } if !spliced.for_writer() => true,
         LinkEvent::Spliced { output: spliced, debt } => {
-            output.send(Chunk::Spliced { output: spliced, debt })
+            // Only rlaunch's own splicing (output::splice) takes output on its links.
+            let spliced = spliced.downcast::<Spliced>().expect("output spliced by rlaunch");
+            // All of it already in the sink: its room goes back now.
+            !spliced.for_writer() || output.send(Chunk::Spliced { output: *spliced, debt })
         }
         LinkEvent::Up(Up::RankStarted { rank, pid, cpus, gpus }) => {
             if report_bindings {

@@ -17,9 +17,9 @@ use std::os::unix::fs::FileTypeExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use super::splice::Stash;
 use rlaunch_protocol::ids::Stream;
 use rlaunch_tree::fdio::Gather;
-use rlaunch_tree::splice::Stash;
 
 /// Output gathered before a write, when more is already queued.
 pub(crate) const BATCH: usize = 256 << 10;
@@ -61,7 +61,7 @@ struct Terminal {
 enum Part {
     Buf(Range<usize>),
     Owned(Vec<u8>, Range<usize>),
-    /// The next bytes of the stash, spliced (see `rlaunch_tree::splice`).
+    /// The next bytes of the stash, spliced (see `super::splice`).
     Stashed(Arc<Stash>, usize),
 }
 

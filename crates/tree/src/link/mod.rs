@@ -29,7 +29,7 @@ use tokio::sync::mpsc;
 
 use crate::credit::{ChildCredit, Debt};
 use crate::fdio::FdStream;
-use crate::splice::{self, LinkSplice, Spliced, Splicer};
+use crate::splice::{self, Bulk};
 
 mod pump;
 
@@ -60,8 +60,8 @@ pub struct ProxyProcess {
     /// The descriptor `from_child` reads, when it is a plain socket (not an encrypted link):
     /// output can be spliced from it.
     pub plain: Option<RawFd>,
-    /// Splice large output into this stash (see [`ProxyProcess::splice_output`]).
-    pub splice: Option<Splicer>,
+    /// Where large output frames go instead of being read (see [`ProxyProcess::with_bulk`]).
+    pub bulk: Option<Box<dyn Bulk>>,
 }
 
 /// A proxy forked from rlaunch itself, with no exec: see [`fork_child`].
@@ -127,7 +127,7 @@ impl ProxyProcess {
             what: "its proxy".to_string(),
             launched: true,
             plain,
-            splice: None,
+            bulk: None,
         })
     }
 
@@ -143,15 +143,14 @@ impl ProxyProcess {
             what: "its proxy".to_string(),
             launched: false,
             plain: None,
-            splice: None,
+            bulk: None,
         }
     }
 
-    /// Has the link splice large output into `splicer`'s stash instead of reading it (see
-    /// [`crate::splice`]), if the link is a plain socket.
-    pub fn splice_output(mut self, splicer: &Splicer) -> ProxyProcess {
-        // `run_link` splices only from a plain socket (`plain`).
-        self.splice = Some(splicer.clone());
+    /// Has the link hand the rest of each large output frame to `bulk` instead of reading it
+    /// (see [`crate::splice`]); `bulk` reads `plain`, the link's socket, itself.
+    pub fn with_bulk(mut self, bulk: Box<dyn Bulk>) -> ProxyProcess {
+        self.bulk = Some(bulk);
         self
     }
 }
@@ -205,7 +204,7 @@ pub fn spawn_proxy(
         what,
         launched: false,
         plain,
-        splice: None,
+        bulk: None,
     })
 }
 
@@ -310,8 +309,9 @@ pub enum LinkEvent {
     /// A rank's output (`Up::Output`), with the room in the child's window it takes until it
     /// is taken on.
     Output { rank: Gid, stream: Stream, data: Vec<u8>, debt: Debt },
-    /// A rank's output, part of it spliced into rlaunch's stash ([`crate::splice`]).
-    Spliced { output: Spliced, debt: Debt },
+    /// A rank's output, part of it taken by the link's [`Bulk`] (spliced into rlaunch's
+    /// stash), as the `Bulk` described it ([`splice::Piece::Taken`]).
+    Spliced { output: Box<dyn std::any::Any + Send>, debt: Debt },
     /// Bytes the remote launcher printed on stderr.
     Stderr(Vec<u8>),
     /// The link is gone: `Some` error, or `None` at a clean end of file.
@@ -335,19 +335,10 @@ pub async fn run_link<F, Fut>(
 {
     let ProxyProcess { from_child: mut reader, to_child, mut stderr, launched, greeted, .. } =
         process;
-    let mut splice = match (process.splice, process.plain) {
-        (Some(splicer), Some(fd)) => match LinkSplice::new(splicer, fd) {
-            Ok(splice) => {
-                reader.cap_reads(splice::READ_CHUNK);
-                Some(splice)
-            }
-            Err(e) => {
-                tracing::debug!("cannot splice output from the link: {e}");
-                None
-            }
-        },
-        _ => None,
-    };
+    let mut bulk = process.bulk;
+    if bulk.is_some() {
+        reader.cap_reads(splice::READ_CHUNK);
+    }
     tokio::spawn(async move {
         if let Err(e) = pump(to_child, !launched, &mut link, &mut down, None, None).await {
             tracing::debug!("writing to a child proxy failed: {e}");
@@ -369,7 +360,7 @@ pub async fn run_link<F, Fut>(
             },
             r = async {
                 if said_hello {
-                    match tokio::time::timeout(silence, next_event(&mut reader, &mut splice, &credit)).await {
+                    match tokio::time::timeout(silence, next_event(&mut reader, &mut bulk, &credit)).await {
                         Ok(r) => r.map_err(LinkError::from),
                         Err(_) => Err(LinkError::Silent(silence)),
                     }
@@ -418,24 +409,23 @@ pub async fn run_link<F, Fut>(
 }
 
 /// The next frame from a child as an event, or the next piece of a large output frame when
-/// the link splices. Cancel-safe, as [`FrameReader::next`] and [`LinkSplice::next_piece`] are.
+/// the link has a [`Bulk`]. Cancel-safe, as [`FrameReader::next`] and [`Bulk::next_piece`] are.
 async fn next_event(
     reader: &mut FrameReader<LinkRead>,
-    splice: &mut Option<LinkSplice>,
+    bulk: &mut Option<Box<dyn Bulk>>,
     credit: &Arc<ChildCredit>,
 ) -> Result<Option<LinkEvent>, ReadError> {
-    let Some(splice) = splice else {
+    let Some(bulk) = bulk else {
         return Ok(reader.next::<UpFrame>().await?.map(|frame| owe(frame, credit)));
     };
     loop {
-        if splice.busy() {
-            return Ok(Some(match splice.next_piece().await? {
+        if bulk.busy() {
+            return Ok(Some(match bulk.next_piece().await? {
                 splice::Piece::Read { rank, stream, data } => {
                     owe(UpFrame::Job(Up::Output { rank, stream, data }), credit)
                 }
-                splice::Piece::Spliced(output) => {
-                    let debt = Debt::new(credit.clone(), output.len());
-                    LinkEvent::Spliced { output, debt }
+                splice::Piece::Taken { len, output } => {
+                    LinkEvent::Spliced { output, debt: Debt::new(credit.clone(), len) }
                 }
             }));
         }
@@ -443,12 +433,12 @@ async fn next_event(
             None => return Ok(None),
             Some(Next::Frame(frame)) => {
                 if let UpFrame::Job(Up::Output { rank, stream, data }) = &frame {
-                    splice.saw(*rank, *stream, data);
+                    bulk.saw(*rank, *stream, data);
                 }
                 return Ok(Some(owe(frame, credit)));
             }
             Some(Next::Bulk { frame: UpFrame::Job(Up::Output { rank, stream, data }), rest }) => {
-                splice.begin(rank, stream, data, rest);
+                bulk.begin(rank, stream, data, rest);
             }
             // Only output carries bulk data up.
             Some(Next::Bulk { .. }) => {

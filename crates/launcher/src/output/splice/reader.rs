@@ -2,8 +2,10 @@
 
 use rlaunch_protocol::ids::Gid;
 use std::collections::HashSet;
+use std::future::Future;
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::pin::Pin;
 use std::time::Duration;
 
 use nix::libc;
@@ -12,11 +14,10 @@ use rlaunch_protocol::io::ReadError;
 use tokio::io::unix::AsyncFd;
 use tokio::io::Interest;
 
-use super::{
-    read_exact_now, registered_dup, Piece, Spliced, Splicer, PEEK_HEAD, PEEK_TAIL, SPLICE_MIN,
-    STASH_HALF,
-};
-use crate::fdio::pending;
+use rlaunch_tree::fdio::pending;
+use rlaunch_tree::splice::{self, read_exact_now, registered_dup, Bulk, SPLICE_MIN};
+
+use super::{Piece, Spliced, Splicer, PEEK_HEAD, PEEK_TAIL, STASH_HALF};
 
 /// A piece of a frame is taken once this much of it (or all of it) has arrived.
 const GATHER: usize = 64 << 10;
@@ -26,7 +27,7 @@ const GATHER: usize = 64 << 10;
 const ROOM_WAIT: Duration = Duration::from_millis(50);
 
 /// The rest of a large output frame, still in the socket.
-struct Bulk {
+struct Rest {
     rank: Gid,
     stream: Stream,
     rest: usize,
@@ -38,14 +39,14 @@ struct Bulk {
 /// A link reader's splicing: the link's socket (a duplicate of the reader's descriptor,
 /// registered on its own), the large output frame it is taking, and which ranks' streams
 /// have a line open (their last byte seen was not a newline).
-pub struct LinkSplice {
+pub(crate) struct LinkSplice {
     socket: AsyncFd<OwnedFd>,
     state: State,
 }
 
 struct State {
     splicer: Splicer,
-    bulk: Option<Bulk>,
+    bulk: Option<Rest>,
     open_lines: HashSet<(Gid, Stream)>,
     /// The stash had no room for the piece in time: it is read.
     impatient: bool,
@@ -62,31 +63,31 @@ enum Take {
 
 impl LinkSplice {
     /// Splicing for the link whose reader reads `socket` (borrowed: duplicated here).
-    pub fn new(splicer: Splicer, socket: RawFd) -> io::Result<LinkSplice> {
+    pub(crate) fn new(splicer: Splicer, socket: RawFd) -> io::Result<LinkSplice> {
         let socket = registered_dup(socket, Interest::READABLE)?;
         let state = State { splicer, bulk: None, open_lines: HashSet::new(), impatient: false };
         Ok(LinkSplice { socket, state })
     }
 
     /// Notes output of a rank's stream read the usual way: whether it leaves a line open.
-    pub fn saw(&mut self, rank: Gid, stream: Stream, data: &[u8]) {
+    pub(crate) fn saw(&mut self, rank: Gid, stream: Stream, data: &[u8]) {
         self.state.saw(rank, stream, data);
     }
 
     /// An output frame of `rank`'s `stream` begins with `first`, and its next `rest` bytes
     /// are still in the socket: [`LinkSplice::next_piece`] takes them all, `first` with them.
-    pub fn begin(&mut self, rank: Gid, stream: Stream, first: Vec<u8>, rest: usize) {
-        self.state.bulk = Some(Bulk { rank, stream, rest, held: first });
+    pub(crate) fn begin(&mut self, rank: Gid, stream: Stream, first: Vec<u8>, rest: usize) {
+        self.state.bulk = Some(Rest { rank, stream, rest, held: first });
     }
 
     /// Whether a frame's data is still to be taken.
-    pub fn busy(&self) -> bool {
+    pub(crate) fn busy(&self) -> bool {
         self.state.bulk.is_some()
     }
 
     /// The next piece of the frame begun, once the socket holds some of it. Cancel-safe: it
     /// only waits before it takes anything.
-    pub async fn next_piece(&mut self) -> Result<Piece, ReadError> {
+    pub(crate) async fn next_piece(&mut self) -> Result<Piece, ReadError> {
         loop {
             let mut guard = self.socket.readable().await?;
             let closed = guard.ready().is_read_closed();
@@ -102,6 +103,31 @@ impl LinkSplice {
                 }
             }
         }
+    }
+}
+
+impl Bulk for LinkSplice {
+    fn saw(&mut self, rank: Gid, stream: Stream, data: &[u8]) {
+        LinkSplice::saw(self, rank, stream, data)
+    }
+
+    fn begin(&mut self, rank: Gid, stream: Stream, first: Vec<u8>, rest: usize) {
+        LinkSplice::begin(self, rank, stream, first, rest)
+    }
+
+    fn busy(&self) -> bool {
+        LinkSplice::busy(self)
+    }
+
+    fn next_piece(
+        &mut self,
+    ) -> Pin<Box<dyn Future<Output = Result<splice::Piece, ReadError>> + Send + '_>> {
+        Box::pin(async move {
+            Ok(match LinkSplice::next_piece(self).await? {
+                Piece::Read { rank, stream, data } => splice::Piece::Read { rank, stream, data },
+                Piece::Spliced(s) => splice::Piece::Taken { len: s.len(), output: Box::new(s) },
+            })
+        })
     }
 }
 
@@ -428,8 +454,8 @@ mod tests {
     /// A link whose stdout goes straight into a pipe of 64 KiB (returned: its read end)
     /// while the writer is `idle`, and the link's other end.
     fn direct_link(idle: bool) -> (LinkSplice, UnixStream, File, Arc<Stash>, Arc<Writer>) {
-        let (read, write) = super::super::pipe(0).unwrap();
-        crate::fdio::enlarge_pipe(&write, 64 << 10);
+        let (read, write) = rlaunch_tree::splice::pipe(0).unwrap();
+        rlaunch_tree::fdio::enlarge_pipe(&write, 64 << 10);
         let writer = Arc::new(Writer(idle, 0.into()));
         let sinks = [Some(write.as_raw_fd()), None];
         let direct = super::super::Direct { sinks, writer: writer.clone() };
@@ -542,7 +568,7 @@ mod tests {
     async fn a_full_stash_takes_what_it_can_and_the_rest_is_read() {
         let stash = Stash::new().unwrap();
         // A stash of 16 pages, 15 of them taken: the writer thread is behind.
-        crate::fdio::enlarge_pipe(&stash.write, 64 << 10);
+        rlaunch_tree::fdio::enlarge_pipe(&stash.write, 64 << 10);
         File::from(stash.write.try_clone().unwrap()).write_all(&[b'x'; 60 << 10]).unwrap();
         let (mut link, mut tx) =
             link_to(Splicer { stash: stash.clone(), streams: [true, true], direct: None });
