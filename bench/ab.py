@@ -1,0 +1,93 @@
+#!/usr/bin/env python3
+"""Two builds of rlaunch, side by side: did a change make it slower?
+
+    python3 bench/ab.py BEFORE AFTER [--rounds-scale X] [--only CASE...]
+
+BEFORE and AFTER are rlaunch binaries, each with its rlaunch-proxy beside it (a release
+build of two commits: `git worktree add /tmp/before COMMIT` and `cargo build --release` there).
+The rank program is AFTER's `rankprog` for both. Every case runs one warm-up of each, then
+rounds of BEFORE AFTER, AFTER BEFORE, ... alternately, and prints each one's median wall time
+and the median (and quartiles) of the per-round ratios AFTER/BEFORE: absolute times drift
+between minutes on a shared 2-core machine, the ratio of neighbouring runs does not. A ratio
+whose quartiles straddle 1.00 is noise.
+
+Cases: launch (`-n 1`, `-n 256`, 1024 fake nodes of `/bin/true`) and stdio (output through a
+pipe into `cat`: 2 ranks x 256 MiB, the spliced path; 16 ranks x 16 MiB; 8 ranks x 16 MiB with
+`-l`, the copying path). Standard library only.
+"""
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+
+def cases(rankprog):
+    hosts = ",".join(f"h{i}" for i in range(1, 1025))
+
+    def piped(args):
+        return lambda exe: ["/bin/sh", "-c", f"'{exe}' {args} | cat > /dev/null"]
+
+    return [
+        ("n1", "-n 1 /bin/true", lambda exe: [exe, "-n", "1", "/bin/true"], 200),
+        ("n256", "-n 256 /bin/true", lambda exe: [exe, "-n", "256", "/bin/true"], 40),
+        (
+            "fake1024",
+            "1024 fake nodes",
+            lambda exe: [exe, "--launcher", "fork", "--hosts", hosts, "-n", "1024", "/bin/true"],
+            12,
+        ),
+        ("splice", "2 x 256 MiB | cat", piped(f"-n 2 '{rankprog}' flood {256 << 20}"), 15),
+        ("many", "16 x 16 MiB | cat", piped(f"-n 16 '{rankprog}' flood {16 << 20}"), 15),
+        ("prefix", "-l 8 x 16 MiB | cat", piped(f"-l -n 8 '{rankprog}' flood {16 << 20}"), 15),
+    ]
+
+
+def once(command):
+    start = time.perf_counter()
+    done = subprocess.run(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    if done.returncode != 0:
+        sys.exit(f"ab.py: {command[:4]} exited {done.returncode}: {done.stderr[-300:]!r}")
+    return time.perf_counter() - start
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("before")
+    ap.add_argument("after")
+    ap.add_argument("--rounds-scale", type=float, default=1.0, help="multiply every case's rounds")
+    ap.add_argument("--only", nargs="+", metavar="CASE", help="n1 n256 fake1024 splice many prefix")
+    args = ap.parse_args()
+    before, after = os.path.abspath(args.before), os.path.abspath(args.after)
+    for exe in (before, after):
+        proxy = os.path.join(os.path.dirname(exe), "rlaunch-proxy")
+        if not (os.access(exe, os.X_OK) and os.access(proxy, os.X_OK)):
+            sys.exit(f"ab.py: {exe} and an rlaunch-proxy beside it must be executables")
+    rankprog = os.path.join(os.path.dirname(after), "rankprog")
+    if not os.access(rankprog, os.X_OK):
+        sys.exit(f"ab.py: no {rankprog}: build rlaunch-tests too (cargo build --release --workspace)")
+    for key, name, command, rounds in cases(rankprog):
+        if args.only and key not in args.only:
+            continue
+        rounds = max(4, round(rounds * args.rounds_scale))
+        once(command(before))
+        once(command(after))
+        times = {before: [], after: []}
+        ratios = []
+        for i in range(rounds):
+            for exe in (before, after) if i % 2 == 0 else (after, before):
+                times[exe].append(once(command(exe)))
+            ratios.append(times[after][-1] / times[before][-1])
+        low, _, high = statistics.quantiles(ratios, n=4)
+        b, a = (statistics.median(times[exe]) * 1e3 for exe in (before, after))
+        print(
+            f"{name:<20} before {b:8.1f} ms  after {a:8.1f} ms  after/before "
+            f"{statistics.median(ratios):.3f} (quartiles {low:.2f}/{high:.2f}, {rounds} rounds)",
+            flush=True,
+        )
+
+
+if __name__ == "__main__":
+    main()
