@@ -18,17 +18,22 @@ pipe into `cat`: 2 ranks x 256 MiB, the spliced path; 16 ranks x 16 MiB; 8 ranks
 
 import argparse
 import os
+import shlex
 import statistics
 import subprocess
 import sys
 import time
 
 
+q = shlex.quote
+
+
 def cases(rankprog):
     hosts = ",".join(f"h{i}" for i in range(1, 1025))
 
     def piped(args):
-        return lambda exe: ["/bin/sh", "-c", f"'{exe}' {args} | cat > /dev/null"]
+        # pipefail: a failing rlaunch fails the case, not only a failing cat.
+        return lambda exe: ["/bin/bash", "-o", "pipefail", "-c", f"{q(exe)} {args} | cat > /dev/null"]
 
     return [
         ("n1", "-n 1 /bin/true", lambda exe: [exe, "-n", "1", "/bin/true"], 200),
@@ -39,9 +44,9 @@ def cases(rankprog):
             lambda exe: [exe, "--launcher", "fork", "--hosts", hosts, "-n", "1024", "/bin/true"],
             12,
         ),
-        ("splice", "2 x 256 MiB | cat", piped(f"-n 2 '{rankprog}' flood {256 << 20}"), 15),
-        ("many", "16 x 16 MiB | cat", piped(f"-n 16 '{rankprog}' flood {16 << 20}"), 15),
-        ("prefix", "-l 8 x 16 MiB | cat", piped(f"-l -n 8 '{rankprog}' flood {16 << 20}"), 15),
+        ("splice", "2 x 256 MiB | cat", piped(f"-n 2 {q(rankprog)} flood {256 << 20}"), 15),
+        ("many", "16 x 16 MiB | cat", piped(f"-n 16 {q(rankprog)} flood {16 << 20}"), 15),
+        ("prefix", "-l 8 x 16 MiB | cat", piped(f"-l -n 8 {q(rankprog)} flood {16 << 20}"), 15),
     ]
 
 
@@ -68,6 +73,10 @@ def main():
     rankprog = os.path.join(os.path.dirname(after), "rankprog")
     if not os.access(rankprog, os.X_OK):
         sys.exit(f"ab.py: no {rankprog}: build rlaunch-tests too (cargo build --release --workspace)")
+    known = [key for key, *_ in cases(rankprog)]
+    unknown = [key for key in args.only or [] if key not in known]
+    if unknown:
+        sys.exit(f"ab.py: --only {' '.join(unknown)}: the cases are {' '.join(known)}")
     for key, name, command, rounds in cases(rankprog):
         if args.only and key not in args.only:
             continue

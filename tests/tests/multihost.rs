@@ -18,23 +18,22 @@ use rlaunch_tests::{procfs, rankprog_str};
 const NODES: usize = 7;
 const WAIT: Duration = Duration::from_secs(60);
 
-/// Remote proxies: their parent is an sshd session, which nothing else here runs under.
-fn remote_proxies() -> Vec<i32> {
-    let comm = |pid: i32| procfs::stat(pid).map(|stat| stat.comm).unwrap_or_default();
-    let remote = |stat: &procfs::Stat| {
-        let parent = comm(stat.ppid);
-        stat.comm == "rlaunch-proxy" && (parent.starts_with("sshd") || parent == "bash")
-    };
-    procfs::pids()
-        .into_iter()
-        .filter(|&pid| procfs::stat(pid).is_some_and(|s| remote(&s)))
-        .collect()
+/// Remote proxies: the `rlaunch-proxy` processes in this cluster's nodes, the network
+/// namespaces of its sshd listeners (orphaned or not; other topics' proxies run beside these
+/// tests, in the same test binary, in namespaces of their own or in none).
+fn remote_proxies(cluster: &Cluster) -> Vec<i32> {
+    let netns = |pid: i32| std::fs::read_link(format!("/proc/{pid}/ns/net")).ok();
+    let nodes: Vec<_> = cluster.sshd_pids().into_iter().filter_map(netns).collect();
+    let proxy = |pid: i32| procfs::stat(pid).is_some_and(|s| s.comm == "rlaunch-proxy");
+    let remote = |pid: i32| netns(pid).is_some_and(|ns| nodes.contains(&ns));
+    procfs::pids().into_iter().filter(|&pid| proxy(pid) && remote(pid)).collect()
 }
 
-fn wait_no_remote_proxies(within: Duration) {
+fn wait_no_remote_proxies(cluster: &Cluster, within: Duration) {
     let deadline = Instant::now() + within;
-    while !remote_proxies().is_empty() {
-        assert!(Instant::now() < deadline, "remote proxies left: {:?}", remote_proxies());
+    while !remote_proxies(cluster).is_empty() {
+        let left = remote_proxies(cluster);
+        assert!(Instant::now() < deadline, "remote proxies left: {left:?}");
         std::thread::sleep(Duration::from_millis(50));
     }
 }
@@ -127,7 +126,7 @@ fn spawned_ranks_start_on_hosts_that_had_no_proxy(cluster: &Cluster) {
     for (child, host) in children.iter().zip(&placed) {
         assert!(child.ends_with(&format!(" on {host} map (vector,(0,3,1))")), "{child}");
     }
-    wait_no_remote_proxies(WAIT);
+    wait_no_remote_proxies(cluster, WAIT);
 }
 
 /// A torch.distributed job with no host of its own on this machine: rank 0's proxy (on n1)
@@ -156,7 +155,7 @@ fn torch_meets_at_rank_zeros_address_over_ssh(cluster: &Cluster) {
         .map(|r| format!("rank {r} of 4 local {} of 2 group {} of 2 sum 6", r % 2, r / 2))
         .collect();
     assert_eq!(sorted(out.lines()), want, "{out}");
-    wait_no_remote_proxies(WAIT);
+    wait_no_remote_proxies(cluster, WAIT);
 }
 
 fn tree_spawn_with_width_two_covers_seven_nodes(cluster: &Cluster) {
@@ -182,7 +181,7 @@ fn an_unknown_host_fails_the_launch(cluster: &Cluster) {
     assert!(err.contains("nosuchhost"), "{err}");
     assert!(start.elapsed() < Duration::from_secs(15), "took {:?}", start.elapsed());
     out.tag.wait_until_none(Duration::from_secs(5)).unwrap();
-    wait_no_remote_proxies(Duration::from_secs(5));
+    wait_no_remote_proxies(cluster, Duration::from_secs(5));
 }
 
 fn a_stopped_sshd_fails_the_launch(cluster: &Cluster) {
@@ -197,7 +196,7 @@ fn a_stopped_sshd_fails_the_launch(cluster: &Cluster) {
     assert!(err.contains("rlaunch: lost proxy on n3 (ssh exited with code 255: "), "{err}");
     assert!(err.contains("Connection refused"), "{err}");
     out.tag.wait_until_none(Duration::from_secs(5)).unwrap();
-    wait_no_remote_proxies(Duration::from_secs(5));
+    wait_no_remote_proxies(cluster, Duration::from_secs(5));
 }
 
 fn a_killed_node_proxy_aborts_the_job(cluster: &Cluster) {
@@ -228,7 +227,7 @@ fn a_killed_node_proxy_aborts_the_job(cluster: &Cluster) {
     out.assert_code(255);
     assert!(out.stderr_str().contains("rlaunch: lost proxy on n2 ("), "{out}");
     out.tag.wait_until_none(Duration::from_secs(10)).unwrap();
-    wait_no_remote_proxies(Duration::from_secs(10));
+    wait_no_remote_proxies(cluster, Duration::from_secs(10));
 }
 
 /// A proxy stopped with SIGSTOP cannot act when its parent gives up on it: across ssh the
@@ -253,7 +252,7 @@ fn a_stopped_node_proxy_is_lost_and_its_guard_leaves_nothing(cluster: &Cluster) 
     );
     // Silence, the kill grace and the child proxies' grace; the guard acts within 0.1 s.
     out.tag.wait_until_none(Duration::from_secs(3)).unwrap();
-    wait_no_remote_proxies(Duration::from_secs(3));
+    wait_no_remote_proxies(cluster, Duration::from_secs(3));
     assert!(stopped.elapsed() < Duration::from_secs(12), "took {:?}", stopped.elapsed());
 }
 
@@ -279,6 +278,8 @@ fn killing_rlaunch_leaves_nothing_on_any_host(cluster: &Cluster) {
         .spawn();
     job.wait_for_ready(4, WAIT);
     assert!(Path::new(&pidfile).exists());
+    // A proxy on each of the 4 nodes, and its guard (crates/tree/src/guard.rs), forked.
+    assert_eq!(remote_proxies(cluster).len(), 8, "a proxy and its guard on each of 4 nodes");
     let tag = job.tag().to_string();
     job.signal(Signal::SIGKILL);
     let killed = Instant::now();
@@ -291,7 +292,7 @@ fn killing_rlaunch_leaves_nothing_on_any_host(cluster: &Cluster) {
         )
     });
     assert!(killed.elapsed() < Duration::from_secs(5), "cleanup took {:?}", killed.elapsed());
-    wait_no_remote_proxies(Duration::from_secs(5));
+    wait_no_remote_proxies(cluster, Duration::from_secs(5));
 }
 
 fn a_node_whose_link_goes_down_is_lost_and_cleans_up_alone(cluster: &Cluster) {
@@ -312,6 +313,6 @@ fn a_node_whose_link_goes_down_is_lost_and_cleans_up_alone(cluster: &Cluster) {
     assert!(cut.elapsed() < Duration::from_secs(10), "noticed after {:?}", cut.elapsed());
     // Cut off from everyone, n5's proxy hears no heartbeat either and ends its rank itself.
     out.tag.wait_until_none(Duration::from_secs(20)).unwrap();
-    wait_no_remote_proxies(Duration::from_secs(10));
+    wait_no_remote_proxies(cluster, Duration::from_secs(10));
     cluster.ctl("link-up", 5);
 }

@@ -79,8 +79,12 @@ pub fn become_subreaper() {
     }
 }
 
-/// Sends `sig` to a process group, ignoring groups that are already gone.
+/// Sends `sig` to a process group, ignoring groups that are already gone. A group id of 1 or
+/// less is nobody's: killpg(2) takes 0 for the caller's own group and 1 for every process.
 pub fn signal_group(pgid: i32, sig: Signal) {
+    if pgid <= 1 {
+        return tracing::debug!(pgid, %sig, "no process group to signal");
+    }
     match killpg(Pid::from_raw(pgid), sig) {
         Ok(()) | Err(Errno::ESRCH) => {}
         Err(e) => tracing::debug!("killpg({pgid}, {sig}) failed: {e}"),

@@ -1,6 +1,8 @@
-//! The Root driven without processes: a Root built for a small plan, fed the events its loop
-//! would take (ranks' ends, the tracker's news, signals, deadlines), and checked by the causes
-//! it records and the exit status they give.
+//! The Root driven without processes. A Root built for a small plan is fed the events its
+//! loop would take (ranks' ends, the tracker's news, signals, deadlines) and checked by the
+//! causes it records and the exit status they give; and whole jobs run through its loop
+//! (`run_in`) in a world of in-memory links, with proxies the tests script, checked by what
+//! the proxies are sent, the output files, the report and the exit status.
 
 use rlaunch_protocol::ids::Gid;
 use std::time::Duration;
@@ -334,7 +336,7 @@ async fn signals_go_down_to_every_proxy_and_stdin_to_the_rank_that_reads_it() {
         async move {
             let node = proxy.launched(&format!("n{i}")).await;
             if i == 1 {
-                // Only rank 1 reads stdin: its proxy alone gets it, and acknowledges it.
+                // Only rank 1 reads stdin: its proxy alone gets it.
                 stdin.send(Some(b"abc".to_vec())).await.expect("stdin");
                 match proxy.next().await {
                     Down::Stdin { seq, data } => {
@@ -375,4 +377,50 @@ async fn futures_join<F: std::future::Future<Output = ()>>(all: impl IntoIterato
         }
     })
     .await
+}
+
+/// rlaunch reads at most [`STDIN_WINDOW`] chunks of its stdin ahead of the ranks: the next is
+/// read, and sent, only once an earlier one was written into every rank that reads it.
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn stdin_goes_down_in_a_window_that_acknowledgements_reopen() {
+    let mut plan = plan_of(&[1]);
+    plan.job.stdin = StdinTarget::Rank(0);
+    let (world, mut fakes, outside) = world(&["n0"]);
+    let mut proxy = fakes.remove(0);
+    let window = STDIN_WINDOW as u64;
+    let feeder = async move {
+        for i in 0..=window {
+            outside.stdin.send(Some(vec![i as u8])).await.expect("stdin is read");
+        }
+        outside.stdin.send(None).await.expect("stdin's end is read");
+    };
+    let script = async move {
+        let node = proxy.launched("n0").await;
+        for seq in 1..=window {
+            match proxy.next().await {
+                Down::Stdin { seq: got, data } => {
+                    assert_eq!((got, data), (seq, vec![seq as u8 - 1]))
+                }
+                other => panic!("expected stdin, got {other:?}"),
+            }
+        }
+        // The window is full: the next chunk waits, however long the rank takes (the clock
+        // is paused: a second passes only once everything is idle).
+        let more = tokio::time::timeout(Duration::from_secs(1), proxy.next()).await;
+        assert!(more.is_err(), "a chunk past the window: {more:?}");
+        proxy.send(Up::StdinAck { seq: 1 });
+        match proxy.next().await {
+            Down::Stdin { seq, data } => assert_eq!((seq, data), (window + 1, vec![window as u8])),
+            other => panic!("expected the chunk the acknowledgement let through, got {other:?}"),
+        }
+        // Full again: even stdin's end waits for room.
+        let more = tokio::time::timeout(Duration::from_secs(1), proxy.next()).await;
+        assert!(more.is_err(), "stdin's end past the window: {more:?}");
+        proxy.send(Up::StdinAck { seq: 2 });
+        assert!(matches!(proxy.next().await, Down::StdinEof));
+        proxy.send(ended(0, ExitOutcome::Exited(0)));
+        proxy.done(node);
+    };
+    let (code, _, _) = tokio::join!(run_in(plan, world), feeder, script);
+    assert_eq!(code, 0);
 }

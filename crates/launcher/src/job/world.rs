@@ -32,8 +32,9 @@ pub(crate) struct World {
 impl World {
     /// This process's world. Takes the proxies `plan` forked already
     /// ([`super::fork_local_proxies`]); starts the others itself, unless a scheduler's
-    /// launcher starts them ([`Plan::dial`]). Installs the signal handlers: call it before
-    /// any proxy starts, so that no signal meant for the ranks is lost.
+    /// launcher starts them ([`Plan::dial`]: that launcher, and late proxies for spawned
+    /// ranks, the Root starts itself in any world). Installs the signal handlers, before the
+    /// proxies it starts: a forked one may have ended already, and `run_in` reaps once first.
     pub(crate) fn of_this_process(plan: &mut Plan) -> World {
         let sigchld = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::child())
             .expect("SIGCHLD handler");

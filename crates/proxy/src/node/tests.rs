@@ -93,7 +93,7 @@ async fn a_fence_goes_up_once_every_local_rank_is_in_and_its_pairs_come_down_to_
     assert!(up.try_recv().is_err(), "a hit goes nowhere");
 }
 
-#[tokio::test(flavor = "current_thread")]
+#[tokio::test(flavor = "current_thread", start_paused = true)]
 async fn a_parent_silent_past_the_liveness_is_lost_and_the_node_tears_down() {
     let (mut node, _up) = node();
     let silence = node.job.liveness.silence();
@@ -105,14 +105,17 @@ async fn a_parent_silent_past_the_liveness_is_lost_and_the_node_tears_down() {
     assert!(node.next_deadline().is_none(), "nothing else is due");
     node.stopped = false;
 
-    // Heard from since: the deadline moved, nothing happens.
+    // Heard from just before the silence would have run out: the deadline moves, and the
+    // one the loop was waiting on finds nothing to do.
+    tokio::time::advance(silence - Duration::from_secs(1)).await;
+    node.handle(Event::Heard);
+    tokio::time::advance(Duration::from_secs(2)).await;
     node.on_deadline(deadline::Deadline::ParentSilent);
     assert!(!node.orphaned && !node.kill.started());
+    assert_eq!(node.next_deadline().map(|(at, _)| at), Some(node.last_heard + silence));
 
-    let Some(long_ago) = Instant::now().checked_sub(silence + Duration::from_secs(1)) else {
-        return; // A machine up for less than the silence: no such past to stand in.
-    };
-    node.last_heard = long_ago;
+    // Then nothing for the whole silence: the parent is lost.
+    tokio::time::advance(silence).await;
     node.on_deadline(deadline::Deadline::ParentSilent);
     assert!(node.orphaned, "the parent is gone");
     assert!(*node.up.abandon.borrow(), "nothing more is written to it");

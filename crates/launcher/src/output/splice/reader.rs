@@ -351,6 +351,28 @@ mod tests {
         (LinkSplice::new(splicer, rx.as_raw_fd()).unwrap(), tx)
     }
 
+    /// Through the tree's `Bulk`, as the link reader calls it: a spliced piece comes back as
+    /// the launcher's own `Spliced`, its length what its room in the window is counted by.
+    #[tokio::test]
+    async fn the_link_reader_gets_spliced_pieces_back_through_bulk() {
+        let stash = Stash::new().unwrap();
+        let (link, mut tx) =
+            link_to(Splicer { stash: stash.clone(), streams: [true, true], direct: None });
+        let mut bulk: Box<dyn Bulk> = Box::new(link);
+        let data = lines(0, 2000, 40);
+        tx.write_all(&data).unwrap();
+        bulk.begin(Gid(5), Stream::Stderr, Vec::new(), data.len());
+        assert!(bulk.busy());
+        let splice::Piece::Taken { len, output } = bulk.next_piece().await.unwrap() else {
+            panic!("not spliced")
+        };
+        assert!(!bulk.busy());
+        let s = output.downcast::<Spliced>().expect("the launcher's own piece");
+        assert_eq!((s.rank, s.stream, s.stashed, len), (Gid(5), Stream::Stderr, 80_000, 80_000));
+        assert!(s.head.is_empty() && s.after.is_empty() && s.whole);
+        assert_eq!(stash_contents(&stash, 80_000), data);
+    }
+
     #[tokio::test]
     async fn pieces_splice_whole_lines_and_read_the_open_ends() {
         let stash = Stash::new().unwrap();
