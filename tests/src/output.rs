@@ -107,6 +107,11 @@ pub fn report_vars(report: &std::path::Path, job: u64) -> Vec<BTreeMap<String, S
     report_ranks(report, job).iter().map(vars).collect()
 }
 
+/// Field `field` of each of job `job`'s ranks, in rank order, as a `--report` file has it.
+pub fn report_field(report: &std::path::Path, job: u64, field: &str) -> Vec<serde_json::Value> {
+    report_ranks(report, job).iter().map(|r| r[field].clone()).collect()
+}
+
 /// Job `job`'s ranks in a `--report` file, in rank order.
 fn report_ranks(report: &std::path::Path, job: u64) -> Vec<serde_json::Value> {
     let text = std::fs::read_to_string(report).expect("the report was written");

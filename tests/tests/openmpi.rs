@@ -13,7 +13,7 @@ use rlaunch_tests::hosts::hostname;
 use rlaunch_tests::mpi::{
     check_abort, check_hello, fake_nodes, mpi_run, via_library, CProgram, LibraryPath, MPI_LIMIT,
 };
-use rlaunch_tests::output::{report_hosts, rlaunch_lines, sorted};
+use rlaunch_tests::output::{report_field, report_hosts, rlaunch_lines, sorted};
 use rlaunch_tests::Run;
 
 #[test]
@@ -743,6 +743,28 @@ const QUICK_LIVENESS: [&str; 4] = ["--heartbeat", "0.2", "--silence-timeout", "1
 fn with_a_server_that_never_starts(run: Run, fifo: &std::path::Path) -> Run {
     nix::unistd::mkfifo(fifo, nix::sys::stat::Mode::S_IRWXU).unwrap();
     run.env("HWLOC_COMPONENTS", "xml").env("HWLOC_XMLFILE", fifo)
+}
+
+/// A job that ends while its ranks wait for their PMIx environments (a server slow to start:
+/// here one that never does, and a timeout first): they never start, and each is reported
+/// ended by the teardown's SIGTERM, as ranks that waited for a rendezvous are.
+#[test]
+fn ranks_that_wait_for_their_pmix_environments_when_the_job_ends_are_reported_never_run() {
+    let tmp = rlaunch_tests::tempdir();
+    let (fifo, report) = (tmp.path().join("topology"), tmp.path().join("report.json"));
+    let options = ["--timeout", "2", "--report", report.to_str().unwrap(), "-n", "2"];
+    let run = Run::new(&options).arg(CProgram::OmpiHello.path_str()).arg("2");
+    let out = with_a_server_that_never_starts(run, &fifo).timeout(MPI_LIMIT).run();
+    out.assert_code(124);
+    let want = ["rlaunch: the job timed out after 2 s and was killed"];
+    assert_eq!(rlaunch_lines(&out.stderr_str()), want, "{out}");
+    assert!(out.lines().is_empty(), "no rank ran: {out}");
+    assert_eq!(report_field(&report, 0, "signal"), [15, 15], "{out}");
+    let never = serde_json::Value::Null;
+    assert_eq!(report_field(&report, 0, "pid"), [never.clone(), never], "no pid: never run");
+    out.tag.wait_until_none(Duration::from_secs(5)).unwrap_or_else(|left| {
+        panic!("left running: {left:?}");
+    });
 }
 
 #[test]

@@ -386,6 +386,7 @@ fn enlarged(fd: OwnedFd, capacity: i32) -> OwnedFd {
 }
 
 /// What the dispatcher sends a rank's stdin feeder.
+#[derive(Debug)]
 pub enum StdinChunk {
     Data { seq: u64, data: Arc<[u8]> },
     Eof,

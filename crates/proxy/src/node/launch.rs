@@ -12,7 +12,7 @@ use rlaunch_protocol::ids::ExitOutcome;
 use rlaunch_protocol::record::{self, Phase};
 use tokio::sync::mpsc;
 
-use super::{JobState, Node};
+use super::{JobState, Node, Wait};
 use crate::kvs::{FenceScope, Kvs};
 use crate::place::RankPlace;
 use crate::pmi::{self, PmiJob, PmiPeer};
@@ -60,7 +60,10 @@ impl Node {
     /// Starts the launched job's ranks on this node, once its PMIx server (if the job serves
     /// PMIx) has their environments and the frameworks' rendezvous is known.
     pub(super) async fn start_launched(&mut self) {
-        if !self.start_pmix() && !self.awaiting_rendezvous {
+        if self.start_pmix() {
+            self.gate.wait(Wait::Environments);
+        }
+        if !self.gate.closed() {
             self.start_launched_ranks_yielding().await;
         }
     }
@@ -165,7 +168,7 @@ impl Node {
             let (pmi_job, calls) = (self.jobs[&0].pmi.clone(), self.pmi_calls.clone());
             tokio::spawn(pmi::accept(listener, unbound, pmi_job, calls));
         }
-        for chunk in std::mem::take(&mut self.held_stdin) {
+        for chunk in self.gate.take_held() {
             self.stdin_to_ranks(chunk);
         }
     }

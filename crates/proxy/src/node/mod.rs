@@ -19,6 +19,7 @@
 mod calls;
 mod deadline;
 mod dmodex;
+mod gate;
 mod launch;
 mod pmix;
 mod pmix_fence;
@@ -31,6 +32,7 @@ mod subtree;
 mod tests;
 
 use deadline::Deadline;
+use gate::{Gate, Wait};
 pub use start::{serve, DialContext, Forked, PlainChannel, Served};
 use subtree::relay_child;
 
@@ -157,16 +159,14 @@ pub(crate) struct Node {
     pmix_fence: pmix_fence::NodeFence,
     /// Direct modex requests of other nodes that this node's server is answering.
     dmodex: dmodex::Asks,
-    /// The launcher's stdin that came while the ranks waited to start, in order.
-    held_stdin: Vec<StdinChunk>,
+    /// What the launched job's ranks wait for before they start, and the stdin that comes
+    /// meanwhile.
+    gate: Gate,
     /// Started during the run for a spawned job's ranks (`Launch::late`): no part in the
     /// launched job, its ranks or its fences.
     late: bool,
     /// A late node before the spawn it was started for: not finished, whatever it runs.
     awaiting_spawn: bool,
-    /// The launched job's ranks wait for the rendezvous rank 0's proxy chooses
-    /// (`Job::rendezvous` was `None`).
-    awaiting_rendezvous: bool,
     /// Where the ranks write why they failed (`TORCHELASTIC_ERROR_FILE`).
     error_dir: Option<std::path::PathBuf>,
 }
@@ -448,12 +448,9 @@ impl Node {
     }
 
     /// Hands a chunk of the launcher's stdin (or its end) to the local ranks that read it;
-    /// while they wait to start (for their PMIx environment) it waits with them.
+    /// while they wait to start (see [`Gate`]) it waits with them.
     fn stdin_to_ranks(&mut self, chunk: StdinChunk) {
-        if self.holding_ranks() {
-            self.held_stdin.push(chunk);
-            return;
-        }
+        let Some(chunk) = self.gate.hold(chunk) else { return };
         match chunk {
             StdinChunk::Data { seq, data } => {
                 let stdin = self.job.stdin;
@@ -487,8 +484,9 @@ impl Node {
         tracing::debug!(?grace, "terminating ranks");
         let steps = self.kill.terminate(Instant::now(), grace);
         self.apply(steps);
-        // Ranks that waited for the rendezvous never start: reported so.
-        if std::mem::take(&mut self.awaiting_rendezvous) && !self.holding_ranks() {
+        // Ranks that waited (for the rendezvous, their PMIx environments) never start:
+        // reported so.
+        if self.gate.give_up() {
             self.start_launched_ranks();
         }
     }
@@ -500,7 +498,7 @@ impl Node {
             return;
         }
         if self.plan.ranks.iter().all(|r| r.rank != 0) {
-            self.awaiting_rendezvous = true;
+            self.gate.wait(Wait::Rendezvous);
             return;
         }
         let addr = crate::rendezvous::own_address();
@@ -521,8 +519,7 @@ impl Node {
         if self.job.rendezvous.is_none() {
             Arc::make_mut(&mut self.job).rendezvous = Some(rendezvous);
         }
-        let pmix_holding = self.pmix.as_ref().is_some_and(|p| p.holding);
-        if std::mem::take(&mut self.awaiting_rendezvous) && !pmix_holding {
+        if self.gate.came(Wait::Rendezvous) {
             self.start_launched_ranks();
         }
     }

@@ -26,7 +26,7 @@ use rlaunch_protocol::ids::ExitOutcome;
 use tokio::time::Instant;
 
 use super::pmix_spawn::{Registered, Spawning};
-use super::{Event, Node};
+use super::{Event, Node, Wait};
 use crate::pmix::wire::Proc;
 use crate::pmix::{self, wire, Command, Files, Host, HostNews, Late};
 use crate::ranks::Local;
@@ -41,8 +41,6 @@ pub(super) struct Pmix {
     pub(super) groups: HashMap<Vec<Gid>, u32>,
     /// Environments of local ranks, by job and rank, until their ranks start.
     pub(super) envs: HashMap<(u32, u32), Vec<Vec<u8>>>,
-    /// The ranks are waiting for their environments (the start is held until then).
-    pub(super) holding: bool,
     /// The host's id of the launched job's fence this node entered, answered when the fence
     /// completes (the fold is the node's, `super::pmix_fence`: it outlives the server).
     pub(super) entered: Option<u32>,
@@ -148,7 +146,8 @@ impl Node {
         let required = job.required;
         let files = Files::at(&self.job.jobid, self.plan.index);
         match self.start_host(files, None) {
-            Ok(()) => self.pmix.as_ref().is_some_and(|p| p.holding),
+            // The launched job's ranks wait for the environments asked for them.
+            Ok(()) => !self.plan.ranks.is_empty(),
             // A build without PMIx: rlaunch said so once for the job, if it does not need it.
             Err(e) if e.kind() == std::io::ErrorKind::Unsupported && !required => {
                 tracing::debug!("PMIx is not served on this node: {e}");
@@ -194,7 +193,6 @@ impl Node {
     pub(super) fn start_host(&mut self, files: Files, late: Option<Late>) -> std::io::Result<()> {
         let job = self.job.pmix.as_ref().expect("the job serves PMIx");
         let events = self.events.clone();
-        let holding = late.is_none() && !self.plan.ranks.is_empty();
         let host = Host::start(files, &self.plan.host, late, move |news| {
             events.send(Event::Pmix(news)).is_ok()
         })?;
@@ -228,7 +226,6 @@ impl Node {
             )]),
             groups: HashMap::new(),
             envs: HashMap::new(),
-            holding,
             entered: None,
             fence_out: Vec::new(),
             lookups: HashMap::new(),
@@ -286,7 +283,9 @@ impl Node {
         self.dmodex_server_gone();
         // A late server started because a rank connected: that rank needs it.
         let never = self.pmix_unavailable(why, self.job.pmix.as_ref().is_some_and(|p| p.late));
-        if pmix.holding && !never && !self.awaiting_rendezvous {
+        // Ranks that need PMIx keep waiting: the job ends, and its teardown reports them as
+        // never run. Others start on PMI.
+        if !never && self.gate.came(Wait::Environments) {
             self.start_launched_ranks();
         }
         for (_, Spawning { job, index, ranks, .. }) in pmix.spawning {
@@ -418,18 +417,16 @@ impl Node {
                 let Some(&Nspace { job: index, .. }) = pmix.nspaces.get(&nspace) else {
                     return tracing::warn!(%nspace, "a PMIx environment for an unknown namespace");
                 };
-                if index == 0 && !pmix.holding {
-                    // A late server's: the rank runs already, with what `Late` gave it.
+                if index == 0 && !self.gate.waits_for(Wait::Environments) {
+                    // A late server's (the rank runs already, with what `Late` gave it), or
+                    // after a teardown gave up on the ranks.
                     return;
                 }
                 pmix.envs.insert((index, rank), vars);
                 let have = pmix.envs_of(index);
                 if index == 0 {
-                    if pmix.holding && have == self.plan.ranks.len() {
-                        pmix.holding = false;
-                        if !self.awaiting_rendezvous {
-                            self.start_launched_ranks();
-                        }
+                    if have == self.plan.ranks.len() && self.gate.came(Wait::Environments) {
+                        self.start_launched_ranks();
                     }
                 } else if let Some(spawning) = pmix.spawning.get_mut(&index) {
                     match spawning.registration.env(status) {
@@ -579,9 +576,9 @@ impl Node {
 }
 
 impl Node {
-    /// The launched job's ranks, or a spawned job's, wait for their PMIx environments.
+    /// The launched job's ranks wait to start (see [`super::gate`]), or a spawned job's wait
+    /// for their PMIx environments.
     pub(super) fn holding_ranks(&self) -> bool {
-        self.awaiting_rendezvous
-            || self.pmix.as_ref().is_some_and(|p| p.holding || !p.spawning.is_empty())
+        self.gate.closed() || self.pmix.as_ref().is_some_and(|p| !p.spawning.is_empty())
     }
 }

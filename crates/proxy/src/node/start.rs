@@ -13,7 +13,7 @@ use rlaunch_protocol::record::{self, FenceTimes, Phase};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
-use super::{dmodex, pmix_fence, Event, JobState, Node, Upstream};
+use super::{dmodex, pmix_fence, Event, Gate, JobState, Node, Upstream};
 use crate::kill::Escalation;
 use crate::kvs::{FenceScope, Kvs};
 use crate::outputs::{Carrying, Outputs};
@@ -225,14 +225,13 @@ impl Node {
             pmix_late: None,
             late: launch.late,
             awaiting_spawn: launch.late,
-            awaiting_rendezvous: false,
             error_dir: None,
             singleton: None,
             trapped: Vec::new(),
             probes,
             pmix_fence: pmix_fence::NodeFence::default(),
             dmodex: dmodex::Asks::default(),
-            held_stdin: Vec::new(),
+            gate: Gate::default(),
         }
     }
 }
