@@ -22,7 +22,7 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr, ToSocketAddrs, UdpSocket};
 use std::os::unix::process::CommandExt;
 use std::process::{Command, Stdio};
 
-use rlaunch_protocol::control::LinkDown;
+use rlaunch_protocol::control::{LinkDown, NodePlan};
 use rlaunch_tree::children::Lost;
 use rlaunch_tree::dialin::{self, Dialed};
 use rlaunch_tree::secure::{self, Secret};
@@ -154,6 +154,74 @@ fn slurm_addresses(nodes: &[String]) -> Result<HashMap<String, String>, String> 
     Ok(crate::allocation::slurm::node_addresses(&String::from_utf8_lossy(&shown.stdout)))
 }
 
+/// Where each proxy of a dialing launch goes once it dialed rlaunch: rlaunch's own children
+/// are attached, the others sent to their parent's listener, once that parent said where it
+/// listens (`Up::Listening`). Pure; `P` is a proxy that dialed in.
+pub(super) struct DialTree<P> {
+    /// The node of the parent of each proxy below the top, by host.
+    parent_of: HashMap<String, NodeId>,
+    /// Where the interior proxies listen for their children, by node.
+    listening: HashMap<NodeId, String>,
+    /// Proxies that dialed rlaunch before their parent said where it listens.
+    waiting: Vec<(P, NodeId)>,
+}
+
+/// Where a proxy that dialed rlaunch goes.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) enum Arrival<P> {
+    /// A child of rlaunch's own: attached.
+    Child(P),
+    /// Sent to its parent, which listens at this address.
+    Redirect(P, String),
+    /// Kept until its parent says where it listens.
+    Waits,
+}
+
+impl<P> DialTree<P> {
+    /// The tree of `roots` (rlaunch's children) and every node below them.
+    pub(super) fn new(roots: &[NodePlan]) -> DialTree<P> {
+        let parent_of = roots
+            .iter()
+            .flat_map(|r| r.walk())
+            .flat_map(|node| node.children.iter().map(|c| (c.host.clone(), node.index)))
+            .collect();
+        DialTree { parent_of, listening: HashMap::new(), waiting: Vec::new() }
+    }
+
+    /// The proxy of `host` dialed rlaunch.
+    pub(super) fn arrived(&mut self, host: &str, proxy: P) -> Arrival<P> {
+        let Some(&parent) = self.parent_of.get(host) else { return Arrival::Child(proxy) };
+        match self.listening.get(&parent) {
+            Some(address) => Arrival::Redirect(proxy, address.clone()),
+            None => {
+                self.waiting.push((proxy, parent));
+                Arrival::Waits
+            }
+        }
+    }
+
+    /// The proxy of `node` listens at `address`: the proxies that wait for it, to be sent
+    /// there.
+    pub(super) fn listening(&mut self, node: NodeId, address: String) -> Vec<(P, String)> {
+        let (now, later) = std::mem::take(&mut self.waiting).into_iter().partition(|w| w.1 == node);
+        self.waiting = later;
+        self.listening.insert(node, address.clone());
+        now.into_iter().map(|(proxy, _)| (proxy, address.clone())).collect()
+    }
+
+    /// The proxies still waiting for their parent, dropped (the job ends: closing their
+    /// connections ends them).
+    pub(super) fn drop_waiting(&mut self) {
+        self.waiting.clear();
+    }
+}
+
+impl<P> Default for DialTree<P> {
+    fn default() -> DialTree<P> {
+        DialTree { parent_of: HashMap::new(), listening: HashMap::new(), waiting: Vec::new() }
+    }
+}
+
 /// The one process (srun) that started every proxy of a dialing launch.
 pub(super) struct Launcher {
     pub pid: i32,
@@ -173,13 +241,11 @@ impl Root {
     ) {
         let report = self.plan.report_bindings;
         let host = proxy.greeting.host.clone();
-        if let Some(&parent) = self.parent_of.get(&host) {
-            match self.listening.get(&parent) {
-                Some(address) => redirect(proxy, address.clone()),
-                None => self.redirects.push((proxy, parent)),
-            }
-            return;
-        }
+        let proxy = match self.dial_tree.arrived(&host, proxy) {
+            Arrival::Child(proxy) => proxy,
+            Arrival::Redirect(proxy, address) => return redirect(proxy, address),
+            Arrival::Waits => return,
+        };
         let job = &self.plan.job;
         let attached = self.children.attach(proxy.process, proxy.greeting, job, |child| {
             let (output, events) = (output.clone(), events.clone());
@@ -203,14 +269,9 @@ impl Root {
     /// The proxy of `node` listens at `address`: the proxies waiting for it go there.
     pub(super) fn listening(&mut self, node: NodeId, address: String) {
         tracing::debug!(%node, %address, "a proxy listens for its children");
-        let (now, later) = std::mem::take(&mut self.redirects)
-            .into_iter()
-            .partition(|(_, parent)| *parent == node);
-        self.redirects = later;
-        for (proxy, _) in now {
-            redirect(proxy, address.clone());
+        for (proxy, address) in self.dial_tree.listening(node, address) {
+            redirect(proxy, address);
         }
-        self.listening.insert(node, address);
     }
 }
 
@@ -227,4 +288,40 @@ fn redirect(proxy: Dialed, to: String) {
             let _ = writer.flush().await;
         }
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A node plan of `host` (node `index`) with `children`, and no ranks.
+    fn node(index: u32, host: &str, children: Vec<NodePlan>) -> NodePlan {
+        let (index, host) = (NodeId(index), host.to_string());
+        NodePlan { index, host, fork: false, ranks: vec![], children }
+    }
+
+    #[test]
+    fn proxies_below_the_top_go_to_their_parent_once_it_listens() {
+        // n0 and n5 are rlaunch's; n1 and n2 are n0's children, n3 is n1's, n6 is n5's.
+        let n1 = node(1, "n1", vec![node(3, "n3", vec![])]);
+        let roots = [
+            node(0, "n0", vec![n1, node(2, "n2", vec![])]),
+            node(5, "n5", vec![node(6, "n6", vec![])]),
+        ];
+        let mut tree: DialTree<&str> = DialTree::new(&roots);
+        assert_eq!(tree.arrived("n0", "p0"), Arrival::Child("p0"));
+        assert_eq!(tree.arrived("n5", "p5"), Arrival::Child("p5"));
+        // Before their parents listen: kept.
+        assert_eq!(tree.arrived("n3", "p3"), Arrival::Waits);
+        assert_eq!(tree.arrived("n1", "p1"), Arrival::Waits);
+        // n0 listens: n1, which waited, goes there; n3 waits for n1.
+        assert_eq!(tree.listening(NodeId(0), "a0".into()), [("p1", "a0".to_string())]);
+        assert_eq!(tree.listening(NodeId(1), "a1".into()), [("p3", "a1".to_string())]);
+        // A proxy whose parent listens already goes there at once.
+        assert_eq!(tree.arrived("n2", "p2"), Arrival::Redirect("p2", "a0".into()));
+        // The job ends: those still waiting are dropped, and n5's listening sends nobody.
+        assert_eq!(tree.arrived("n6", "p6"), Arrival::Waits);
+        tree.drop_waiting();
+        assert!(tree.listening(NodeId(5), "a5".into()).is_empty());
+    }
 }

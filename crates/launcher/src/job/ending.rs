@@ -50,7 +50,7 @@ impl Root {
             self.name_answers(answers);
             // Proxies waiting to be sent to their parent will not be needed: closing their
             // connections ends them now, and srun with them.
-            self.redirects.clear();
+            self.dial_tree.drop_waiting();
             self.terminate(grace, output_wait, only_if_behind);
         }
     }

@@ -169,12 +169,8 @@ struct Root {
     launcher: Option<dial::Launcher>,
     /// Proxies that have not dialed in by then are lost.
     dial_deadline: Option<Instant>,
-    /// The tree of a dialing launch: the node of the parent of each proxy below the top.
-    parent_of: HashMap<String, NodeId>,
-    /// Where the interior proxies listen for their children, by node.
-    listening: HashMap<NodeId, String>,
-    /// Proxies that dialed rlaunch before their parent said where it listens.
-    redirects: Vec<(Dialed, NodeId)>,
+    /// The tree of a dialing launch: where each proxy that dials in goes.
+    dial_tree: dial::DialTree<Dialed>,
     /// Spawned jobs on their way, and fences of those over several nodes.
     spawns: spawn::Spawns,
     /// Where a proxy started during the run sends its link's news and its output.
@@ -226,9 +222,7 @@ impl Root {
             spawned_jobs,
             launcher: None,
             dial_deadline: None,
-            parent_of: HashMap::new(),
-            listening: HashMap::new(),
-            redirects: Vec::new(),
+            dial_tree: dial::DialTree::default(),
             spawns: spawn::Spawns::default(),
             links: None,
             turnout: None,

@@ -75,12 +75,8 @@ impl Root {
             self.causes.push(Cause::LostProxy { host, reason });
         }
         if let Some(dial_plan) = &self.plan.dial {
+            self.dial_tree = dial::DialTree::new(&self.plan.roots);
             let all: Vec<&NodePlan> = self.plan.roots.iter().flat_map(|r| r.walk()).collect();
-            for node in &all {
-                for child in &node.children {
-                    self.parent_of.insert(child.host.clone(), node.index);
-                }
-            }
             let hosts: Vec<&str> = all.iter().map(|n| n.host.as_str()).collect();
             let name = dial_plan.launcher.first().cloned().unwrap_or_default();
             match dial::start(dial_plan, &hosts, dialed) {
