@@ -7,7 +7,8 @@ use rlaunch_tree::{link, procs};
 use tokio::time::Instant;
 
 use super::cause::Cause;
-use super::{Root, OUTPUT_GRACE, OUTPUT_RECHECK, PROXY_GRACE};
+use super::teardown::OutputDue;
+use super::{Root, OUTPUT_GRACE, PROXY_GRACE};
 
 /// The Root's deadlines, every one waited on by one arm of its loop: the earliest is next.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -39,9 +40,9 @@ impl Root {
             (self.progress.as_ref().and_then(|p| p.deadline()), Deadline::Progress),
             (self.names.deadline(), Deadline::Lookup),
             (self.timeout_at, Deadline::Timeout),
-            (self.output_deadline, Deadline::Output),
+            (self.teardown.output_deadline(), Deadline::Output),
             (self.children.linger_deadline(PROXY_GRACE), Deadline::Linger),
-            (self.proxy_deadline, Deadline::Proxy),
+            (self.teardown.proxy_deadline(), Deadline::Proxy),
         ]
         .into_iter()
         .filter_map(|(at, which)| at.map(|at| (at, which)))
@@ -77,17 +78,17 @@ impl Root {
                 let after = self.plan.timeout.unwrap_or_default();
                 self.fail(Cause::TimedOut(after));
             }
-            Deadline::Output if self.drop_only_if_behind && !writer_behind => {
-                // The reader keeps up: what is still coming is on its way through the tree,
-                // and is written (until the proxies' own deadline).
-                self.output_deadline = Some(Instant::now() + OUTPUT_RECHECK);
-            }
             Deadline::Output => {
+                let note = match self.teardown.output_due(Instant::now(), writer_behind) {
+                    // The reader keeps up: what is still coming is on its way through the
+                    // tree, and is written (until the proxies' own deadline).
+                    OutputDue::Recheck => return,
+                    OutputDue::Drop { note } => note,
+                };
                 // A slow reader must not hold the end up: what the links still bring is read
                 // and thrown away, so the proxies finish.
-                self.output_deadline = None;
                 tracing::debug!("dropping the output not written yet");
-                if self.note_drop {
+                if note {
                     let secs = OUTPUT_GRACE.as_secs();
                     eprintln!(
                         "rlaunch: note: output the reader had not taken {secs} s after the kill \
@@ -99,7 +100,7 @@ impl Root {
             }
             Deadline::Linger => self.children.kill_lingering(PROXY_GRACE),
             Deadline::Proxy => {
-                self.proxy_deadline = None;
+                self.teardown.proxy_due();
                 self.children.kill_unfinished();
                 if let Some(launcher) = self.launcher.as_ref().filter(|l| l.ended.is_none()) {
                     tracing::warn!(launcher = %launcher.name, "did not finish; killing it");

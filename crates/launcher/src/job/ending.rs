@@ -11,7 +11,7 @@ use tokio::time::Instant;
 use super::cause::Cause;
 use super::report::{self, OutFile};
 use super::roll::Roll;
-use super::{timeline, Root, OUTPUT_GRACE, PROXY_GRACE};
+use super::{timeline, Root, OUTPUT_GRACE};
 
 /// What writes a file at the end of the job (`--report`, `--timeline`).
 type WriteEnd = fn(
@@ -66,17 +66,8 @@ impl Root {
         only_if_behind: bool,
     ) {
         self.children.terminate(grace);
-        let dropping = Instant::now() + grace + output_wait;
-        if self.output_deadline.is_none_or(|d| d > dropping) && !*self.drop_output.borrow() {
-            self.output_deadline = Some(dropping);
-            self.drop_only_if_behind = only_if_behind;
-            self.note_drop = !output_wait.is_zero();
-        }
-        let deadline = Instant::now() + grace + PROXY_GRACE;
-        if !self.terminating || self.proxy_deadline.is_some_and(|d| d > deadline) {
-            self.proxy_deadline = Some(deadline);
-        }
-        self.terminating = true;
+        let dropped = *self.drop_output.borrow();
+        self.teardown.begin(Instant::now(), grace, output_wait, only_if_behind, dropped);
     }
 
     /// One of rlaunch's last lines on stderr, on a line of its own even when a rank's output

@@ -29,6 +29,7 @@ mod roll;
 mod signals;
 mod spawn;
 mod start;
+mod teardown;
 #[cfg(test)]
 mod tests;
 mod timeline;
@@ -63,6 +64,7 @@ use roll::Roll;
 use signals::Forwarded;
 pub use start::fork_local_proxies;
 use start::route;
+use teardown::Teardown;
 use world::World;
 
 /// Stdin chunks in flight (sent, not yet written into every target rank).
@@ -138,19 +140,11 @@ struct Root {
     children: Children,
     roll: Roll,
     causes: Vec<Cause>,
-    terminating: bool,
+    /// Once the job ends: when the output is dropped and the proxies left are killed.
+    teardown: Teardown,
     last_interrupt: Option<Instant>,
     /// The last signal forwarded to the ranks, and the failing ends held since.
     forwarded: Forwarded,
-    /// Kill the proxies themselves if they have not finished by then.
-    proxy_deadline: Option<Instant>,
-    /// When the teardown's grace is over: output not written by then is dropped.
-    output_deadline: Option<Instant>,
-    /// At the output deadline, drop only if the writer is behind (a failed job's teardown),
-    /// not at once (a signal to rlaunch ended the job).
-    drop_only_if_behind: bool,
-    /// Say so when the output is dropped (it was not the user's wish).
-    note_drop: bool,
     /// Tells the link readers and the writer thread that the output is dropped.
     drop_output: watch::Sender<bool>,
     timeout_at: Option<Instant>,
@@ -202,13 +196,9 @@ impl Root {
             roll: Roll::new(&plan.job, &plan.roots, plan.node_hosts.clone()),
             children: Children::default(),
             causes: Vec::new(),
-            terminating: false,
+            teardown: Teardown::default(),
             last_interrupt: None,
             forwarded: Forwarded::default(),
-            proxy_deadline: None,
-            output_deadline: None,
-            drop_only_if_behind: false,
-            note_drop: false,
             drop_output,
             stdin: StdinFlow {
                 open: plan.job.stdin != StdinTarget::None,
@@ -285,8 +275,8 @@ async fn run_in(mut plan: Plan, world: World) -> i32 {
     while !root.finished() {
         // Every proxy is done and srun lingers: it gets the grace proxies get, then SIGKILL.
         let lingering = root.launcher.as_ref().is_some_and(|l| l.ended.is_none());
-        if lingering && root.children.settled() && root.proxy_deadline.is_none() {
-            root.proxy_deadline = Some(Instant::now() + PROXY_GRACE);
+        if lingering && root.children.settled() {
+            root.teardown.launcher_lingers(Instant::now());
         }
         let stdin_ready = root.stdin.open && root.stdin.pending.len() < STDIN_WINDOW;
         let next = root.next_deadline();
@@ -383,7 +373,7 @@ impl Root {
     fn handle_up(&mut self, up: Up) {
         match up {
             Up::RankExited { rank, pid, outcome, unfinalized, usage } => {
-                if !self.roll.record(rank, pid, outcome, usage, self.terminating) {
+                if !self.roll.record(rank, pid, outcome, usage, self.teardown.started()) {
                     tracing::warn!(%rank, "exit report for an unknown rank");
                     return;
                 }

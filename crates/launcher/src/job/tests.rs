@@ -98,7 +98,7 @@ async fn the_first_failing_rank_decides_and_a_clean_job_exits_0() {
     failing.handle_up(ended(2, ExitOutcome::Signaled(9)));
     assert!(matches!(failing.causes[0], Cause::RankFailed { rank: Gid(1), pid: 101, .. }));
     assert_eq!(status(&failing), 3);
-    assert!(failing.terminating, "the first failure starts the teardown");
+    assert!(failing.teardown.started(), "the first failure starts the teardown");
 }
 
 #[tokio::test(flavor = "current_thread")]

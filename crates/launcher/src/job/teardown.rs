@@ -1,0 +1,156 @@
+//! The teardown's clock: once the job ends, when the output not written yet is dropped and
+//! when the proxies that have not finished are killed. Pure: the Root brings the time and
+//! does what a deadline says.
+//!
+//! ```text
+//!  fail(cause) / a second Ctrl-C ──begin(now, grace, output wait)──► Teardown
+//!      output deadline ──output_due(writer behind?)──► Recheck | Drop { note }
+//!      proxy deadline ──proxy_due──► the Root kills the proxies (and srun) left
+//! ```
+
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::{OUTPUT_RECHECK, PROXY_GRACE};
+
+#[derive(Debug, Default)]
+pub(super) struct Teardown {
+    /// The job is ending: ranks' ends from now on are the teardown's doing.
+    started: bool,
+    /// Kill the proxies themselves if they have not finished by then.
+    proxy_deadline: Option<Instant>,
+    /// When the teardown's grace is over: output not written by then is dropped.
+    output_deadline: Option<Instant>,
+    /// At the output deadline, drop only if the writer is behind (a failed job's teardown),
+    /// not at once (a signal to rlaunch ended the job).
+    drop_only_if_behind: bool,
+    /// Say so when the output is dropped (it was not the user's wish).
+    note_drop: bool,
+}
+
+/// What the output deadline means when it comes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum OutputDue {
+    /// The reader keeps up: what is still coming is on its way; looked at again later.
+    Recheck,
+    /// Drop what is not written; `note`: and say so.
+    Drop { note: bool },
+}
+
+impl Teardown {
+    pub(super) fn started(&self) -> bool {
+        self.started
+    }
+
+    /// The proxies tear their subtrees down at `now` with `grace` for the ranks. The output
+    /// not written `output_wait` after the grace is dropped (`only_if_behind`: only if the
+    /// writer is behind then; unless `dropped` already), and the proxies left
+    /// [`PROXY_GRACE`] after the grace are killed. A later call (another cause, a second
+    /// Ctrl-C) may bring either deadline forward, never push it back.
+    pub(super) fn begin(
+        &mut self,
+        now: Instant,
+        grace: Duration,
+        output_wait: Duration,
+        only_if_behind: bool,
+        dropped: bool,
+    ) {
+        let dropping = now + grace + output_wait;
+        if self.output_deadline.is_none_or(|d| d > dropping) && !dropped {
+            self.output_deadline = Some(dropping);
+            self.drop_only_if_behind = only_if_behind;
+            self.note_drop = !output_wait.is_zero();
+        }
+        let deadline = now + grace + PROXY_GRACE;
+        if !self.started || self.proxy_deadline.is_some_and(|d| d > deadline) {
+            self.proxy_deadline = Some(deadline);
+        }
+        self.started = true;
+    }
+
+    /// Every proxy is done but the scheduler's launcher (srun) lingers: it gets the grace
+    /// proxies get, from `now`, unless a deadline for them is set already.
+    pub(super) fn launcher_lingers(&mut self, now: Instant) {
+        if self.proxy_deadline.is_none() {
+            self.proxy_deadline = Some(now + PROXY_GRACE);
+        }
+    }
+
+    pub(super) fn output_deadline(&self) -> Option<Instant> {
+        self.output_deadline
+    }
+
+    pub(super) fn proxy_deadline(&self) -> Option<Instant> {
+        self.proxy_deadline
+    }
+
+    /// The output deadline came at `now`; `writer_behind`: the writer holds more than it
+    /// keeps up with.
+    pub(super) fn output_due(&mut self, now: Instant, writer_behind: bool) -> OutputDue {
+        if self.drop_only_if_behind && !writer_behind {
+            self.output_deadline = Some(now + OUTPUT_RECHECK);
+            return OutputDue::Recheck;
+        }
+        self.output_deadline = None;
+        OutputDue::Drop { note: self.note_drop }
+    }
+
+    /// The proxy deadline came: the Root kills what is left; no other comes.
+    pub(super) fn proxy_due(&mut self) {
+        self.proxy_deadline = None;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GRACE: Duration = Duration::from_secs(1);
+    const WAIT: Duration = Duration::from_secs(4);
+
+    #[test]
+    fn a_failure_gives_the_grace_then_drops_output_only_while_the_writer_is_behind() {
+        let (mut teardown, now) = (Teardown::default(), Instant::now());
+        assert!(!teardown.started() && teardown.proxy_deadline().is_none());
+        teardown.begin(now, GRACE, WAIT, true, false);
+        assert!(teardown.started());
+        assert_eq!(teardown.output_deadline(), Some(now + GRACE + WAIT));
+        assert_eq!(teardown.proxy_deadline(), Some(now + GRACE + PROXY_GRACE));
+        // The reader keeps up: looked at again, not dropped.
+        let due = now + GRACE + WAIT;
+        assert_eq!(teardown.output_due(due, false), OutputDue::Recheck);
+        assert_eq!(teardown.output_deadline(), Some(due + OUTPUT_RECHECK));
+        // Behind: dropped, and said, since it was not the user's wish.
+        assert_eq!(teardown.output_due(due + OUTPUT_RECHECK, true), OutputDue::Drop { note: true });
+        assert!(teardown.output_deadline().is_none());
+        teardown.proxy_due();
+        assert!(teardown.proxy_deadline().is_none());
+    }
+
+    #[test]
+    fn a_later_cause_brings_deadlines_forward_and_never_pushes_them_back() {
+        let (mut teardown, now) = (Teardown::default(), Instant::now());
+        teardown.begin(now, GRACE, WAIT, true, false);
+        // A second Ctrl-C: no grace, output dropped at once, quietly.
+        let later = now + Duration::from_millis(100);
+        teardown.begin(later, Duration::ZERO, Duration::ZERO, false, false);
+        assert_eq!(teardown.output_deadline(), Some(later));
+        assert_eq!(teardown.proxy_deadline(), Some(later + PROXY_GRACE));
+        assert_eq!(teardown.output_due(later, false), OutputDue::Drop { note: false });
+        // A cause with a longer grace changes nothing.
+        teardown.begin(later, Duration::from_secs(30), WAIT, true, true);
+        assert_eq!(teardown.proxy_deadline(), Some(later + PROXY_GRACE));
+        assert!(teardown.output_deadline().is_none(), "the output was dropped already");
+    }
+
+    #[test]
+    fn a_lingering_launcher_gets_the_proxies_grace_once() {
+        let (mut teardown, now) = (Teardown::default(), Instant::now());
+        teardown.launcher_lingers(now);
+        assert_eq!(teardown.proxy_deadline(), Some(now + PROXY_GRACE));
+        teardown.launcher_lingers(now + Duration::from_secs(1));
+        assert_eq!(teardown.proxy_deadline(), Some(now + PROXY_GRACE));
+        assert!(!teardown.started(), "a lingering srun is no teardown of the job");
+    }
+}
