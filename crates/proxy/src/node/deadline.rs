@@ -26,14 +26,12 @@ pub(super) enum Deadline {
 impl Node {
     /// The earliest of the Node's deadlines, and which it is.
     pub(super) fn next_deadline(&self) -> Option<(Instant, Deadline)> {
-        let watch_parent = !*self.up.abandon.borrow() && !self.stopped;
-        let parent_silent = self.last_heard + self.job.liveness.silence();
         [
             (self.kill.deadline(), Deadline::Kill),
             (self.dial_deadline, Deadline::Dial),
             (self.children.linger_deadline(CHILD_PROXY_GRACE), Deadline::Linger),
             (self.pmix_silent_at(), Deadline::PmixSilent),
-            (watch_parent.then_some(parent_silent), Deadline::ParentSilent),
+            (self.parent.silent_at(self.job.liveness.silence()), Deadline::ParentSilent),
         ]
         .into_iter()
         .filter_map(|(at, which)| at.map(|at| (at, which)))
@@ -46,7 +44,7 @@ impl Node {
     pub(super) fn on_deadline(&mut self, which: Deadline) {
         match which {
             Deadline::Kill => {
-                let steps = self.kill.on_deadline(Instant::now(), self.orphaned);
+                let steps = self.kill.on_deadline(Instant::now(), self.parent.orphaned());
                 self.apply(steps);
             }
             Deadline::Dial => {
@@ -61,7 +59,7 @@ impl Node {
             Deadline::PmixSilent => self.pmix_silent(),
             Deadline::ParentSilent => {
                 let silence = self.job.liveness.silence();
-                if self.last_heard + silence <= Instant::now() {
+                if self.parent.silent(Instant::now(), silence) {
                     let secs = silence.as_secs_f64();
                     let why = format!("it heard nothing from its parent for {secs} s");
                     self.lose_upstream(&why, true);

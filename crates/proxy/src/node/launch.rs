@@ -101,7 +101,7 @@ impl Node {
     fn launch_setup(&mut self) -> Option<(Option<std::net::TcpListener>, PmiSetup)> {
         // Nothing was swept while the ranks were held.
         self.swept = false;
-        if self.kill.started() || self.orphaned {
+        if self.kill.started() || self.parent.orphaned() {
             // The job ended while the ranks waited for their PMIx environments: they never
             // start, and are reported as never run (killed before they began).
             tracing::debug!("the node is going down: its held ranks do not start");

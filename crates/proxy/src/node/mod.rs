@@ -21,6 +21,7 @@ mod deadline;
 mod dmodex;
 mod gate;
 mod launch;
+mod parent;
 mod pmix;
 mod pmix_fence;
 mod pmix_spawn;
@@ -33,6 +34,7 @@ mod tests;
 
 use deadline::Deadline;
 use gate::{Gate, Wait};
+use parent::Parent;
 pub use start::{serve, DialContext, Forked, PlainChannel, Served};
 use subtree::relay_child;
 
@@ -125,12 +127,8 @@ pub(crate) struct Node {
     /// Carries every local rank's output upstream.
     outputs: Outputs,
     kill: Escalation,
-    /// The parent is gone: finish cleaning up, then exit quietly.
-    orphaned: bool,
-    /// When the parent was last heard from; silence past the job's timeout means it is gone.
-    last_heard: Instant,
-    /// The job is stopped (SIGTSTP): so may be the launcher, whose silence then means nothing.
-    stopped: bool,
+    /// When the parent was last heard from, whether the job is stopped, whether it is gone.
+    parent: Parent,
     /// Whatever the ranks left behind was killed once they had all ended.
     swept: bool,
     placer: Placer,
@@ -233,7 +231,7 @@ impl Node {
         }
         // Nothing of this node outlives it, whatever was left waiting.
         procs::kill_descendants(&HashSet::new());
-        if !self.orphaned {
+        if !self.parent.orphaned() {
             // The parent stamps this node's record with its clock's offset when the record
             // comes: a node done before the parent's probes were answered (a parent slow to
             // read its greeting, on a loaded machine) would be stamped unmeasured. The
@@ -301,10 +299,10 @@ impl Node {
                 }
             }
             Event::Down(down) => {
-                self.last_heard = Instant::now();
+                self.parent.heard(Instant::now());
                 self.handle_down(down);
             }
-            Event::Heard => self.last_heard = Instant::now(),
+            Event::Heard => self.parent.heard(Instant::now()),
             Event::UpstreamClosed(why) => self.lose_upstream(&why, true),
             Event::Pmix(news) => self.pmix_news(news),
             Event::PmixWanted => self.start_late_pmix(),
@@ -355,9 +353,9 @@ impl Node {
                 self.children.broadcast(&Down::Signal { signo });
                 if let Ok(sig) = Signal::try_from(signo) {
                     match sig {
-                        Signal::SIGTSTP => self.stopped = true,
+                        Signal::SIGTSTP => self.parent.set_stopped(true),
                         Signal::SIGCONT => {
-                            self.stopped = false;
+                            self.parent.set_stopped(false);
                             self.pmix_resumed();
                         }
                         _ => {}
@@ -551,11 +549,10 @@ impl Node {
             // more), whether or not the pump still listens.
             self.up.abandon.send_replace(true);
         }
-        if self.orphaned {
+        if !self.parent.lose(unreachable) {
             return;
         }
         tracing::debug!("lost upstream: {why}");
-        self.orphaned = true;
         self.terminate(Duration::from_millis(self.job.kill_grace_ms));
     }
 

@@ -355,7 +355,7 @@ impl Node {
     /// while the job is stopped).
     pub(super) fn pmix_silent_at(&self) -> Option<Instant> {
         let silence = self.job.liveness.silence();
-        self.pmix.as_ref().filter(|_| !self.stopped).map(|p| p.heard + silence)
+        self.pmix.as_ref().filter(|_| !self.parent.stopped()).map(|p| p.heard + silence)
     }
 
     /// Asks the server for a sign of life: it answers `Synced` from its main thread.

@@ -13,7 +13,7 @@ use rlaunch_protocol::record::{self, FenceTimes, Phase};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
-use super::{dmodex, pmix_fence, Event, Gate, JobState, Node, Upstream};
+use super::{dmodex, pmix_fence, Event, Gate, JobState, Node, Parent, Upstream};
 use crate::kill::Escalation;
 use crate::kvs::{FenceScope, Kvs};
 use crate::outputs::{Carrying, Outputs};
@@ -215,9 +215,7 @@ impl Node {
             outputs,
             events,
             kill: Escalation::default(),
-            orphaned: false,
-            last_heard: Instant::now(),
-            stopped: false,
+            parent: Parent::new(Instant::now()),
             swept: false,
             dial,
             dial_deadline: None,
