@@ -146,11 +146,8 @@ pub(crate) struct Node {
     /// What this node's ranks were told of a server that starts when the first of them
     /// connects, until then.
     pmix_late: Option<pmix::Waiting>,
-    /// The trap for Open MPI's singleton start, set for the first rank served no PMIx
-    /// (`Some(None)`: it could not be).
-    singleton: Option<Option<singleton::Armed>>,
-    /// Reports at the trap, held (their processes wait) until the node ends.
-    trapped: Vec<tokio::net::UnixStream>,
+    /// The trap for Open MPI's singleton start, and the reports it took.
+    trap: singleton::Trap,
     /// How many of the parent's clock probes this proxy has answered (see `run`'s end).
     probes: tokio::sync::watch::Receiver<u32>,
     /// This node's share of the launched job's PMIx fences, with or without a server.

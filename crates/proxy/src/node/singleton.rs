@@ -7,8 +7,17 @@ use rlaunch_protocol::control::Up;
 use super::{Event, Node};
 use crate::singleton::{self, Reports, BINDIR_VAR};
 
+/// The node's trap: set for the first rank served no PMIx (tried once), and the reports it
+/// took, held (their processes wait) until the node ends.
+#[derive(Default)]
+pub(super) struct Trap {
+    /// `None`: not tried yet; `Some(None)`: it could not be set.
+    armed: Option<Option<Armed>>,
+    held: Vec<tokio::net::UnixStream>,
+}
+
 /// The trap's directory, and the task that reads the reports.
-pub(super) struct Armed {
+struct Armed {
     dir: std::path::PathBuf,
     _reports: super::pmix::Watch,
 }
@@ -20,13 +29,13 @@ impl Node {
         if self.job.env.iter().any(|(k, _)| k == BINDIR_VAR.as_bytes()) {
             return Vec::new();
         }
-        if self.singleton.is_none() {
+        if self.trap.armed.is_none() {
             // Tried once: a trap that cannot be set is not tried again for every rank.
             let armed = self.arm_singleton_trap();
             let armed = armed.inspect_err(|e| tracing::debug!("no singleton trap here: {e}"));
-            self.singleton = Some(armed.ok());
+            self.trap.armed = Some(armed.ok());
         }
-        let Some(Some(armed)) = self.singleton.as_ref() else { return Vec::new() };
+        let Some(Some(armed)) = self.trap.armed.as_ref() else { return Vec::new() };
         use std::os::unix::ffi::OsStrExt;
         vec![[BINDIR_VAR.as_bytes(), b"=", armed.dir.as_os_str().as_bytes()].concat()]
     }
@@ -54,6 +63,6 @@ impl Node {
         };
         let rank = self.ranks.get(local);
         let _ = self.up.control.send(Up::Singleton { rank: rank.gid, pid: rank.pid as u32 });
-        self.trapped.push(stream);
+        self.trap.held.push(stream);
     }
 }
