@@ -9,7 +9,8 @@
 //!
 //! The same properties are the cargo-fuzz targets' (fuzz/, run to millions of executions by
 //! hand: README "Reliability in figures", docs/reliability.md); their corpora and any crash
-//! they found replay here too.
+//! they found replay in the launcher's test of every target's corpus
+//! (crates/launcher/tests/fuzz_corpus.rs).
 //!
 //! `RLAUNCH_FUZZ_ITERS=<n>` changes the number of mutated inputs (default 100000); the seed is
 //! fixed so a failure reproduces.
@@ -306,35 +307,6 @@ fn random_bytes_never_panic() {
         let input: Vec<u8> = (0..len).map(|_| rng.next() as u8).collect();
         check(&input);
     }
-}
-
-/// Every input the cargo-fuzz targets kept (fuzz/corpus/TARGET) or crashed on
-/// (fuzz/artifacts/TARGET) goes through the same checks, so that a fixed crash stays fixed.
-#[test]
-fn the_fuzzers_corpora_and_crashes_replay_cleanly() {
-    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz");
-    let mut replayed = 0;
-    for (target, property) in [
-        ("pmi1", properties::pmi1 as fn(&[u8])),
-        ("pmi2", properties::pmi2),
-        ("control", properties::control),
-    ] {
-        for dir in ["corpus", "artifacts"] {
-            let Ok(entries) = std::fs::read_dir(root.join(dir).join(target)) else { continue };
-            for entry in entries {
-                let path = entry.expect("a directory entry").path();
-                let input = match std::fs::read(&path) {
-                    Ok(input) => input,
-                    // A fuzzer running now replaces corpus files as it shrinks them.
-                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
-                    Err(e) => panic!("cannot read {}: {e}", path.display()),
-                };
-                property(&input);
-                replayed += 1;
-            }
-        }
-    }
-    assert!(replayed > 0, "no corpus under {}", root.display());
 }
 
 /// Writes the corpus above as the cargo-fuzz targets' seeds (fuzz/corpus/TARGET/seed-N):

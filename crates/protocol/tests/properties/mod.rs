@@ -1,8 +1,9 @@
 //! What every decoder of pmi-wire and rlaunch-protocol must hold to, whatever the bytes: nothing panics, a decoded
 //! message never claims more bytes than it was given, and whatever decodes re-encodes to
 //! something that decodes to the same value. Shared by the deterministic fuzzing test
-//! (tests/fuzz_codecs.rs) and the cargo-fuzz targets (fuzz/fuzz_targets/), which include
-//! this file by path.
+//! (tests/fuzz_codecs.rs), the replay of the fuzzers' corpora
+//! (crates/launcher/tests/fuzz_corpus.rs) and the cargo-fuzz targets (fuzz/fuzz_targets/),
+//! which include this file by path.
 
 use pmi_wire::request::{Message, SpawnBlocks};
 use pmi_wire::{pmi1, pmi2};
