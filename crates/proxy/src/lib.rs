@@ -41,6 +41,7 @@ use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
 
 use rlaunch_protocol::control::{Job, Launch, NodePlan};
 use rlaunch_tree::fdio::FdStream;
+use rlaunch_tree::secure::PARENT_VAR;
 use rlaunch_tree::{link, null_stdin_stdout, secure};
 
 /// Runs a proxy on the control channel `input`/`output` (its parent's) to the end; child
@@ -129,9 +130,6 @@ pub struct Dial {
     pub parent: std::net::SocketAddr,
     pub secret: secure::Secret,
 }
-
-/// The environment variable that holds the address a dialing proxy connects to.
-pub const PARENT_VAR: &str = "RLAUNCH_PARENT";
 
 impl Dial {
     /// `Ok(None)`: this proxy was not started to dial. Removes the variables from the

@@ -40,6 +40,9 @@ const MAX_PLAIN: usize = MAX_MESSAGE - TAG;
 const HANDSHAKE_MESSAGE: usize = 48;
 /// What the dialer sends first, once the keys are agreed: proof that it holds them.
 const PROOF: &[u8] = b"rlaunch link proof v1";
+/// The environment variable that carries the address a dialing proxy connects to (its
+/// parent's listener), beside [`SECRET_VAR`].
+pub const PARENT_VAR: &str = "RLAUNCH_PARENT";
 /// The environment variable that carries the job's secret to the proxies, in hex.
 pub const SECRET_VAR: &str = "RLAUNCH_JOB_SECRET";
 

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use rlaunch_protocol::ids::ExitOutcome;
 
-use rlaunch_proxy::pmix::wire::MAX_DATA;
+use rlaunch_protocol::control::PMIX_FENCE_MAX as MAX_DATA;
 
 use super::pmix_fence::TooLarge;
 use super::roll::Roll;

@@ -80,7 +80,7 @@ pub(crate) fn start(
         .arg("--export=ALL")
         .args(plan.overlap.then_some("--overlap"))
         .arg(&plan.proxy_path)
-        .env(rlaunch_proxy::PARENT_VAR, address.to_string())
+        .env(secure::PARENT_VAR, address.to_string())
         .env(secure::SECRET_VAR, secret.to_hex())
         .stdin(Stdio::null())
         .stdout(Stdio::null())

@@ -14,8 +14,8 @@
 use rlaunch_protocol::ids::NodeId;
 use std::collections::BTreeMap;
 
+use rlaunch_protocol::control::PMIX_FENCE_MAX as MAX_DATA;
 use rlaunch_protocol::control::PMIX_FENCE_PART;
-use rlaunch_proxy::pmix::wire::MAX_DATA;
 use rlaunch_tree::fence::{in_parts, FenceFold};
 
 /// A fence gathered more data than a PMIx server takes.

@@ -50,6 +50,10 @@ pub const MAX_FRAME_LEN: usize = 64 << 20;
 /// How much of a PMIx fence's data one frame carries: more travels in several
 /// ([`Up::PmixFencePart`], [`Down::PmixFencePart`]), so that no fence is too large for a frame.
 pub const PMIX_FENCE_PART: usize = 16 << 20;
+/// The most data one PMIx fence may gather, every node's together: a node's PMIx server takes
+/// a fence's data in one message (the proxy's host wire carries this much at most), so the
+/// root fails a fence that gathers more.
+pub const PMIX_FENCE_MAX: usize = 1 << 30;
 /// The most of a rank's error file that goes up ([`Up::RankError`]).
 pub const MAX_ERROR_REPORT: usize = 64 << 10;
 /// How much a peer may print before its hello before we give up looking for it.

@@ -193,8 +193,8 @@ pub enum WireError {
 const NOT_HERE: u32 = u32::MAX;
 
 /// The most data one message carries (a fence's, every node's, for the server to hand its
-/// clients whole).
-pub const MAX_DATA: usize = 1 << 30;
+/// clients whole): the control protocol's limit of a PMIx fence.
+pub const MAX_DATA: usize = rlaunch_protocol::control::PMIX_FENCE_MAX;
 
 /// Longest message either side accepts: `MAX_DATA` and room for the fields around it.
 pub const MAX_MESSAGE: usize = MAX_DATA + (64 << 10);
