@@ -30,6 +30,7 @@ mod hosts;
 pub mod job;
 pub mod options;
 mod output;
+mod place;
 pub mod plan;
 pub mod process;
 mod quote;

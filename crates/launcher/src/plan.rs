@@ -14,7 +14,6 @@
 mod elf;
 mod layout;
 mod ldso;
-pub(crate) mod place;
 mod tree;
 
 use std::ffi::OsString;
@@ -28,6 +27,7 @@ use crate::error::{SetupError, UsageError};
 use crate::hosts::{self, Host, HostsError};
 use crate::job::{self, report::OutFile};
 use crate::options::{HostSource, LauncherKind, MapBy, Options, PmiKinds, Rmk};
+use crate::place;
 
 /// Linux runs at most this many processes (`PID_MAX_LIMIT`, the ceiling of
 /// `kernel.pid_max`): no host takes more ranks.

@@ -109,7 +109,7 @@ pub struct Plan {
     /// When rlaunch began to build the job, on its clock: the job's start in the report.
     pub started_us: Micros,
     /// The hosts spawned ranks are placed on, and where the next go.
-    pub(crate) universe: crate::plan::place::Universe,
+    pub(crate) universe: crate::place::Universe,
     /// This machine's name: a proxy started during the run (for spawned ranks) on it is
     /// forked, unless `forced_remote` (a launcher named on the command line).
     pub own_host: String,

@@ -24,7 +24,7 @@ use super::cause::Cause;
 use super::{route, Root};
 use crate::hosts::{self, Host};
 use crate::output::SpawnedJob;
-use crate::plan::place::{self, Universe};
+use crate::place::{self, Universe};
 use crate::quote::cut;
 
 /// The most processes one spawn may ask for: as many as Linux runs on a host (pid_max).

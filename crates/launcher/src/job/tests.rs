@@ -62,7 +62,7 @@ fn plan_of(ranks: &[u32]) -> Plan {
         timeline: None,
         command: vec!["rlaunch".into()],
         started_us: 0,
-        universe: crate::plan::place::Universe::new(&[], false, size),
+        universe: crate::place::Universe::new(&[], false, size),
         own_host: "n0".into(),
         forced_remote: false,
         tracker: None,

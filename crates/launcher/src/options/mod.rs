@@ -12,58 +12,14 @@ use rlaunch_protocol::control::{Binding, GpuBind, Liveness, Mapping};
 use crate::allocation::Scheduler;
 use crate::args::{self, Key};
 use crate::configfile;
+pub use crate::error::OptionError;
 use crate::error::UsageError;
 use crate::output::OutputSpec;
-use crate::quote::cut;
 
 mod fold;
 mod values;
 
 use fold::fold;
-
-/// An option, or a setting from the environment, that rlaunch cannot use as given.
-#[derive(Debug, thiserror::Error)]
-pub enum OptionError {
-    /// `option` as spelled, or the environment variable the setting came from.
-    #[error("{option} {}: expected {what}", cut(.value))]
-    Expected { option: &'static str, value: String, what: &'static str },
-    #[error("{option} {}: a segment needs at least 1 rank", cut(.value))]
-    NoRanks { option: &'static str, value: String },
-    #[error("{option} {}: empty variable name", cut(.pair))]
-    EmptyName { option: &'static str, pair: String },
-    #[error("{0}: empty command")]
-    EmptyCommand(&'static str),
-    #[error("the timeout must be more than 0 seconds")]
-    ZeroTimeout,
-    /// `known`: the interfaces with an IPv4 address.
-    #[error("{option} {}: no interface of that name has an IPv4 address (these do: {known})", cut(.name))]
-    NoInterface { option: &'static str, name: String, known: String },
-    #[error("--heartbeat {}: must be at least 0.001 seconds", cut(.0))]
-    ShortHeartbeat(String),
-    /// The silence timeout must leave room for heartbeats, or every link would be lost.
-    #[error("--silence-timeout {}: must be longer than the heartbeat ({heartbeat} s)", cut(.silence))]
-    ShortSilence { silence: String, heartbeat: f64 },
-    #[error("-l and --prepend-pattern both set the line prefix; give one")]
-    TwoPrefixes,
-    /// `reason`: what the pattern parser said.
-    #[error("{option} {}: {reason}", cut(.pattern))]
-    Pattern { option: &'static str, pattern: String, reason: String },
-    #[error("--output-filename {}: no directory given", cut(.0))]
-    NoOutputDir(String),
-    #[error("--output-filename {}: unknown option {} (known: nocopy, nojobid)", cut(.arg), cut(.option))]
-    OutputDirOption { arg: String, option: String },
-    /// `-configfile` with a program on the command line too.
-    #[error("{0}: give the programs either in the file or on the command line")]
-    ProgramsTwice(&'static str),
-    #[error("no program given: rlaunch -n N PROGRAM [ARGS]")]
-    NoProgram,
-    /// `''` where a program should be: nothing could run it.
-    #[error("empty program name")]
-    EmptyProgram,
-    /// A map gives each rank one GPU.
-    #[error("--gpu-bind map gives each rank one GPU, not {0} (--gpus-per-rank)")]
-    MapManyGpus(u32),
-}
 
 /// What the command line asks rlaunch to do.
 pub enum Request {
