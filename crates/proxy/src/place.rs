@@ -90,7 +90,7 @@ impl Placer {
             self.machine = Some(Machine::of_this_process(gpus));
             self.with_gpus = gpus;
             if let Some(Ok(machine)) = &self.machine {
-                self.visible = Visible::of(machine, |name| std::env::var(name).ok());
+                self.visible = Visible::of(&machine.gpus, |name| std::env::var(name).ok());
                 tracing::debug!(
                     cpus = machine.cpus().len(),
                     gpus = self.visible.gpus.len(),

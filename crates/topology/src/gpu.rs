@@ -8,7 +8,7 @@ use std::io;
 use std::path::Path;
 
 use crate::cpulist;
-use crate::machine::{invalid, names_in, read_id, Machine};
+use crate::sysfs::{invalid, names_in, read_id};
 
 /// The GPU makers rlaunch knows, in the order their variables are set.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -102,11 +102,15 @@ pub struct Gpu {
 const DISPLAY: i64 = 0x03;
 const ACCELERATOR: i64 = 0x12;
 
-/// The GPUs under `root` (a stand-in for `/`), sorted by PCI address.
-pub(crate) fn read_pci(root: &Path, machine: &Machine) -> io::Result<Vec<Gpu>> {
+/// The GPUs under `root` (a stand-in for `/`), sorted by PCI address. `usable`: the CPUs this
+/// proxy may use; `numa_cpus(n)`: those of NUMA node `n`, for a GPU that does not list its own.
+pub(crate) fn read_pci(
+    root: &Path,
+    usable: &[u32],
+    numa_cpus: impl Fn(u32) -> Vec<u32>,
+) -> io::Result<Vec<Gpu>> {
     let dir = root.join("sys/bus/pci/devices");
     let kfd = read_kfd(&root.join("sys/class/kfd/kfd/topology/nodes"))?;
-    let usable = machine.cpu_ids();
     let mut gpus = Vec::new();
     for name in names_in(&dir)? {
         let Some(pci) = name.to_str() else { continue };
@@ -127,7 +131,7 @@ pub(crate) fn read_pci(root: &Path, machine: &Machine) -> io::Result<Vec<Gpu>> {
                 .into_iter()
                 .filter(|c| usable.contains(c))
                 .collect(),
-            Err(_) => machine.numa_cpus(numa),
+            Err(_) => numa_cpus(numa),
         };
         let kfd = kfd.iter().find(|(_, at)| at == pci).map(|(node, _)| *node);
         gpus.push(Gpu { pci: pci.to_string(), vendor, numa, cpus, kfd });
@@ -199,26 +203,25 @@ pub struct Visible {
 }
 
 impl Visible {
-    /// The GPUs of `machine` that this proxy may hand out: all of them, or, where its
+    /// Of a machine's `gpus`, those that this proxy may hand out: all of them, or, where its
     /// environment (`env`) names some (an allocation's `CUDA_VISIBLE_DEVICES`,
     /// `ROCR_VISIBLE_DEVICES`, `ZE_AFFINITY_MASK`), those. Inside Slurm, `SLURM_JOB_GPUS`
     /// gives the job's GPUs by index on the node even when `CUDA_VISIBLE_DEVICES` counts
     /// from 0 within the job's device cgroup.
-    pub fn of(machine: &Machine, env: impl Fn(&str) -> Option<String>) -> Visible {
+    pub fn of(gpus: &[Gpu], env: impl Fn(&str) -> Option<String>) -> Visible {
         let mut visible = Visible::default();
         let job_gpus: Option<Vec<usize>> = env("SLURM_JOB_GPUS").and_then(|list| {
             list.split(',').map(|i| i.trim().parse().ok()).collect::<Option<Vec<_>>>()
         });
         for vendor in Vendor::ALL {
-            let mut on_bus: Vec<&Gpu> =
-                machine.gpus.iter().filter(|g| g.vendor == vendor).collect();
+            let mut on_bus: Vec<&Gpu> = gpus.iter().filter(|g| g.vendor == vendor).collect();
             // The runtime's numbering: PCI order, but AMD's follows its driver's topology.
             if vendor == Vendor::Amd {
                 on_bus.sort_by_key(|g| (g.kfd.is_none(), g.kfd));
             }
             // Another maker's variable on a node with only this maker's GPUs (Slurm sets
             // every maker's unless told which) names nothing here.
-            let given = env(vendor.var()).filter(|_| on_bus.is_empty() == machine.gpus.is_empty());
+            let given = env(vendor.var()).filter(|_| on_bus.is_empty() == gpus.is_empty());
             let Some(given) = given else {
                 visible.gpus.extend(on_bus.iter().enumerate().map(|(i, gpu)| Usable {
                     vendor,

@@ -26,6 +26,7 @@ pub mod fake;
 pub mod gpu;
 pub mod machine;
 pub mod place;
+mod sysfs;
 
 pub use machine::{Machine, ROOT_VAR};
 pub use place::{place, Place, Placed, Request};

@@ -11,7 +11,8 @@ use nix::unistd::Pid;
 use rlaunch_protocol::control::CpuUnit;
 
 use crate::cpulist;
-use crate::gpu::Gpu;
+use crate::gpu::{self, Gpu};
+use crate::sysfs::{cut, invalid, names_in, read_id};
 
 /// A directory that stands for `/` when rlaunch reads a node's shape: it reads
 /// `$RLAUNCH_TOPOLOGY_ROOT/sys/devices/system/...` and `.../sys/bus/pci/devices/...` instead
@@ -115,7 +116,8 @@ impl Machine {
         cpus.sort_by_key(|c| (c.socket, c.core, c.id));
         let mut machine = Machine { cpus, gpus: Vec::new(), stand_in: false };
         if gpus {
-            machine.gpus = crate::gpu::read_pci(root, &machine)?;
+            let numa_cpus = |numa| machine.numa_cpus(numa);
+            machine.gpus = gpu::read_pci(root, &machine.cpu_ids(), numa_cpus)?;
         }
         Ok(machine)
     }
@@ -199,39 +201,6 @@ fn read_l3(cache: &Path) -> io::Result<Option<i64>> {
         return Ok(cpus.first().map(|&c| i64::from(c)));
     }
     Ok(None)
-}
-
-/// The names in directory `dir`; none when it does not exist (a kernel without NUMA, a
-/// machine without a PCI bus or an AMD driver).
-pub(crate) fn names_in(dir: &Path) -> io::Result<Vec<std::ffi::OsString>> {
-    match fs::read_dir(dir) {
-        Ok(entries) => entries.map(|entry| entry.map(|e| e.file_name())).collect(),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(Vec::new()),
-        Err(e) => Err(e),
-    }
-}
-
-/// A number in a sysfs file; `None` when the file does not exist.
-pub(crate) fn read_id(path: &Path) -> io::Result<Option<i64>> {
-    match fs::read_to_string(path) {
-        Ok(text) => text
-            .trim()
-            .parse()
-            .map(Some)
-            .map_err(|_| invalid(&path.display().to_string(), "a number", &text)),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(e),
-    }
-}
-
-pub(crate) fn invalid(what: &str, expected: &str, text: &str) -> io::Error {
-    let msg = format!("{what} is not {expected}: {:?}", cut(text));
-    io::Error::new(io::ErrorKind::InvalidData, msg)
-}
-
-/// At most 40 characters of a file's text, for an error.
-pub(crate) fn cut(text: &str) -> String {
-    text.trim().chars().take(40).collect()
 }
 
 #[cfg(test)]

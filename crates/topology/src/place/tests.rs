@@ -44,7 +44,7 @@ impl<'a> Case<'a> {
     fn visible(&self) -> Visible {
         let env =
             |name: &str| self.env.iter().find(|(n, _)| *n == name).map(|(_, v)| v.to_string());
-        Visible::of(&self.sys.read(None), env)
+        Visible::of(&self.sys.read(None).gpus, env)
     }
 
     fn place(&self, count: usize) -> Result<(Placed, Visible), String> {
@@ -302,7 +302,7 @@ fn a_cpuset_narrows_the_gpus_local_cpus_too() {
     let sys = FakeSys::of(&POLARIS);
     // As a Slurm job given cores 8-15 only: GPU 2 is the one near them.
     let machine = sys.read(Some(&(8..16).collect::<Vec<_>>()));
-    let visible = Visible::of(&machine, |_| None);
+    let visible = Visible::of(&machine.gpus, |_| None);
     let per_rank = [1];
     let ask =
         GpuAsk { per_rank: &per_rank, bind: &GpuBind::Closest, share: false, visible: &visible };
