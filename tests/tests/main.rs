@@ -32,4 +32,5 @@ mod signals;
 mod slurm;
 mod spawn;
 mod stdin;
+mod structure;
 mod timeline;
