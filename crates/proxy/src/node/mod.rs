@@ -141,19 +141,13 @@ pub(crate) struct Node {
     dial: Option<DialContext>,
     /// Children that have not dialed in by then are lost.
     dial_deadline: Option<Instant>,
-    /// This node's PMIx server, if the job serves PMIx and it has started.
-    pmix: Option<pmix::Pmix>,
-    /// What this node's ranks were told of a server that starts when the first of them
-    /// connects, until then.
-    pmix_late: Option<pmix::Waiting>,
+    /// What this node serves of PMIx: its server, its share of the PMIx fences, the direct
+    /// modex requests it answers.
+    served: pmix::Served,
     /// The trap for Open MPI's singleton start, and the reports it took.
     trap: singleton::Trap,
     /// How many of the parent's clock probes this proxy has answered (see `run`'s end).
     probes: tokio::sync::watch::Receiver<u32>,
-    /// This node's share of the launched job's PMIx fences, with or without a server.
-    pmix_fence: pmix_fence::NodeFence,
-    /// Direct modex requests of other nodes that this node's server is answering.
-    dmodex: dmodex::Asks,
     /// What the launched job's ranks wait for before they start, and the stdin that comes
     /// meanwhile.
     gate: Gate,
@@ -214,7 +208,7 @@ impl Node {
                 _ = sigterm.recv() => self.lose_upstream("the proxy received SIGTERM", false),
                 _ = sighup.recv() => self.lose_upstream("the proxy received SIGHUP", false),
                 _ = sigint.recv() => self.lose_upstream("the proxy received SIGINT", false),
-                _ = pmix_ping.tick(), if self.pmix.is_some() => self.ping_pmix(),
+                _ = pmix_ping.tick(), if self.served.server.is_some() => self.ping_pmix(),
                 _ = sleep_until(next.map(|(at, _)| at)), if next.is_some() => {
                     let (_, which) = next.expect("a deadline");
                     if which == Deadline::ParentSilent {

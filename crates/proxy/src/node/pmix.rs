@@ -118,6 +118,21 @@ impl Drop for Watch {
     }
 }
 
+/// What this node serves of PMIx, one part of the Node: its methods are in this file,
+/// `pmix_fence.rs`, `pmix_spawn.rs` and `dmodex.rs`.
+#[derive(Default)]
+pub(super) struct Served {
+    /// This node's PMIx server, if the job serves PMIx and it has started.
+    pub(super) server: Option<Pmix>,
+    /// What this node's ranks were told of a server that starts when the first of them
+    /// connects, until then.
+    pub(super) late: Option<Waiting>,
+    /// This node's share of the launched job's PMIx fences, with or without a server.
+    pub(super) fence: super::pmix_fence::NodeFence,
+    /// Direct modex requests of other nodes that this node's server is answering.
+    pub(super) asks: super::dmodex::Asks,
+}
+
 /// A PMIx namespace: a job the node's server knows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) struct Nspace {
@@ -137,7 +152,7 @@ impl Node {
         let Some(job) = self.job.pmix.as_ref() else { return false };
         if job.late && !self.plan.ranks.is_empty() {
             match self.wait_for_client() {
-                Ok(waiting) => self.pmix_late = Some(waiting),
+                Ok(waiting) => self.served.late = Some(waiting),
                 // The job can do without PMIx: its ranks run on PMI, and nothing is said.
                 Err(e) => tracing::debug!("PMIx is not served on this node: {e}"),
             }
@@ -180,7 +195,7 @@ impl Node {
     /// A rank connected to the socket of the server that was waiting: it starts now, takes
     /// the socket over, and serves the ranks already running.
     pub(super) fn start_late_pmix(&mut self) {
-        let Some(Waiting { late, files, .. }) = self.pmix_late.take() else { return };
+        let Some(Waiting { late, files, .. }) = self.served.late.take() else { return };
         tracing::debug!("a rank connected: starting the PMIx server");
         if let Err(e) = self.start_host(files, Some(late)) {
             // Its clients wait for an answer that will not come: the job ends.
@@ -218,7 +233,7 @@ impl Node {
             });
         }
         tracing::debug!(pid = host.pid(), "PMIx host started");
-        self.pmix = Some(Pmix {
+        self.served.server = Some(Pmix {
             host,
             nspaces: HashMap::from([(
                 self.job.jobid.clone(),
@@ -241,13 +256,14 @@ impl Node {
 
     /// Stops this node's server (its ranks are done, or being killed): on purpose, not news.
     pub(super) fn drop_pmix(&mut self) {
-        let syncs = self.pmix.as_mut().map(|p| std::mem::take(&mut p.syncs)).unwrap_or_default();
+        let syncs =
+            self.served.server.as_mut().map(|p| std::mem::take(&mut p.syncs)).unwrap_or_default();
         // Judged with what the server said before it went.
         for (local, outcome) in syncs.into_values() {
             self.judge_reaped(local, outcome);
         }
-        self.pmix = None;
-        self.pmix_late = None;
+        self.served.server = None;
+        self.served.late = None;
         self.dmodex_server_gone();
         self.pmix_fence_without_server();
     }
@@ -258,7 +274,7 @@ impl Node {
     /// ([`Node::judge_reaped`]).
     pub(super) fn pmix_holds_verdict(&mut self, local: Local, outcome: ExitOutcome) -> bool {
         let gid = self.ranks.get(local).gid;
-        let Some(pmix) = self.pmix.as_mut() else { return false };
+        let Some(pmix) = self.served.server.as_mut() else { return false };
         let unsure =
             outcome.is_success() && pmix.connected.contains(&gid) && !pmix.finalized.contains(&gid);
         if unsure {
@@ -272,14 +288,15 @@ impl Node {
 
     /// Whether rank `gid` connected to the PMIx server and left without finalizing.
     pub(super) fn pmix_left_unfinalized(&self, gid: Gid) -> bool {
-        self.pmix
+        self.served
+            .server
             .as_ref()
             .is_some_and(|p| p.connected.contains(&gid) && !p.finalized.contains(&gid))
     }
 
     /// The server is gone: ranks held for their environments start without them.
     fn lose_pmix(&mut self, why: String) {
-        let Some(pmix) = self.pmix.take() else { return };
+        let Some(pmix) = self.served.server.take() else { return };
         self.dmodex_server_gone();
         // A late server started because a rank connected: that rank needs it.
         let never = self.pmix_unavailable(why, self.job.pmix.as_ref().is_some_and(|p| p.late));
@@ -318,9 +335,9 @@ impl Node {
     /// is told it is oversubscribed, as mpirun tells it, or its ranks busy-poll each other's
     /// CPU away.
     pub(super) fn pmix_env(&mut self, index: u32, rank: u32, local: usize) -> Vec<Vec<u8>> {
-        let waiting = self.pmix_late.as_ref().filter(|_| index == 0);
+        let waiting = self.served.late.as_ref().filter(|_| index == 0);
         let late = waiting.map(|w| w.late.env(&w.files, &self.job.jobid, rank, &self.plan.host));
-        let held = || self.pmix.as_mut().and_then(|p| p.envs.remove(&(index, rank)));
+        let held = || self.served.server.as_mut().and_then(|p| p.envs.remove(&(index, rank)));
         let Some(mut vars) = late.or_else(held) else {
             return self.singleton_env();
         };
@@ -336,7 +353,7 @@ impl Node {
         if sharing > cpus && !user_sets(OVERSUBSCRIBE) {
             vars.push([OVERSUBSCRIBE, b"=1"].concat());
         }
-        let shm = match (&self.pmix_late, &self.pmix) {
+        let shm = match (&self.served.late, &self.served.server) {
             (Some(waiting), _) => waiting.files.shm_dir(),
             (None, Some(pmix)) => pmix.host.shm_dir(),
             (None, None) => None,
@@ -355,12 +372,12 @@ impl Node {
     /// while the job is stopped).
     pub(super) fn pmix_silent_at(&self) -> Option<Instant> {
         let silence = self.job.liveness.silence();
-        self.pmix.as_ref().filter(|_| !self.parent.stopped()).map(|p| p.heard + silence)
+        self.served.server.as_ref().filter(|_| !self.parent.stopped()).map(|p| p.heard + silence)
     }
 
     /// Asks the server for a sign of life: it answers `Synced` from its main thread.
     pub(super) fn ping_pmix(&mut self) {
-        if let Some(pmix) = self.pmix.as_mut() {
+        if let Some(pmix) = self.served.server.as_mut() {
             let id = pmix.next_sync;
             pmix.next_sync = pmix.next_sync.wrapping_add(1);
             pmix.host.send(Command::Sync { id });
@@ -369,7 +386,7 @@ impl Node {
 
     /// The job goes on after a stop: the server's silence while stopped means nothing.
     pub(super) fn pmix_resumed(&mut self) {
-        if let Some(pmix) = self.pmix.as_mut() {
+        if let Some(pmix) = self.served.server.as_mut() {
             pmix.heard = Instant::now();
         }
     }
@@ -377,7 +394,7 @@ impl Node {
     /// The server said nothing for the silence timeout: wedged. It is killed, and lost as
     /// one that died is: its held ranks start without it, or the job fails if it needs it.
     pub(super) fn pmix_silent(&mut self) {
-        let Some(pmix) = self.pmix.as_ref() else { return };
+        let Some(pmix) = self.served.server.as_ref() else { return };
         pmix.host.kill();
         let secs = self.job.liveness.silence().as_secs_f64();
         self.lose_pmix(format!("the PMIx server of this node did not answer for {secs} s"));
@@ -388,13 +405,13 @@ impl Node {
             HostNews::Event(event) => event,
             HostNews::Gone(why) => {
                 // Dropped (its ranks are all done): it went as it should.
-                if self.pmix.is_none() {
+                if self.served.server.is_none() {
                     return;
                 }
                 return self.lose_pmix(format!("the PMIx server of this node ended: {why}"));
             }
         };
-        let Some(pmix) = self.pmix.as_mut() else { return };
+        let Some(pmix) = self.served.server.as_mut() else { return };
         pmix.heard = Instant::now();
         match event {
             pmix::Event::Ready { version } => tracing::debug!(%version, "PMIx server ready"),
@@ -543,7 +560,7 @@ impl Node {
 
     /// The root's answer to a PMIx name-service request of a local rank.
     pub(super) fn pmix_name_answer(&mut self, id: u32, answer: NameAnswer) {
-        let Some(pmix) = self.pmix.as_mut() else { return };
+        let Some(pmix) = self.served.server.as_mut() else { return };
         let command = match answer {
             NameAnswer::Published(ok) => {
                 let status = if ok { wire::SUCCESS } else { wire::ERR_DUPLICATE_KEY };
@@ -579,6 +596,6 @@ impl Node {
     /// The launched job's ranks wait to start (see [`super::gate`]), or a spawned job's wait
     /// for their PMIx environments.
     pub(super) fn holding_ranks(&self) -> bool {
-        self.gate.closed() || self.pmix.as_ref().is_some_and(|p| !p.spawning.is_empty())
+        self.gate.closed() || self.served.server.as_ref().is_some_and(|p| !p.spawning.is_empty())
     }
 }

@@ -84,7 +84,7 @@ impl Node {
     ) -> Option<(Job, JobRanks)> {
         self.pmix_for_spawn();
         let node = sj.node_id(self.plan.index);
-        let Some(pmix) = self.pmix.as_mut() else { return Some((job, ranks)) };
+        let Some(pmix) = self.served.server.as_mut() else { return Some((job, ranks)) };
         let nspace = sj.kvsname.clone();
         pmix.nspaces
             .insert(nspace.clone(), Nspace { job: sj.job, first: sj.first, size: sj.size() });
@@ -108,10 +108,10 @@ impl Node {
     /// A late node (`Launch::late`), or one whose server waits for its first client, gets
     /// its server now: a PMIx spawn places ranks here.
     fn pmix_for_spawn(&mut self) {
-        if self.pmix.is_some() || self.job.pmix.is_none() {
+        if self.served.server.is_some() || self.job.pmix.is_none() {
             return;
         }
-        if self.pmix_late.is_some() {
+        if self.served.late.is_some() {
             return self.start_late_pmix();
         }
         let files = crate::pmix::Files::at(&self.job.jobid, self.plan.index);
@@ -124,7 +124,7 @@ impl Node {
     /// server, whose ranks may be its parents (a spawn collective over ranks of several
     /// nodes): they connect to it, and get its ranks' data by direct modex.
     pub(super) fn pmix_spawned_elsewhere(&mut self, sj: &SpawnJob) {
-        let Some(pmix) = self.pmix.as_mut() else { return };
+        let Some(pmix) = self.served.server.as_mut() else { return };
         pmix.nspaces
             .insert(sj.kvsname.clone(), Nspace { job: sj.job, first: sj.first, size: sj.size() });
         pmix.host.send(setup(sj, None));
@@ -137,7 +137,7 @@ impl Node {
         let text = format!("{nspace} does not start: PMIx cannot register it (status {status})");
         self.notice(text.clone());
         self.jobs.remove(&index);
-        if let Some(pmix) = self.pmix.as_mut() {
+        if let Some(pmix) = self.served.server.as_mut() {
             pmix.nspaces.remove(&nspace);
             pmix.envs.retain(|&(job, _), _| job != index);
         }
@@ -154,7 +154,7 @@ impl Node {
 
     /// How the spawn of a local client (the host's request `id`) went.
     pub(super) fn pmix_spawn_answer(&mut self, id: u32, outcome: SpawnOutcome) {
-        let Some(pmix) = self.pmix.as_ref() else { return };
+        let Some(pmix) = self.served.server.as_ref() else { return };
         let (status, nspace) = match outcome {
             SpawnOutcome::Started { kvsname } => (wire::SUCCESS, kvsname),
             SpawnOutcome::Refused { reason } => {

@@ -13,7 +13,7 @@ use rlaunch_protocol::record::{self, FenceTimes, Phase};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
-use super::{dmodex, pmix_fence, Event, Gate, JobState, Node, Parent, Upstream};
+use super::{Event, Gate, JobState, Node, Parent, Upstream};
 use crate::kill::Escalation;
 use crate::kvs::{FenceScope, Kvs};
 use crate::outputs::{Carrying, Outputs};
@@ -219,15 +219,12 @@ impl Node {
             swept: false,
             dial,
             dial_deadline: None,
-            pmix: None,
-            pmix_late: None,
+            served: Default::default(),
             late: launch.late,
             awaiting_spawn: launch.late,
             error_dir: None,
             trap: Default::default(),
             probes,
-            pmix_fence: pmix_fence::NodeFence::default(),
-            dmodex: dmodex::Asks::default(),
             gate: Gate::default(),
         }
     }
