@@ -286,14 +286,6 @@ impl Node {
         unsure
     }
 
-    /// Whether rank `gid` connected to the PMIx server and left without finalizing.
-    pub(super) fn pmix_left_unfinalized(&self, gid: Gid) -> bool {
-        self.served
-            .server
-            .as_ref()
-            .is_some_and(|p| p.connected.contains(&gid) && !p.finalized.contains(&gid))
-    }
-
     /// The server is gone: ranks held for their environments start without them.
     fn lose_pmix(&mut self, why: String) {
         let Some(pmix) = self.served.server.take() else { return };
@@ -373,22 +365,6 @@ impl Node {
     pub(super) fn pmix_silent_at(&self) -> Option<Instant> {
         let silence = self.job.liveness.silence();
         self.served.server.as_ref().filter(|_| !self.parent.stopped()).map(|p| p.heard + silence)
-    }
-
-    /// Asks the server for a sign of life: it answers `Synced` from its main thread.
-    pub(super) fn ping_pmix(&mut self) {
-        if let Some(pmix) = self.served.server.as_mut() {
-            let id = pmix.next_sync;
-            pmix.next_sync = pmix.next_sync.wrapping_add(1);
-            pmix.host.send(Command::Sync { id });
-        }
-    }
-
-    /// The job goes on after a stop: the server's silence while stopped means nothing.
-    pub(super) fn pmix_resumed(&mut self) {
-        if let Some(pmix) = self.served.server.as_mut() {
-            pmix.heard = Instant::now();
-        }
     }
 
     /// The server said nothing for the silence timeout: wedged. It is killed, and lost as
@@ -558,9 +534,47 @@ impl Node {
         }
     }
 
+    pub(super) fn notice(&self, text: String) {
+        tracing::warn!("{text}");
+        let _ = self.up.control.send(Up::Notice { host: self.plan.host.clone(), text });
+    }
+}
+
+impl Node {
+    /// The launched job's ranks wait to start (see [`super::gate`]), or a spawned job's wait
+    /// for their PMIx environments.
+    pub(super) fn holding_ranks(&self) -> bool {
+        self.gate.closed() || self.served.server.as_ref().is_some_and(|p| !p.spawning.is_empty())
+    }
+}
+
+impl Served {
+    /// Whether rank `gid` connected to the PMIx server and left without finalizing.
+    pub(super) fn left_unfinalized(&self, gid: Gid) -> bool {
+        self.server
+            .as_ref()
+            .is_some_and(|p| p.connected.contains(&gid) && !p.finalized.contains(&gid))
+    }
+
+    /// Asks the server for a sign of life: it answers `Synced` from its main thread.
+    pub(super) fn ping(&mut self) {
+        if let Some(pmix) = self.server.as_mut() {
+            let id = pmix.next_sync;
+            pmix.next_sync = pmix.next_sync.wrapping_add(1);
+            pmix.host.send(Command::Sync { id });
+        }
+    }
+
+    /// The job goes on after a stop: the server's silence while stopped means nothing.
+    pub(super) fn resumed(&mut self) {
+        if let Some(pmix) = self.server.as_mut() {
+            pmix.heard = Instant::now();
+        }
+    }
+
     /// The root's answer to a PMIx name-service request of a local rank.
-    pub(super) fn pmix_name_answer(&mut self, id: u32, answer: NameAnswer) {
-        let Some(pmix) = self.served.server.as_mut() else { return };
+    pub(super) fn name_answer(&mut self, id: u32, answer: NameAnswer) {
+        let Some(pmix) = self.server.as_mut() else { return };
         let command = match answer {
             NameAnswer::Published(ok) => {
                 let status = if ok { wire::SUCCESS } else { wire::ERR_DUPLICATE_KEY };
@@ -584,18 +598,5 @@ impl Node {
             }
         };
         pmix.host.send(command);
-    }
-
-    pub(super) fn notice(&self, text: String) {
-        tracing::warn!("{text}");
-        let _ = self.up.control.send(Up::Notice { host: self.plan.host.clone(), text });
-    }
-}
-
-impl Node {
-    /// The launched job's ranks wait to start (see [`super::gate`]), or a spawned job's wait
-    /// for their PMIx environments.
-    pub(super) fn holding_ranks(&self) -> bool {
-        self.gate.closed() || self.served.server.as_ref().is_some_and(|p| !p.spawning.is_empty())
     }
 }

@@ -15,7 +15,7 @@
 use rlaunch_protocol::control::{Job, SpawnCmd, SpawnJob, SpawnOutcome};
 
 use super::launch::JobRanks;
-use super::pmix::Nspace;
+use super::pmix::{Nspace, Served};
 use super::Node;
 use crate::pmix::wire::{self, App};
 use crate::pmix::Command;
@@ -120,16 +120,6 @@ impl Node {
         }
     }
 
-    /// Registers a job a rank spawned through PMIx, with no rank here, with this node's
-    /// server, whose ranks may be its parents (a spawn collective over ranks of several
-    /// nodes): they connect to it, and get its ranks' data by direct modex.
-    pub(super) fn pmix_spawned_elsewhere(&mut self, sj: &SpawnJob) {
-        let Some(pmix) = self.served.server.as_mut() else { return };
-        pmix.nspaces
-            .insert(sj.kvsname.clone(), Nspace { job: sj.job, first: sj.first, size: sj.size() });
-        pmix.host.send(setup(sj, None));
-    }
-
     /// The server could not take a spawned job: its ranks never start here, and the root
     /// hears why (the spawner's MPI_Comm_spawn fails).
     pub(super) fn pmix_spawn_failed(&mut self, spawning: Spawning, status: wire::Status) {
@@ -150,19 +140,6 @@ impl Node {
         let refused = self.start_spawned_ranks(&job, index, &ranks).err();
         tracing::debug!(job = index, %nspace, "PMIx spawned job started");
         self.spawn_started(index, refused);
-    }
-
-    /// How the spawn of a local client (the host's request `id`) went.
-    pub(super) fn pmix_spawn_answer(&mut self, id: u32, outcome: SpawnOutcome) {
-        let Some(pmix) = self.served.server.as_ref() else { return };
-        let (status, nspace) = match outcome {
-            SpawnOutcome::Started { kvsname } => (wire::SUCCESS, kvsname),
-            SpawnOutcome::Refused { reason } => {
-                tracing::info!("a PMIx spawn failed: {reason}");
-                (wire::ERR_BAD_PARAM, String::new())
-            }
-        };
-        pmix.host.send(Command::SpawnDone { id, status, nspace });
     }
 }
 
@@ -206,6 +183,31 @@ pub(super) fn spawn_cmd(app: App) -> SpawnCmd {
     }
     let args = argv.into_iter().skip(1).collect();
     SpawnCmd { exe: cmd, args, nprocs: maxprocs, info: hints, env }
+}
+
+impl Served {
+    /// Registers a job a rank spawned through PMIx, with no rank here, with this node's
+    /// server, whose ranks may be its parents (a spawn collective over ranks of several
+    /// nodes): they connect to it, and get its ranks' data by direct modex.
+    pub(super) fn spawned_elsewhere(&mut self, sj: &SpawnJob) {
+        let Some(pmix) = self.server.as_mut() else { return };
+        pmix.nspaces
+            .insert(sj.kvsname.clone(), Nspace { job: sj.job, first: sj.first, size: sj.size() });
+        pmix.host.send(setup(sj, None));
+    }
+
+    /// How the spawn of a local client (the host's request `id`) went.
+    pub(super) fn spawn_answer(&mut self, id: u32, outcome: SpawnOutcome) {
+        let Some(pmix) = self.server.as_ref() else { return };
+        let (status, nspace) = match outcome {
+            SpawnOutcome::Started { kvsname } => (wire::SUCCESS, kvsname),
+            SpawnOutcome::Refused { reason } => {
+                tracing::info!("a PMIx spawn failed: {reason}");
+                (wire::ERR_BAD_PARAM, String::new())
+            }
+        };
+        pmix.host.send(Command::SpawnDone { id, status, nspace });
+    }
 }
 
 #[cfg(test)]

@@ -47,7 +47,7 @@ impl Node {
     pub(super) fn judge_reaped(&mut self, local: Local, outcome: ExitOutcome) {
         let gid = self.ranks.get(local).gid;
         if self.served.server.is_some() {
-            let left = self.pmix_left_unfinalized(gid);
+            let left = self.served.left_unfinalized(gid);
             self.ranks.get_mut(local).pmix_unfinalized = left && outcome.is_success();
         }
         // Why it failed, in its own words, ahead of its verdict.
