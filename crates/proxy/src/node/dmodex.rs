@@ -59,7 +59,7 @@ fn status_of(data: DmodexData) -> (Status, Vec<u8>) {
 impl Node {
     /// This node's server wants `proc`'s data: ask the node that owns it.
     pub(super) fn dmodex_request(&mut self, id: u32, proc: Proc) {
-        let Some(pmix) = self.served.server.as_ref() else { return };
+        let Some(pmix) = self.pmix.server.as_ref() else { return };
         let Some(rank) = pmix.gid(&proc) else {
             let (status, data) = status_of(DmodexData::Missing);
             return pmix.host().send(Command::ModexDone { id, status, data });
@@ -85,20 +85,20 @@ impl Node {
             return;
         }
         let ended = self.ranks.find(ask.rank).is_some_and(|r| r.state != RankState::Running);
-        let Some(pmix) = self.served.server.as_ref() else {
+        let Some(pmix) = self.pmix.server.as_ref() else {
             return self.dmodex_reply(ask, DmodexData::Missing);
         };
         if ended && !pmix.connected(ask.rank) {
             return self.dmodex_reply(ask, DmodexData::Missing);
         }
         let (nspace, rank) = (ask.nspace.clone(), ask.nspace_rank);
-        let id = self.served.asks.add(ask);
+        let id = self.pmix.asks.add(ask);
         pmix.host().send(Command::DmodexAsk { id, nspace, rank });
     }
 
     /// This node's server answered request `id` of another node.
     pub(super) fn dmodex_data(&mut self, id: u32, status: Status, blob: Vec<u8>) {
-        let Some(ask) = self.served.asks.open.remove(&id) else {
+        let Some(ask) = self.pmix.asks.open.remove(&id) else {
             return tracing::warn!(id, "a direct modex answer to no request");
         };
         let data = match status {
@@ -117,7 +117,7 @@ impl Node {
             }
             return;
         }
-        let Some(pmix) = self.served.server.as_ref() else { return };
+        let Some(pmix) = self.pmix.server.as_ref() else { return };
         let (status, data) = status_of(answer.data);
         pmix.host().send(Command::ModexDone { id: answer.id, status, data });
     }
@@ -125,17 +125,17 @@ impl Node {
     /// A local rank ended: if it never connected to the server, it committed nothing, and
     /// the requests for its data will never be answered by the server.
     pub(super) fn dmodex_rank_ended(&mut self, rank: Gid) {
-        if self.served.server.as_ref().is_some_and(|p| p.connected(rank)) {
+        if self.pmix.server.as_ref().is_some_and(|p| p.connected(rank)) {
             return;
         }
-        for ask in self.served.asks.take_for(rank) {
+        for ask in self.pmix.asks.take_for(rank) {
             self.dmodex_reply(ask, DmodexData::Missing);
         }
     }
 
     /// The server is gone: what it did not answer, it never will.
     pub(super) fn dmodex_server_gone(&mut self) {
-        for (_, ask) in std::mem::take(&mut self.served.asks.open) {
+        for (_, ask) in std::mem::take(&mut self.pmix.asks.open) {
             self.dmodex_reply(ask, DmodexData::Missing);
         }
     }

@@ -143,7 +143,7 @@ pub(crate) struct Node {
     dial_deadline: Option<Instant>,
     /// What this node serves of PMIx: its server, its share of the PMIx fences, the direct
     /// modex requests it answers.
-    served: pmix::Served,
+    pmix: pmix::PmixService,
     /// The trap for Open MPI's singleton start, and the reports it took.
     trap: singleton::Trap,
     /// How many of the parent's clock probes this proxy has answered (see `run`'s end).
@@ -208,7 +208,7 @@ impl Node {
                 _ = sigterm.recv() => self.lose_upstream("the proxy received SIGTERM", false),
                 _ = sighup.recv() => self.lose_upstream("the proxy received SIGHUP", false),
                 _ = sigint.recv() => self.lose_upstream("the proxy received SIGINT", false),
-                _ = pmix_ping.tick(), if self.served.server.is_some() => self.served.ping(),
+                _ = pmix_ping.tick(), if self.pmix.server.is_some() => self.pmix.ping(),
                 _ = sleep_until(next.map(|(at, _)| at)), if next.is_some() => {
                     let (_, which) = next.expect("a deadline");
                     if which == Deadline::ParentSilent {
@@ -347,7 +347,7 @@ impl Node {
                         Signal::SIGTSTP => self.parent.set_stopped(true),
                         Signal::SIGCONT => {
                             self.parent.set_stopped(false);
-                            self.served.resumed();
+                            self.pmix.resumed();
                         }
                         _ => {}
                     }
@@ -388,7 +388,7 @@ impl Node {
                     self.awaiting_spawn = false;
                     self.start_spawned(*sj);
                 } else if pmix::pmix_id(&sj.tag).is_some() {
-                    self.served.spawned_elsewhere(&sj);
+                    self.pmix.spawned_elsewhere(&sj);
                 }
             }
             Down::SpawnAnswer { rank, tag, outcome } => {
@@ -398,7 +398,7 @@ impl Node {
                     return;
                 }
                 match pmix::pmix_id(&tag) {
-                    Some(id) => self.served.spawn_answer(id, outcome),
+                    Some(id) => self.pmix.spawn_answer(id, outcome),
                     None => {
                         if let Some(tx) = self.ranks.find(rank).and_then(|r| r.answers.as_ref()) {
                             let _ = tx.send(Box::new(PmiAnswer::Spawn { outcome, tag }));
@@ -421,7 +421,7 @@ impl Node {
             Down::NameReply { rank, tag, answer } => {
                 let local = self.ranks.find(rank).is_some();
                 match pmix::pmix_id(&tag) {
-                    Some(id) if local => return self.served.name_answer(id, answer),
+                    Some(id) if local => return self.pmix.name_answer(id, answer),
                     _ => {}
                 }
                 match self.ranks.find(rank).and_then(|r| r.answers.as_ref()) {

@@ -121,7 +121,7 @@ impl Drop for Watch {
 /// What this node serves of PMIx, one part of the Node: its methods are in this file,
 /// `pmix_fence.rs`, `pmix_spawn.rs` and `dmodex.rs`.
 #[derive(Default)]
-pub(super) struct Served {
+pub(super) struct PmixService {
     /// This node's PMIx server, if the job serves PMIx and it has started.
     pub(super) server: Option<Pmix>,
     /// What this node's ranks were told of a server that starts when the first of them
@@ -152,7 +152,7 @@ impl Node {
         let Some(job) = self.job.pmix.as_ref() else { return false };
         if job.late && !self.plan.ranks.is_empty() {
             match self.wait_for_client() {
-                Ok(waiting) => self.served.late = Some(waiting),
+                Ok(waiting) => self.pmix.late = Some(waiting),
                 // The job can do without PMIx: its ranks run on PMI, and nothing is said.
                 Err(e) => tracing::debug!("PMIx is not served on this node: {e}"),
             }
@@ -195,7 +195,7 @@ impl Node {
     /// A rank connected to the socket of the server that was waiting: it starts now, takes
     /// the socket over, and serves the ranks already running.
     pub(super) fn start_late_pmix(&mut self) {
-        let Some(Waiting { late, files, .. }) = self.served.late.take() else { return };
+        let Some(Waiting { late, files, .. }) = self.pmix.late.take() else { return };
         tracing::debug!("a rank connected: starting the PMIx server");
         if let Err(e) = self.start_host(files, Some(late)) {
             // Its clients wait for an answer that will not come: the job ends.
@@ -233,7 +233,7 @@ impl Node {
             });
         }
         tracing::debug!(pid = host.pid(), "PMIx host started");
-        self.served.server = Some(Pmix {
+        self.pmix.server = Some(Pmix {
             host,
             nspaces: HashMap::from([(
                 self.job.jobid.clone(),
@@ -257,13 +257,13 @@ impl Node {
     /// Stops this node's server (its ranks are done, or being killed): on purpose, not news.
     pub(super) fn drop_pmix(&mut self) {
         let syncs =
-            self.served.server.as_mut().map(|p| std::mem::take(&mut p.syncs)).unwrap_or_default();
+            self.pmix.server.as_mut().map(|p| std::mem::take(&mut p.syncs)).unwrap_or_default();
         // Judged with what the server said before it went.
         for (local, outcome) in syncs.into_values() {
             self.judge_reaped(local, outcome);
         }
-        self.served.server = None;
-        self.served.late = None;
+        self.pmix.server = None;
+        self.pmix.late = None;
         self.dmodex_server_gone();
         self.pmix_fence_without_server();
     }
@@ -274,7 +274,7 @@ impl Node {
     /// ([`Node::judge_reaped`]).
     pub(super) fn pmix_holds_verdict(&mut self, local: Local, outcome: ExitOutcome) -> bool {
         let gid = self.ranks.get(local).gid;
-        let Some(pmix) = self.served.server.as_mut() else { return false };
+        let Some(pmix) = self.pmix.server.as_mut() else { return false };
         let unsure =
             outcome.is_success() && pmix.connected.contains(&gid) && !pmix.finalized.contains(&gid);
         if unsure {
@@ -288,7 +288,7 @@ impl Node {
 
     /// The server is gone: ranks held for their environments start without them.
     fn lose_pmix(&mut self, why: String) {
-        let Some(pmix) = self.served.server.take() else { return };
+        let Some(pmix) = self.pmix.server.take() else { return };
         self.dmodex_server_gone();
         // A late server started because a rank connected: that rank needs it.
         let never = self.pmix_unavailable(why, self.job.pmix.as_ref().is_some_and(|p| p.late));
@@ -327,9 +327,9 @@ impl Node {
     /// is told it is oversubscribed, as mpirun tells it, or its ranks busy-poll each other's
     /// CPU away.
     pub(super) fn pmix_env(&mut self, index: u32, rank: u32, local: usize) -> Vec<Vec<u8>> {
-        let waiting = self.served.late.as_ref().filter(|_| index == 0);
+        let waiting = self.pmix.late.as_ref().filter(|_| index == 0);
         let late = waiting.map(|w| w.late.env(&w.files, &self.job.jobid, rank, &self.plan.host));
-        let held = || self.served.server.as_mut().and_then(|p| p.envs.remove(&(index, rank)));
+        let held = || self.pmix.server.as_mut().and_then(|p| p.envs.remove(&(index, rank)));
         let Some(mut vars) = late.or_else(held) else {
             return self.singleton_env();
         };
@@ -345,7 +345,7 @@ impl Node {
         if sharing > cpus && !user_sets(OVERSUBSCRIBE) {
             vars.push([OVERSUBSCRIBE, b"=1"].concat());
         }
-        let shm = match (&self.served.late, &self.served.server) {
+        let shm = match (&self.pmix.late, &self.pmix.server) {
             (Some(waiting), _) => waiting.files.shm_dir(),
             (None, Some(pmix)) => pmix.host.shm_dir(),
             (None, None) => None,
@@ -364,13 +364,13 @@ impl Node {
     /// while the job is stopped).
     pub(super) fn pmix_silent_at(&self) -> Option<Instant> {
         let silence = self.job.liveness.silence();
-        self.served.server.as_ref().filter(|_| !self.parent.stopped()).map(|p| p.heard + silence)
+        self.pmix.server.as_ref().filter(|_| !self.parent.stopped()).map(|p| p.heard + silence)
     }
 
     /// The server said nothing for the silence timeout: wedged. It is killed, and lost as
     /// one that died is: its held ranks start without it, or the job fails if it needs it.
     pub(super) fn pmix_silent(&mut self) {
-        let Some(pmix) = self.served.server.as_ref() else { return };
+        let Some(pmix) = self.pmix.server.as_ref() else { return };
         pmix.host.kill();
         let secs = self.job.liveness.silence().as_secs_f64();
         self.lose_pmix(format!("the PMIx server of this node did not answer for {secs} s"));
@@ -381,13 +381,13 @@ impl Node {
             HostNews::Event(event) => event,
             HostNews::Gone(why) => {
                 // Dropped (its ranks are all done): it went as it should.
-                if self.served.server.is_none() {
+                if self.pmix.server.is_none() {
                     return;
                 }
                 return self.lose_pmix(format!("the PMIx server of this node ended: {why}"));
             }
         };
-        let Some(pmix) = self.served.server.as_mut() else { return };
+        let Some(pmix) = self.pmix.server.as_mut() else { return };
         pmix.heard = Instant::now();
         match event {
             pmix::Event::Ready { version } => tracing::debug!(%version, "PMIx server ready"),
@@ -544,11 +544,11 @@ impl Node {
     /// The launched job's ranks wait to start (see [`super::gate`]), or a spawned job's wait
     /// for their PMIx environments.
     pub(super) fn holding_ranks(&self) -> bool {
-        self.gate.closed() || self.served.server.as_ref().is_some_and(|p| !p.spawning.is_empty())
+        self.gate.closed() || self.pmix.server.as_ref().is_some_and(|p| !p.spawning.is_empty())
     }
 }
 
-impl Served {
+impl PmixService {
     /// Whether rank `gid` connected to the PMIx server and left without finalizing.
     pub(super) fn left_unfinalized(&self, gid: Gid) -> bool {
         self.server

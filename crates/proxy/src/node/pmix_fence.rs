@@ -39,23 +39,23 @@ impl Node {
     /// the host's `id` is answered when the fence completes.
     pub(super) fn pmix_fence_entered(&mut self, id: u32, data: Vec<u8>) {
         self.fences.enter(rlaunch_protocol::record::now_us());
-        let Some(pmix) = self.served.server.as_mut() else { return };
+        let Some(pmix) = self.pmix.server.as_mut() else { return };
         if let Some(old) = pmix.entered.replace(id) {
             tracing::warn!(old, id, "a PMIx fence entered twice");
         }
-        let (epoch, node) = (self.served.fence.fold.epoch(), self.plan.index);
+        let (epoch, node) = (self.pmix.fence.fold.epoch(), self.plan.index);
         for data in in_parts([data], PMIX_FENCE_PART).into_iter().filter(|d| !d.is_empty()) {
             let _ = self.up.control.send(Up::PmixFencePart { epoch, node, data });
         }
-        self.served.fence.own_in = true;
-        self.served.fence.served = true;
+        self.pmix.fence.own_in = true;
+        self.pmix.fence.served = true;
         self.pmix_fence_arrive();
     }
 
     /// A child subtree entered PMIx fence `epoch` (its nodes' data went ahead).
     pub(super) fn pmix_child_fence(&mut self, epoch: u64, served: bool) {
-        self.served.fence.served |= served;
-        let expected = self.served.fence.fold.epoch();
+        self.pmix.fence.served |= served;
+        let expected = self.pmix.fence.fold.epoch();
         if epoch != expected {
             tracing::warn!(epoch, expected, "PMIx fence entry for another epoch");
         }
@@ -66,26 +66,26 @@ impl Node {
     /// party of each fence is in at once, with no data. Nothing to do for a job that serves
     /// no PMIx, nor on a late node, which is no party.
     pub(super) fn pmix_fence_without_server(&mut self) {
-        let server = self.served.server.is_some() || self.served.late.is_some();
-        if self.job.pmix.is_none() || server || self.served.fence.own_in || self.late {
+        let server = self.pmix.server.is_some() || self.pmix.late.is_some();
+        if self.job.pmix.is_none() || server || self.pmix.fence.own_in || self.late {
             return;
         }
-        self.served.fence.own_in = true;
+        self.pmix.fence.own_in = true;
         self.pmix_fence_arrive();
     }
 
     fn pmix_fence_arrive(&mut self) {
-        self.served.fence.fold.arrive([]);
+        self.pmix.fence.fold.arrive([]);
         let parties = 1 + self.children.fence_parties();
-        if let Some((epoch, _)) = self.served.fence.fold.complete(parties) {
-            let served = self.served.fence.served;
+        if let Some((epoch, _)) = self.pmix.fence.fold.complete(parties) {
+            let served = self.pmix.fence.served;
             let _ = self.up.control.send(Up::PmixFenceIn { epoch, served });
         }
     }
 
     /// Part of the data of PMIx fence `epoch`, on its way down before its completion.
     pub(super) fn pmix_fence_part(&mut self, epoch: u64, data: Vec<u8>) {
-        if let Some(pmix) = self.served.server.as_mut().filter(|p| p.entered.is_some()) {
+        if let Some(pmix) = self.pmix.server.as_mut().filter(|p| p.entered.is_some()) {
             pmix.fence_out.extend_from_slice(&data);
         }
         self.children.broadcast(&Down::PmixFencePart { epoch, data });
@@ -93,7 +93,7 @@ impl Node {
 
     /// PMIx fence `epoch` is complete tree-wide; `data` is the end of its data.
     pub(super) fn pmix_fence_out(&mut self, epoch: u64, data: Vec<u8>) {
-        if let Some(pmix) = self.served.server.as_mut() {
+        if let Some(pmix) = self.pmix.server.as_mut() {
             let mut all = std::mem::take(&mut pmix.fence_out);
             all.extend_from_slice(&data);
             if let Some(id) = pmix.entered.take() {
@@ -101,21 +101,21 @@ impl Node {
             }
         }
         self.children.broadcast(&Down::PmixFenceOut { epoch, data });
-        if self.served.fence.served {
+        if self.pmix.fence.served {
             self.fences.complete(rlaunch_protocol::record::now_us());
         }
-        if !self.served.fence.fold.finish(epoch) {
+        if !self.pmix.fence.fold.finish(epoch) {
             tracing::warn!(epoch, "PMIx fence completion for another epoch");
         }
-        self.served.fence.own_in = false;
-        self.served.fence.served = false;
+        self.pmix.fence.own_in = false;
+        self.pmix.fence.served = false;
         self.pmix_fence_without_server();
     }
 
     /// Every local process of a fence over `procs` (not the whole launched job) entered it:
     /// the root folds it with the other nodes that host its processes.
     pub(super) fn pmix_group_fence(&mut self, id: u32, procs: &[Proc], data: Vec<u8>) {
-        let Some(pmix) = self.served.server.as_mut() else { return };
+        let Some(pmix) = self.pmix.server.as_mut() else { return };
         let mut members = Vec::new();
         for proc in procs {
             let Some(&super::pmix::Nspace { first, size, .. }) = pmix.nspaces.get(&proc.nspace)
@@ -123,7 +123,7 @@ impl Node {
                 let text = format!("a fence with {}, a job this node does not know", proc.nspace);
                 self.notice(text);
                 let (status, data) = (wire::ERR_NOT_SUPPORTED, Vec::new());
-                return self.served.server.as_ref().expect("here").host.send(Command::ModexDone {
+                return self.pmix.server.as_ref().expect("here").host.send(Command::ModexDone {
                     id,
                     status,
                     data,
@@ -150,7 +150,7 @@ impl Node {
             self.children.send_toward_node(node, down);
             return;
         }
-        let Some(pmix) = self.served.server.as_mut() else { return };
+        let Some(pmix) = self.pmix.server.as_mut() else { return };
         match pmix.groups.remove(&members) {
             Some(id) => pmix.host.send(Command::ModexDone { id, status: wire::SUCCESS, data }),
             None => tracing::warn!(?members, "completion of a PMIx fence this node is not in"),

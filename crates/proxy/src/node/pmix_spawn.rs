@@ -15,7 +15,7 @@
 use rlaunch_protocol::control::{Job, SpawnCmd, SpawnJob, SpawnOutcome};
 
 use super::launch::JobRanks;
-use super::pmix::{Nspace, Served};
+use super::pmix::{Nspace, PmixService};
 use super::Node;
 use crate::pmix::wire::{self, App};
 use crate::pmix::Command;
@@ -84,7 +84,7 @@ impl Node {
     ) -> Option<(Job, JobRanks)> {
         self.pmix_for_spawn();
         let node = sj.node_id(self.plan.index);
-        let Some(pmix) = self.served.server.as_mut() else { return Some((job, ranks)) };
+        let Some(pmix) = self.pmix.server.as_mut() else { return Some((job, ranks)) };
         let nspace = sj.kvsname.clone();
         pmix.nspaces
             .insert(nspace.clone(), Nspace { job: sj.job, first: sj.first, size: sj.size() });
@@ -108,10 +108,10 @@ impl Node {
     /// A late node (`Launch::late`), or one whose server waits for its first client, gets
     /// its server now: a PMIx spawn places ranks here.
     fn pmix_for_spawn(&mut self) {
-        if self.served.server.is_some() || self.job.pmix.is_none() {
+        if self.pmix.server.is_some() || self.job.pmix.is_none() {
             return;
         }
-        if self.served.late.is_some() {
+        if self.pmix.late.is_some() {
             return self.start_late_pmix();
         }
         let files = crate::pmix::Files::at(&self.job.jobid, self.plan.index);
@@ -127,7 +127,7 @@ impl Node {
         let text = format!("{nspace} does not start: PMIx cannot register it (status {status})");
         self.notice(text.clone());
         self.jobs.remove(&index);
-        if let Some(pmix) = self.served.server.as_mut() {
+        if let Some(pmix) = self.pmix.server.as_mut() {
             pmix.nspaces.remove(&nspace);
             pmix.envs.retain(|&(job, _), _| job != index);
         }
@@ -185,7 +185,7 @@ pub(super) fn spawn_cmd(app: App) -> SpawnCmd {
     SpawnCmd { exe: cmd, args, nprocs: maxprocs, info: hints, env }
 }
 
-impl Served {
+impl PmixService {
     /// Registers a job a rank spawned through PMIx, with no rank here, with this node's
     /// server, whose ranks may be its parents (a spawn collective over ranks of several
     /// nodes): they connect to it, and get its ranks' data by direct modex.

@@ -46,8 +46,8 @@ impl Node {
     /// Rank `local`'s verdict, sent up once.
     pub(super) fn judge_reaped(&mut self, local: Local, outcome: ExitOutcome) {
         let gid = self.ranks.get(local).gid;
-        if self.served.server.is_some() {
-            let left = self.served.left_unfinalized(gid);
+        if self.pmix.server.is_some() {
+            let left = self.pmix.left_unfinalized(gid);
             self.ranks.get_mut(local).pmix_unfinalized = left && outcome.is_success();
         }
         // Why it failed, in its own words, ahead of its verdict.

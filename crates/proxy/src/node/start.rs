@@ -219,7 +219,7 @@ impl Node {
             swept: false,
             dial,
             dial_deadline: None,
-            served: Default::default(),
+            pmix: Default::default(),
             late: launch.late,
             awaiting_spawn: launch.late,
             error_dir: None,
