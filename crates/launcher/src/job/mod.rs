@@ -167,6 +167,8 @@ struct Root {
     dial_tree: dial::DialTree<Dialed>,
     /// Spawned jobs on their way, and fences of those over several nodes.
     spawns: spawn::Spawns,
+    /// How its proxies start (the world's).
+    proxies: Box<dyn world::Proxies>,
     /// Where a proxy started during the run sends its link's news and its output.
     links: Option<(mpsc::UnboundedSender<Event>, Feed)>,
     /// `--tracker rabit`: which workers started with it, and which ranks ended without.
@@ -215,6 +217,7 @@ impl Root {
             dial_tree: dial::DialTree::default(),
             spawns: spawn::Spawns::default(),
             links: None,
+            proxies: Box::new(world::NoProxies),
             turnout: None,
             tracker_span: None,
             ending: watch::channel(false).0,
@@ -233,7 +236,7 @@ pub async fn run(mut plan: Plan) -> i32 {
 
 /// Runs the job to the end in `world`; returns rlaunch's exit status.
 async fn run_in(mut plan: Plan, world: World) -> i32 {
-    let World { start, signals: mut forwarded, mut stdin, mut sigchld } = world;
+    let World { proxies, signals: mut forwarded, mut stdin, mut sigchld } = world;
     let (events_tx, mut events) = mpsc::unbounded_channel();
 
     let (drop_output, dropped) = watch::channel(false);
@@ -253,6 +256,7 @@ async fn run_in(mut plan: Plan, world: World) -> i32 {
     let writer = std::thread::spawn(move || writer.run(output_rx));
 
     let mut root = Root::new(plan, progress, drop_output, spawned_jobs);
+    root.proxies = proxies;
     let (tracker_news_tx, mut tracker_news) = mpsc::unbounded_channel();
     let tracker = root.plan.tracker.take().map(|listener| {
         let workers = root.plan.job.size;
@@ -261,7 +265,7 @@ async fn run_in(mut plan: Plan, world: World) -> i32 {
         tokio::spawn(crate::tracker::serve(listener, workers, tracker_news_tx, ending))
     });
     let (dialed_tx, mut dialed) = mpsc::unbounded_channel();
-    root.start_proxies(start, &events_tx, &output_tx, dialed_tx);
+    root.start_proxies(&events_tx, &output_tx, dialed_tx);
     if sigchld.is_some() {
         // A proxy forked in main starts its ranks at once, and may be gone before the SIGCHLD
         // handler existed: its signal is lost, but its zombie is still there to reap.

@@ -18,7 +18,6 @@ use rlaunch_protocol::control::{Down, NodePlan, SpawnCmd, SpawnJob, SpawnOutcome
 use rlaunch_tree::children::Lost;
 use rlaunch_tree::credit;
 use rlaunch_tree::fence::{FenceFold, Pair};
-use rlaunch_tree::link;
 
 use super::cause::Cause;
 use super::{route, Root};
@@ -214,7 +213,7 @@ impl Root {
                 let own = &self.plan.own_host;
                 let fork = job.bootstrap == rlaunch_protocol::control::Bootstrap::Fork
                     || (!self.plan.forced_remote && hosts::is_local(&host, own));
-                link::spawn_proxy(&job.bootstrap, &host, fork, &self.plan.proxy_exe)
+                self.proxies.late(&plan, fork)
             }
         };
         let Some((events, output)) = self.links.clone() else { return };

@@ -12,7 +12,6 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use super::cause::Cause;
-use super::world::StartProxy;
 use super::{dial, Event, Plan, Root};
 use crate::output::{Chunk, Feed, Spliced};
 
@@ -42,11 +41,10 @@ pub fn fork_local_proxies(plan: &mut Plan) {
 }
 
 impl Root {
-    /// Starts the top proxies, each by `start`, their links delivering to `events` and
+    /// Starts the top proxies, as the world starts them, their links delivering to `events` and
     /// `output`; a scheduler's launcher, if the plan has one, with proxies dialing back.
     pub(super) fn start_proxies(
         &mut self,
-        mut start: StartProxy,
         events: &mpsc::UnboundedSender<Event>,
         output: &Feed,
         dialed: mpsc::UnboundedSender<Dialed>,
@@ -59,7 +57,7 @@ impl Root {
             &self.plan.roots,
             credit::ROOT_BUDGET,
             |index, node| {
-                let process = start(index, node)?;
+                let process = self.proxies.top(index, node)?;
                 Ok(match &splicer {
                     Some(splicer) => process.map(|p| splicer.attach(p)),
                     None => process,

@@ -8,7 +8,9 @@ use rlaunch_protocol::ids::Gid;
 use std::time::Duration;
 
 use nix::sys::signal::Signal;
-use rlaunch_protocol::control::{DownFrame, LinkUp, RankPlan, Segment};
+use rlaunch_protocol::control::{
+    DownFrame, LinkUp, RankPlan, Segment, SpawnCmd, SpawnOutcome, SpawnRequest,
+};
 use rlaunch_protocol::ids::{ExitOutcome, Stream};
 use rlaunch_protocol::io::FrameReader;
 use rlaunch_protocol::record::NodeRecord;
@@ -211,16 +213,50 @@ struct Outside {
     stdin: mpsc::Sender<Option<Vec<u8>>>,
 }
 
-/// A world of in-memory proxies, one per top node: the Root's ends go to the Root, the
-/// proxies' ends to the test, with the signals and stdin it sends.
-fn world(hosts: &[&str]) -> (World, Vec<FakeProxy>, Outside) {
-    let (fakes, mut links): (Vec<_>, Vec<_>) =
+/// Proxies in memory: the Root's ends of the top ones' links, by index, and of those the
+/// run starts later, by host.
+struct InMemory {
+    top: Vec<Option<ProxyProcess>>,
+    late: Vec<(String, ProxyProcess)>,
+}
+
+impl world::Proxies for InMemory {
+    fn top(&mut self, index: usize, _: &NodePlan) -> std::io::Result<Option<ProxyProcess>> {
+        Ok(self.top[index].take())
+    }
+
+    fn late(&mut self, node: &NodePlan, _: bool) -> std::io::Result<ProxyProcess> {
+        let at = self.late.iter().position(|(host, _)| *host == node.host);
+        let at = at.ok_or_else(|| std::io::Error::other(format!("no proxy for {}", node.host)))?;
+        Ok(self.late.remove(at).1)
+    }
+}
+
+/// A world of in-memory proxies, one per top node and one per host of `late` (for the run to
+/// start): the Root's ends go to the Root, the proxies' ends to the test, with the signals and
+/// stdin it sends.
+fn world_with(hosts: &[&str], late: &[&str]) -> (World, Vec<FakeProxy>, Vec<FakeProxy>, Outside) {
+    let (fakes, top): (Vec<_>, Vec<_>) =
         hosts.iter().map(|h| FakeProxy::new(h)).map(|(f, p)| (f, Some(p))).unzip();
-    let start: world::StartProxy = Box::new(move |index, _| Ok(links[index].take()));
+    let (late_fakes, late): (Vec<_>, Vec<_>) = late
+        .iter()
+        .map(|h| {
+            let (fake, process) = FakeProxy::new(h);
+            (fake, (h.to_string(), process))
+        })
+        .unzip();
+    let proxies = Box::new(InMemory { top, late });
     let (signals_tx, signals) = mpsc::unbounded_channel();
     let (stdin_tx, stdin) = mpsc::channel(1);
     let outside = Outside { signals: signals_tx, stdin: stdin_tx };
-    (World { start, signals, stdin: Some(stdin), sigchld: None }, fakes, outside)
+    let world = World { proxies, signals, stdin: Some(stdin), sigchld: None };
+    (world, fakes, late_fakes, outside)
+}
+
+/// [`world_with`] no proxy started later.
+fn world(hosts: &[&str]) -> (World, Vec<FakeProxy>, Outside) {
+    let (world, fakes, _, outside) = world_with(hosts, &[]);
+    (world, fakes, outside)
 }
 
 /// A directory of a test's own, removed at its end.
@@ -422,5 +458,57 @@ async fn stdin_goes_down_in_a_window_that_acknowledgements_reopen() {
         proxy.done(node);
     };
     let (code, _, _) = tokio::join!(run_in(plan, world), feeder, script);
+    assert_eq!(code, 0);
+}
+
+/// MPI_Comm_spawn onto a host the job had no proxy on (`add-host`): the Root starts one there
+/// through its world, launched late for the spawned job alone; the parent hears its children
+/// started, and their ends and the parent's end the job.
+#[tokio::test(flavor = "current_thread")]
+async fn a_spawn_onto_a_new_host_starts_a_late_proxy_there() {
+    let mut plan = plan_of(&[1]);
+    plan.job.stdin = StdinTarget::None;
+    let (world, mut fakes, mut late, _outside) = world_with(&["n0"], &["n9"]);
+    let (mut parent, mut child) = (fakes.remove(0), late.remove(0));
+    let script = async move {
+        let node = parent.launched("n0").await;
+        let cmd = SpawnCmd {
+            exe: "./child".into(),
+            args: vec![],
+            nprocs: 1,
+            info: vec![("add-host".into(), "n9".into())],
+            env: vec![],
+        };
+        let request = SpawnRequest { cmds: vec![cmd], preput: vec![] };
+        parent.send(Up::Spawn { rank: Gid(0), tag: Some("t".into()), request });
+        let late_node = match child.next().await {
+            Down::Launch(launch) => {
+                assert!(launch.late && launch.node.ranks.is_empty(), "{launch:?}");
+                assert_eq!(launch.node.host, "n9");
+                launch.node.index
+            }
+            other => panic!("expected the late proxy's launch, got {other:?}"),
+        };
+        let spawned = match child.next().await {
+            Down::Spawn(spawned) => spawned,
+            other => panic!("expected the spawn, got {other:?}"),
+        };
+        assert_eq!((spawned.job, spawned.first, spawned.size()), (1, 1, 1));
+        assert_eq!(spawned.nodes, [(late_node, "n9".to_string())]);
+        child.send(Up::SpawnStarted { job: 1, node: late_node, refused: None });
+        // Every node hears of the spawn; the parent's then has its answer.
+        assert!(matches!(parent.next().await, Down::Spawn(_)));
+        match parent.next().await {
+            Down::SpawnAnswer { rank: Gid(0), tag, outcome: SpawnOutcome::Started { kvsname } } => {
+                assert_eq!((tag.as_deref(), kvsname), (Some("t"), spawned.kvsname.clone()))
+            }
+            other => panic!("expected the spawn's answer, got {other:?}"),
+        }
+        child.send(ended(1, ExitOutcome::Exited(0)));
+        child.done(late_node);
+        parent.send(ended(0, ExitOutcome::Exited(0)));
+        parent.done(node);
+    };
+    let (code, _) = tokio::join!(run_in(plan, world), script);
     assert_eq!(code, 0);
 }

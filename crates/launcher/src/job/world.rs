@@ -3,23 +3,67 @@
 //! and SIGCHLD to reap its children. A test builds a world of in-memory links instead, sends
 //! signals and stdin itself, and runs the whole Root without a process (`job/tests.rs`).
 
+use std::ffi::OsString;
 use std::io;
 
 use nix::sys::signal::Signal;
-use rlaunch_protocol::control::{NodePlan, StdinTarget};
-use rlaunch_tree::link::{self, ProxyProcess};
+use rlaunch_protocol::control::{Bootstrap, NodePlan, StdinTarget};
+use rlaunch_tree::link::{self, ForkedProxy, ProxyProcess};
 use tokio::sync::mpsc;
 
 use super::signals::ForwardedSignals;
 use super::Plan;
 use crate::stdin;
 
-/// Starts top proxy `index` of the plan: `Ok(None)` for one that will dial in.
-pub(crate) type StartProxy =
-    Box<dyn FnMut(usize, &NodePlan) -> io::Result<Option<ProxyProcess>> + Send>;
+/// How the Root's proxies start: the top ones, and those started during the run for spawned
+/// ranks on a host that has none.
+pub(crate) trait Proxies: Send {
+    /// Starts top proxy `index` of the plan: `Ok(None)` for one that will dial in.
+    fn top(&mut self, index: usize, node: &NodePlan) -> io::Result<Option<ProxyProcess>>;
+    /// Starts the proxy of `node` during the run; `fork`: on this machine.
+    fn late(&mut self, node: &NodePlan, fork: bool) -> io::Result<ProxyProcess>;
+}
+
+/// A world with no proxy to start (the Root of a unit test that drives it by its events).
+pub(crate) struct NoProxies;
+
+impl Proxies for NoProxies {
+    fn top(&mut self, _: usize, node: &NodePlan) -> io::Result<Option<ProxyProcess>> {
+        Err(io::Error::other(format!("no proxy for {} in this world", node.host)))
+    }
+
+    fn late(&mut self, node: &NodePlan, _: bool) -> io::Result<ProxyProcess> {
+        Err(io::Error::other(format!("no proxy for {} in this world", node.host)))
+    }
+}
+
+/// This process's proxies: forked already by `main`, forked and exec'd, or started over the
+/// job's remote shell; none when a scheduler's launcher starts them (they dial in).
+struct ThisProcess {
+    forked: Vec<Option<io::Result<ForkedProxy>>>,
+    bootstrap: Bootstrap,
+    exe: OsString,
+    dialing: bool,
+}
+
+impl Proxies for ThisProcess {
+    fn top(&mut self, index: usize, node: &NodePlan) -> io::Result<Option<ProxyProcess>> {
+        if self.dialing {
+            return Ok(None);
+        }
+        match self.forked.get_mut(index).and_then(Option::take) {
+            Some(proxy) => proxy.and_then(ProxyProcess::forked).map(Some),
+            None => self.late(node, node.fork).map(Some),
+        }
+    }
+
+    fn late(&mut self, node: &NodePlan, fork: bool) -> io::Result<ProxyProcess> {
+        link::spawn_proxy(&self.bootstrap, &node.host, fork, &self.exe)
+    }
+}
 
 pub(crate) struct World {
-    pub start: StartProxy,
+    pub proxies: Box<dyn Proxies>,
     /// Signals for the ranks (or for rlaunch itself: a second SIGINT, SIGTSTP).
     pub signals: mpsc::UnboundedReceiver<Signal>,
     /// rlaunch's stdin, for the ranks that read it; `None` when there is none to read.
@@ -31,30 +75,24 @@ pub(crate) struct World {
 
 impl World {
     /// This process's world. Takes the proxies `plan` forked already
-    /// ([`super::fork_local_proxies`]); starts the others itself, unless a scheduler's
-    /// launcher starts them ([`Plan::dial`]: that launcher, and late proxies for spawned
-    /// ranks, the Root starts itself in any world). Installs the signal handlers, before the
-    /// proxies it starts: a forked one may have ended already, and `run_in` reaps once first.
+    /// ([`super::fork_local_proxies`]); starts the others itself, and those for spawned ranks
+    /// later, unless a scheduler's launcher starts them ([`Plan::dial`]: that launcher the
+    /// Root starts itself in any world). Installs the signal handlers, before the proxies it
+    /// starts: a forked one may have ended already, and `run_in` reaps once first.
     pub(crate) fn of_this_process(plan: &mut Plan) -> World {
         let sigchld = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::child())
             .expect("SIGCHLD handler");
         let mut forwarded = ForwardedSignals::new();
         let (signals_tx, signals) = mpsc::unbounded_channel();
         tokio::spawn(async move { while signals_tx.send(forwarded.recv().await).is_ok() {} });
-        let mut forked = std::mem::take(&mut plan.forked);
-        let (bootstrap, exe) = (plan.job.bootstrap.clone(), plan.proxy_exe.clone());
-        let dialing = plan.dial.is_some();
-        let start: StartProxy = Box::new(move |index, node| {
-            if dialing {
-                return Ok(None);
-            }
-            match forked.get_mut(index).and_then(Option::take) {
-                Some(proxy) => proxy.and_then(ProxyProcess::forked).map(Some),
-                None => link::spawn_proxy(&bootstrap, &node.host, node.fork, &exe).map(Some),
-            }
+        let proxies = Box::new(ThisProcess {
+            forked: std::mem::take(&mut plan.forked),
+            bootstrap: plan.job.bootstrap.clone(),
+            exe: plan.proxy_exe.clone(),
+            dialing: plan.dial.is_some(),
         });
         let reads_stdin = plan.job.stdin != StdinTarget::None;
         let stdin = if reads_stdin { stdin::start() } else { None };
-        World { start, signals, stdin, sigchld: Some(sigchld) }
+        World { proxies, signals, stdin, sigchld: Some(sigchld) }
     }
 }
