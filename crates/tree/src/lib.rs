@@ -39,6 +39,25 @@ pub async fn raised(flag: &mut tokio::sync::watch::Receiver<bool>) {
     }
 }
 
+/// The earliest of a dispatcher's `deadlines`, each `(when, which)` with `None` for one it does
+/// not hold now: the one its loop waits on.
+pub fn earliest<D>(
+    deadlines: impl IntoIterator<Item = (Option<tokio::time::Instant>, D)>,
+) -> Option<(tokio::time::Instant, D)> {
+    deadlines
+        .into_iter()
+        .filter_map(|(at, which)| at.map(|at| (at, which)))
+        .min_by_key(|&(at, _)| at)
+}
+
+/// Sleeps until `at`; for ever when there is none (a `select!` arm that never fires).
+pub async fn sleep_until(at: Option<tokio::time::Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
 /// Points fds 0 and 1 at /dev/null: a proxy reads and writes only its control channel.
 pub fn null_stdin_stdout() -> io::Result<()> {
     let null = std::fs::OpenOptions::new().read(true).write(true).open("/dev/null")?;

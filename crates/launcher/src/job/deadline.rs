@@ -34,7 +34,7 @@ pub(super) enum Deadline {
 impl Root {
     /// The earliest of the Root's deadlines, and which it is.
     pub(super) fn next_deadline(&self) -> Option<(Instant, Deadline)> {
-        [
+        rlaunch_tree::earliest([
             (self.dial_deadline, Deadline::Dial),
             (self.forwarded.deadline(self.kill_grace()), Deadline::Held),
             (self.progress.as_ref().and_then(|p| p.deadline()), Deadline::Progress),
@@ -43,10 +43,7 @@ impl Root {
             (self.teardown.output_deadline(), Deadline::Output),
             (self.children.linger_deadline(PROXY_GRACE), Deadline::Linger),
             (self.teardown.proxy_deadline(), Deadline::Proxy),
-        ]
-        .into_iter()
-        .filter_map(|(at, which)| at.map(|at| (at, which)))
-        .min_by_key(|&(at, _)| at)
+        ])
     }
 
     /// Deadline `which` has come. `writer_behind`: the output writer holds more than it

@@ -298,7 +298,7 @@ async fn run_in(mut plan: Plan, world: World) -> i32 {
             chunk = stdin::next(&mut stdin), if stdin_ready => root.stdin_chunk(chunk),
             Some(()) = child_ended(&mut sigchld) => root.reap(),
             Some(sig) = forwarded.recv() => root.on_signal(sig),
-            _ = sleep_until(next.map(|(at, _)| at)), if next.is_some() => {
+            _ = rlaunch_tree::sleep_until(next.map(|(at, _)| at)), if next.is_some() => {
                 let writer_behind = output_tx.writer_behind();
                 root.on_deadline(next.expect("a deadline").1, writer_behind);
             }
@@ -340,13 +340,6 @@ async fn run_in(mut plan: Plan, world: World) -> i32 {
 async fn child_ended(sigchld: &mut Option<tokio::signal::unix::Signal>) -> Option<()> {
     match sigchld {
         Some(sigchld) => sigchld.recv().await,
-        None => std::future::pending().await,
-    }
-}
-
-async fn sleep_until(at: Option<Instant>) {
-    match at {
-        Some(at) => tokio::time::sleep_until(at).await,
         None => std::future::pending().await,
     }
 }

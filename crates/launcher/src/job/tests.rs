@@ -289,6 +289,14 @@ fn to_files(plan: &mut Plan, dir: &std::path::Path) {
     plan.report = Some(OutFile::create(dir.join("report.json")).expect("report file"));
 }
 
+/// One rank on each of n0 and n1, no stdin, output and report to files under `dir`.
+fn two_nodes_to_files(dir: &std::path::Path) -> Plan {
+    let mut plan = plan_of(&[1, 1]);
+    plan.job.stdin = StdinTarget::None;
+    to_files(&mut plan, dir);
+    plan
+}
+
 fn read_report(dir: &std::path::Path) -> serde_json::Value {
     let text = std::fs::read_to_string(dir.join("report.json")).expect("report written");
     serde_json::from_str(&text).expect("report is JSON")
@@ -297,9 +305,7 @@ fn read_report(dir: &std::path::Path) -> serde_json::Value {
 #[tokio::test(flavor = "current_thread")]
 async fn a_whole_job_runs_over_in_memory_links() {
     let dir = Scratch::new("whole");
-    let mut plan = plan_of(&[1, 1]);
-    plan.job.stdin = StdinTarget::None;
-    to_files(&mut plan, dir.path());
+    let plan = two_nodes_to_files(dir.path());
     let (world, fakes, _outside) = world(&["n0", "n1"]);
     let proxies = fakes.into_iter().enumerate().map(|(i, mut proxy)| async move {
         let rank = Gid(i as u32);
@@ -339,9 +345,7 @@ async fn a_whole_job_runs_over_in_memory_links() {
 #[tokio::test(flavor = "current_thread")]
 async fn a_proxy_whose_link_ends_before_it_is_done_is_lost_and_the_rest_torn_down() {
     let dir = Scratch::new("lost");
-    let mut plan = plan_of(&[1, 1]);
-    plan.job.stdin = StdinTarget::None;
-    to_files(&mut plan, dir.path());
+    let plan = two_nodes_to_files(dir.path());
     let grace = plan.job.kill_grace_ms;
     let (world, mut fakes, _outside) = world(&["n0", "n1"]);
     let (mut lasting, mut lost) = (fakes.remove(0), fakes.remove(0));

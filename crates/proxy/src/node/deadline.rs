@@ -26,16 +26,13 @@ pub(super) enum Deadline {
 impl Node {
     /// The earliest of the Node's deadlines, and which it is.
     pub(super) fn next_deadline(&self) -> Option<(Instant, Deadline)> {
-        [
+        rlaunch_tree::earliest([
             (self.kill.deadline(), Deadline::Kill),
             (self.dial_deadline, Deadline::Dial),
             (self.children.linger_deadline(CHILD_PROXY_GRACE), Deadline::Linger),
             (self.pmix_silent_at(), Deadline::PmixSilent),
             (self.parent.silent_at(self.job.liveness.silence()), Deadline::ParentSilent),
-        ]
-        .into_iter()
-        .filter_map(|(at, which)| at.map(|at| (at, which)))
-        .min_by_key(|&(at, _)| at)
+        ])
     }
 
     /// Deadline `which` has come. For [`Deadline::ParentSilent`], the caller first takes

@@ -160,13 +160,6 @@ pub(crate) struct Node {
     error_dir: Option<std::path::PathBuf>,
 }
 
-async fn sleep_until(at: Option<Instant>) {
-    match at {
-        Some(at) => tokio::time::sleep_until(at).await,
-        None => std::future::pending().await,
-    }
-}
-
 /// How long a finished node waits for its parent's clock probes before it reports.
 const PROBE_WAIT: Duration = Duration::from_secs(1);
 
@@ -209,7 +202,7 @@ impl Node {
                 _ = sighup.recv() => self.lose_upstream("the proxy received SIGHUP", false),
                 _ = sigint.recv() => self.lose_upstream("the proxy received SIGINT", false),
                 _ = pmix_ping.tick(), if self.pmix.server.is_some() => self.pmix.ping(),
-                _ = sleep_until(next.map(|(at, _)| at)), if next.is_some() => {
+                _ = rlaunch_tree::sleep_until(next.map(|(at, _)| at)), if next.is_some() => {
                     let (_, which) = next.expect("a deadline");
                     if which == Deadline::ParentSilent {
                         while let Ok(ev) = events.try_recv() {
