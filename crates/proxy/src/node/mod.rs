@@ -18,13 +18,10 @@
 
 mod calls;
 mod deadline;
-mod dmodex;
 mod gate;
 mod launch;
 mod parent;
 mod pmix;
-mod pmix_fence;
-mod pmix_spawn;
 mod reap;
 mod singleton;
 mod start;
@@ -201,7 +198,7 @@ impl Node {
                 _ = sigterm.recv() => self.lose_upstream("the proxy received SIGTERM", false),
                 _ = sighup.recv() => self.lose_upstream("the proxy received SIGHUP", false),
                 _ = sigint.recv() => self.lose_upstream("the proxy received SIGINT", false),
-                _ = pmix_ping.tick(), if self.pmix.server.is_some() => self.pmix.ping(),
+                _ = pmix_ping.tick(), if self.pmix.serving() => self.pmix.ping(),
                 _ = rlaunch_tree::sleep_until(next.map(|(at, _)| at)), if next.is_some() => {
                     let (_, which) = next.expect("a deadline");
                     if which == Deadline::ParentSilent {

@@ -46,7 +46,7 @@ impl Node {
     /// Rank `local`'s verdict, sent up once.
     pub(super) fn judge_reaped(&mut self, local: Local, outcome: ExitOutcome) {
         let gid = self.ranks.get(local).gid;
-        if self.pmix.server.is_some() {
+        if self.pmix.serving() {
             let left = self.pmix.left_unfinalized(gid);
             self.ranks.get_mut(local).pmix_unfinalized = left && outcome.is_success();
         }

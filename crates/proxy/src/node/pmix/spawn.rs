@@ -14,14 +14,15 @@
 
 use rlaunch_protocol::control::{Job, SpawnCmd, SpawnJob, SpawnOutcome};
 
-use super::launch::JobRanks;
-use super::pmix::{Nspace, PmixService};
-use super::Node;
+use super::server::Nspace;
+use super::PmixService;
+use crate::node::launch::JobRanks;
+use crate::node::Node;
 use crate::pmix::wire::{self, App};
 use crate::pmix::Command;
 
 /// A spawned job between its registration with the server and the start of its ranks here.
-pub(super) struct Spawning {
+pub(in crate::node) struct Spawning {
     pub(super) nspace: String,
     pub(super) job: Job,
     pub(super) index: u32,
@@ -76,7 +77,7 @@ impl Node {
     /// Registers this node's ranks of a job a rank spawned through PMIx with this node's
     /// server (started now if it waited for a first client); its ranks start once their
     /// environments are in. Hands the job back if there is no server.
-    pub(super) fn pmix_spawn(
+    pub(in crate::node) fn pmix_spawn(
         &mut self,
         sj: &SpawnJob,
         job: Job,
@@ -86,7 +87,8 @@ impl Node {
         let node = sj.node_id(self.plan.index);
         let Some(pmix) = self.pmix.server.as_mut() else { return Some((job, ranks)) };
         let nspace = sj.kvsname.clone();
-        pmix.nspaces
+        pmix.state
+            .nspaces
             .insert(nspace.clone(), Nspace { job: sj.job, first: sj.first, size: sj.size() });
         pmix.host.send(setup(sj, node));
         pmix.host.send(Command::Clients {
@@ -100,7 +102,7 @@ impl Node {
         if spawning.ranks.is_empty() {
             self.pmix_spawned(spawning);
         } else {
-            pmix.spawning.insert(sj.job, spawning);
+            pmix.state.spawning.insert(sj.job, spawning);
         }
         None
     }
@@ -128,8 +130,8 @@ impl Node {
         self.notice(text.clone());
         self.jobs.remove(&index);
         if let Some(pmix) = self.pmix.server.as_mut() {
-            pmix.nspaces.remove(&nspace);
-            pmix.envs.retain(|&(job, _), _| job != index);
+            pmix.state.nspaces.remove(&nspace);
+            pmix.state.envs.retain(|&(job, _), _| job != index);
         }
         self.spawn_started(index, Some(text));
     }
@@ -189,15 +191,16 @@ impl PmixService {
     /// Registers a job a rank spawned through PMIx, with no rank here, with this node's
     /// server, whose ranks may be its parents (a spawn collective over ranks of several
     /// nodes): they connect to it, and get its ranks' data by direct modex.
-    pub(super) fn spawned_elsewhere(&mut self, sj: &SpawnJob) {
+    pub(in crate::node) fn spawned_elsewhere(&mut self, sj: &SpawnJob) {
         let Some(pmix) = self.server.as_mut() else { return };
-        pmix.nspaces
+        pmix.state
+            .nspaces
             .insert(sj.kvsname.clone(), Nspace { job: sj.job, first: sj.first, size: sj.size() });
         pmix.host.send(setup(sj, None));
     }
 
     /// How the spawn of a local client (the host's request `id`) went.
-    pub(super) fn spawn_answer(&mut self, id: u32, outcome: SpawnOutcome) {
+    pub(in crate::node) fn spawn_answer(&mut self, id: u32, outcome: SpawnOutcome) {
         let Some(pmix) = self.server.as_ref() else { return };
         let (status, nspace) = match outcome {
             SpawnOutcome::Started { kvsname } => (wire::SUCCESS, kvsname),

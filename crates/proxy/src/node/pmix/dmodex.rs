@@ -19,8 +19,9 @@ use std::collections::HashMap;
 
 use rlaunch_protocol::control::{DmodexAnswer, DmodexAsk, DmodexData, Down, Up};
 
-use super::Node;
-use crate::pmix::wire::{self, Proc, Status};
+use super::server::{missing, Act};
+use crate::node::Node;
+use crate::pmix::wire::{self, Status};
 use crate::pmix::Command;
 use crate::ranks::RankState;
 
@@ -32,23 +33,33 @@ pub(super) struct Asks {
 }
 
 impl Asks {
-    fn add(&mut self, ask: DmodexAsk) -> u32 {
+    pub(super) fn add(&mut self, ask: DmodexAsk) -> u32 {
         let id = self.next;
         self.next = self.next.wrapping_add(1);
         self.open.insert(id, ask);
         id
     }
 
+    /// The request the host answered with `id`.
+    pub(super) fn take(&mut self, id: u32) -> Option<DmodexAsk> {
+        self.open.remove(&id)
+    }
+
     /// Takes the open requests for `rank` (a global id).
-    fn take_for(&mut self, rank: Gid) -> Vec<DmodexAsk> {
+    pub(super) fn take_for(&mut self, rank: Gid) -> Vec<DmodexAsk> {
         let ids: Vec<u32> =
             self.open.iter().filter(|(_, a)| a.rank == rank).map(|(&id, _)| id).collect();
         ids.into_iter().filter_map(|id| self.open.remove(&id)).collect()
     }
+
+    /// Every request still open.
+    pub(super) fn into_open(self) -> impl Iterator<Item = DmodexAsk> {
+        self.open.into_values()
+    }
 }
 
 /// The PMIx status a server's direct modex callback gets for what was found.
-fn status_of(data: DmodexData) -> (Status, Vec<u8>) {
+pub(super) fn status_of(data: DmodexData) -> (Status, Vec<u8>) {
     match data {
         DmodexData::Found(blob) => (wire::SUCCESS, blob),
         DmodexData::Refused(status) => (status, Vec::new()),
@@ -57,59 +68,25 @@ fn status_of(data: DmodexData) -> (Status, Vec<u8>) {
 }
 
 impl Node {
-    /// This node's server wants `proc`'s data: ask the node that owns it.
-    pub(super) fn dmodex_request(&mut self, id: u32, proc: Proc) {
-        let Some(pmix) = self.pmix.server.as_ref() else { return };
-        let Some(rank) = pmix.gid(&proc) else {
-            let (status, data) = status_of(DmodexData::Missing);
-            return pmix.host().send(Command::ModexDone { id, status, data });
-        };
-        tracing::debug!(nspace = %proc.nspace, rank = proc.rank, "direct modex request");
-        let ask = DmodexAsk {
-            asker: self.plan.index,
-            id,
-            rank,
-            nspace: proc.nspace,
-            nspace_rank: proc.rank,
-        };
-        let _ = self.up.control.send(Up::DmodexAsk(ask));
-    }
-
     /// A request from the root: served here if the rank is this node's, else routed on
     /// toward it.
-    pub(super) fn dmodex_ask(&mut self, ask: DmodexAsk) {
+    pub(in crate::node) fn dmodex_ask(&mut self, ask: DmodexAsk) {
         if self.children.holds_rank(ask.rank) {
             if !self.children.send_ask(ask.clone()) {
-                self.dmodex_reply(ask, DmodexData::Missing);
+                let _ = self.up.control.send(missing(ask));
             }
             return;
         }
         let ended = self.ranks.find(ask.rank).is_some_and(|r| r.state != RankState::Running);
-        let Some(pmix) = self.pmix.server.as_ref() else {
-            return self.dmodex_reply(ask, DmodexData::Missing);
+        let act = match self.pmix.server.as_mut() {
+            Some(pmix) => pmix.state.dmodex_ask(ask, ended),
+            None => Act::Up(missing(ask)),
         };
-        if ended && !pmix.connected(ask.rank) {
-            return self.dmodex_reply(ask, DmodexData::Missing);
-        }
-        let (nspace, rank) = (ask.nspace.clone(), ask.nspace_rank);
-        let id = self.pmix.asks.add(ask);
-        pmix.host().send(Command::DmodexAsk { id, nspace, rank });
-    }
-
-    /// This node's server answered request `id` of another node.
-    pub(super) fn dmodex_data(&mut self, id: u32, status: Status, blob: Vec<u8>) {
-        let Some(ask) = self.pmix.asks.open.remove(&id) else {
-            return tracing::warn!(id, "a direct modex answer to no request");
-        };
-        let data = match status {
-            wire::SUCCESS => DmodexData::Found(blob),
-            status => DmodexData::Refused(status),
-        };
-        self.dmodex_reply(ask, data);
+        self.pmix_act(act);
     }
 
     /// An answer from the root: this node's server's, or routed on toward the asker.
-    pub(super) fn dmodex_answer(&mut self, answer: DmodexAnswer) {
+    pub(in crate::node) fn dmodex_answer(&mut self, answer: DmodexAnswer) {
         if answer.asker != self.plan.index {
             let asker = answer.asker;
             if !self.children.send_toward_node(asker, Down::DmodexAnswer(answer)) {
@@ -117,31 +94,16 @@ impl Node {
             }
             return;
         }
-        let Some(pmix) = self.pmix.server.as_ref() else { return };
         let (status, data) = status_of(answer.data);
-        pmix.host().send(Command::ModexDone { id: answer.id, status, data });
+        self.pmix_command(Command::ModexDone { id: answer.id, status, data });
     }
 
-    /// A local rank ended: if it never connected to the server, it committed nothing, and
-    /// the requests for its data will never be answered by the server.
-    pub(super) fn dmodex_rank_ended(&mut self, rank: Gid) {
-        if self.pmix.server.as_ref().is_some_and(|p| p.connected(rank)) {
-            return;
+    /// A local rank ended: the requests for its data the server will never answer fail.
+    pub(in crate::node) fn dmodex_rank_ended(&mut self, rank: Gid) {
+        let Some(pmix) = self.pmix.server.as_mut() else { return };
+        for answer in pmix.state.dmodex_rank_ended(rank) {
+            let _ = self.up.control.send(answer);
         }
-        for ask in self.pmix.asks.take_for(rank) {
-            self.dmodex_reply(ask, DmodexData::Missing);
-        }
-    }
-
-    /// The server is gone: what it did not answer, it never will.
-    pub(super) fn dmodex_server_gone(&mut self) {
-        for (_, ask) in std::mem::take(&mut self.pmix.asks.open) {
-            self.dmodex_reply(ask, DmodexData::Missing);
-        }
-    }
-
-    fn dmodex_reply(&self, ask: DmodexAsk, data: DmodexData) {
-        self.dmodex_up(DmodexAnswer { asker: ask.asker, id: ask.id, data });
     }
 
     fn dmodex_up(&self, answer: DmodexAnswer) {
@@ -149,14 +111,14 @@ impl Node {
     }
 
     /// A child's answer to a request sent down goes up, the request settled.
-    pub(super) fn dmodex_child_answer(&mut self, answer: DmodexAnswer) {
+    pub(in crate::node) fn dmodex_child_answer(&mut self, answer: DmodexAnswer) {
         self.children.answered(answer.asker, answer.id);
         self.dmodex_up(answer);
     }
 
     /// Requests sent to a child that finished or was lost without answering them fail now,
     /// rather than leave their rank waiting (the root does the same for its children).
-    pub(super) fn dmodex_unanswerable(&mut self) {
+    pub(in crate::node) fn dmodex_unanswerable(&mut self) {
         for answer in self.children.unanswerable() {
             self.dmodex_up(answer);
         }

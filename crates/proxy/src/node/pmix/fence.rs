@@ -18,9 +18,7 @@
 use rlaunch_protocol::control::{Down, Up, PMIX_FENCE_PART};
 use rlaunch_protocol::ids::{Gid, NodeId};
 
-use super::Node;
-use crate::pmix::wire::{self, Proc};
-use crate::pmix::Command;
+use crate::node::Node;
 use rlaunch_tree::fence::{in_parts, FenceFold};
 
 /// This node's share of the launched job's PMIx fences.
@@ -35,14 +33,10 @@ pub(super) struct NodeFence {
 }
 
 impl Node {
-    /// Every local client entered the launched job's fence: this node's data goes up, and
-    /// the host's `id` is answered when the fence completes.
-    pub(super) fn pmix_fence_entered(&mut self, id: u32, data: Vec<u8>) {
+    /// Every local client entered the launched job's fence (the server waits for its
+    /// completion): this node's `data` goes up.
+    pub(super) fn pmix_fence_entered(&mut self, data: Vec<u8>) {
         self.fences.enter(rlaunch_protocol::record::now_us());
-        let Some(pmix) = self.pmix.server.as_mut() else { return };
-        if let Some(old) = pmix.entered.replace(id) {
-            tracing::warn!(old, id, "a PMIx fence entered twice");
-        }
         let (epoch, node) = (self.pmix.fence.fold.epoch(), self.plan.index);
         for data in in_parts([data], PMIX_FENCE_PART).into_iter().filter(|d| !d.is_empty()) {
             let _ = self.up.control.send(Up::PmixFencePart { epoch, node, data });
@@ -53,7 +47,7 @@ impl Node {
     }
 
     /// A child subtree entered PMIx fence `epoch` (its nodes' data went ahead).
-    pub(super) fn pmix_child_fence(&mut self, epoch: u64, served: bool) {
+    pub(in crate::node) fn pmix_child_fence(&mut self, epoch: u64, served: bool) {
         self.pmix.fence.served |= served;
         let expected = self.pmix.fence.fold.epoch();
         if epoch != expected {
@@ -84,20 +78,18 @@ impl Node {
     }
 
     /// Part of the data of PMIx fence `epoch`, on its way down before its completion.
-    pub(super) fn pmix_fence_part(&mut self, epoch: u64, data: Vec<u8>) {
-        if let Some(pmix) = self.pmix.server.as_mut().filter(|p| p.entered.is_some()) {
-            pmix.fence_out.extend_from_slice(&data);
+    pub(in crate::node) fn pmix_fence_part(&mut self, epoch: u64, data: Vec<u8>) {
+        if let Some(pmix) = self.pmix.server.as_mut() {
+            pmix.state.fence_part(&data);
         }
         self.children.broadcast(&Down::PmixFencePart { epoch, data });
     }
 
     /// PMIx fence `epoch` is complete tree-wide; `data` is the end of its data.
-    pub(super) fn pmix_fence_out(&mut self, epoch: u64, data: Vec<u8>) {
+    pub(in crate::node) fn pmix_fence_out(&mut self, epoch: u64, data: Vec<u8>) {
         if let Some(pmix) = self.pmix.server.as_mut() {
-            let mut all = std::mem::take(&mut pmix.fence_out);
-            all.extend_from_slice(&data);
-            if let Some(id) = pmix.entered.take() {
-                pmix.host.send(Command::ModexDone { id, status: wire::SUCCESS, data: all });
+            if let Some(done) = pmix.state.fence_out(&data) {
+                pmix.host.send(done);
             }
         }
         self.children.broadcast(&Down::PmixFenceOut { epoch, data });
@@ -112,48 +104,21 @@ impl Node {
         self.pmix_fence_without_server();
     }
 
-    /// Every local process of a fence over `procs` (not the whole launched job) entered it:
-    /// the root folds it with the other nodes that host its processes.
-    pub(super) fn pmix_group_fence(&mut self, id: u32, procs: &[Proc], data: Vec<u8>) {
-        let Some(pmix) = self.pmix.server.as_mut() else { return };
-        let mut members = Vec::new();
-        for proc in procs {
-            let Some(&super::pmix::Nspace { first, size, .. }) = pmix.nspaces.get(&proc.nspace)
-            else {
-                let text = format!("a fence with {}, a job this node does not know", proc.nspace);
-                self.notice(text);
-                let (status, data) = (wire::ERR_NOT_SUPPORTED, Vec::new());
-                return self.pmix.server.as_ref().expect("here").host.send(Command::ModexDone {
-                    id,
-                    status,
-                    data,
-                });
-            };
-            match proc.rank {
-                wire::RANK_WILDCARD => members.extend((first..first + size).map(Gid)),
-                rank => members.push(Gid(first + rank)),
-            }
-        }
-        members.sort_unstable();
-        members.dedup();
-        if let Some(old) = pmix.groups.insert(members.clone(), id) {
-            tracing::warn!(old, id, "a PMIx fence over the same processes entered twice");
-        }
-        let node = self.plan.index;
-        let _ = self.up.control.send(Up::PmixGroupFenceIn { node, members, data });
-    }
-
     /// A fence over `members` is complete, with every participating node's data.
-    pub(super) fn pmix_group_fence_out(&mut self, node: NodeId, members: Vec<Gid>, data: Vec<u8>) {
+    pub(in crate::node) fn pmix_group_fence_out(
+        &mut self,
+        node: NodeId,
+        members: Vec<Gid>,
+        data: Vec<u8>,
+    ) {
         if node != self.plan.index {
             let down = Down::PmixGroupFenceOut { node, members, data };
             self.children.send_toward_node(node, down);
             return;
         }
         let Some(pmix) = self.pmix.server.as_mut() else { return };
-        match pmix.groups.remove(&members) {
-            Some(id) => pmix.host.send(Command::ModexDone { id, status: wire::SUCCESS, data }),
-            None => tracing::warn!(?members, "completion of a PMIx fence this node is not in"),
+        if let Some(done) = pmix.state.group_fence_out(&members, data) {
+            pmix.host.send(done);
         }
     }
 }
