@@ -1,11 +1,13 @@
 //! What a rank's PMI connection asks of the node: puts and gets on the job's key-value
 //! space, fences, node attributes, and the requests that go to the root (name service,
-//! abort, spawn, protocol faults). The end of a connection is part of the rank's verdict.
+//! abort, spawn, protocol faults), and the root's answers to them. The end of a connection
+//! is part of the rank's verdict.
 
-use rlaunch_protocol::control::Up;
+use rlaunch_protocol::control::{Down, NameAnswer, SpawnOutcome, Up};
+use rlaunch_protocol::ids::Gid;
 use rlaunch_protocol::record;
 
-use super::Node;
+use super::{pmix, Node};
 use crate::kvs::{FenceStep, Kvs, Reply};
 use crate::pmi::{PmiAnswer, PmiCall, PmiPeer};
 use crate::ranks::Local;
@@ -94,6 +96,57 @@ impl Node {
             }
             Some(FenceStep::Done(released)) => self.send_replies(released),
             Some(FenceStep::Waiting) | None => {}
+        }
+    }
+
+    /// Fence `epoch` of job `job` is complete tree-wide (or root-wide, for a spawned job
+    /// over several nodes): the subtree hears, and this node's ranks in it get `pairs`.
+    pub(super) fn fence_out(&mut self, job: u32, epoch: u64, pairs: Vec<(String, String)>) {
+        let down = match job {
+            0 => Down::FenceOut { epoch, pairs: pairs.clone() },
+            job => Down::JobFenceOut { job, epoch, pairs: pairs.clone() },
+        };
+        self.children.broadcast(&down);
+        let Some(kvs) = self.kvs(job) else { return };
+        let released = kvs.complete(epoch, pairs);
+        self.send_replies(released);
+        if job == 0 {
+            self.fences.complete(record::now_us());
+        }
+    }
+
+    /// The root's answer to rank `rank`'s spawn request: for its PMI connection, its PMIx
+    /// server (a PMIx request's tag), or the child subtree it is in.
+    pub(super) fn spawn_answer(&mut self, rank: Gid, tag: Option<String>, outcome: SpawnOutcome) {
+        let Some(here) = self.ranks.find(rank) else {
+            let down = Down::SpawnAnswer { rank, tag, outcome };
+            self.children.send_toward_rank(rank, down);
+            return;
+        };
+        match pmix::pmix_id(&tag) {
+            Some(id) => self.pmix.spawn_answer(id, outcome),
+            None => {
+                if let Some(tx) = here.answers.as_ref() {
+                    let _ = tx.send(Box::new(PmiAnswer::Spawn { outcome, tag }));
+                }
+            }
+        }
+    }
+
+    /// The root's answer to rank `rank`'s name-service request, routed the same way.
+    pub(super) fn name_reply(&mut self, rank: Gid, tag: Option<String>, answer: NameAnswer) {
+        let Some(here) = self.ranks.find(rank) else {
+            let down = Down::NameReply { rank, tag, answer };
+            self.children.send_toward_rank(rank, down);
+            return;
+        };
+        match pmix::pmix_id(&tag) {
+            Some(id) => self.pmix.name_answer(id, answer),
+            None => {
+                if let Some(tx) = here.answers.as_ref() {
+                    let _ = tx.send(Box::new(PmiAnswer::Name { answer, tag }));
+                }
+            }
         }
     }
 

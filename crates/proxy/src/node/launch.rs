@@ -7,7 +7,7 @@ use rlaunch_protocol::ids::Gid;
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use rlaunch_protocol::control::{Job, Segment, SpawnJob, Up};
+use rlaunch_protocol::control::{Down, Job, Segment, SpawnJob, Up};
 use rlaunch_protocol::ids::ExitOutcome;
 use rlaunch_protocol::record::{self, Phase};
 use tokio::sync::mpsc;
@@ -326,10 +326,25 @@ impl Node {
         unbound
     }
 
+    /// Every node hears of a spawn: those it places ranks on start them, and the others'
+    /// PMIx servers learn its namespace, for their ranks that are its parents.
+    pub(super) fn spawn_came(&mut self, sj: SpawnJob) {
+        for (node, ranks) in sj.runs() {
+            self.children.add_ranks(node, ranks);
+        }
+        self.children.broadcast(&Down::Spawn(Box::new(sj.clone())));
+        if sj.node_id(self.plan.index).is_some() {
+            self.awaiting_spawn = false;
+            self.start_spawned(sj);
+        } else if super::pmix::pmix_id(&sj.tag).is_some() {
+            self.pmix.spawned_elsewhere(&sj);
+        }
+    }
+
     /// Starts this node's ranks of a job a rank spawned, and tells the root, which answers
     /// the spawner once every node of the job has; a PMIx spawn's ranks first wait for their
     /// PMIx environments.
-    pub(super) fn start_spawned(&mut self, sj: SpawnJob) {
+    fn start_spawned(&mut self, sj: SpawnJob) {
         let (job, ranks) = self.spawned_job(&sj);
         let (job, ranks) = match super::pmix::pmix_id(&sj.tag) {
             Some(_) => match self.pmix_spawn(&sj, job, ranks) {

@@ -52,7 +52,7 @@ use crate::kill::{Escalation, KillStep};
 use crate::kvs::Kvs;
 use crate::outputs::{Outputs, StreamEnd};
 use crate::place::Placer;
-use crate::pmi::{PmiAnswer, PmiCall, PmiJob, PmiPeer};
+use crate::pmi::{PmiCall, PmiJob, PmiPeer};
 use crate::rank::StdinChunk;
 use crate::ranks::Local;
 use crate::ranks::RankTable;
@@ -319,111 +319,71 @@ impl Node {
         }
     }
 
+    /// A frame of the job from the parent: a routing table, each topic's reaction in its
+    /// own file (stdin and signals here, fences and answers to ranks' requests in `calls`,
+    /// spawns in `launch`, PMIx in `pmix`).
     fn handle_down(&mut self, down: Down) {
         match down {
             Down::Launch(_) => tracing::warn!("ignoring a second launch"),
             Down::Stdin { seq, data } => {
-                self.children.send_stdin(seq, &data);
-                self.stdin_to_ranks(StdinChunk::Data { seq, data: Arc::from(data) });
+                self.stdin_came(StdinChunk::Data { seq, data: data.into() })
             }
-            Down::StdinEof => {
-                self.children.broadcast(&Down::StdinEof);
-                self.stdin_to_ranks(StdinChunk::Eof);
-            }
-            Down::Signal { signo } => {
-                self.children.broadcast(&Down::Signal { signo });
-                if let Ok(sig) = Signal::try_from(signo) {
-                    match sig {
-                        Signal::SIGTSTP => self.parent.set_stopped(true),
-                        Signal::SIGCONT => {
-                            self.parent.set_stopped(false);
-                            self.pmix.resumed();
-                        }
-                        _ => {}
-                    }
-                    self.signal_ranks(sig);
-                }
-            }
+            Down::StdinEof => self.stdin_came(StdinChunk::Eof),
+            Down::Signal { signo } => self.signal_came(signo),
             Down::Terminate { grace_ms } => self.terminate(Duration::from_millis(grace_ms)),
-            Down::DropOutput => {
-                self.children.broadcast(&Down::DropOutput);
-                self.outputs.drop_all();
-                let _ = self.up.shed_output.send(true);
-            }
+            Down::DropOutput => self.drop_output(),
             // A late node is no party of the launched job's fences.
             Down::FenceOut { .. } | Down::PmixFencePart { .. } | Down::PmixFenceOut { .. }
                 if self.late => {}
-            Down::FenceOut { epoch, pairs } => {
-                self.children.broadcast(&Down::FenceOut { epoch, pairs: pairs.clone() });
-                if let Some(kvs) = self.kvs(0) {
-                    let released = kvs.complete(epoch, pairs);
-                    self.send_replies(released);
-                    self.fences.complete(record::now_us());
-                }
-            }
+            Down::FenceOut { epoch, pairs } => self.fence_out(0, epoch, pairs),
+            Down::JobFenceOut { job, epoch, pairs } => self.fence_out(job, epoch, pairs),
             Down::PmixFencePart { epoch, data } => self.pmix_fence_part(epoch, data),
             Down::PmixFenceOut { epoch, data } => self.pmix_fence_out(epoch, data),
-            // Every node hears of a spawn: those it places ranks on start them, and the
-            // others' PMIx servers learn its namespace, for their ranks that are its parents.
-            Down::Rendezvous(rendezvous) => {
-                self.children.broadcast(&Down::Rendezvous(rendezvous.clone()));
-                self.rendezvous_found(rendezvous);
-            }
-            Down::Spawn(sj) => {
-                for (node, ranks) in sj.runs() {
-                    self.children.add_ranks(node, ranks);
-                }
-                self.children.broadcast(&Down::Spawn(sj.clone()));
-                if sj.node_id(self.plan.index).is_some() {
-                    self.awaiting_spawn = false;
-                    self.start_spawned(*sj);
-                } else if pmix::pmix_id(&sj.tag).is_some() {
-                    self.pmix.spawned_elsewhere(&sj);
-                }
-            }
-            Down::SpawnAnswer { rank, tag, outcome } => {
-                if self.ranks.find(rank).is_none() {
-                    let down = Down::SpawnAnswer { rank, tag, outcome };
-                    self.children.send_toward_rank(rank, down);
-                    return;
-                }
-                match pmix::pmix_id(&tag) {
-                    Some(id) => self.pmix.spawn_answer(id, outcome),
-                    None => {
-                        if let Some(tx) = self.ranks.find(rank).and_then(|r| r.answers.as_ref()) {
-                            let _ = tx.send(Box::new(PmiAnswer::Spawn { outcome, tag }));
-                        }
-                    }
-                }
-            }
-            Down::JobFenceOut { job, epoch, pairs } => {
-                self.children.broadcast(&Down::JobFenceOut { job, epoch, pairs: pairs.clone() });
-                if let Some(kvs) = self.kvs(job) {
-                    let released = kvs.complete(epoch, pairs);
-                    self.send_replies(released);
-                }
-            }
             Down::PmixGroupFenceOut { node, members, data } => {
                 self.pmix_group_fence_out(node, members, data)
             }
             Down::DmodexAsk(ask) => self.dmodex_ask(ask),
             Down::DmodexAnswer(answer) => self.dmodex_answer(answer),
-            Down::NameReply { rank, tag, answer } => {
-                let local = self.ranks.find(rank).is_some();
-                match pmix::pmix_id(&tag) {
-                    Some(id) if local => return self.pmix.name_answer(id, answer),
-                    _ => {}
-                }
-                match self.ranks.find(rank).and_then(|r| r.answers.as_ref()) {
-                    Some(tx) => {
-                        let _ = tx.send(Box::new(PmiAnswer::Name { answer, tag }));
-                    }
-                    None => {
-                        self.children.send_toward_rank(rank, Down::NameReply { rank, tag, answer });
-                    }
-                }
-            }
+            Down::Rendezvous(rendezvous) => self.rendezvous_found(rendezvous),
+            Down::Spawn(sj) => self.spawn_came(*sj),
+            Down::SpawnAnswer { rank, tag, outcome } => self.spawn_answer(rank, tag, outcome),
+            Down::NameReply { rank, tag, answer } => self.name_reply(rank, tag, answer),
         }
+    }
+
+    /// A chunk of the launcher's stdin, or its end: for the child proxies, and the local
+    /// ranks that read it.
+    fn stdin_came(&mut self, chunk: StdinChunk) {
+        match &chunk {
+            StdinChunk::Data { seq, data } => {
+                self.children.send_stdin(*seq, data);
+            }
+            StdinChunk::Eof => self.children.broadcast(&Down::StdinEof),
+        }
+        self.stdin_to_ranks(chunk);
+    }
+
+    /// A signal the launcher forwards, for every rank of the job. A stopped job's silence
+    /// means nothing, its parent's nor its PMIx server's.
+    fn signal_came(&mut self, signo: i32) {
+        self.children.broadcast(&Down::Signal { signo });
+        let Ok(sig) = Signal::try_from(signo) else { return };
+        match sig {
+            Signal::SIGTSTP => self.parent.set_stopped(true),
+            Signal::SIGCONT => {
+                self.parent.set_stopped(false);
+                self.pmix.resumed();
+            }
+            _ => {}
+        }
+        self.signal_ranks(sig);
+    }
+
+    /// rlaunch drops the job's output: what this subtree's ranks write is thrown away here.
+    fn drop_output(&mut self) {
+        self.children.broadcast(&Down::DropOutput);
+        self.outputs.drop_all();
+        let _ = self.up.shed_output.send(true);
     }
 
     /// Hands a chunk of the launcher's stdin (or its end) to the local ranks that read it;
@@ -495,6 +455,7 @@ impl Node {
     /// Rank 0's proxy chose the rendezvous: the ranks that waited for it start (once their
     /// PMIx environments are in, if they wait for those too).
     fn rendezvous_found(&mut self, rendezvous: rlaunch_protocol::control::Rendezvous) {
+        self.children.broadcast(&Down::Rendezvous(rendezvous.clone()));
         if self.job.rendezvous.is_none() {
             Arc::make_mut(&mut self.job).rendezvous = Some(rendezvous);
         }
