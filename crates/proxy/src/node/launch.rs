@@ -7,15 +7,14 @@ use rlaunch_protocol::ids::Gid;
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use rlaunch_protocol::control::{Down, Job, Segment, SpawnJob, Up};
+use rlaunch_protocol::control::{Down, Job, SpawnJob, Up};
 use rlaunch_protocol::ids::ExitOutcome;
 use rlaunch_protocol::record::{self, Phase};
 use tokio::sync::mpsc;
 
-use super::{JobState, Node, Wait};
-use crate::kvs::{FenceScope, Kvs};
+use super::{spawned, Node, Wait};
 use crate::place::RankPlace;
-use crate::pmi::{self, PmiJob, PmiPeer};
+use crate::pmi::{self, PmiPeer};
 use crate::rank::{self, Placement, PmiSetup};
 use crate::ranks::PmiState;
 
@@ -362,68 +361,12 @@ impl Node {
         let _ = self.up.control.send(Up::SpawnStarted { job, node: self.plan.index, refused });
     }
 
-    /// A spawned job as this node runs it, its state made: the job, and (rank in the job,
-    /// global id, segment) of each of its ranks here.
+    /// A spawned job as this node runs it ([`spawned::job`]), its state made.
     fn spawned_job(&mut self, sj: &SpawnJob) -> (Job, JobRanks) {
-        let mut segments = Vec::new();
-        let mut rank_app = Vec::new();
-        for (appnum, cmd) in sj.request.cmds.iter().enumerate() {
-            let info = |k: &str| cmd.info.iter().find(|(key, _)| key == k).map(|(_, v)| v.clone());
-            let exe = match info("path") {
-                Some(dir) if !cmd.exe.contains('/') => format!("{dir}/{}", cmd.exe),
-                _ => cmd.exe.clone(),
-            };
-            let wdir = info("wdir").map(String::into_bytes);
-            let mut env = vec![(b"PMI_SPAWNED".to_vec(), b"1".to_vec())];
-            env.extend(cmd.env.iter().map(|var| match var.split_once('=') {
-                Some((name, value)) => (name.as_bytes().to_vec(), value.as_bytes().to_vec()),
-                None => (var.as_bytes().to_vec(), Vec::new()),
-            }));
-            segments.push(Segment {
-                exe: exe.into_bytes(),
-                args: cmd.args.iter().map(|a| a.clone().into_bytes()).collect(),
-                inherit_env: true,
-                env,
-                wdir: wdir.unwrap_or_else(|| self.job.segments[0].wdir.clone()),
-            });
-            rank_app.extend((0..cmd.nprocs).map(|_| appnum as u32));
-        }
-        let size = sj.size();
-        let mut job = (*self.job).clone();
-        job.jobid = sj.kvsname.clone();
-        job.size = size;
-        job.segments = segments;
-        job.nodes = sj.nodes.len() as u32;
-        // Its rank 0 serves no rendezvous rlaunch knows of, nor is rlaunch its tracker.
-        job.rendezvous = None;
-        job.tracker = None;
-        // Its ranks see the GPUs the proxy sees: the launched job's ranks hold theirs. They
-        // are placed by slot (bound as the launched job's are): a spawn is laid out by its
-        // own hints, and no `ppr` count must refuse it on one node while others start.
-        job.gpus = None;
-        job.mapping = None;
-        // Inside an allocation, its ranks' step is its own nodes.
-        if job.slurm_nodes.is_some() {
-            let hosts: Vec<&str> = sj.nodes.iter().map(|(_, host)| host.as_str()).collect();
-            job.slurm_nodes = Some(hosts.join(","));
-        }
-        let pmi = Arc::new(PmiJob {
-            kvsname: sj.kvsname.clone(),
-            size,
-            process_mapping: sj.process_mapping.clone(),
-            spawner: Some(sj.parent_kvsname.clone()),
-        });
-        let here = sj.ranks_on(self.plan.index);
-        let scope = if sj.nodes.len() > 1 { FenceScope::Root } else { FenceScope::ThisNode };
-        let kvs = Kvs::new(scope, here.len(), sj.request.preput.iter().cloned());
-        let group = (sj.node_id(self.plan.index).unwrap_or(0), sj.nodes.len() as u32);
-        self.jobs.insert(sj.job, JobState { pmi, kvs, group });
+        let (job, ranks, state) = spawned::job(&self.job, sj, self.plan.index);
+        self.jobs.insert(sj.job, state);
         // Nothing is swept while the job is on its way.
         self.swept = false;
-        let ranks = here
-            .into_iter()
-            .map(|r| JobRank { rank: r, gid: Gid(sj.first + r), segment: rank_app[r as usize] })
-            .collect();
         (job, ranks)
     }
 

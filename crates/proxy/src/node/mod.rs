@@ -24,6 +24,7 @@ mod parent;
 mod pmix;
 mod reap;
 mod singleton;
+mod spawned;
 mod start;
 mod subtree;
 #[cfg(test)]
