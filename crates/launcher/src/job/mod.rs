@@ -236,7 +236,7 @@ pub async fn run(mut plan: Plan) -> i32 {
 
 /// Runs the job to the end in `world`; returns rlaunch's exit status.
 async fn run_in(mut plan: Plan, world: World) -> i32 {
-    let World { proxies, signals: mut forwarded, mut stdin, mut sigchld } = world;
+    let World { proxies, signals: mut forwarded, mut stdin, mut ended, sweeps } = world;
     let (events_tx, mut events) = mpsc::unbounded_channel();
 
     let (drop_output, dropped) = watch::channel(false);
@@ -266,11 +266,6 @@ async fn run_in(mut plan: Plan, world: World) -> i32 {
     });
     let (dialed_tx, mut dialed) = mpsc::unbounded_channel();
     root.start_proxies(&events_tx, &output_tx, dialed_tx);
-    if sigchld.is_some() {
-        // A proxy forked in main starts its ranks at once, and may be gone before the SIGCHLD
-        // handler existed: its signal is lost, but its zombie is still there to reap.
-        root.reap();
-    }
     if stdin.is_none() && root.stdin.open {
         root.stdin.open = false;
         root.children.broadcast(&Down::StdinEof);
@@ -296,7 +291,7 @@ async fn run_in(mut plan: Plan, world: World) -> i32 {
                 OutputEvent::FileFailed(failure) => root.fail(Cause::OutputFile(failure)),
             },
             chunk = stdin::next(&mut stdin), if stdin_ready => root.stdin_chunk(chunk),
-            Some(()) = child_ended(&mut sigchld) => root.reap(),
+            Some(end) = ended.recv() => root.process_ended(end),
             Some(sig) = forwarded.recv() => root.on_signal(sig),
             _ = rlaunch_tree::sleep_until(next.map(|(at, _)| at)), if next.is_some() => {
                 let writer_behind = output_tx.writer_behind();
@@ -330,18 +325,10 @@ async fn run_in(mut plan: Plan, world: World) -> i32 {
     if let Some(sig) = root.forwarded.take() {
         root.causes.push(Cause::Forwarded(sig));
     }
-    if sigchld.is_some() {
+    if sweeps {
         procs::kill_descendants(&HashSet::new());
     }
     root.report()
-}
-
-/// The next SIGCHLD; never, in a world without processes.
-async fn child_ended(sigchld: &mut Option<tokio::signal::unix::Signal>) -> Option<()> {
-    match sigchld {
-        Some(sigchld) => sigchld.recv().await,
-        None => std::future::pending().await,
-    }
 }
 
 impl Root {
@@ -565,18 +552,17 @@ impl Root {
         }
     }
 
-    fn reap(&mut self) {
-        for procs::Ended { pid, outcome, .. } in procs::reap_ended() {
-            if let Some(launcher) = self.launcher.as_mut().filter(|l| l.pid == pid) {
-                launcher.ended = Some(outcome);
-                tracing::debug!(launcher = %launcher.name, %outcome, "launcher ended");
-                if self.children.dialing() > 0 {
-                    let name = launcher.name.clone();
-                    self.give_up_dialing(&format!("{name} {outcome} before its proxy called back"));
-                }
-            } else if let Some(lost) = self.children.reaped(pid, outcome) {
-                self.proxy_lost(lost);
+    /// A process of the world ended: the scheduler's launcher, or a proxy.
+    fn process_ended(&mut self, procs::Ended { pid, outcome, .. }: procs::Ended) {
+        if let Some(launcher) = self.launcher.as_mut().filter(|l| l.pid == pid) {
+            launcher.ended = Some(outcome);
+            tracing::debug!(launcher = %launcher.name, %outcome, "launcher ended");
+            if self.children.dialing() > 0 {
+                let name = launcher.name.clone();
+                self.give_up_dialing(&format!("{name} {outcome} before its proxy called back"));
             }
+        } else if let Some(lost) = self.children.reaped(pid, outcome) {
+            self.proxy_lost(lost);
         }
         self.dmodex_unanswerable();
     }

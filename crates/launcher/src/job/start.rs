@@ -77,7 +77,7 @@ impl Root {
             let all: Vec<&NodePlan> = self.plan.roots.iter().flat_map(|r| r.walk()).collect();
             let hosts: Vec<&str> = all.iter().map(|n| n.host.as_str()).collect();
             let name = dial_plan.launcher.first().cloned().unwrap_or_default();
-            match dial::start(dial_plan, &hosts, dialed) {
+            match self.proxies.dial(dial_plan, &hosts, dialed) {
                 Ok(started) => {
                     self.launcher = Some(dial::Launcher {
                         pid: started.pid,

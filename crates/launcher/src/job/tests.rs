@@ -9,12 +9,13 @@ use std::time::Duration;
 
 use nix::sys::signal::Signal;
 use rlaunch_protocol::control::{
-    DownFrame, LinkUp, RankPlan, Segment, SpawnCmd, SpawnOutcome, SpawnRequest,
+    DownFrame, LinkDown, LinkUp, RankPlan, Segment, SpawnCmd, SpawnOutcome, SpawnRequest,
 };
 use rlaunch_protocol::ids::{ExitOutcome, Stream};
 use rlaunch_protocol::io::FrameReader;
 use rlaunch_protocol::record::NodeRecord;
-use rlaunch_tree::link::{pump, ProxyProcess};
+use rlaunch_tree::dialin::Dialed;
+use rlaunch_tree::link::{pump, Greeting, ProxyProcess};
 
 use super::*;
 
@@ -153,16 +154,31 @@ struct FakeProxy {
 impl FakeProxy {
     /// A proxy for `host` that has greeted, and the Root's end of its link.
     fn new(host: &str) -> (FakeProxy, ProxyProcess) {
+        FakeProxy::linked(Some(host))
+    }
+
+    /// A proxy for `host` that dialed in: its greeting came with the dial, not on its link.
+    fn dialed(host: &str) -> (FakeProxy, Dialed) {
+        let (fake, process) = FakeProxy::linked(None);
+        let greeting = Greeting { host: host.to_string(), pid: 4242, preamble: Vec::new() };
+        (fake, Dialed { process, greeting })
+    }
+
+    /// A proxy and the Root's end of its link; the proxy says hello and greets as `host`.
+    fn linked(host: Option<&str>) -> (FakeProxy, ProxyProcess) {
         let (ours, theirs) = tokio::io::duplex(1 << 20);
         let (read, write) = tokio::io::split(ours);
         let process = ProxyProcess::over(Box::new(read), Box::new(write));
         let (read, mut write) = tokio::io::split(theirs);
         let (up, mut up_rx) = mpsc::unbounded_channel();
         let (link, mut link_rx) = mpsc::unbounded_channel();
-        link.send(LinkUp::Greeting { host: host.to_string(), pid: 4242 }).expect("open");
+        if let Some(host) = host {
+            link.send(LinkUp::Greeting { host: host.to_string(), pid: 4242 }).expect("open");
+        }
+        let hello = host.is_some();
         tokio::spawn(async move {
             let _link = link;
-            let _ = pump(&mut write, true, &mut link_rx, &mut up_rx, None, None).await;
+            let _ = pump(&mut write, hello, &mut link_rx, &mut up_rx, None, None).await;
             // The proxy is gone: the Root reads the end of its link.
             let _ = tokio::io::AsyncWriteExt::shutdown(&mut write).await;
         });
@@ -172,16 +188,20 @@ impl FakeProxy {
     /// The next of the job's messages down its link (the link's own, pings and clock
     /// probes, are the tree's business: skipped).
     async fn next(&mut self) -> Down {
+        loop {
+            match self.frame().await {
+                DownFrame::Job(down) => return down,
+                DownFrame::Link(_) => continue,
+            }
+        }
+    }
+
+    /// The next frame down its link, the link's own included.
+    async fn frame(&mut self) -> DownFrame {
         if !std::mem::replace(&mut self.said_hello, true) {
             self.down.read_hello().await.expect("the Root's hello");
         }
-        loop {
-            match self.down.next::<DownFrame>().await.expect("a frame") {
-                Some(DownFrame::Job(down)) => return down,
-                Some(DownFrame::Link(_)) => continue,
-                None => panic!("the Root closed the link"),
-            }
-        }
+        self.down.next::<DownFrame>().await.expect("a frame").expect("the link open")
     }
 
     fn send(&self, up: Up) {
@@ -206,29 +226,54 @@ impl FakeProxy {
     }
 }
 
-/// What a test sends the Root as this process's world would: signals, and stdin's chunks
-/// (`None`: its end).
+/// What a test sends the Root as this process's world would: signals, stdin's chunks
+/// (`None`: its end), and its processes' ends.
 struct Outside {
     signals: mpsc::UnboundedSender<Signal>,
     stdin: mpsc::Sender<Option<Vec<u8>>>,
+    ended: mpsc::UnboundedSender<rlaunch_tree::procs::Ended>,
 }
 
-/// Proxies in memory: the Root's ends of the top ones' links, by index, and of those the
-/// run starts later, by host.
+/// The pid of the launcher of an in-memory world: one no process has (the kernel's pids stop
+/// short of it).
+const LAUNCHER_PID: i32 = i32::MAX - 1;
+
+/// Proxies in memory: the Root's ends of the top ones' links, by index, of those the run
+/// starts later, by host, and the proxies that dial in once the launcher starts, in order.
 struct InMemory {
     top: Vec<Option<ProxyProcess>>,
     late: Vec<(String, ProxyProcess)>,
+    dialing: Vec<Dialed>,
 }
 
 impl world::Proxies for InMemory {
     fn top(&mut self, index: usize, _: &NodePlan) -> std::io::Result<Option<ProxyProcess>> {
-        Ok(self.top[index].take())
+        // None: it dials in.
+        Ok(self.top.get_mut(index).and_then(Option::take))
     }
 
     fn late(&mut self, node: &NodePlan, _: bool) -> std::io::Result<ProxyProcess> {
         let at = self.late.iter().position(|(host, _)| *host == node.host);
         let at = at.ok_or_else(|| std::io::Error::other(format!("no proxy for {}", node.host)))?;
         Ok(self.late.remove(at).1)
+    }
+
+    fn dial(
+        &mut self,
+        plan: &DialPlan,
+        hosts: &[&str],
+        dialed: mpsc::UnboundedSender<Dialed>,
+    ) -> std::io::Result<dial::Started> {
+        let callers: Vec<&str> = self.dialing.iter().map(|d| d.greeting.host.as_str()).collect();
+        assert_eq!(plan.launcher, ["srun"]);
+        assert!(callers.iter().all(|c| hosts.contains(c)), "{callers:?} not all in {hosts:?}");
+        let dialing = std::mem::take(&mut self.dialing);
+        let acceptor = tokio::spawn(async move {
+            for proxy in dialing {
+                let _ = dialed.send(proxy);
+            }
+        });
+        Ok(dial::Started { pid: LAUNCHER_PID, acceptor })
     }
 }
 
@@ -245,12 +290,28 @@ fn world_with(hosts: &[&str], late: &[&str]) -> (World, Vec<FakeProxy>, Vec<Fake
             (fake, (h.to_string(), process))
         })
         .unzip();
-    let proxies = Box::new(InMemory { top, late });
+    let proxies = Box::new(InMemory { top, late, dialing: Vec::new() });
+    let (world, outside) = world_of(proxies);
+    (world, fakes, late_fakes, outside)
+}
+
+/// A world of `proxies`, and what the test sends it.
+fn world_of(proxies: Box<InMemory>) -> (World, Outside) {
     let (signals_tx, signals) = mpsc::unbounded_channel();
     let (stdin_tx, stdin) = mpsc::channel(1);
-    let outside = Outside { signals: signals_tx, stdin: stdin_tx };
-    let world = World { proxies, signals, stdin: Some(stdin), sigchld: None };
-    (world, fakes, late_fakes, outside)
+    let (ended_tx, ended) = mpsc::unbounded_channel();
+    let outside = Outside { signals: signals_tx, stdin: stdin_tx, ended: ended_tx };
+    let world = World { proxies, signals, stdin: Some(stdin), ended, sweeps: false };
+    (world, outside)
+}
+
+/// A world whose proxies are started by a scheduler's launcher, one per host of `hosts`,
+/// each dialing in, in that order.
+fn dialing_world(hosts: &[&str]) -> (World, Vec<FakeProxy>, Outside) {
+    let (fakes, dialing): (Vec<_>, Vec<_>) = hosts.iter().map(|h| FakeProxy::dialed(h)).unzip();
+    let proxies = Box::new(InMemory { top: Vec::new(), late: Vec::new(), dialing });
+    let (world, outside) = world_of(proxies);
+    (world, fakes, outside)
 }
 
 /// [`world_with`] no proxy started later.
@@ -403,6 +464,71 @@ async fn signals_go_down_to_every_proxy_and_stdin_to_the_rank_that_reads_it() {
     let (code, _) = tokio::join!(run_in(plan, world), futures_join(proxies));
     // Every rank ended of the signal rlaunch forwarded: 128 + 15.
     assert_eq!(code, 143);
+}
+
+/// `plan` started by srun, its proxies dialing back to rlaunch on loopback.
+fn dialing(plan: &mut Plan) {
+    plan.dial = Some(DialPlan {
+        launcher: vec!["srun".into()],
+        proxy_path: "rlaunch-proxy".into(),
+        bind: std::net::Ipv4Addr::LOCALHOST.into(),
+        overlap: false,
+    });
+}
+
+/// How the launcher ended, as this process's reaper would say.
+fn launcher_ended(outcome: ExitOutcome) -> rlaunch_tree::procs::Ended {
+    let pid = LAUNCHER_PID;
+    rlaunch_tree::procs::Ended { pid, outcome, user_us: 0, system_us: 0, maxrss_kib: 0 }
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn proxies_that_dial_in_go_where_the_tree_puts_them_and_the_job_waits_for_the_launcher() {
+    // n1 is n0's child: it dials rlaunch first, and is sent on once n0 listens.
+    let mut plan = plan_of(&[1, 1]);
+    plan.job.stdin = StdinTarget::None;
+    let n1 = plan.roots.pop().expect("two roots");
+    plan.roots[0].children.push(n1);
+    dialing(&mut plan);
+    let (world, mut fakes, outside) = dialing_world(&["n1", "n0"]);
+    let (mut n1, mut n0) = (fakes.remove(0), fakes.remove(0));
+    let script = async move {
+        let node = n0.launched("n0").await;
+        n0.send(Up::Listening { node, address: "127.0.0.1:7001".into() });
+        match n1.frame().await {
+            DownFrame::Link(LinkDown::Redirect { to }) => assert_eq!(to, "127.0.0.1:7001"),
+            other => panic!("expected n1 sent on to n0, got {other:?}"),
+        }
+        // n0's subtree (n1 with it) runs both ranks; rlaunch hears of them through n0.
+        n0.send(ended(1, ExitOutcome::Exited(0)));
+        n0.send(ended(0, ExitOutcome::Exited(0)));
+        n0.done(node);
+        outside.ended.send(launcher_ended(ExitOutcome::Exited(0))).expect("the Root runs");
+    };
+    let (code, _) = tokio::join!(run_in(plan, world), script);
+    assert_eq!(code, 0);
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_launcher_that_ends_before_a_proxy_called_back_loses_that_proxy_and_ends_the_job() {
+    let dir = Scratch::new("dial-lost");
+    let mut plan = two_nodes_to_files(dir.path());
+    dialing(&mut plan);
+    // Only n0's proxy calls back.
+    let (world, mut fakes, outside) = dialing_world(&["n0"]);
+    let mut n0 = fakes.remove(0);
+    let script = async move {
+        let node = n0.launched("n0").await;
+        outside.ended.send(launcher_ended(ExitOutcome::Exited(1))).expect("the Root runs");
+        assert!(matches!(n0.next().await, Down::Terminate { .. }));
+        n0.send(ended(0, ExitOutcome::Signaled(15)));
+        n0.done(node);
+    };
+    let (code, _) = tokio::join!(run_in(plan, world), script);
+    assert_eq!(code, 255);
+    let report = read_report(dir.path());
+    let cause = "lost proxy on n1 (srun exited with code 1 before its proxy called back)";
+    assert_eq!(report["job"]["cause"], cause);
 }
 
 /// Runs the futures together on this task.

@@ -1,16 +1,20 @@
 //! What the Root takes from the world around it. [`World::of_this_process`] is rlaunch's:
-//! proxies forked, exec'd or started over a remote shell, the signals it catches, its stdin,
-//! and SIGCHLD to reap its children. A test builds a world of in-memory links instead, sends
-//! signals and stdin itself, and runs the whole Root without a process (`job/tests.rs`).
+//! proxies forked, exec'd, started over a remote shell or by a scheduler's launcher (srun)
+//! to dial back, the signals it catches, its stdin, and its children's ends as they are
+//! reaped. A test builds a world of in-memory links instead, sends signals, stdin and
+//! processes' ends itself, and runs the whole Root without a process (`job/tests.rs`).
 
 use std::ffi::OsString;
 use std::io;
 
 use nix::sys::signal::Signal;
 use rlaunch_protocol::control::{Bootstrap, NodePlan, StdinTarget};
+use rlaunch_tree::dialin::Dialed;
 use rlaunch_tree::link::{self, ForkedProxy, ProxyProcess};
+use rlaunch_tree::procs::{self, Ended};
 use tokio::sync::mpsc;
 
+use super::dial::{self, DialPlan};
 use super::signals::ForwardedSignals;
 use super::Plan;
 use crate::stdin;
@@ -22,6 +26,14 @@ pub(crate) trait Proxies: Send {
     fn top(&mut self, index: usize, node: &NodePlan) -> io::Result<Option<ProxyProcess>>;
     /// Starts the proxy of `node` during the run; `fork`: on this machine.
     fn late(&mut self, node: &NodePlan, fork: bool) -> io::Result<ProxyProcess>;
+    /// Starts the scheduler's launcher that starts a proxy on each of `hosts`; they dial
+    /// in, and arrive on `dialed`.
+    fn dial(
+        &mut self,
+        plan: &DialPlan,
+        hosts: &[&str],
+        dialed: mpsc::UnboundedSender<Dialed>,
+    ) -> io::Result<dial::Started>;
 }
 
 /// A world with no proxy to start (the Root of a unit test that drives it by its events).
@@ -34,6 +46,15 @@ impl Proxies for NoProxies {
 
     fn late(&mut self, node: &NodePlan, _: bool) -> io::Result<ProxyProcess> {
         Err(io::Error::other(format!("no proxy for {} in this world", node.host)))
+    }
+
+    fn dial(
+        &mut self,
+        _: &DialPlan,
+        _: &[&str],
+        _: mpsc::UnboundedSender<Dialed>,
+    ) -> io::Result<dial::Started> {
+        Err(io::Error::other("no launcher in this world"))
     }
 }
 
@@ -60,6 +81,15 @@ impl Proxies for ThisProcess {
     fn late(&mut self, node: &NodePlan, fork: bool) -> io::Result<ProxyProcess> {
         link::spawn_proxy(&self.bootstrap, &node.host, fork, &self.exe)
     }
+
+    fn dial(
+        &mut self,
+        plan: &DialPlan,
+        hosts: &[&str],
+        dialed: mpsc::UnboundedSender<Dialed>,
+    ) -> io::Result<dial::Started> {
+        dial::start(plan, hosts, dialed)
+    }
 }
 
 pub(crate) struct World {
@@ -68,20 +98,36 @@ pub(crate) struct World {
     pub signals: mpsc::UnboundedReceiver<Signal>,
     /// rlaunch's stdin, for the ranks that read it; `None` when there is none to read.
     pub stdin: Option<stdin::Chunks>,
-    /// The proxies are this process's children: reaped on each SIGCHLD, and whatever they
-    /// leave behind swept at the end. `None` in a world without processes.
-    pub sigchld: Option<tokio::signal::unix::Signal>,
+    /// The ends of the world's processes (its proxies, a scheduler's launcher), as they are
+    /// reaped.
+    pub ended: mpsc::UnboundedReceiver<Ended>,
+    /// The proxies are this process's children: whatever they leave behind is killed at the
+    /// end. Not in a world without processes.
+    pub sweeps: bool,
 }
 
 impl World {
     /// This process's world. Takes the proxies `plan` forked already
     /// ([`super::fork_local_proxies`]); starts the others itself, and those for spawned ranks
-    /// later, unless a scheduler's launcher starts them ([`Plan::dial`]: that launcher the
-    /// Root starts itself in any world). Installs the signal handlers, before the proxies it
-    /// starts: a forked one may have ended already, and `run_in` reaps once first.
+    /// later, or a scheduler's launcher that starts them ([`Plan::dial`]). Installs the
+    /// signal handlers before the proxies start; the reaper reaps once first, for a proxy
+    /// forked in `main` may have ended before there was a SIGCHLD handler to hear it.
     pub(crate) fn of_this_process(plan: &mut Plan) -> World {
-        let sigchld = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::child())
+        let mut sigchld = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::child())
             .expect("SIGCHLD handler");
+        let (ended_tx, ended) = mpsc::unbounded_channel();
+        tokio::spawn(async move {
+            loop {
+                for end in procs::reap_ended() {
+                    if ended_tx.send(end).is_err() {
+                        return;
+                    }
+                }
+                if sigchld.recv().await.is_none() {
+                    return;
+                }
+            }
+        });
         let mut forwarded = ForwardedSignals::new();
         let (signals_tx, signals) = mpsc::unbounded_channel();
         tokio::spawn(async move { while signals_tx.send(forwarded.recv().await).is_ok() {} });
@@ -93,6 +139,6 @@ impl World {
         });
         let reads_stdin = plan.job.stdin != StdinTarget::None;
         let stdin = if reads_stdin { stdin::start() } else { None };
-        World { proxies, signals, stdin, sigchld: Some(sigchld) }
+        World { proxies, signals, stdin, ended, sweeps: true }
     }
 }
