@@ -18,7 +18,10 @@
 use rlaunch_protocol::control::{Down, Up, PMIX_FENCE_PART};
 use rlaunch_protocol::ids::{Gid, NodeId};
 
+use super::server::{Act, Nspace, State};
 use crate::node::Node;
+use crate::pmix::wire::{self, Proc};
+use crate::pmix::Command;
 use rlaunch_tree::fence::{in_parts, FenceFold};
 
 /// This node's share of the launched job's PMIx fences.
@@ -30,6 +33,71 @@ pub(super) struct NodeFence {
     own_in: bool,
     /// Some party of the current epoch entered with a PMIx server (see `Up::PmixFenceIn`).
     served: bool,
+}
+
+impl State {
+    /// Every local client entered the launched job's fence: the server's `id` is answered
+    /// when it completes; this node's `data` goes up (the Node's fold).
+    pub(super) fn fence_entered(&mut self, id: u32, data: Vec<u8>) -> Vec<Act> {
+        if let Some(old) = self.entered.replace(id) {
+            tracing::warn!(old, id, "a PMIx fence entered twice");
+        }
+        vec![Act::FenceEntered(data)]
+    }
+
+    /// Part of the data of the launched job's PMIx fence, before its completion.
+    pub(super) fn fence_part(&mut self, data: &[u8]) {
+        if self.entered.is_some() {
+            self.fence_out.extend_from_slice(data);
+        }
+    }
+
+    /// The launched job's PMIx fence is complete, `data` the end of its data: the answer to
+    /// the server's fence, if it entered.
+    pub(super) fn fence_out(&mut self, data: &[u8]) -> Option<Command> {
+        let mut all = std::mem::take(&mut self.fence_out);
+        all.extend_from_slice(data);
+        let id = self.entered.take()?;
+        Some(Command::ModexDone { id, status: wire::SUCCESS, data: all })
+    }
+
+    /// A fence over `members` this node entered is complete, with every node's data.
+    pub(super) fn group_fence_out(&mut self, members: &[Gid], data: Vec<u8>) -> Option<Command> {
+        let Some(id) = self.groups.remove(members) else {
+            tracing::warn!(?members, "completion of a PMIx fence this node is not in");
+            return None;
+        };
+        Some(Command::ModexDone { id, status: wire::SUCCESS, data })
+    }
+
+    /// Every local process of a fence over `procs` (not the whole launched job) entered it:
+    /// the root folds it with the other nodes that host its processes.
+    pub(super) fn group_fence(
+        &mut self,
+        node: NodeId,
+        id: u32,
+        procs: &[Proc],
+        data: Vec<u8>,
+    ) -> Vec<Act> {
+        let mut members = Vec::new();
+        for proc in procs {
+            let Some(&Nspace { first, size, .. }) = self.nspaces.get(&proc.nspace) else {
+                let text = format!("a fence with {}, a job this node does not know", proc.nspace);
+                let (status, data) = (wire::ERR_NOT_SUPPORTED, Vec::new());
+                return vec![Act::Notice(text), Act::Host(Command::ModexDone { id, status, data })];
+            };
+            match proc.rank {
+                wire::RANK_WILDCARD => members.extend((first..first + size).map(Gid)),
+                rank => members.push(Gid(first + rank)),
+            }
+        }
+        members.sort_unstable();
+        members.dedup();
+        if let Some(old) = self.groups.insert(members.clone(), id) {
+            tracing::warn!(old, id, "a PMIx fence over the same processes entered twice");
+        }
+        vec![Act::Up(Up::PmixGroupFenceIn { node, members, data })]
+    }
 }
 
 impl Node {
@@ -120,5 +188,58 @@ impl Node {
         if let Some(done) = pmix.state.group_fence_out(&members, data) {
             pmix.host.send(done);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::node::pmix::server::tests::{here, host, one, proc, up, JOB};
+    use crate::pmix::Event;
+    use tokio::time::Instant;
+
+    #[test]
+    fn the_whole_jobs_fence_is_answered_with_every_part_and_a_group_fence_goes_to_the_root() {
+        let now = Instant::now();
+        let mut state = State::new(JOB, 4, now);
+        // A part before this node entered is not this node's to keep.
+        state.fence_part(b"early");
+        let whole = Event::Fence {
+            id: 7,
+            collect: true,
+            procs: vec![proc(JOB, wire::RANK_WILDCARD)],
+            data: b"mine".to_vec(),
+        };
+        match one(state.on_event(whole, &here(true), now)) {
+            Act::FenceEntered(data) => assert_eq!(data, b"mine"),
+            _ => panic!("not entered"),
+        }
+        state.fence_part(b"ab");
+        let done = state.fence_out(b"cd");
+        let data = b"abcd".to_vec();
+        assert_eq!(done, Some(Command::ModexDone { id: 7, status: wire::SUCCESS, data }));
+        assert_eq!(state.fence_out(b""), None, "answered once");
+
+        let group = Event::Fence {
+            id: 8,
+            collect: true,
+            procs: vec![proc(JOB, 2), proc(JOB, 0), proc(JOB, 2)],
+            data: b"g".to_vec(),
+        };
+        let members = vec![Gid(0), Gid(2)];
+        let fence_in = Up::PmixGroupFenceIn { node: NodeId(3), members, data: b"g".to_vec() };
+        assert_eq!(up(one(state.on_event(group, &here(true), now))), fence_in);
+        let done = state.group_fence_out(&[Gid(0), Gid(2)], b"all".to_vec());
+        let data = b"all".to_vec();
+        assert_eq!(done, Some(Command::ModexDone { id: 8, status: wire::SUCCESS, data }));
+        assert_eq!(state.group_fence_out(&[Gid(0), Gid(2)], vec![]), None);
+
+        let stranger =
+            Event::Fence { id: 9, collect: true, procs: vec![proc("nobody", 0)], data: vec![] };
+        let acts = state.on_event(stranger, &here(true), now);
+        assert!(matches!(&acts[0], Act::Notice(text) if text.contains("nobody")));
+        let refused = Command::ModexDone { id: 9, status: wire::ERR_NOT_SUPPORTED, data: vec![] };
+        assert_eq!(acts.len(), 2);
+        assert_eq!(host(acts.into_iter().nth(1).expect("two")), refused);
     }
 }

@@ -20,10 +20,11 @@
 
 mod dmodex;
 mod fence;
+mod names;
 mod server;
 mod spawn;
 
-pub(super) use server::pmix_id;
+pub(super) use names::pmix_id;
 
 use rlaunch_protocol::ids::{ExitOutcome, Gid};
 use std::os::unix::ffi::OsStrExt;
