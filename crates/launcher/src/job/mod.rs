@@ -185,7 +185,7 @@ struct Root {
 
 impl Root {
     /// A Root for `plan`, before anything runs: no child, no process, no thread of its own.
-    /// `run` gives it its world; a unit test drives it with events (see `job/tests.rs`).
+    /// `run` gives it its world; a unit test drives it with events (see `job/tests/`).
     fn new(
         plan: Plan,
         progress: Option<progress::Progress>,

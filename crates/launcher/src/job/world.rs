@@ -2,7 +2,7 @@
 //! proxies forked, exec'd, started over a remote shell or by a scheduler's launcher (srun)
 //! to dial back, the signals it catches, its stdin, and its children's ends as they are
 //! reaped. A test builds a world of in-memory links instead, sends signals, stdin and
-//! processes' ends itself, and runs the whole Root without a process (`job/tests.rs`).
+//! processes' ends itself, and runs the whole Root without a process (`job/tests/`).
 
 use std::ffi::OsString;
 use std::io;

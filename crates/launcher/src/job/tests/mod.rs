@@ -1,0 +1,141 @@
+//! The Root driven without processes. A Root built for a small plan is fed the events its
+//! loop would take (ranks' ends, the tracker's news, signals, deadlines) and checked by the
+//! causes it records and the exit status they give; and whole jobs run through its loop
+//! (`run_in`) in a world of in-memory links, with proxies the tests script, checked by what
+//! the proxies are sent, the output files, the report and the exit status.
+
+use rlaunch_protocol::ids::Gid;
+use std::time::Duration;
+
+use nix::sys::signal::Signal;
+use rlaunch_protocol::control::{RankPlan, Segment};
+use rlaunch_protocol::ids::ExitOutcome;
+
+use super::*;
+
+mod fake;
+mod whole;
+
+/// A job of `size` ranks, all on one forked node, nothing started.
+fn plan(size: u32) -> Plan {
+    plan_of(&[size])
+}
+
+/// A job with `ranks[i]` ranks on node `i` (host `n{i}`), ranks numbered node by node.
+fn plan_of(ranks: &[u32]) -> Plan {
+    let segment = Segment {
+        exe: b"./a".to_vec(),
+        args: vec![],
+        inherit_env: true,
+        env: vec![],
+        wdir: b"/w".to_vec(),
+    };
+    let size = ranks.iter().sum();
+    let job = Job::simple("j", size, vec![segment]);
+    let (mut roots, mut rank_node, mut first) = (Vec::new(), Vec::new(), 0);
+    for (index, &count) in ranks.iter().enumerate() {
+        let ranks = (first..first + count).map(|rank| RankPlan { rank, segment: 0 }).collect();
+        roots.push(NodePlan {
+            index: rlaunch_protocol::ids::NodeId(index as u32),
+            host: format!("n{index}"),
+            fork: true,
+            ranks,
+            children: vec![],
+        });
+        rank_node.resize(rank_node.len() + count as usize, index as u32);
+        first += count;
+    }
+    Plan {
+        job,
+        node_hosts: roots.iter().map(|r| r.host.clone()).collect(),
+        roots,
+        rank_node,
+        proxy_exe: "rlaunch-proxy".into(),
+        output: OutputSpec::default(),
+        print_all_exit_codes: false,
+        report_bindings: false,
+        timeout: None,
+        forked: Vec::new(),
+        dial: None,
+        notices: Vec::new(),
+        report: None,
+        timeline: None,
+        command: vec!["rlaunch".into()],
+        started_us: 0,
+        universe: crate::place::Universe::new(&[], false, size),
+        own_host: "n0".into(),
+        forced_remote: false,
+        tracker: None,
+    }
+}
+
+fn root(plan: Plan) -> Root {
+    let (drop_output, _) = watch::channel(false);
+    let (spawned_jobs, _) = std::sync::mpsc::channel();
+    Root::new(plan, None, drop_output, spawned_jobs)
+}
+
+fn ended(rank: u32, outcome: ExitOutcome) -> Up {
+    let usage = Default::default();
+    Up::RankExited { rank: Gid(rank), pid: 100 + rank, outcome, unfinalized: false, usage }
+}
+
+/// The exit status the Root's first cause gives (0 without one).
+fn status(root: &Root) -> i32 {
+    root.causes.first().map_or(0, Cause::exit_code)
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn the_first_failing_rank_decides_and_a_clean_job_exits_0() {
+    let mut clean = root(plan(2));
+    clean.handle_up(ended(0, ExitOutcome::Exited(0)));
+    clean.handle_up(ended(1, ExitOutcome::Exited(0)));
+    assert!(clean.roll.all_ended() && clean.causes.is_empty());
+    assert_eq!(status(&clean), 0);
+
+    let mut failing = root(plan(3));
+    failing.handle_up(ended(1, ExitOutcome::Exited(3)));
+    failing.handle_up(ended(2, ExitOutcome::Signaled(9)));
+    assert!(matches!(failing.causes[0], Cause::RankFailed { rank: Gid(1), pid: 101, .. }));
+    assert_eq!(status(&failing), 3);
+    assert!(failing.teardown.started(), "the first failure starts the teardown");
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_rank_gone_before_it_joined_the_tracker_strands_the_workers_that_did() {
+    let mut root = root(plan(3));
+    root.turnout = Some(crate::tracker::rabit::Turnout::new(3));
+    root.tracker_news(crate::tracker::News::Started { rank: 0 });
+    root.handle_up(ended(1, ExitOutcome::Exited(0)));
+    assert!(matches!(root.causes[0], Cause::TrackerAbsent { rank: Gid(1) }), "{:?}", root.causes);
+    assert_eq!(status(&root), 255);
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn ends_of_a_forwarded_sigint_within_its_grace_are_its_doing() {
+    let mut root = root(plan(2));
+    root.on_signal(Signal::SIGINT);
+    // Python's KeyboardInterrupt ends each rank by the signal itself: held, not a failure.
+    root.handle_up(ended(0, ExitOutcome::Signaled(Signal::SIGINT as i32)));
+    assert!(root.causes.is_empty(), "{:?}", root.causes);
+    // Every rank ended of it: the job ends now, interrupted.
+    root.handle_up(ended(1, ExitOutcome::Signaled(Signal::SIGINT as i32)));
+    assert!(matches!(root.causes[0], Cause::Forwarded(Signal::SIGINT)), "{:?}", root.causes);
+    assert_eq!(status(&root), 130);
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn the_earliest_deadline_is_next_and_the_timeout_ends_the_job() {
+    let mut plan = plan(1);
+    plan.timeout = Some(Duration::from_secs(5));
+    let mut root = root(plan);
+    let (at, which) = root.next_deadline().expect("the timeout");
+    assert_eq!(which, deadline::Deadline::Timeout);
+    let left = at.saturating_duration_since(Instant::now());
+    assert!(left > Duration::from_secs(4) && left <= Duration::from_secs(5), "{left:?}");
+    root.on_deadline(which, false);
+    assert!(matches!(root.causes[0], Cause::TimedOut(t) if t == Duration::from_secs(5)));
+    assert_eq!(status(&root), 124);
+    // The teardown's own deadlines come next; the timeout is spent.
+    assert!(root.next_deadline().is_none_or(|(_, next)| next != deadline::Deadline::Timeout));
+}
