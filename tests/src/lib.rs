@@ -46,7 +46,8 @@
 //! bootstrap, with a fake ssh), `multihost` (real ssh between network namespaces; needs
 //! root), `slurm` (a real Slurm cluster of fake nodes; needs root), `sge` (a real Grid Engine
 //! cluster of fake nodes; needs root), `mpich`,
-//! `openmpi`, `pmi`, `spawn`, `report`, `timeline` and `progress` (what rlaunch says of a
+//! `openmpi`, `pmix_server` (each node's PMIx server as Open MPI programs meet it), `pmi`,
+//! `spawn`, `report`, `timeline` and `progress` (what rlaunch says of a
 //! job), `frameworks` (PyTorch, JAX, and XGBoost with rlaunch as its tracker), and `rankprog`
 //! (the helper itself).
 //!

@@ -24,6 +24,7 @@ mod openmpi;
 mod output_files;
 mod output_relay;
 mod pmi;
+mod pmix_server;
 mod progress;
 mod rankprog;
 mod report;
