@@ -336,7 +336,10 @@ pub fn error_report(dir: &std::path::Path, jobid: &str, gid: Gid) -> Option<Vec<
 
 /// Starts prepared ranks, each in its own process group, several at a time (see
 /// [`crate::spawn::start_all`]); the results come in the same order.
-pub fn start_all(batch: Vec<Result<Prepared, ExitOutcome>>) -> Vec<Result<Started, ExitOutcome>> {
+pub(crate) fn start_all(
+    batch: Vec<Result<Prepared, ExitOutcome>>,
+    spawner: &mut dyn crate::spawn::Spawner,
+) -> Vec<Result<Started, ExitOutcome>> {
     let mut spawns = Vec::new();
     let fds: Vec<_> = batch
         .into_iter()
@@ -347,7 +350,7 @@ pub fn start_all(batch: Vec<Result<Prepared, ExitOutcome>>) -> Vec<Result<Starte
             })
         })
         .collect();
-    let mut pids = crate::spawn::start_all(spawns).into_iter();
+    let mut pids = spawner.start_all(spawns).into_iter();
     fds.into_iter()
         .map(|fds| {
             let fds = fds?;

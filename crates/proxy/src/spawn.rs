@@ -196,6 +196,23 @@ pub fn start_all(batch: Vec<Spawn>) -> Vec<Result<i32, ExitOutcome>> {
     shared.results.iter().map(|r| *r.get().expect("every spawn of the batch was started")).collect()
 }
 
+/// Creates ranks' processes.
+pub(crate) trait Spawner: Send {
+    /// Starts a batch of ranks: each one's pid, or how it failed to run, in the batch's
+    /// order. The descriptors each `Spawn` names are the rank's ends, closed once this
+    /// returns.
+    fn start_all(&mut self, batch: Vec<Spawn>) -> Vec<Result<i32, ExitOutcome>>;
+}
+
+/// This process's: `clone` and `execve` (this module's [`start_all`]).
+pub(crate) struct Processes;
+
+impl Spawner for Processes {
+    fn start_all(&mut self, batch: Vec<Spawn>) -> Vec<Result<i32, ExitOutcome>> {
+        start_all(batch)
+    }
+}
+
 /// A batch shared by the threads starting it.
 struct Batch {
     spawns: Vec<Spawn>,

@@ -29,6 +29,28 @@ pub fn reap_ended() -> Vec<Ended> {
     out
 }
 
+/// This process's children's ends as a task reaps them ([`reap_ended`]): once at first, for a
+/// child may have ended before there was a handler to hear it, then on each SIGCHLD. The
+/// handler is installed before this returns; the task ends with the receiver.
+pub fn reaper() -> tokio::sync::mpsc::UnboundedReceiver<Ended> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut sigchld = signal(SignalKind::child()).expect("SIGCHLD handler");
+    let (ended_tx, ended) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        loop {
+            for end in reap_ended() {
+                if ended_tx.send(end).is_err() {
+                    return;
+                }
+            }
+            if sigchld.recv().await.is_none() {
+                return;
+            }
+        }
+    });
+    ended
+}
+
 fn reap_waiting() -> Vec<Ended> {
     use nix::libc;
     let mut out = Vec::new();

@@ -113,21 +113,7 @@ impl World {
     /// signal handlers before the proxies start; the reaper reaps once first, for a proxy
     /// forked in `main` may have ended before there was a SIGCHLD handler to hear it.
     pub(crate) fn of_this_process(plan: &mut Plan) -> World {
-        let mut sigchld = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::child())
-            .expect("SIGCHLD handler");
-        let (ended_tx, ended) = mpsc::unbounded_channel();
-        tokio::spawn(async move {
-            loop {
-                for end in procs::reap_ended() {
-                    if ended_tx.send(end).is_err() {
-                        return;
-                    }
-                }
-                if sigchld.recv().await.is_none() {
-                    return;
-                }
-            }
-        });
+        let ended = procs::reaper();
         let mut forwarded = ForwardedSignals::new();
         let (signals_tx, signals) = mpsc::unbounded_channel();
         tokio::spawn(async move { while signals_tx.send(forwarded.recv().await).is_ok() {} });

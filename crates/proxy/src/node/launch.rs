@@ -256,7 +256,7 @@ impl Node {
                 rank::prepare(program, job, &start.at, gets_stdin, setup, mask, front_env)
             })
             .collect();
-        let started = rank::start_all(prepared);
+        let started = rank::start_all(prepared, &mut *self.spawner);
         for text in self.placer.take_notices() {
             let _ = self.up.control.send(Up::Notice { host: self.plan.host.clone(), text });
         }

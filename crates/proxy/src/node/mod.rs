@@ -29,7 +29,9 @@ mod start;
 mod subtree;
 #[cfg(test)]
 mod tests;
+mod world;
 
+use crate::spawn::Spawner;
 use deadline::Deadline;
 use gate::{Gate, Wait};
 use parent::Parent;
@@ -45,7 +47,6 @@ use nix::sys::signal::Signal;
 use rlaunch_protocol::control::{Down, Job, NodePlan, Up};
 use rlaunch_protocol::ids::Stream;
 use rlaunch_protocol::record::{self, FenceTimes, Micros, NodeRecord, Phase};
-use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
@@ -124,6 +125,10 @@ pub(crate) struct Node {
     pmi_calls: mpsc::UnboundedSender<(PmiPeer, PmiCall)>,
     /// Carries every local rank's output upstream.
     outputs: Outputs,
+    /// Creates the ranks' processes.
+    spawner: Box<dyn Spawner>,
+    /// What this node's processes leave behind is this process's to kill: not in a test.
+    sweeps: bool,
     kill: Escalation,
     /// When the parent was last heard from, whether the job is stopped, whether it is gone.
     parent: Parent,
@@ -166,18 +171,16 @@ impl Node {
         &mut self,
         mut events: mpsc::UnboundedReceiver<Event>,
         mut pmi: mpsc::UnboundedReceiver<(PmiPeer, PmiCall)>,
+        outside: world::Outside,
     ) -> i32 {
-        let mut sigchld = signal(SignalKind::child()).expect("SIGCHLD handler");
-        let mut sigterm = signal(SignalKind::terminate()).expect("SIGTERM handler");
-        let mut sighup = signal(SignalKind::hangup()).expect("SIGHUP handler");
-        let mut sigint = signal(SignalKind::interrupt()).expect("SIGINT handler");
+        let world::Outside { mut ended, mut told_to_go } = outside;
         self.start_children();
         self.error_dir = crate::rank::error_dir();
         if !self.late {
             self.find_rendezvous();
             self.start_launched().await;
         }
-        self.reap();
+        self.sweep_if_all_reaped();
         let mut pmix_ping = tokio::time::interval(self.job.liveness.heartbeat());
         pmix_ping.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         while !self.finished() {
@@ -188,17 +191,17 @@ impl Node {
                     None => break,
                 },
                 Some((peer, call)) = pmi.recv() => self.pmi_call(peer, call),
-                _ = sigchld.recv() => {
+                Some(end) = ended.recv() => {
                     // What a rank said before it died comes first: a protocol fault that
                     // made it exit is the story, not the exit.
                     while let Ok((peer, call)) = pmi.try_recv() {
                         self.pmi_call(peer, call);
                     }
-                    self.reap()
+                    self.process_ended(end)
                 }
-                _ = sigterm.recv() => self.lose_upstream("the proxy received SIGTERM", false),
-                _ = sighup.recv() => self.lose_upstream("the proxy received SIGHUP", false),
-                _ = sigint.recv() => self.lose_upstream("the proxy received SIGINT", false),
+                Some(sig) = told_to_go.recv() => {
+                    self.lose_upstream(&format!("the proxy received {sig}"), false)
+                }
                 _ = pmix_ping.tick(), if self.pmix.serving() => self.pmix.ping(),
                 _ = rlaunch_tree::sleep_until(next.map(|(at, _)| at)), if next.is_some() => {
                     let (_, which) = next.expect("a deadline");
@@ -212,7 +215,7 @@ impl Node {
             }
         }
         // Nothing of this node outlives it, whatever was left waiting.
-        procs::kill_descendants(&HashSet::new());
+        self.kill_leftovers(&HashSet::new());
         if !self.parent.orphaned() {
             // The parent stamps this node's record with its clock's offset when the record
             // comes: a node done before the parent's probes were answered (a parent slow to
@@ -473,7 +476,7 @@ impl Node {
                 KillStep::KillStragglers => {
                     // The PMIx server goes with the ranks, on purpose: not news.
                     self.drop_pmix();
-                    procs::kill_descendants(&self.children.pids())
+                    self.kill_leftovers(&self.children.pids())
                 }
                 KillStep::KillChildProxies => self.children.kill_unfinished(),
                 KillStep::GiveUp => tracing::warn!("giving up on what is left of this node"),

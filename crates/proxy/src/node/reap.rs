@@ -10,28 +10,40 @@ use super::Node;
 use crate::ranks::Local;
 
 impl Node {
-    pub(super) fn reap(&mut self) {
-        for ended in procs::reap_ended() {
-            let (pid, outcome) = (ended.pid, ended.outcome);
-            if let Some(local) = self.ranks.by_pid(pid) {
-                let usage = &mut self.ranks.get_mut(local).usage;
-                usage.ended = record::now_us();
-                usage.user_us = ended.user_us;
-                usage.system_us = ended.system_us;
-                usage.maxrss_kib = ended.maxrss_kib;
-                self.rank_reaped(local, outcome);
-            } else if let Some(lost) = self.children.reaped(pid, outcome) {
-                self.report_lost(lost);
-            }
+    /// A process of this node ended: a rank, or a child proxy.
+    pub(super) fn process_ended(&mut self, ended: procs::Ended) {
+        let (pid, outcome) = (ended.pid, ended.outcome);
+        if let Some(local) = self.ranks.by_pid(pid) {
+            let usage = &mut self.ranks.get_mut(local).usage;
+            usage.ended = record::now_us();
+            usage.user_us = ended.user_us;
+            usage.system_us = ended.system_us;
+            usage.maxrss_kib = ended.maxrss_kib;
+            self.rank_reaped(local, outcome);
+        } else if let Some(lost) = self.children.reaped(pid, outcome) {
+            self.report_lost(lost);
         }
         self.dmodex_unanswerable();
-        if !self.swept && !self.holding_ranks() && self.ranks.all_reaped() {
-            // Whatever the ranks left behind (a daemonized grandchild holding a pipe or its
-            // PMI socket open) goes now, so that their output and PMI reach end of file.
-            self.swept = true;
-            // The PMIx server has no one left to serve: it goes first, on purpose.
-            self.drop_pmix();
-            procs::kill_descendants(&self.children.pids());
+        self.sweep_if_all_reaped();
+    }
+
+    /// Once every rank has ended, whatever they left behind (a daemonized grandchild holding
+    /// a pipe or its PMI socket open) goes, so that their output and PMI reach end of file.
+    pub(super) fn sweep_if_all_reaped(&mut self) {
+        if self.swept || self.holding_ranks() || !self.ranks.all_reaped() {
+            return;
+        }
+        self.swept = true;
+        // The PMIx server has no one left to serve: it goes first, on purpose.
+        self.drop_pmix();
+        self.kill_leftovers(&self.children.pids());
+    }
+
+    /// Kills every descendant of this process but the child proxies `spare` (and theirs), in a
+    /// world where they are this node's.
+    pub(super) fn kill_leftovers(&self, spare: &std::collections::HashSet<i32>) {
+        if self.sweeps {
+            procs::kill_descendants(spare);
         }
     }
 

@@ -158,9 +158,11 @@ pub async fn serve(
     };
     let (pmi_tx, pmi_rx) = mpsc::unbounded_channel();
     let up = Upstream { control: control_tx, data: data_tx, abandon, shed_output };
-    let parts = Parts { up, outputs, events: events_tx, pmi_calls: pmi_tx, probes };
+    let (spawner, outside) = super::world::this_process();
+    let parts =
+        Parts { up, outputs, events: events_tx, pmi_calls: pmi_tx, probes, spawner, sweeps: true };
     let mut node = Node::new(launch, launched_at, proxy_exe, dial, parts);
-    let code = node.run(events_rx, pmi_rx).await;
+    let code = node.run(events_rx, pmi_rx, outside).await;
     drop(node);
     // The pump drains the link's channel to its end before it ends.
     drop(link_tx);
@@ -169,13 +171,18 @@ pub async fn serve(
 }
 
 /// What a Node talks through: its parent's channels, its ranks' output hub, its own event
-/// queue and its ranks' PMI calls' sender, and the parent's clock probes answered.
+/// queue and its ranks' PMI calls' sender, the parent's clock probes answered, and how it
+/// starts and cleans up after processes.
 pub(super) struct Parts {
     pub(super) up: Upstream,
     pub(super) outputs: Outputs,
     pub(super) events: mpsc::UnboundedSender<Event>,
     pub(super) pmi_calls: mpsc::UnboundedSender<(crate::pmi::PmiPeer, crate::pmi::PmiCall)>,
     pub(super) probes: tokio::sync::watch::Receiver<u32>,
+    /// How its ranks' processes are created.
+    pub(super) spawner: Box<dyn crate::spawn::Spawner>,
+    /// What its processes leave behind is this process's to kill (not in a test's world).
+    pub(super) sweeps: bool,
 }
 
 impl Node {
@@ -188,7 +195,7 @@ impl Node {
         dial: Option<DialContext>,
         parts: Parts,
     ) -> Node {
-        let Parts { up, outputs, events, pmi_calls, probes } = parts;
+        let Parts { up, outputs, events, pmi_calls, probes, spawner, sweeps } = parts;
         let launched = JobState {
             pmi: Arc::new(PmiJob {
                 kvsname: launch.job.jobid.clone(),
@@ -214,6 +221,8 @@ impl Node {
             up,
             outputs,
             events,
+            spawner,
+            sweeps,
             kill: Escalation::default(),
             parent: Parent::new(Instant::now()),
             swept: false,

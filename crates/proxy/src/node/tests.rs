@@ -1,17 +1,48 @@
 //! The Node driven without processes: a Node built for a small launch, ranks entered in its
 //! table as if started (no process behind them), PMI calls and its parent's frames fed in,
-//! and what it sends up and answers checked.
+//! and what it sends up and answers checked; and a whole Node run through its loop in a world
+//! whose ranks the test plays (their pipes and PMI sockets real, their pids no process has,
+//! their ends sent by the test).
 
 use rlaunch_protocol::control::{Job, Launch, NodePlan, RankPlan, Segment};
 use rlaunch_protocol::ids::Gid;
+
+use rlaunch_protocol::ids::ExitOutcome;
+use rlaunch_tree::credit::Queued;
 
 use super::start::Parts;
 use super::*;
 use crate::pmi::{answer_channel, AnswerRx, PmiAnswer};
 use crate::ranks::PmiState;
+use crate::spawn::Spawner;
 
 /// A Node holding ranks 0 and 1 of a 2-rank job, none started, and what it sends its parent.
 fn node() -> (Node, mpsc::UnboundedReceiver<Up>) {
+    let (node, ends) = node_in(Box::new(NoRanks));
+    (node, ends.up)
+}
+
+/// A world in which no rank starts.
+struct NoRanks;
+
+impl Spawner for NoRanks {
+    fn start_all(&mut self, batch: Vec<crate::spawn::Spawn>) -> Vec<Result<i32, ExitOutcome>> {
+        batch.iter().map(|_| Err(ExitOutcome::SpawnFailed { errno: nix::libc::EPERM })).collect()
+    }
+}
+
+/// The other ends of a Node's channels, as its parent, its runtime and its world hold them.
+struct Ends {
+    up: mpsc::UnboundedReceiver<Up>,
+    data: mpsc::UnboundedReceiver<Queued>,
+    events: mpsc::UnboundedSender<Event>,
+    events_rx: mpsc::UnboundedReceiver<Event>,
+    pmi_rx: mpsc::UnboundedReceiver<(PmiPeer, PmiCall)>,
+    probes: tokio::sync::watch::Sender<u32>,
+}
+
+/// [`node`], its ranks started by `spawner`, and every other end of its channels.
+fn node_in(spawner: Box<dyn Spawner>) -> (Node, Ends) {
     let segment = Segment {
         exe: b"/bin/true".to_vec(),
         args: vec![],
@@ -30,16 +61,29 @@ fn node() -> (Node, mpsc::UnboundedReceiver<Up>) {
     };
     let launch = Launch { job, node: plan, late: false };
     let (control, up) = mpsc::unbounded_channel();
-    let (data, _) = mpsc::unbounded_channel();
+    let (data_tx, data) = mpsc::unbounded_channel();
     let (abandon, _) = tokio::sync::watch::channel(false);
     let (shed_output, _) = tokio::sync::watch::channel(false);
-    let outputs = Outputs::start(data.clone(), None, None, |_| {}).expect("an epoll set");
-    let (events, _) = mpsc::unbounded_channel();
-    let (pmi_calls, _) = mpsc::unbounded_channel();
-    let (_, probes) = tokio::sync::watch::channel(0);
-    let up_channels = Upstream { control, data, abandon, shed_output };
-    let parts = Parts { up: up_channels, outputs, events, pmi_calls, probes };
-    (Node::new(launch, 0, "rlaunch-proxy".into(), None, parts), up)
+    let (events, events_rx) = mpsc::unbounded_channel();
+    let closed = events.clone();
+    let outputs = Outputs::start(data_tx.clone(), None, None, move |end| {
+        let _ = closed.send(Event::OutputClosed(end));
+    })
+    .expect("an epoll set");
+    let (pmi_calls, pmi_rx) = mpsc::unbounded_channel();
+    let (probes_tx, probes) = tokio::sync::watch::channel(0);
+    let up_channels = Upstream { control, data: data_tx, abandon, shed_output };
+    let parts = Parts {
+        up: up_channels,
+        outputs,
+        events: events.clone(),
+        pmi_calls,
+        probes,
+        spawner,
+        sweeps: false,
+    };
+    let node = Node::new(launch, 0, "rlaunch-proxy".into(), None, parts);
+    (node, Ends { up, data, events, events_rx, pmi_rx, probes: probes_tx })
 }
 
 /// Rank `rank` in the node's table as if started and connected, and its answers' mailbox.
@@ -123,4 +167,161 @@ async fn a_parent_silent_past_the_liveness_is_lost_and_the_node_tears_down() {
     // The teardown's own deadline is next; the parent is watched no more.
     let (_, next) = node.next_deadline().expect("the teardown's next step");
     assert_eq!(next, deadline::Deadline::Kill);
+}
+
+/// A rank the test plays: its ends of what the Node made for it (its output pipes' write
+/// ends, its end of the PMI socket), its pid (one no process has) and its environment.
+struct Played {
+    pid: i32,
+    env: Vec<(&'static str, String)>,
+    stdout: std::fs::File,
+    stderr: std::fs::File,
+    pmi: tokio::io::BufReader<tokio::net::UnixStream>,
+}
+
+/// A world whose ranks are played by the test: each started rank is handed over on `started`.
+struct Players {
+    next_pid: i32,
+    started: mpsc::UnboundedSender<Played>,
+}
+
+impl Spawner for Players {
+    fn start_all(&mut self, batch: Vec<crate::spawn::Spawn>) -> Vec<Result<i32, ExitOutcome>> {
+        use std::os::fd::BorrowedFd;
+        // SAFETY: each descriptor is the prepared rank's own, open until this returns.
+        let dup = |fd| unsafe { BorrowedFd::borrow_raw(fd) }.try_clone_to_owned().expect("dup");
+        batch
+            .into_iter()
+            .map(|spawn| {
+                let pid = self.next_pid;
+                self.next_pid -= 1;
+                let pmi = std::os::unix::net::UnixStream::from(dup(spawn.keep.expect("PMI_FD")));
+                pmi.set_nonblocking(true).expect("non-blocking");
+                let pmi = tokio::net::UnixStream::from_std(pmi).expect("registered");
+                let played = Played {
+                    pid,
+                    env: spawn.env.clone(),
+                    stdout: dup(spawn.stdout).into(),
+                    stderr: dup(spawn.stderr).into(),
+                    pmi: tokio::io::BufReader::new(pmi),
+                };
+                self.started.send(played).expect("the test plays it");
+                Ok(pid)
+            })
+            .collect()
+    }
+}
+
+impl Played {
+    /// Sends a PMI-1 command and reads the answer's line.
+    async fn pmi(&mut self, command: &str) -> String {
+        use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
+        self.pmi.get_mut().write_all(format!("{command}\n").as_bytes()).await.expect("sent");
+        let mut line = String::new();
+        self.pmi.read_line(&mut line).await.expect("an answer");
+        line
+    }
+
+    fn var(&self, name: &str) -> Option<&str> {
+        self.env.iter().find(|(n, _)| *n == name).map(|(_, v)| v.as_str())
+    }
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_whole_node_runs_its_ranks_played_by_the_test_to_its_record() {
+    let (started_tx, mut started) = mpsc::unbounded_channel();
+    let players = Players { next_pid: i32::MAX - 10, started: started_tx };
+    let (mut node, ends) = node_in(Box::new(players));
+    let Ends { mut up, mut data, events, events_rx, pmi_rx, probes } = ends;
+    let (ended_tx, ended) = mpsc::unbounded_channel();
+    let (_told, told_to_go) = mpsc::unbounded_channel();
+    let outside = world::Outside { ended, told_to_go };
+    // The parent measured this node's clock: its record goes up as soon as it is done.
+    probes.send(rlaunch_tree::children::CLOCK_PROBES).expect("probes watched");
+    let script = async move {
+        let mut ranks = vec![started.recv().await.expect("rank 0"), started.recv().await.unwrap()];
+        for (i, rank) in ranks.iter().enumerate() {
+            assert_eq!(
+                (rank.var("PMI_RANK"), rank.var("PMI_SIZE")),
+                (Some(&*i.to_string()), Some("2"))
+            );
+        }
+        // Rank 0's proxy chose the frameworks' rendezvous, for every node; then its ranks ran.
+        assert!(matches!(up.recv().await, Some(Up::Rendezvous(_))));
+        let started = up.recv().await;
+        let this = rlaunch_protocol::ids::NodeId(0);
+        assert!(matches!(started, Some(Up::Started { node }) if node == this), "{started:?}");
+        for rank in &mut ranks {
+            let init = rank.pmi("cmd=init pmi_version=1 pmi_subversion=1").await;
+            assert_eq!(init, "cmd=response_to_init pmi_version=1 pmi_subversion=1 rc=0\n");
+        }
+        use std::io::Write;
+        ranks[0].stdout.write_all(b"hello from 0\n").expect("written");
+        ranks[1].stderr.write_all(b"warning from 1\n").expect("written");
+        // Both in the fence: the node's part goes up; the job's pairs come down to both.
+        let (zero, one) = ranks.split_at_mut(1);
+        let (barrier_0, barrier_1) = (zero[0].pmi("cmd=barrier_in"), one[0].pmi("cmd=barrier_in"));
+        let parent = async {
+            match up.recv().await {
+                Some(Up::FenceIn { epoch: 0, pairs }) => assert!(pairs.is_empty()),
+                other => panic!("expected the node's FenceIn, got {other:?}"),
+            }
+            let pairs = vec![("card".to_string(), "v9".to_string())];
+            events.send(Event::Down(Down::FenceOut { epoch: 0, pairs })).expect("the node runs");
+        };
+        let (out_0, out_1, ()) = tokio::join!(barrier_0, barrier_1, parent);
+        assert_eq!((out_0.as_str(), out_1.as_str()), ("cmd=barrier_out\n", "cmd=barrier_out\n"));
+        let got = ranks[1].pmi("cmd=get kvsname=j key=card").await;
+        assert_eq!(got, "cmd=get_result rc=0 msg=success value=v9\n");
+        for rank in &mut ranks {
+            assert_eq!(rank.pmi("cmd=finalize").await, "cmd=finalize_ack\n");
+        }
+        // The ranks exit: their descriptors close, and the world says how they ended.
+        let outcomes = [ExitOutcome::Exited(0), ExitOutcome::Exited(3)];
+        for (rank, outcome) in ranks.into_iter().zip(outcomes) {
+            let end =
+                procs::Ended { pid: rank.pid, outcome, user_us: 7, system_us: 0, maxrss_kib: 0 };
+            drop(rank);
+            ended_tx.send(end).expect("the node runs");
+        }
+        let mut verdicts = Vec::new();
+        while verdicts.len() < 2 {
+            let up = up.recv().await.expect("the node's verdicts");
+            if let Up::RankExited { rank, pid, outcome, usage, .. } = up {
+                verdicts.push((rank, pid as i32, outcome, usage.user_us));
+            }
+        }
+        verdicts.sort_by_key(|v| v.0);
+        let pid = |n: i32| i32::MAX - 10 - n;
+        let want = [(Gid(0), pid(0), outcomes[0], 7), (Gid(1), pid(1), outcomes[1], 7)];
+        assert_eq!(verdicts, want);
+        // The output, the ranks' starts ahead of it, and the node's record last.
+        let mut seen = Vec::new();
+        let record = loop {
+            match data.recv().await.expect("the record comes").up {
+                Up::NodeDone { node, record } => break (node, record),
+                Up::RankStarted { rank, pid, .. } => seen.push(format!("{rank} started {pid}")),
+                Up::Output { rank, stream, data } => {
+                    seen.push(format!("{rank} {stream:?} {}", String::from_utf8_lossy(&data)))
+                }
+                _ => {}
+            }
+        };
+        seen.sort();
+        let want = [
+            "0 Stdout hello from 0\n".to_string(),
+            format!("0 started {}", pid(0)),
+            "1 Stderr warning from 1\n".to_string(),
+            format!("1 started {}", pid(1)),
+        ];
+        assert_eq!(seen, want);
+        let (node, record) = record;
+        assert_eq!(
+            (node, record.host.as_str(), record.fences.len()),
+            (rlaunch_protocol::ids::NodeId(0), "n0", 1)
+        );
+        assert!(record.ranks.iter().all(|r| r.pmi_init.is_some()), "{:?}", record.ranks);
+    };
+    let (code, ()) = tokio::join!(node.run(events_rx, pmi_rx, outside), script);
+    assert_eq!(code, 0);
 }
