@@ -29,26 +29,45 @@ pub fn reap_ended() -> Vec<Ended> {
     out
 }
 
-/// This process's children's ends as a task reaps them ([`reap_ended`]): once at first, for a
-/// child may have ended before there was a handler to hear it, then on each SIGCHLD. The
-/// handler is installed before this returns; the task ends with the receiver.
-pub fn reaper() -> tokio::sync::mpsc::UnboundedReceiver<Ended> {
-    use tokio::signal::unix::{signal, SignalKind};
-    let mut sigchld = signal(SignalKind::child()).expect("SIGCHLD handler");
-    let (ended_tx, ended) = tokio::sync::mpsc::unbounded_channel();
-    tokio::spawn(async move {
-        loop {
-            for end in reap_ended() {
-                if ended_tx.send(end).is_err() {
-                    return;
+/// Where a dispatcher hears of its children's ends.
+pub enum Reaper {
+    /// This process's children, reaped by the dispatcher itself when SIGCHLD says some
+    /// ended ([`reap_ended`]): until then each is a zombie holding its pid, so a signal the
+    /// dispatcher sends by a pid of its tables cannot reach another process that took the pid.
+    ThisProcess {
+        sigchld: tokio::signal::unix::Signal,
+        /// Reap once before the first SIGCHLD: a child may have ended before there was a
+        /// handler to hear it.
+        first: bool,
+    },
+    /// Ends a test sends (its processes are none of this process's children).
+    Sent(tokio::sync::mpsc::UnboundedReceiver<Ended>),
+}
+
+impl Reaper {
+    /// This process's: installs the SIGCHLD handler.
+    pub fn this_process() -> Reaper {
+        use tokio::signal::unix::{signal, SignalKind};
+        let sigchld = signal(SignalKind::child()).expect("SIGCHLD handler");
+        Reaper::ThisProcess { sigchld, first: true }
+    }
+
+    /// The next children's ends, as many as there are. Cancel-safe: the reaping happens in
+    /// the same poll as the wake-up that causes it.
+    pub async fn next(&mut self) -> Vec<Ended> {
+        match self {
+            Reaper::ThisProcess { sigchld, first } => {
+                if !std::mem::take(first) && sigchld.recv().await.is_none() {
+                    return std::future::pending().await;
                 }
+                reap_ended()
             }
-            if sigchld.recv().await.is_none() {
-                return;
-            }
+            Reaper::Sent(ends) => match ends.recv().await {
+                Some(end) => vec![end],
+                None => std::future::pending().await,
+            },
         }
-    });
-    ended
+    }
 }
 
 fn reap_waiting() -> Vec<Ended> {

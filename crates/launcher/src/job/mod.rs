@@ -291,7 +291,11 @@ async fn run_in(mut plan: Plan, world: World) -> i32 {
                 OutputEvent::FileFailed(failure) => root.fail(Cause::OutputFile(failure)),
             },
             chunk = stdin::next(&mut stdin), if stdin_ready => root.stdin_chunk(chunk),
-            Some(end) = ended.recv() => root.process_ended(end),
+            ends = ended.next() => {
+                for end in ends {
+                    root.process_ended(end);
+                }
+            }
             Some(sig) = forwarded.recv() => root.on_signal(sig),
             _ = rlaunch_tree::sleep_until(next.map(|(at, _)| at)), if next.is_some() => {
                 let writer_behind = output_tx.writer_behind();

@@ -11,7 +11,7 @@ use nix::sys::signal::Signal;
 use rlaunch_protocol::control::{Bootstrap, NodePlan, StdinTarget};
 use rlaunch_tree::dialin::Dialed;
 use rlaunch_tree::link::{self, ForkedProxy, ProxyProcess};
-use rlaunch_tree::procs::{self, Ended};
+use rlaunch_tree::procs::Reaper;
 use tokio::sync::mpsc;
 
 use super::dial::{self, DialPlan};
@@ -98,9 +98,9 @@ pub(crate) struct World {
     pub signals: mpsc::UnboundedReceiver<Signal>,
     /// rlaunch's stdin, for the ranks that read it; `None` when there is none to read.
     pub stdin: Option<stdin::Chunks>,
-    /// The ends of the world's processes (its proxies, a scheduler's launcher), as they are
-    /// reaped.
-    pub ended: mpsc::UnboundedReceiver<Ended>,
+    /// Where the ends of the world's processes (its proxies, a scheduler's launcher) are
+    /// heard of.
+    pub ended: Reaper,
     /// The proxies are this process's children: whatever they leave behind is killed at the
     /// end. Not in a world without processes.
     pub sweeps: bool,
@@ -113,7 +113,7 @@ impl World {
     /// signal handlers before the proxies start; the reaper reaps once first, for a proxy
     /// forked in `main` may have ended before there was a SIGCHLD handler to hear it.
     pub(crate) fn of_this_process(plan: &mut Plan) -> World {
-        let ended = procs::reaper();
+        let ended = Reaper::this_process();
         let mut forwarded = ForwardedSignals::new();
         let (signals_tx, signals) = mpsc::unbounded_channel();
         tokio::spawn(async move { while signals_tx.send(forwarded.recv().await).is_ok() {} });

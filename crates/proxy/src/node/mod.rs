@@ -191,13 +191,15 @@ impl Node {
                     None => break,
                 },
                 Some((peer, call)) = pmi.recv() => self.pmi_call(peer, call),
-                Some(end) = ended.recv() => {
+                ends = ended.next() => {
                     // What a rank said before it died comes first: a protocol fault that
                     // made it exit is the story, not the exit.
                     while let Ok((peer, call)) = pmi.try_recv() {
                         self.pmi_call(peer, call);
                     }
-                    self.process_ended(end)
+                    for end in ends {
+                        self.process_ended(end);
+                    }
                 }
                 Some(sig) = told_to_go.recv() => {
                     self.lose_upstream(&format!("the proxy received {sig}"), false)

@@ -232,10 +232,17 @@ async fn a_whole_node_runs_its_ranks_played_by_the_test_to_its_record() {
     let (started_tx, mut started) = mpsc::unbounded_channel();
     let players = Players { next_pid: i32::MAX - 10, started: started_tx };
     let (mut node, ends) = node_in(Box::new(players));
+    // rlaunch gave the frameworks' rendezvous: rank 0's proxy chooses none.
+    let rendezvous = rlaunch_protocol::control::Rendezvous {
+        addr: "127.0.0.1".into(),
+        port: 29500,
+        jax_port: 29501,
+    };
+    Arc::make_mut(&mut node.job).rendezvous = Some(rendezvous);
     let Ends { mut up, mut data, events, events_rx, pmi_rx, probes } = ends;
     let (ended_tx, ended) = mpsc::unbounded_channel();
     let (_told, told_to_go) = mpsc::unbounded_channel();
-    let outside = world::Outside { ended, told_to_go };
+    let outside = world::Outside { ended: procs::Reaper::Sent(ended), told_to_go };
     // The parent measured this node's clock: its record goes up as soon as it is done.
     probes.send(rlaunch_tree::children::CLOCK_PROBES).expect("probes watched");
     let script = async move {
@@ -246,8 +253,6 @@ async fn a_whole_node_runs_its_ranks_played_by_the_test_to_its_record() {
                 (Some(&*i.to_string()), Some("2"))
             );
         }
-        // Rank 0's proxy chose the frameworks' rendezvous, for every node; then its ranks ran.
-        assert!(matches!(up.recv().await, Some(Up::Rendezvous(_))));
         let started = up.recv().await;
         let this = rlaunch_protocol::ids::NodeId(0);
         assert!(matches!(started, Some(Up::Started { node }) if node == this), "{started:?}");
@@ -322,6 +327,41 @@ async fn a_whole_node_runs_its_ranks_played_by_the_test_to_its_record() {
         );
         assert!(record.ranks.iter().all(|r| r.pmi_init.is_some()), "{:?}", record.ranks);
     };
-    let (code, ()) = tokio::join!(node.run(events_rx, pmi_rx, outside), script);
+    let run = async { tokio::join!(node.run(events_rx, pmi_rx, outside), script) };
+    let limit = Duration::from_secs(60);
+    let (code, ()) = tokio::time::timeout(limit, run).await.expect("the node ends within 60 s");
     assert_eq!(code, 0);
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_verdict_the_pmix_server_held_is_given_when_the_server_is_lost() {
+    let (mut node, mut ends) = node_in(Box::new(NoRanks));
+    let (service, mut commands) = pmix::PmixService::detached("j", 2);
+    node.pmix = service;
+    let pid = i32::MAX - 20;
+    let local = node.ranks.add_running(Gid(0), 0, pid, PmiState::Unclaimed);
+    let proc = crate::pmix::wire::Proc { nspace: "j".into(), rank: 0 };
+    let connected = crate::pmix::Event::Connected { proc };
+    node.handle(Event::Pmix(crate::pmix::HostNews::Event(connected)));
+    // It exits 0 without having been heard to finalize: the server is asked to catch up first.
+    let exited = ExitOutcome::Exited(0);
+    let end = procs::Ended { pid, outcome: exited, user_us: 0, system_us: 0, maxrss_kib: 0 };
+    node.process_ended(end);
+    assert!(matches!(commands.try_recv(), Ok(crate::pmix::Command::Sync { .. })));
+    assert_eq!(node.ranks.get(local).state, crate::ranks::RankState::Running, "held");
+    // The server dies before it answers: the rank is judged all the same, and not as one
+    // that left without finalizing (the server can no longer say).
+    node.handle(Event::Pmix(crate::pmix::HostNews::Gone("killed".into())));
+    let mut verdicts = Vec::new();
+    while let Ok(up) = ends.up.try_recv() {
+        match up {
+            Up::RankExited { rank, outcome, unfinalized, .. } => {
+                verdicts.push((rank, outcome, unfinalized))
+            }
+            Up::Notice { text, .. } => assert!(text.contains("killed"), "{text}"),
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    assert_eq!(verdicts, [(Gid(0), exited, false)]);
+    assert!(!node.pmix.serving() && node.swept, "the node swept once its last rank was judged");
 }

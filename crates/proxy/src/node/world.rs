@@ -1,12 +1,13 @@
 //! What the Node takes from the process around it: how its ranks' processes are created (a
-//! [`Spawner`], beside the creation itself in [`crate::spawn`]), its children's ends as they
-//! are reaped, the signals that tell the proxy to go, and whether what its processes leave
-//! behind is its to kill. [`this_process`] is the proxy's; a test gives a Node ranks with no
-//! process behind them (their pipes and PMI sockets real, their pids no process has, their
-//! ends sent by the test) and runs its whole loop (`node/tests.rs`).
+//! [`Spawner`], beside the creation itself in [`crate::spawn`]), where it hears of its
+//! children's ends, and the signals that tell the proxy to go (and, in `Parts::sweeps`,
+//! whether what its processes leave behind is its to kill). [`this_process`] is the proxy's;
+//! a test gives a Node ranks with no process behind them (their pipes and PMI sockets real,
+//! their pids no process has, their ends sent by the test) and runs its whole loop
+//! (`node/tests.rs`).
 
 use nix::sys::signal::Signal;
-use rlaunch_tree::procs::{self, Ended};
+use rlaunch_tree::procs::Reaper;
 use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::mpsc;
 
@@ -14,18 +15,17 @@ use crate::spawn::{Processes, Spawner};
 
 /// What the world tells a running Node.
 pub(crate) struct Outside {
-    /// The ends of the node's processes (ranks, child proxies, its PMIx server), as they
-    /// are reaped.
-    pub(crate) ended: mpsc::UnboundedReceiver<Ended>,
+    /// Where the ends of the node's processes (ranks, child proxies, its PMIx server) are
+    /// heard of.
+    pub(crate) ended: Reaper,
     /// The proxy was told to go: by which signal.
     pub(crate) told_to_go: mpsc::UnboundedReceiver<Signal>,
 }
 
-/// This process's world: ranks started by [`Processes`], a reaper task on SIGCHLD, and the
-/// proxy's SIGTERM, SIGHUP and SIGINT. The reaper reaps once first: a child may have ended
-/// before there was a handler to hear it.
+/// This process's world: ranks started by [`Processes`], its children reaped by the Node on
+/// SIGCHLD ([`Reaper::ThisProcess`]), and the proxy's SIGTERM, SIGHUP and SIGINT.
 pub(crate) fn this_process() -> (Box<dyn Spawner>, Outside) {
-    let ended = procs::reaper();
+    let ended = Reaper::this_process();
     let (told_tx, told_to_go) = mpsc::unbounded_channel();
     for (kind, sig) in [
         (SignalKind::terminate(), Signal::SIGTERM),

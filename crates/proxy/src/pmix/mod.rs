@@ -2,7 +2,7 @@
 //! small host process (`pmix/host.c`, built by build.rs and embedded in this executable) that
 //! the proxy starts for a job that serves PMIx. The host turns libpmix's server callbacks
 //! into [`Event`]s and the dispatcher's [`Command`]s into callback completions; the node
-//! (see `node/pmix.rs`) decides everything, on its own thread, with the PMI machinery.
+//! (see `node/pmix/`) decides everything, on its own thread, with the PMI machinery.
 //!
 //! ```text
 //!   libpmix thread ─callback─► host ─Event─► reader task ─► Node dispatcher (tokio)
@@ -211,8 +211,21 @@ impl Host {
         self.pid
     }
 
+    /// A host with no process behind it, for a test: the commands sent it come out of the
+    /// receiver.
+    #[cfg(test)]
+    pub(crate) fn detached(jobid: &str) -> (Host, mpsc::UnboundedReceiver<Command>) {
+        let (commands, rx) = mpsc::unbounded_channel();
+        let files = Files::at(jobid, rlaunch_protocol::ids::NodeId(0));
+        (Host { commands, pid: 0, files }, rx)
+    }
+
     /// Kills the host: one that stopped answering will not exit when its link closes.
     pub fn kill(&self) {
+        // Never a group nor every process: a host with no process of its own has none.
+        if self.pid <= 0 {
+            return;
+        }
         let _ = nix::sys::signal::kill(
             nix::unistd::Pid::from_raw(self.pid),
             nix::sys::signal::Signal::SIGKILL,

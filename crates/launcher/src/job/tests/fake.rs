@@ -175,6 +175,7 @@ pub(super) fn world_of(proxies: Box<InMemory>) -> (World, Outside) {
     let (stdin_tx, stdin) = mpsc::channel(1);
     let (ended_tx, ended) = mpsc::unbounded_channel();
     let outside = Outside { signals: signals_tx, stdin: stdin_tx, ended: ended_tx };
+    let ended = rlaunch_tree::procs::Reaper::Sent(ended);
     let world = World { proxies, signals, stdin: Some(stdin), ended, sweeps: false };
     (world, outside)
 }
@@ -251,6 +252,13 @@ pub(super) fn dialing(plan: &mut Plan) {
 pub(super) fn launcher_ended(outcome: ExitOutcome) -> rlaunch_tree::procs::Ended {
     let pid = LAUNCHER_PID;
     rlaunch_tree::procs::Ended { pid, outcome, user_us: 0, system_us: 0, maxrss_kib: 0 }
+}
+
+/// `run` to its end, or a failure after 60 s: a whole job that hangs fails its test, not the
+/// suite. (Not with a paused clock, which would jump to it whenever the runtime is idle.)
+pub(super) async fn within<T>(run: impl std::future::Future<Output = T>) -> T {
+    let limit = std::time::Duration::from_secs(60);
+    tokio::time::timeout(limit, run).await.expect("the job ends within 60 s")
 }
 
 /// Runs the futures together on this task.

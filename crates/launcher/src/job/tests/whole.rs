@@ -37,7 +37,8 @@ async fn a_whole_job_runs_over_in_memory_links() {
         proxy.send(ended(rank.0, ExitOutcome::Exited(0)));
         proxy.done(node);
     });
-    let (code, _) = tokio::join!(run_in(plan, world), futures_join(proxies));
+    let (code, _) =
+        within(async { tokio::join!(run_in(plan, world), futures_join(proxies)) }).await;
     assert_eq!(code, 0);
     for i in 0..2 {
         let out = std::fs::read_to_string(dir.path().join(format!("rank.{i}/stdout")));
@@ -69,7 +70,7 @@ async fn a_proxy_whose_link_ends_before_it_is_done_is_lost_and_the_rest_torn_dow
         lasting.send(ended(0, ExitOutcome::Signaled(15)));
         lasting.done(node);
     };
-    let (code, _) = tokio::join!(run_in(plan, world), script);
+    let (code, _) = within(async { tokio::join!(run_in(plan, world), script) }).await;
     assert_eq!(code, 255);
     let report = read_report(dir.path());
     assert_eq!(report["job"]["cause"], "lost proxy on n1 (its connection closed)");
@@ -109,7 +110,8 @@ async fn signals_go_down_to_every_proxy_and_stdin_to_the_rank_that_reads_it() {
             proxy.done(node);
         }
     });
-    let (code, _) = tokio::join!(run_in(plan, world), futures_join(proxies));
+    let (code, _) =
+        within(async { tokio::join!(run_in(plan, world), futures_join(proxies)) }).await;
     // Every rank ended of the signal rlaunch forwarded: 128 + 15.
     assert_eq!(code, 143);
 }
@@ -137,7 +139,7 @@ async fn proxies_that_dial_in_go_where_the_tree_puts_them_and_the_job_waits_for_
         n0.done(node);
         outside.ended.send(launcher_ended(ExitOutcome::Exited(0))).expect("the Root runs");
     };
-    let (code, _) = tokio::join!(run_in(plan, world), script);
+    let (code, _) = within(async { tokio::join!(run_in(plan, world), script) }).await;
     assert_eq!(code, 0);
 }
 
@@ -156,7 +158,7 @@ async fn a_launcher_that_ends_before_a_proxy_called_back_loses_that_proxy_and_en
         n0.send(ended(0, ExitOutcome::Signaled(15)));
         n0.done(node);
     };
-    let (code, _) = tokio::join!(run_in(plan, world), script);
+    let (code, _) = within(async { tokio::join!(run_in(plan, world), script) }).await;
     assert_eq!(code, 255);
     let report = read_report(dir.path());
     let cause = "lost proxy on n1 (srun exited with code 1 before its proxy called back)";
@@ -257,6 +259,6 @@ async fn a_spawn_onto_a_new_host_starts_a_late_proxy_there() {
         parent.send(ended(0, ExitOutcome::Exited(0)));
         parent.done(node);
     };
-    let (code, _) = tokio::join!(run_in(plan, world), script);
+    let (code, _) = within(async { tokio::join!(run_in(plan, world), script) }).await;
     assert_eq!(code, 0);
 }

@@ -30,6 +30,8 @@ use rlaunch_protocol::ids::{ExitOutcome, Gid};
 use std::os::unix::ffi::OsStrExt;
 
 use rlaunch_protocol::control::{NameAnswer, Up};
+#[cfg(test)]
+use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use super::{Event, Node, Wait};
@@ -180,18 +182,27 @@ impl Node {
         self.pmix_fence_without_server();
     }
 
-    /// The server goes, dropped or lost. The verdicts it held are given first, with what it
-    /// said before it went; the requests of other nodes it did not answer fail.
-    fn end_pmix(&mut self) -> Option<Pmix> {
+    /// The server goes, on purpose (its ranks are done, or being killed). The verdicts it
+    /// held are given first, with what it said before it went; the requests of other nodes
+    /// it did not answer fail.
+    fn end_pmix(&mut self) {
         let held = self.pmix.server.as_mut().map(|p| p.state.take_held()).unwrap_or_default();
-        for (local, outcome) in held {
-            self.judge_reaped(local, outcome);
+        self.judge_all(held);
+        if let Some(mut pmix) = self.pmix.server.take() {
+            self.send_unanswered(&mut pmix);
         }
-        let mut pmix = self.pmix.server.take()?;
+    }
+
+    fn send_unanswered(&mut self, pmix: &mut Pmix) {
         for answer in pmix.state.unanswered() {
             let _ = self.up.control.send(answer);
         }
-        Some(pmix)
+    }
+
+    fn judge_all(&mut self, verdicts: Vec<(Local, ExitOutcome)>) {
+        for (local, outcome) in verdicts {
+            self.judge_reaped(local, outcome);
+        }
     }
 
     /// A rank of this node was reaped with `outcome`: true if the PMIx server holds its
@@ -205,11 +216,16 @@ impl Node {
         true
     }
 
-    /// The server is gone: ranks held for their environments start without them.
+    /// The server is gone: ranks held for their environments start without them, and the
+    /// verdicts it held are given.
     fn lose_pmix(&mut self, why: String) {
-        let Some(pmix) = self.end_pmix() else { return };
+        let Some(mut pmix) = self.pmix.server.take() else { return };
+        self.send_unanswered(&mut pmix);
         // A late server started because a rank connected: that rank needs it.
         let never = self.pmix_unavailable(why, self.job.pmix.as_ref().is_some_and(|p| p.late));
+        // Whether the ranks it held finalized, it can no longer say: its loss is the story,
+        // told above, not theirs.
+        self.judge_all(pmix.state.take_held());
         // Ranks that need PMIx keep waiting: the job ends, and its teardown reports them as
         // never run. Others start on PMI.
         if !never && self.gate.came(Wait::Environments) {
@@ -220,6 +236,8 @@ impl Node {
                 self.spawn_started(index, Some(why));
             }
         }
+        // The ranks it held may have been the last.
+        self.sweep_if_all_reaped();
     }
 
     /// This node cannot serve PMIx (`why`). If the job needs it (`PmixJob::required`, or
@@ -345,7 +363,11 @@ impl Node {
                     self.pmi_initialised(local);
                 }
             }
-            Act::Judge(local, outcome) => self.judge_reaped(local, outcome),
+            Act::Judge(local, outcome) => {
+                self.judge_reaped(local, outcome);
+                // It may have been the last rank: what was held back from the sweep goes now.
+                self.sweep_if_all_reaped();
+            }
         }
     }
 
@@ -372,6 +394,19 @@ impl Node {
 }
 
 impl PmixService {
+    /// A server with no process behind it (see [`Host::detached`]), for a test: the
+    /// commands sent it come out of the receiver.
+    #[cfg(test)]
+    pub(super) fn detached(
+        jobid: &str,
+        size: u32,
+    ) -> (PmixService, mpsc::UnboundedReceiver<Command>) {
+        let (host, commands) = Host::detached(jobid);
+        let state = State::new(jobid, size, Instant::now());
+        let service = PmixService { server: Some(Pmix { host, state }), ..Default::default() };
+        (service, commands)
+    }
+
     /// This node's server runs.
     pub(super) fn serving(&self) -> bool {
         self.server.is_some()
