@@ -52,6 +52,11 @@ impl Reaper {
         Reaper::ThisProcess { sigchld, first: true }
     }
 
+    /// The ends are this process's children's: what they leave behind is its to kill.
+    pub fn of_this_process(&self) -> bool {
+        matches!(self, Reaper::ThisProcess { .. })
+    }
+
     /// The next children's ends, as many as there are. Cancel-safe: the reaping happens in
     /// the same poll as the wake-up that causes it.
     pub async fn next(&mut self) -> Vec<Ended> {

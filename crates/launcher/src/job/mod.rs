@@ -236,7 +236,7 @@ pub async fn run(mut plan: Plan) -> i32 {
 
 /// Runs the job to the end in `world`; returns rlaunch's exit status.
 async fn run_in(mut plan: Plan, world: World) -> i32 {
-    let World { proxies, signals: mut forwarded, mut stdin, mut ended, sweeps } = world;
+    let World { proxies, signals: mut forwarded, mut stdin, mut ended } = world;
     let (events_tx, mut events) = mpsc::unbounded_channel();
 
     let (drop_output, dropped) = watch::channel(false);
@@ -329,7 +329,8 @@ async fn run_in(mut plan: Plan, world: World) -> i32 {
     if let Some(sig) = root.forwarded.take() {
         root.causes.push(Cause::Forwarded(sig));
     }
-    if sweeps {
+    // The proxies were this process's children: whatever they left behind goes.
+    if ended.of_this_process() {
         procs::kill_descendants(&HashSet::new());
     }
     root.report()

@@ -101,9 +101,6 @@ pub(crate) struct World {
     /// Where the ends of the world's processes (its proxies, a scheduler's launcher) are
     /// heard of.
     pub ended: Reaper,
-    /// The proxies are this process's children: whatever they leave behind is killed at the
-    /// end. Not in a world without processes.
-    pub sweeps: bool,
 }
 
 impl World {
@@ -125,6 +122,6 @@ impl World {
         });
         let reads_stdin = plan.job.stdin != StdinTarget::None;
         let stdin = if reads_stdin { stdin::start() } else { None };
-        World { proxies, signals, stdin, ended, sweeps: true }
+        World { proxies, signals, stdin, ended }
     }
 }

@@ -36,7 +36,7 @@ impl FakeProxy {
     }
 
     /// A proxy and the Root's end of its link; the proxy says hello and greets as `host`.
-    pub(super) fn linked(host: Option<&str>) -> (FakeProxy, ProxyProcess) {
+    fn linked(host: Option<&str>) -> (FakeProxy, ProxyProcess) {
         let (ours, theirs) = tokio::io::duplex(1 << 20);
         let (read, write) = tokio::io::split(ours);
         let process = ProxyProcess::over(Box::new(read), Box::new(write));
@@ -111,7 +111,7 @@ pub(super) const LAUNCHER_PID: i32 = i32::MAX - 1;
 
 /// Proxies in memory: the Root's ends of the top ones' links, by index, of those the run
 /// starts later, by host, and the proxies that dial in once the launcher starts, in order.
-pub(super) struct InMemory {
+struct InMemory {
     top: Vec<Option<ProxyProcess>>,
     late: Vec<(String, ProxyProcess)>,
     dialing: Vec<Dialed>,
@@ -170,13 +170,13 @@ pub(super) fn world_with(
 }
 
 /// A world of `proxies`, and what the test sends it.
-pub(super) fn world_of(proxies: Box<InMemory>) -> (World, Outside) {
+fn world_of(proxies: Box<InMemory>) -> (World, Outside) {
     let (signals_tx, signals) = mpsc::unbounded_channel();
     let (stdin_tx, stdin) = mpsc::channel(1);
     let (ended_tx, ended) = mpsc::unbounded_channel();
     let outside = Outside { signals: signals_tx, stdin: stdin_tx, ended: ended_tx };
     let ended = rlaunch_tree::procs::Reaper::Sent(ended);
-    let world = World { proxies, signals, stdin: Some(stdin), ended, sweeps: false };
+    let world = World { proxies, signals, stdin: Some(stdin), ended };
     (world, outside)
 }
 

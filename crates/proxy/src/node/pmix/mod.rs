@@ -176,21 +176,16 @@ impl Node {
     }
 
     /// Stops this node's server (its ranks are done, or being killed): on purpose, not news.
+    /// The verdicts it held are given first, with what it said before it went; the requests
+    /// of other nodes it did not answer fail.
     pub(super) fn drop_pmix(&mut self) {
-        self.end_pmix();
-        self.pmix.late = None;
-        self.pmix_fence_without_server();
-    }
-
-    /// The server goes, on purpose (its ranks are done, or being killed). The verdicts it
-    /// held are given first, with what it said before it went; the requests of other nodes
-    /// it did not answer fail.
-    fn end_pmix(&mut self) {
         let held = self.pmix.server.as_mut().map(|p| p.state.take_held()).unwrap_or_default();
         self.judge_all(held);
         if let Some(mut pmix) = self.pmix.server.take() {
             self.send_unanswered(&mut pmix);
         }
+        self.pmix.late = None;
+        self.pmix_fence_without_server();
     }
 
     fn send_unanswered(&mut self, pmix: &mut Pmix) {

@@ -158,6 +158,12 @@ impl State {
         Command::Sync { id }
     }
 
+    /// A `Sync` whose answer judges `verdict`.
+    fn sync_for(&mut self, verdict: (Local, ExitOutcome)) -> Command {
+        self.syncs.insert(self.next_sync, verdict);
+        self.sync()
+    }
+
     /// Rank `gid` (local `local`) was reaped with `outcome`: the `Sync` to send if the server
     /// holds its verdict. One that exited 0 after connecting and was not heard to finalize
     /// waits for the server to catch up (its finalize may still be on the link): then
@@ -171,10 +177,7 @@ impl State {
         if !(outcome.is_success() && self.left_unfinalized(gid)) {
             return None;
         }
-        let sync = self.sync();
-        let Command::Sync { id } = sync else { unreachable!("a sync") };
-        self.syncs.insert(id, (local, outcome));
-        Some(sync)
+        Some(self.sync_for((local, outcome)))
     }
 
     /// The verdicts the server held: due now, for it goes.
