@@ -1,6 +1,12 @@
-# Installs rlaunch as a site administrator expects: the two binaries side by side (rlaunch
-# finds rlaunch-proxy next to itself), the manual page and the shell completions, all three
-# written from rlaunch's own option table (rlaunch-docs), so that they cannot drift from it.
+# `make` is the README's first command: what the build needs besides Rust, installed where it
+# can be (tools/build-deps.sh: a C compiler, OpenPMIx's development files), then the quick
+# build of rlaunch, rlaunch-proxy and the hello example (cargo's release profile).
+#
+# `make install` installs rlaunch as a site administrator expects, from the packaging build
+# (the dist profile: whole-program optimisation, docs/measurements.md "Build profiles"): the
+# two binaries side by side (rlaunch finds rlaunch-proxy next to itself), the manual page and
+# the shell completions, all three written from rlaunch's own option table (rlaunch-docs), so
+# that they cannot drift from it.
 #
 #   make install PREFIX=/opt/rlaunch      # also DESTDIR=... for packaging
 #   make install-mpi-links PREFIX=...     # mpiexec and mpirun as links to rlaunch
@@ -9,8 +15,9 @@
 PREFIX ?= /usr/local
 DESTDIR ?=
 CARGO ?= cargo
-# cargo's profile: release (the default), or dev for a quick install of a debug build.
-PROFILE ?= release
+# cargo's profile of what `make install` installs: dist (the default), release for the quick
+# build, or dev for a debug build.
+PROFILE ?= dist
 OUT = $(if $(filter dev,$(PROFILE)),debug,$(PROFILE))
 BINDIR = $(DESTDIR)$(PREFIX)/bin
 MANDIR = $(DESTDIR)$(PREFIX)/share/man/man1
@@ -19,13 +26,15 @@ ZSHDIR = $(DESTDIR)$(PREFIX)/share/zsh/site-functions
 FISHDIR = $(DESTDIR)$(PREFIX)/share/fish/vendor_completions.d
 # Where cargo puts the binaries: target/<host triple>/<profile> (.cargo/config.toml); give
 # BUILT=DIR to install binaries built already, without running cargo.
-BUILT ?= $(shell $(CARGO) build --profile $(PROFILE) -p rlaunch -p rlaunch-proxy -q >&2 && \
+BUILT ?= $(shell tools/build-deps.sh && \
+	$(CARGO) build --profile $(PROFILE) -p rlaunch -p rlaunch-proxy -q >&2 && \
 	dirname "$$(ls -t target/*/$(OUT)/rlaunch | head -n 1)")
 
 .PHONY: all install install-mpi-links uninstall
 
 all:
-	$(CARGO) build --profile $(PROFILE) -p rlaunch -p rlaunch-proxy
+	@tools/build-deps.sh
+	$(CARGO) build --release -p rlaunch -p rlaunch-proxy -p rlaunch-examples
 
 install:
 	@set -e; bin="$(BUILT)"; \

@@ -6,6 +6,19 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 
+# The README's first command as a newcomer runs it: in CI, on a fresh machine, before anything
+# below is installed. It must install what the build needs, build rlaunch with PMIx, and run
+# a 4-rank job.
+first=$(sed -n '/^# 1\. /{n;p;q}' README.md)
+echo "test.sh: the README's first command: $first" >&2
+said=$(bash -c "$first") || { echo "test.sh: the README's first command failed" >&2; exit 1; }
+want=$(for r in 0 1 2 3; do echo "hello from rank $r of 4 on $(hostname)"; done)
+[ "$(sed 's/ (local rank.*//' <<<"$said" | sort)" = "$want" ] \
+    || { echo "test.sh: the README's first command printed this, not 4 ranks' hellos:" >&2; echo "$said" >&2; exit 1; }
+version=$(target/*/release/rlaunch --version)
+[[ "$version" == *"PMIx: OpenPMIx "* ]] \
+    || { echo "test.sh: the README's first command built an rlaunch without PMIx: $version" >&2; exit 1; }
+
 # Each file the tests use, and the Debian package that has it: a file, not a stand-in (mpich's
 # compiler wrapper is there without libmpich-dev's headers).
 multiarch=$(gcc -print-multiarch 2>/dev/null || echo x86_64-linux-gnu)

@@ -3,8 +3,9 @@
 
     python3 bench/ab.py BEFORE AFTER [--rounds-scale X] [--only CASE...]
 
-BEFORE and AFTER are rlaunch binaries, each with its rlaunch-proxy beside it (a release
-build of two commits: `git worktree add /tmp/before COMMIT` and `cargo build --release` there).
+BEFORE and AFTER are rlaunch binaries, each with its rlaunch-proxy beside it (a dist build of
+two commits: `git worktree add /tmp/before COMMIT` and `cargo build --profile dist --workspace`
+there; or two profiles of one commit).
 The rank program is AFTER's `rankprog` for both. Every case runs one warm-up of each, then
 rounds of BEFORE AFTER, AFTER BEFORE, ... alternately, and prints each one's median wall time
 and the median (and quartiles) of the per-round ratios AFTER/BEFORE: absolute times drift
@@ -13,7 +14,9 @@ whose quartiles straddle 1.00 is noise.
 
 Cases: launch (`-n 1`, `-n 256`, 1024 fake nodes of `/bin/true`) and stdio (output through a
 pipe into `cat`: 2 ranks x 256 MiB, the spliced path; 16 ranks x 16 MiB; 8 ranks x 16 MiB with
-`-l`, the copying path). Standard library only.
+`-l`, the copying path). `--only memory` (not among the defaults) samples peak RSS instead:
+rlaunch's and the median proxy's, 256 fake nodes whose ranks wait on a FIFO, 5 runs of each
+build, medians. Standard library only.
 """
 
 import argparse
@@ -22,8 +25,11 @@ import shlex
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import procs  # noqa: E402
 
 q = shlex.quote
 
@@ -58,12 +64,33 @@ def once(command):
     return time.perf_counter() - start
 
 
+def memory(before, after, rounds=5):
+    """Peak RSS (KiB) of rlaunch and of its median proxy, 256 fake nodes, each build."""
+    hosts = ",".join(f"h{i}" for i in range(1, 257))
+    blocker = ["/bin/sh", "-c", 'exec 3<"$0"; echo ready; exec cat <&3', "{FIFO}"]
+    procs.Stdin.open()
+    with tempfile.TemporaryDirectory() as scratch:
+        peaks = {before: ([], []), after: ([], [])}
+        for i in range(rounds):
+            for exe in (before, after) if i % 2 == 0 else (after, before):
+                argv = [exe, "--launcher", "fork", "--hosts", hosts, "-n", "256"] + blocker
+                got = procs.footprint(argv, 256, ("rlaunch-proxy",), scratch)
+                if got.failure:
+                    sys.exit(f"ab.py: memory: {exe}: {got.failure}")
+                peaks[exe][0].append(got.launcher)
+                peaks[exe][1].append(statistics.median(got.proxies))
+    for what, i in (("rlaunch", 0), ("proxy (median)", 1)):
+        b, a = (statistics.median(peaks[exe][i]) for exe in (before, after))
+        print(f"peak RSS {what:<15} before {b / 1024:6.2f} MiB  after {a / 1024:6.2f} MiB  "
+              f"after/before {a / b:.3f} (256 fake nodes, medians of {rounds})", flush=True)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("before")
     ap.add_argument("after")
     ap.add_argument("--rounds-scale", type=float, default=1.0, help="multiply every case's rounds")
-    ap.add_argument("--only", nargs="+", metavar="CASE", help="n1 n256 fake1024 splice many prefix")
+    ap.add_argument("--only", nargs="+", metavar="CASE", help="n1 n256 fake1024 splice many prefix memory")
     args = ap.parse_args()
     before, after = os.path.abspath(args.before), os.path.abspath(args.after)
     for exe in (before, after):
@@ -72,8 +99,8 @@ def main():
             sys.exit(f"ab.py: {exe} and an rlaunch-proxy beside it must be executables")
     rankprog = os.path.join(os.path.dirname(after), "rankprog")
     if not os.access(rankprog, os.X_OK):
-        sys.exit(f"ab.py: no {rankprog}: build rlaunch-tests too (cargo build --release --workspace)")
-    known = [key for key, *_ in cases(rankprog)]
+        sys.exit(f"ab.py: no {rankprog}: build rlaunch-tests too (cargo build --profile dist --workspace)")
+    known = [key for key, *_ in cases(rankprog)] + ["memory"]
     unknown = [key for key in args.only or [] if key not in known]
     if unknown:
         sys.exit(f"ab.py: --only {' '.join(unknown)}: the cases are {' '.join(known)}")
@@ -96,6 +123,8 @@ def main():
             f"{statistics.median(ratios):.3f} (quartiles {low:.2f}/{high:.2f}, {rounds} rounds)",
             flush=True,
         )
+    if args.only and "memory" in args.only:
+        memory(before, after)
 
 
 if __name__ == "__main__":

@@ -44,7 +44,7 @@ from procs import (
     kill_all_descendants,
     log,
     reap_orphans,
-    release_dir,
+    built_dir,
     run,
 )
 
@@ -54,9 +54,10 @@ BUILD = os.path.join(BENCH, "build")
 RESULTS = os.path.join(BENCH, "results")
 
 
-RELEASE = release_dir(ROOT)
-RLAUNCH = os.path.join(RELEASE, "rlaunch")
-RLAUNCH_PROXY = os.path.join(RELEASE, "rlaunch-proxy")
+# The packaging build, as `make install` installs it.
+BUILT = built_dir(ROOT, "dist")
+RLAUNCH = os.path.join(BUILT, "rlaunch")
+RLAUNCH_PROXY = os.path.join(BUILT, "rlaunch-proxy")
 HYDRA = "mpiexec.hydra"
 FLOOR = os.path.join(BUILD, "floor")
 LINES = os.path.join(BUILD, "lines")
@@ -691,9 +692,9 @@ def check_tools():
 
 
 def build():
-    log("building: cargo build --release --workspace")
-    if subprocess.run(["cargo", "build", "--release", "--workspace"], cwd=ROOT).returncode != 0:
-        fail("cargo build --release --workspace failed")
+    log("building: cargo build --profile dist --workspace")
+    if subprocess.run(["cargo", "build", "--profile", "dist", "--workspace"], cwd=ROOT).returncode != 0:
+        fail("cargo build --profile dist --workspace failed")
     os.makedirs(BUILD, exist_ok=True)
     steps = [
         (["cc", "-O2", "-Wall", "-o", FLOOR, os.path.join(BENCH, "floor.c")]),

@@ -22,12 +22,12 @@ def log(msg):
     print(msg, file=sys.stderr, flush=True)
 
 
-def release_dir(root):
-    """Where cargo puts the release binaries: target/<host triple>/release (.cargo/config.toml
+def built_dir(root, profile="release"):
+    """Where cargo puts a profile's binaries: target/<host triple>/<profile> (.cargo/config.toml
     names the target, so that the binaries link statically)."""
     out = subprocess.run(["rustc", "-vV"], capture_output=True, text=True, check=True).stdout
     triple = next(l.split(":", 1)[1].strip() for l in out.splitlines() if l.startswith("host:"))
-    return os.path.join(root, "target", triple, "release")
+    return os.path.join(root, "target", triple, profile)
 
 # ---------------------------------------------------------------------------------------------
 # Processes: the never-closing stdin, descendants, leftovers.

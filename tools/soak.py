@@ -33,7 +33,7 @@ def build():
     hello = os.path.join(ROOT, "target", "soak-hello")
     src = os.path.join(ROOT, "tests", "c", "hello.c")
     subprocess.run(["mpicc.mpich", "-O2", "-o", hello, src], check=True)
-    return os.path.join(procs.release_dir(ROOT), "rlaunch"), hello
+    return os.path.join(procs.built_dir(ROOT), "rlaunch"), hello
 
 
 def children():

@@ -54,7 +54,7 @@ PADS = [bytes(ord("a") + (k + i) % 26 for i in range(LINE - HEAD - 1)) for k in 
 def build(skip):
     if not skip:
         subprocess.run(["cargo", "build", "--release", "--workspace"], cwd=ROOT, check=True)
-    bin_dir = procs.release_dir(ROOT)
+    bin_dir = procs.built_dir(ROOT)
     return os.path.join(bin_dir, "rlaunch"), os.path.join(bin_dir, "rankprog")
 
 
