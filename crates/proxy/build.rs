@@ -22,6 +22,16 @@ fn main() {
         return;
     }
     let Some(flags) = pkg_config(&["--cflags", "--libs", "pmix"]) else {
+        // Installed later, the files land in one of pkg-config's directories: the next build
+        // sees them, instead of keeping this build without PMIx.
+        let searched = std::env::var("PKG_CONFIG_PATH").unwrap_or_default()
+            + ":"
+            + &pkg_config(&["--variable", "pc_path", "pkg-config"]).unwrap_or_default();
+        for dir in searched.split(':') {
+            if !dir.is_empty() && std::path::Path::new(dir).is_dir() {
+                println!("cargo::rerun-if-changed={dir}");
+            }
+        }
         println!(
             "cargo::warning=built without PMIx: OpenPMIx's development files (pkg-config pmix) \
              are not installed, so Open MPI programs cannot run under this rlaunch (MPICH's \
