@@ -311,7 +311,11 @@ fn version_and_info_say_what_rlaunch_is() {
     let out = Run::new(&["-info"]).run();
     out.assert_code(0);
     let info = out.stdout_str();
-    for needed in ["launchers:", "ssh", "fork", "PMI-1", "PMI-2", "rlaunch-proxy", "binding:"] {
+    let needed = ["launchers:", "ssh", "fork", "PMI-1", "PMI-2", "rlaunch-proxy", "binding:"];
+    // Every unit of --bind-to and --map-by, and the GPU makers (tests/tests/gpus.rs checks
+    // the `this node:` line on fake machines).
+    let units = ["l3cache", "ppr:N:UNIT", ":PE=N", "NVIDIA, AMD and Intel", "this node:"];
+    for needed in needed.into_iter().chain(units) {
         assert!(info.contains(needed), "-info lacks {needed}:\n{info}");
     }
 }

@@ -267,3 +267,51 @@ fn without_gpu_options_no_gpu_variable_is_touched() {
     let envs: Vec<BTreeMap<String, String>> = envs_by_rank(&lines).into_values().collect();
     assert!(envs.iter().all(|e| !e.contains_key("CUDA_DEVICE_ORDER")), "{out}");
 }
+
+/// `--info` names what a proxy on this machine would see: its CPUs by unit and its GPUs by
+/// vendor, as the allocation's visibility variables narrow them.
+#[test]
+fn info_says_what_this_node_has() {
+    let this_node = |sys: &FakeSys, env: &[(&str, &str)]| {
+        let mut run = Run::new(&["--info"])
+            .env("RLAUNCH_TOPOLOGY_ROOT", sys.path())
+            .env_remove("CUDA_VISIBLE_DEVICES")
+            .env_remove("ROCR_VISIBLE_DEVICES")
+            .env_remove("SLURM_JOB_GPUS");
+        for (k, v) in env {
+            run = run.env(k, v);
+        }
+        let out = run.run();
+        out.assert_code(0);
+        let text = out.stdout_str();
+        let line = text.lines().find(|l| l.trim_start().starts_with("this node:"));
+        line.unwrap_or_else(|| panic!("no `this node:` line:\n{out}")).trim().to_string()
+    };
+    let copy = "(a copy: RLAUNCH_TOPOLOGY_ROOT)";
+    let dgx = machine(&DGX);
+    assert_eq!(
+        this_node(&dgx, &[]),
+        format!(
+            "this node:  224 CPUs (112 cores, 2 L3 caches, 2 NUMA nodes, 2 sockets) {copy}; \
+             GPUs: 8 nvidia"
+        )
+    );
+    assert_eq!(
+        this_node(&dgx, &[("CUDA_VISIBLE_DEVICES", "2,5")]),
+        format!(
+            "this node:  224 CPUs (112 cores, 2 L3 caches, 2 NUMA nodes, 2 sockets) {copy}; \
+             GPUs: 2 nvidia"
+        )
+    );
+    assert_eq!(
+        this_node(&machine(&FRONTIER), &[]),
+        format!(
+            "this node:  128 CPUs (64 cores, 8 L3 caches, 4 NUMA nodes, 1 socket) {copy}; \
+             GPUs: 8 amd"
+        )
+    );
+    assert_eq!(
+        this_node(&machine(&VM), &[]),
+        format!("this node:  2 CPUs (2 cores, 1 L3 cache, 1 NUMA node, 1 socket) {copy}; no GPUs")
+    );
+}

@@ -130,7 +130,7 @@ pub fn version() -> String {
 
 /// `--info`: what this rlaunch is and can do.
 pub fn info(getenv: impl Fn(&str) -> Option<String>) -> String {
-    let allocation = crate::allocation::describe(getenv);
+    let allocation = crate::allocation::describe(&getenv);
     let proxy = match plan::proxy_exe() {
         Ok(p) => p.to_string_lossy().into_owned(),
         Err(e) => e.to_string(),
@@ -146,9 +146,13 @@ pub fn info(getenv: impl Fn(&str) -> Option<String>) -> String {
   PMI:        PMI-1 (MPICH's simple PMI, with spawn and name service), PMI-2 (wire v2)
               over an inherited socket (PMI_FD) or a loopback port (--pmi-port)
   PMIx:       {pmix}
-  binding:    hwthread, core, socket, numa from /sys (no hwloc)
+  binding:    --bind-to hwthread, core, l3cache, numa or socket (:N of them); --map-by
+              slot, node, the same units, ppr:N:UNIT, :PE=N; read from /sys (no hwloc)
+  GPUs:       NVIDIA, AMD and Intel, found on the PCI bus: --gpus-per-rank, --gpu-bind
+  this node:  {node}
   topology:   proxy tree of width --tree-width (default 32)
 ",
+        node = this_node(&getenv),
         version = env!("CARGO_PKG_VERSION"),
         profile = if cfg!(debug_assertions) { "debug" } else { "release" },
         arch = std::env::consts::ARCH,
@@ -164,6 +168,46 @@ pub fn info(getenv: impl Fn(&str) -> Option<String>) -> String {
             ),
         },
     )
+}
+
+/// What a proxy on this machine would see of it: its CPUs by unit and its GPUs by vendor.
+fn this_node(getenv: impl Fn(&str) -> Option<String>) -> String {
+    use rlaunch_protocol::control::CpuUnit;
+    use rlaunch_topology::gpu::Visible;
+    let machine = match rlaunch_topology::Machine::of_this_process(true) {
+        Ok(machine) => machine,
+        Err(e) => return e,
+    };
+    let count = |unit, one: &str| {
+        let n = machine.objects(unit).len();
+        format!("{n} {one}{}", if n == 1 { "" } else { "s" })
+    };
+    let mut cpus = format!(
+        "{} ({}, {}, {}, {})",
+        count(CpuUnit::Hwthread, "CPU"),
+        count(CpuUnit::Core, "core"),
+        count(CpuUnit::L3, "L3 cache"),
+        count(CpuUnit::Numa, "NUMA node"),
+        count(CpuUnit::Socket, "socket"),
+    );
+    if machine.stand_in {
+        cpus.push_str(&format!(" (a copy: {})", rlaunch_topology::ROOT_VAR));
+    }
+    let visible = Visible::of(&machine.gpus, getenv);
+    let mut vendors: Vec<(&str, usize)> = Vec::new();
+    for gpu in &visible.gpus {
+        match vendors.iter_mut().find(|(name, _)| *name == gpu.vendor.name()) {
+            Some((_, n)) => *n += 1,
+            None => vendors.push((gpu.vendor.name(), 1)),
+        }
+    }
+    let gpus = if vendors.is_empty() {
+        "no GPUs".to_string()
+    } else {
+        let each: Vec<String> = vendors.iter().map(|(name, n)| format!("{n} {name}")).collect();
+        format!("GPUs: {}", each.join(", "))
+    };
+    format!("{cpus}; {gpus}")
 }
 
 #[cfg(test)]
