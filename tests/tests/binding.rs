@@ -191,20 +191,57 @@ fn a_count_binds_each_rank_to_that_many_objects() {
     assert_eq!(seen_cpus(&out.lines())[&0], cpulist(&want), "{out}");
 }
 
+/// By default each rank gets its share of the node's cores (ranks no more than cores);
+/// `--bind-to none`, and more ranks than cores, leave them the launcher's CPUs.
 #[test]
-fn without_binding_ranks_keep_the_launchers_cpus() {
+fn by_default_ranks_get_their_shares_of_the_cores_and_none_binds_nothing() {
     let own = cpulist(&own_cpus());
-    for extra in [&[][..], &["--bind-to", "none"][..]] {
-        let out =
-            Run::new(&["-l", "-n", "2", "--report-bindings"]).args(extra).args(show_cpus()).run();
+    let cores = objects(Unit::Core, &own_cpus());
+    assert!(cores.len() >= 2, "this test needs 2 cores at least: {cores:?}");
+    let n = cores.len();
+    let share = |rank: usize| -> String {
+        let (start, end) = (rank * n / 2, ((rank + 1) * n / 2).max(rank * n / 2 + 1));
+        cpulist(&cores[start..end].concat())
+    };
+    for (extra, ranks, bound) in
+        [(&[][..], 2, true), (&["--bind-to", "none"][..], 2, false), (&[][..], n + 1, false)]
+    {
+        let count = ranks.to_string();
+        let out = Run::new(&["-l", "-n", &count, "--report-bindings"])
+            .args(extra)
+            .args(show_cpus())
+            .run();
         out.assert_code(0);
         let seen = seen(&out.lines());
-        assert_eq!(seen.len(), 2, "{out}");
-        for (rank, (pid, cpus)) in &seen {
-            assert_eq!(cpus, &own, "rank {rank}: {out}");
-            let report = format!("rlaunch: rank {rank} on {} (pid {pid}) not bound", hostname());
+        assert_eq!(seen.len(), ranks, "{out}");
+        for (&rank, (pid, cpus)) in &seen {
+            let host = hostname();
+            let (want, report) = if bound {
+                let cpus = share(rank as usize);
+                let report =
+                    format!("rlaunch: rank {rank} on {host} (pid {pid}) bound to cpus {cpus}");
+                (cpus, report)
+            } else {
+                (own.clone(), format!("rlaunch: rank {rank} on {host} (pid {pid}) not bound"))
+            };
+            assert_eq!(cpus, &want, "rank {rank} {extra:?}: {out}");
             assert!(out.stderr_lines().contains(&report), "missing {report:?}: {out}");
         }
+    }
+}
+
+/// Fake nodes share this machine's cores: no node spreads its ranks over them alone.
+#[test]
+fn fake_nodes_on_one_machine_do_not_spread_their_ranks() {
+    let own = cpulist(&own_cpus());
+    let out = Run::new(&["-l", "--launcher", "fork", "--hosts", "n1:2,n2:2", "-n", "4"])
+        .args(show_cpus())
+        .run();
+    out.assert_code(0);
+    let seen = seen(&out.lines());
+    assert_eq!(seen.len(), 4, "{out}");
+    for (rank, (_, cpus)) in &seen {
+        assert_eq!(cpus, &own, "rank {rank}: {out}");
     }
 }
 

@@ -162,3 +162,21 @@ fn ranks_hold_three_descriptors_each_once_started() {
     let ready = out.lines().iter().filter(|line| line.starts_with("ready ")).count();
     assert_eq!(ready, 200, "{out}");
 }
+
+/// Each rank leads a session of its own, as Hydra's ranks do (and so a process group the
+/// proxy signals): out of the terminal's job control, and under the kernel's autogroup a CPU
+/// share of its own (docs/measurements.md, *Ranks beside other work*).
+#[test]
+fn each_rank_leads_a_session_of_its_own() {
+    // Field 6 of /proc/PID/stat is the session, field 5 the process group (`sh` has no
+    // space in its name).
+    let script = "echo $$ $(cut -d' ' -f5,6 /proc/$$/stat)";
+    let out = Run::new(&["-n", "3", "/bin/sh", "-c", script]).timeout(WAIT).run();
+    out.assert_code(0);
+    let lines = out.lines();
+    assert_eq!(lines.len(), 3, "{out}");
+    for line in lines {
+        let ids: Vec<&str> = line.split(' ').collect();
+        assert_eq!(ids, [ids[0]; 3], "pid, process group and session of a rank: {line}");
+    }
+}

@@ -258,8 +258,8 @@ pub const OPTIONS: &[Opt] = &[
          per node, spans for bootstrap, launch, PMI init, fences, ranks; `rlaunch timeline \
          FILE -o PAGE.html` draws it"),
     opt(&["--bind-to", "-bind-to", "-binding"], Value("UNIT[:N]"), Key::BindTo, Global, Binding,
-        true, "pin each rank to N (default 1) of: none (default; --map-by UNIT binds to UNIT), \
-         hwthread, core, l3cache, numa, socket"),
+        true, "pin each rank to N (default 1) of: none, hwthread, core, l3cache, numa, socket \
+         (default: a share of the cores each)"),
     opt(&["--report-bindings", "-report-bindings"], Flag, Key::ReportBindings, Global, Binding,
         false, "print the CPUs and GPUs of each rank"),
     opt(&["--gpus-per-rank", "-gpus-per-proc", "--gpus-per-proc", "--gpus-per-task"],

@@ -168,6 +168,7 @@ pub fn build(o: &Options, env: &[(OsString, OsString)]) -> Result<job::Plan, Pla
         pmi_port: o.pmi_port,
         mapping: layout.mapping,
         binding: layout.binding,
+        spread: layout.spread,
         gpus: layout.gpus,
         liveness: o.liveness,
         pmix,

@@ -149,6 +149,7 @@ fn corpus() -> Vec<Vec<u8>> {
             pmi_port: false,
             mapping: Some(Mapping { unit: CpuUnit::L3, per: Some(2) }),
             binding: Some(Binding { unit: CpuUnit::Core, count: 2 }),
+            spread: false,
             gpus: Some(Gpus { per_rank: vec![1], bind: GpuBind::Map(vec![3, 2]), share: false }),
             liveness: Liveness::default(),
             pmix: None,

@@ -79,10 +79,19 @@ impl Placer {
     }
 
     /// The places of a batch of `job`'s local ranks, one per entry of `segments` (each
-    /// rank's segment). `Err`: why they do not fit on this node.
-    pub(crate) fn place(&mut self, job: &Job, segments: &[u32]) -> Result<Vec<RankPlace>, String> {
+    /// rank's segment). `shared`: other nodes of the job run on this machine too (fake
+    /// nodes), so its cores are not this node's to spread its ranks over. `Err`: why they do
+    /// not fit on this node.
+    pub(crate) fn place(
+        &mut self,
+        job: &Job,
+        segments: &[u32],
+        shared: bool,
+    ) -> Result<Vec<RankPlace>, String> {
         let count = segments.len();
-        if job.mapping.is_none() && job.binding.is_none() && job.gpus.is_none() {
+        // One rank's share is every core: nothing to bind.
+        let spread = job.spread && !shared && count > 1;
+        if job.mapping.is_none() && job.binding.is_none() && job.gpus.is_none() && !spread {
             return Ok((0..count).map(|_| RankPlace::default()).collect());
         }
         let gpus = job.gpus.is_some();
@@ -101,6 +110,10 @@ impl Placer {
         let machine = match self.machine.as_ref().expect("read above") {
             Ok(machine) => machine,
             Err(why) if gpus => return Err(format!("{why}: cannot give its ranks GPUs")),
+            // Nobody asked for a binding: say nothing of one not made.
+            Err(_) if job.binding.is_none() && job.mapping.is_none() => {
+                return Ok((0..count).map(|_| RankPlace::default()).collect());
+            }
             Err(why) => {
                 let notice = format!("{why}: ranks are not bound");
                 self.tell(notice);
@@ -116,6 +129,7 @@ impl Placer {
         let request = Request {
             mapping: job.mapping,
             binding: job.binding,
+            spread,
             gpus: job.gpus.as_ref().map(|g| GpuAsk {
                 per_rank: &per_rank,
                 bind: &g.bind,

@@ -107,7 +107,7 @@ struct Failure {
 }
 
 impl Spawn {
-    /// Starts the process in its own process group; returns its pid.
+    /// Starts the process in its own session and process group; returns its pid.
     pub fn start(&self) -> Result<i32, ExitOutcome> {
         let p = &*self.program;
         let extra: Vec<CString> =
@@ -313,7 +313,12 @@ impl ChildSteps<'_> {
                     libc::sigaction(sig, &dfl, std::ptr::null_mut());
                 }
             }
-            if libc::setpgid(0, 0) != 0 {
+            // A session of its own, as Hydra's ranks have (and so a process group, which the
+            // proxy signals): out of the terminal's job control, and under the kernel's
+            // autogroup (on in Debian's and Ubuntu's kernels) a CPU share of its own, rather
+            // than one shared with the launcher's whole login session (docs/measurements.md,
+            // *Ranks beside other work*).
+            if libc::setsid() < 0 {
                 return fail(last_errno());
             }
             // Backstop: if the proxy dies without cleaning up, the kernel kills the rank.

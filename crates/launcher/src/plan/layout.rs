@@ -15,6 +15,9 @@ use super::PlanError;
 pub(super) struct Layout {
     pub(super) mapping: Option<Mapping>,
     pub(super) binding: Option<Binding>,
+    /// Nothing was said of binding or mapping: each node spreads its ranks over its cores
+    /// (`Job::spread`).
+    pub(super) spread: bool,
     pub(super) gpus: Option<Gpus>,
     /// Ranks per host: `--ppn`, or `ppr:N:UNIT` times the UNITs of a host.
     pub(super) ppn: Option<u32>,
@@ -47,7 +50,8 @@ pub(super) fn layout(
         }
         _ => o.ppn,
     };
-    Ok(Layout { mapping: o.mapping, binding, gpus: gpus(o)?, ppn })
+    let spread = !o.bind_given && o.pe.is_none() && o.mapping.is_none();
+    Ok(Layout { mapping: o.mapping, binding, spread, gpus: gpus(o)?, ppn })
 }
 
 /// Each segment's GPUs a rank, or `None` when the job asks for none.
@@ -108,6 +112,23 @@ mod tests {
         assert_eq!(threads, binding(CpuUnit::Hwthread, 2));
         let pe = layout_of("--map-by slot:PE=2 --bind-to hwthread ./a", 2);
         assert_eq!((pe.mapping, pe.binding), (None, binding(CpuUnit::Hwthread, 2)));
+    }
+
+    #[test]
+    fn ranks_are_spread_only_where_nothing_was_said_of_binding() {
+        for said in ["./a", "--map-by node ./a", "--map-by slot ./a", "--gpus-per-rank 1 ./a"] {
+            let l = layout_of(said, 2);
+            assert!(l.spread && l.binding.is_none(), "{said}");
+        }
+        for said in [
+            "--bind-to none ./a",
+            "--bind-to core ./a",
+            "--map-by core ./a",
+            "--map-by slot:PE=2 ./a",
+            "--map-by ppr:1:socket ./a",
+        ] {
+            assert!(!layout_of(said, 2).spread, "{said}");
+        }
     }
 
     #[test]

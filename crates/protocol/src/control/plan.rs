@@ -41,8 +41,14 @@ pub struct Job {
     /// Where on its node each local rank goes (`--map-by core`, `socket`, `ppr:2:numa`,
     /// ...); `None` places by slot: local rank i after local rank i-1.
     pub mapping: Option<Mapping>,
-    /// How ranks are pinned to CPUs; `None` leaves them where the proxy runs.
+    /// How ranks are pinned to CPUs; `None` leaves them where the proxy runs, unless
+    /// `spread`.
     pub binding: Option<Binding>,
+    /// The user asked for no binding, mapping or `:PE` and did not refuse one (`--bind-to
+    /// none`): a node whose ranks are no more than its cores binds each to its share of them
+    /// (local rank i of n to the i-th n-th: rlaunch-topology's `Request::spread`), so that no
+    /// two of the job's busy-polling ranks share a core when other work crowds the machine.
+    pub spread: bool,
     /// Each rank its GPUs (`--gpus-per-rank`), through the vendors' visibility variables;
     /// `None` sets none of them.
     pub gpus: Option<Gpus>,
@@ -94,6 +100,7 @@ impl Job {
             pmi_port: false,
             mapping: None,
             binding: None,
+            spread: false,
             gpus: None,
             liveness: Liveness::default(),
             pmix: None,

@@ -185,7 +185,9 @@ impl Node {
         let count = ranks.len();
         let (node_id, nodes) = self.jobs.get(&job_index).map_or((0, 1), |j| j.group);
         let segments: Vec<u32> = ranks.iter().map(|r| r.segment).collect();
-        let places = self.placer.place(job, &segments)?;
+        // Nodes started by fork share this machine's cores (fake nodes).
+        let shared = self.plan.fork && job.forked_ranks as usize > count;
+        let places = self.placer.place(job, &segments, shared)?;
         let batch = ranks
             .iter()
             .zip(places)

@@ -420,7 +420,7 @@ impl Node {
 
     fn signal_ranks(&self, sig: Signal) {
         for pid in self.ranks.running_pids() {
-            procs::signal_group(pid, sig);
+            procs::signal_group(pid, stop_as(pid, sig));
         }
     }
 
@@ -515,4 +515,26 @@ impl Node {
                 && self.ranks.finished()
                 && self.children.settled())
     }
+}
+
+/// The signal that does what `sig` asks of rank `pid`'s process group. A rank leads a session
+/// of its own, so its process group has no parent outside it in its session (it is
+/// "orphaned"), and the kernel discards a terminal stop (SIGTSTP, SIGTTIN, SIGTTOU) whose
+/// action there is the default: a rank that does not catch it is sent SIGSTOP instead, one
+/// that does gets it, for its handler.
+fn stop_as(pid: i32, sig: Signal) -> Signal {
+    let stop = matches!(sig, Signal::SIGTSTP | Signal::SIGTTIN | Signal::SIGTTOU);
+    if stop && !catches(pid, sig) {
+        Signal::SIGSTOP
+    } else {
+        sig
+    }
+}
+
+/// Whether process `pid` has a handler for `sig` (`SigCgt` in /proc/PID/status).
+fn catches(pid: i32, sig: Signal) -> bool {
+    let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) else { return false };
+    let caught = status.lines().find_map(|l| l.strip_prefix("SigCgt:"));
+    let mask = caught.and_then(|m| u64::from_str_radix(m.trim(), 16).ok()).unwrap_or(0);
+    mask & (1 << (sig as i32 - 1)) != 0
 }

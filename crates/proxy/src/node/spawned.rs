@@ -52,6 +52,8 @@ pub(super) fn job(launched: &Job, sj: &SpawnJob, node: NodeId) -> (Job, JobRanks
     // and no `ppr` count must refuse it on one node while others start.
     job.gpus = None;
     job.mapping = None;
+    // Its ranks join the launched ones, which hold their shares of the cores already.
+    job.spread = false;
     // Inside an allocation, its ranks' step is its own nodes.
     if job.slurm_nodes.is_some() {
         let hosts: Vec<&str> = sj.nodes.iter().map(|(_, host)| host.as_str()).collect();

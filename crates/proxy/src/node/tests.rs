@@ -365,3 +365,30 @@ async fn a_verdict_the_pmix_server_held_is_given_when_the_server_is_lost() {
     assert_eq!(verdicts, [(Gid(0), exited, false)]);
     assert!(!node.pmix.serving() && node.swept, "the node swept once its last rank was judged");
 }
+
+#[test]
+fn a_rank_that_does_not_catch_a_terminal_stop_is_sent_sigstop() {
+    use nix::sys::signal::Signal;
+    // A shell that traps SIGTSTP catches it; `sleep` does not.
+    let mut trapping = std::process::Command::new("/bin/sh")
+        .args(["-c", "trap 'echo' TSTP; echo ready; read line"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut ready = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(trapping.stdout.as_mut().unwrap()),
+        &mut ready,
+    )
+    .unwrap();
+    let mut plain = std::process::Command::new("sleep").arg("30").spawn().unwrap();
+    let (trapping_pid, plain_pid) = (trapping.id() as i32, plain.id() as i32);
+    assert_eq!(super::stop_as(trapping_pid, Signal::SIGTSTP), Signal::SIGTSTP);
+    assert_eq!(super::stop_as(plain_pid, Signal::SIGTSTP), Signal::SIGSTOP);
+    assert_eq!(super::stop_as(plain_pid, Signal::SIGTERM), Signal::SIGTERM);
+    for child in [&mut trapping, &mut plain] {
+        child.kill().unwrap();
+        child.wait().unwrap();
+    }
+}

@@ -23,8 +23,16 @@ use crate::machine::Machine;
 pub struct Request<'a> {
     /// `None`: by slot.
     pub mapping: Option<Mapping>,
-    /// `None`: not bound (the launcher has already made a mapping's default binding explicit).
+    /// `None`: not bound (the launcher has already made a mapping's default binding explicit),
+    /// unless `spread`.
     pub binding: Option<Binding>,
+    /// With no mapping and no binding: if the ranks are no more than the cores, bind each to
+    /// its share of them, local rank i of n to the i-th n-th of the cores in order (a core
+    /// each when they are as many). What mpirun does for 2 ranks (a core each) without its
+    /// pitfall: the ranks of a multithreaded program keep room for their threads, and two
+    /// small jobs on one big machine each spread over all of it instead of piling on its
+    /// first cores.
+    pub spread: bool,
     pub gpus: Option<GpuAsk<'a>>,
 }
 
@@ -58,7 +66,7 @@ pub struct Placed {
 pub fn place(machine: &Machine, request: &Request, count: usize) -> Result<Placed, String> {
     let mut notices = Vec::new();
     let spots = match request.mapping {
-        None => by_slot(machine, request.binding, count, &mut notices),
+        None => by_slot(machine, request.binding, request.spread, count, &mut notices),
         Some(mapping) => by_object(machine, mapping, request.binding, count, &mut notices)?,
     };
     let gpus = match &request.gpus {
@@ -98,18 +106,26 @@ impl Spot {
 fn by_slot(
     machine: &Machine,
     binding: Option<Binding>,
+    spread: bool,
     count: usize,
     notices: &mut Vec<String>,
 ) -> Vec<Spot> {
     let Some(binding) = binding else {
-        // Not bound: each rank counts as sitting on its share of the cores, in order.
+        // Each rank's share of the cores, in order: bound to it when spread and each has one
+        // at least, else counted as sitting on it.
         let cores = machine.objects(CpuUnit::Core);
+        let bound = spread && count <= cores.len();
         return (0..count)
             .map(|i| {
                 // start < len, so the range holds at least one core.
                 let start = i * cores.len() / count;
                 let end = ((i + 1) * cores.len() / count).max(start + 1);
-                Spot::Unbound { near: cores[start..end].concat() }
+                let share = cores[start..end].concat();
+                if bound {
+                    Spot::Bound(share)
+                } else {
+                    Spot::Unbound { near: share }
+                }
             })
             .collect();
     };
@@ -166,7 +182,7 @@ fn by_object(
     // the binding's units from the i-th rank's share on, `take` a rank, in order.
     let too_small = |w: &Option<Vec<usize>>| matches!(w, Some(w) if w.len() < take);
     if take > 1 && inside.iter().any(too_small) {
-        return Ok(by_slot(machine, Some(binding), count, notices));
+        return Ok(by_slot(machine, Some(binding), false, count, notices));
     }
     // The binding unit is the object itself: ranks that share one (`ppr:2:numa`) share it by
     // design; only round-robin past the last object oversubscribes.

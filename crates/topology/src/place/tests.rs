@@ -23,6 +23,7 @@ struct Case<'a> {
     env: &'a [(&'a str, &'a str)],
     mapping: Option<Mapping>,
     binding: Option<Binding>,
+    spread: bool,
     gpus: Option<u32>,
     bind: GpuBind,
     share: bool,
@@ -35,6 +36,7 @@ impl<'a> Case<'a> {
             env: &[],
             mapping: None,
             binding: None,
+            spread: false,
             gpus: None,
             bind: GpuBind::Closest,
             share: false,
@@ -52,8 +54,12 @@ impl<'a> Case<'a> {
         let per_rank = vec![self.gpus.unwrap_or(0); count];
         let ask =
             GpuAsk { per_rank: &per_rank, bind: &self.bind, share: self.share, visible: &visible };
-        let request =
-            Request { mapping: self.mapping, binding: self.binding, gpus: self.gpus.map(|_| ask) };
+        let request = Request {
+            mapping: self.mapping,
+            binding: self.binding,
+            spread: self.spread,
+            gpus: self.gpus.map(|_| ask),
+        };
         let placed = place(&self.sys.read(None), &request, count)?;
         Ok((placed, visible))
     }
@@ -306,7 +312,8 @@ fn a_cpuset_narrows_the_gpus_local_cpus_too() {
     let per_rank = [1];
     let ask =
         GpuAsk { per_rank: &per_rank, bind: &GpuBind::Closest, share: false, visible: &visible };
-    let request = Request { mapping: None, binding: bind(CpuUnit::Core, 1), gpus: Some(ask) };
+    let request =
+        Request { mapping: None, binding: bind(CpuUnit::Core, 1), spread: false, gpus: Some(ask) };
     let placed = place(&machine, &request, 1).unwrap();
     assert_eq!(placed.places[0].cpus.as_deref(), Some(&[8][..]));
     assert_eq!(visible.vars(&placed.places[0].gpus)[0], ("CUDA_VISIBLE_DEVICES", "2".to_string()));
@@ -398,4 +405,22 @@ fn another_makers_variable_names_no_gpu_here() {
     assert_eq!(case.var(2, "ROCR_VISIBLE_DEVICES"), ["0", "1"]);
     let (placed, visible) = case.place(1).unwrap();
     assert_eq!(visible.vars(&placed.places[0].gpus), [("ROCR_VISIBLE_DEVICES", "0".to_string())]);
+}
+
+#[test]
+fn spread_ranks_get_their_shares_of_the_cores_while_they_fit() {
+    // Polaris: 32 cores, 2 threads each (core c is CPUs c and c+32).
+    let sys = FakeSys::of(&POLARIS);
+    let case = Case { spread: true, ..Case::on(&sys) };
+    assert_eq!(case.cpus(2), ["0-15,32-47", "16-31,48-63"]);
+    assert_eq!(case.cpus(3)[1], "10-20,42-52");
+    assert_eq!(case.cpus(32)[5], "5,37");
+    // More ranks than cores: none bound, as without spread.
+    assert_eq!(case.cpus(33), vec!["-"; 33]);
+    assert_eq!(Case::on(&sys).cpus(2), ["-", "-"]);
+    // The GPUs follow the shares, as they do unbound.
+    let gpus = Case { gpus: Some(1), ..case };
+    let (placed, _) = gpus.place(4).unwrap();
+    let bound: Vec<bool> = placed.places.iter().map(|p| p.cpus.is_some()).collect();
+    assert_eq!(bound, [true; 4]);
 }
