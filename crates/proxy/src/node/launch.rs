@@ -6,6 +6,7 @@
 use rlaunch_protocol::ids::Gid;
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::time::Duration;
 
 use rlaunch_protocol::control::{Down, Job, SpawnJob, Up};
 use rlaunch_protocol::ids::ExitOutcome;
@@ -87,9 +88,13 @@ impl Node {
         let Some(mut batch) = self.launched_batch(&job, &host, &ranks) else { return };
         let local = self.local_after(&batch);
         let mut unbound = HashMap::new();
+        let budget = self.job.liveness.heartbeat() / 4;
+        let mut size = START_SLICE;
         while !batch.is_empty() {
-            let slice = next_slice(&mut batch);
+            let slice = next_slice(&mut batch, size);
+            let (count, began) = (slice.len(), std::time::Instant::now());
             self.start_slice(slice, &setup, local, &mut unbound);
+            size = slice_after(size, count, began.elapsed(), budget);
             tokio::task::yield_now().await;
         }
         self.launched(listener, unbound, ranks.len());
@@ -218,7 +223,7 @@ impl Node {
         let local = self.local_after(&batch);
         let mut unbound = HashMap::new();
         while !batch.is_empty() {
-            let slice = next_slice(&mut batch);
+            let slice = next_slice(&mut batch, START_SLICE);
             self.start_slice(slice, setup, local, &mut unbound);
         }
         unbound
@@ -392,8 +397,45 @@ impl Node {
     }
 }
 
-/// The next slice of `batch` to start, taken off its front.
-fn next_slice<'a>(batch: &mut Vec<StartRank<'a>>) -> Vec<StartRank<'a>> {
-    let rest = batch.split_off(batch.len().min(START_SLICE));
+/// The next slice of `batch` to start, `size` ranks at most, taken off its front.
+fn next_slice<'a>(batch: &mut Vec<StartRank<'a>>, size: usize) -> Vec<StartRank<'a>> {
+    let rest = batch.split_off(batch.len().min(size));
     std::mem::replace(batch, rest)
+}
+
+/// The size of the next slice, after one of `count` ranks took `took`: as many as fit in
+/// `budget` at that pace (one at least), and back up towards [`START_SLICE`] once they start
+/// fast again. On a loaded machine a slice of 64 took 450-600 ms (two busy loops beside two
+/// proxies, docs/measurements.md *Start slice*), which a parent's silence timeout would see
+/// as a silent node: a quarter of a heartbeat a slice keeps the beats on time.
+fn slice_after(size: usize, count: usize, took: Duration, budget: Duration) -> usize {
+    if took > budget {
+        let fits = count as u128 * budget.as_micros() / took.as_micros().max(1);
+        (fits as usize).max(1)
+    } else if took < budget / 2 {
+        (size * 2).min(START_SLICE)
+    } else {
+        size
+    }
+}
+
+#[cfg(test)]
+mod slices {
+    use super::*;
+
+    #[test]
+    fn a_slow_slice_makes_the_next_one_fit_the_budget_and_fast_ones_grow_back() {
+        let ms = Duration::from_millis;
+        // 64 ranks in 500 ms against a 50 ms budget: 6 fit.
+        assert_eq!(slice_after(64, 64, ms(500), ms(50)), 6);
+        // However slow, one at a time still goes on.
+        assert_eq!(slice_after(6, 6, ms(5000), ms(50)), 1);
+        // Fast again: doubling, up to the descriptor bound.
+        assert_eq!(slice_after(6, 6, ms(10), ms(50)), 12);
+        assert_eq!(slice_after(48, 48, ms(10), ms(50)), START_SLICE);
+        // Between half the budget and the budget: kept.
+        assert_eq!(slice_after(12, 12, ms(40), ms(50)), 12);
+        // The last slice of a batch, short of the size, does not shrink it.
+        assert_eq!(slice_after(64, 3, ms(1), ms(50)), 64);
+    }
 }

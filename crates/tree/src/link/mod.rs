@@ -283,8 +283,16 @@ pub fn heartbeat<M: Send + 'static>(
 ) {
     let weak = tx.downgrade();
     tokio::spawn(async move {
+        let mut last = tokio::time::Instant::now();
         loop {
             tokio::time::sleep(every).await;
+            // A beat this late means the runtime's one thread was busy elsewhere that long:
+            // what a parent's silence timeout would see.
+            let late = last.elapsed().saturating_sub(every);
+            if late > every {
+                tracing::debug!("the heartbeat went {} ms late", late.as_millis());
+            }
+            last = tokio::time::Instant::now();
             match weak.upgrade() {
                 Some(tx) if tx.send(ping()).is_ok() => {}
                 _ => return,
