@@ -163,20 +163,27 @@ fn ranks_hold_three_descriptors_each_once_started() {
     assert_eq!(ready, 200, "{out}");
 }
 
-/// Each rank leads a session of its own, as Hydra's ranks do (and so a process group the
-/// proxy signals): out of the terminal's job control, and under the kernel's autogroup a CPU
-/// share of its own (docs/measurements.md, *Ranks beside other work*).
+/// Each rank leads a session of its own where the node's ranks are no more than its CPUs, as
+/// Hydra's ranks do (and so a process group the proxy signals): under the kernel's autogroup
+/// a CPU share of its own. With more ranks than CPUs they share the proxy's session, each in
+/// a process group of its own, so that the kernel's `sched_yield` passes the CPU among them
+/// (docs/measurements.md, *Ranks beside other work*).
 #[test]
-fn each_rank_leads_a_session_of_its_own() {
+fn ranks_lead_sessions_of_their_own_where_each_has_a_cpu() {
+    let cpus = std::thread::available_parallelism().unwrap().get();
     // Field 6 of /proc/PID/stat is the session, field 5 the process group (`sh` has no
     // space in its name).
     let script = "echo $$ $(cut -d' ' -f5,6 /proc/$$/stat)";
-    let out = Run::new(&["-n", "3", "/bin/sh", "-c", script]).timeout(WAIT).run();
-    out.assert_code(0);
-    let lines = out.lines();
-    assert_eq!(lines.len(), 3, "{out}");
-    for line in lines {
-        let ids: Vec<&str> = line.split(' ').collect();
-        assert_eq!(ids, [ids[0]; 3], "pid, process group and session of a rank: {line}");
+    for (n, own) in [(cpus, true), (cpus + 1, false)] {
+        let n_arg = n.to_string();
+        let out = Run::new(&["-n", &n_arg, "/bin/sh", "-c", script]).timeout(WAIT).run();
+        out.assert_code(0);
+        let lines = out.lines();
+        assert_eq!(lines.len(), n, "{out}");
+        for line in lines {
+            let ids: Vec<&str> = line.split(' ').collect();
+            assert_eq!(ids[1], ids[0], "a rank's process group: {line}");
+            assert_eq!(ids[2] == ids[0], own, "{n} ranks on {cpus} CPUs, session: {line}");
+        }
     }
 }

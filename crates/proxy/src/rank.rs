@@ -33,6 +33,9 @@ pub struct Placement<'a> {
     pub error_file: Option<String>,
     /// Its GPU visibility variables (`CUDA_VISIBLE_DEVICES`, ...), if its job has GPUs.
     pub gpu_vars: Vec<(&'static str, String)>,
+    /// It leads a session of its own: where the node's ranks are no more than its CPUs
+    /// (see [`Spawn::own_session`]).
+    pub own_session: bool,
 }
 
 /// How a rank reaches its PMI server.
@@ -207,6 +210,7 @@ pub fn prepare(
         stderr: stderr_w.as_raw_fd(),
         keep: pair.as_ref().map(|(_, theirs)| theirs.as_raw_fd()),
         cpus: cpus.copied(),
+        own_session: at.own_session,
         front_env: front_env.into_iter().filter_map(|v| std::ffi::CString::new(v).ok()).collect(),
     };
     let theirs = [stdin_r, stdout_w, stderr_w];
@@ -443,6 +447,7 @@ mod tests {
             nodes: 3,
             error_file: None,
             gpu_vars: Vec::new(),
+            own_session: false,
         }
     }
 

@@ -95,6 +95,13 @@ pub struct Spawn {
     /// A close-on-exec descriptor the process inherits (its PMI socket).
     pub keep: Option<RawFd>,
     pub cpus: Option<CpuSet>,
+    /// A session of its own, as Hydra's ranks have: under the kernel's autogroup (on in
+    /// Debian's and Ubuntu's kernels) a CPU share of its own rather than one shared with the
+    /// launcher's login session, and out of the terminal's job control. Only where each rank
+    /// has a CPU: the kernel's `sched_yield` yields within a group, so oversubscribed ranks
+    /// that yield while they wait (Open MPI told so) must share one, or they wait 3 times as
+    /// long (docs/measurements.md, *Ranks beside other work*). Else its own process group.
+    pub own_session: bool,
     /// `NAME=value` entries ahead of all others (its PMIx server's): the first of a name in
     /// an environment is the one read, so these win over any inherited value.
     pub front_env: Vec<CString>,
@@ -107,7 +114,8 @@ struct Failure {
 }
 
 impl Spawn {
-    /// Starts the process in its own session and process group; returns its pid.
+    /// Starts the process in its own process group (and session: `own_session`); returns its
+    /// pid.
     pub fn start(&self) -> Result<i32, ExitOutcome> {
         let p = &*self.program;
         let extra: Vec<CString> =
@@ -127,6 +135,7 @@ impl Spawn {
             stdio: [self.stdin, self.stdout, self.stderr],
             keep: self.keep,
             cpus: self.cpus,
+            own_session: self.own_session,
             parent: std::process::id() as i32,
             failure: &failure,
         };
@@ -282,6 +291,7 @@ struct ChildSteps<'a> {
     stdio: [RawFd; 3],
     keep: Option<RawFd>,
     cpus: Option<CpuSet>,
+    own_session: bool,
     parent: i32,
     failure: &'a Failure,
 }
@@ -313,12 +323,10 @@ impl ChildSteps<'_> {
                     libc::sigaction(sig, &dfl, std::ptr::null_mut());
                 }
             }
-            // A session of its own, as Hydra's ranks have (and so a process group, which the
-            // proxy signals): out of the terminal's job control, and under the kernel's
-            // autogroup (on in Debian's and Ubuntu's kernels) a CPU share of its own, rather
-            // than one shared with the launcher's whole login session (docs/measurements.md,
-            // *Ranks beside other work*).
-            if libc::setsid() < 0 {
+            // Its own process group, which the proxy signals, in a session of its own where
+            // it has a CPU (see `own_session`).
+            let grouped = if self.own_session { libc::setsid() } else { libc::setpgid(0, 0) };
+            if grouped < 0 {
                 return fail(last_errno());
             }
             // Backstop: if the proxy dies without cleaning up, the kernel kills the rank.

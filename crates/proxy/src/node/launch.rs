@@ -193,6 +193,7 @@ impl Node {
         // Nodes started by fork share this machine's cores (fake nodes).
         let shared = self.plan.fork && job.forked_ranks as usize > count;
         let places = self.placer.place(job, &segments, shared)?;
+        let own_session = !shared && self.ranks.running_pids().count() + count <= cpus_here();
         let batch = ranks
             .iter()
             .zip(places)
@@ -210,6 +211,7 @@ impl Node {
                     nodes,
                     error_file,
                     gpu_vars: place.vars.clone(),
+                    own_session,
                 };
                 StartRank { job, job_index, gid, segment, at, place }
             })
@@ -395,6 +397,11 @@ impl Node {
         tracing::debug!(job = index, size = ranks.len(), "spawned job started");
         Ok(())
     }
+}
+
+/// The CPUs this proxy may run its ranks on (its affinity, a cgroup's quota).
+fn cpus_here() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
 }
 
 /// The next slice of `batch` to start, `size` ranks at most, taken off its front.
