@@ -18,7 +18,7 @@ const NODES: usize = 3;
 /// here, and 4.1 s beside two busy loops (`tools/suite-under-load.sh`'s): 5 times that.
 const WAIT: Duration = Duration::from_secs(20);
 /// The batch script of three framework jobs (an env, torch's and JAX's 5 ranks, each a Python
-/// importing its framework on 2 cores): 12.1 s here, 16.1 s beside two busy loops, past 20 s
+/// importing its framework on 2 cores): 12.1 s beside one busy loop, 16.1 s beside two, past 20 s
 /// in CI's suite; the frameworks tests' own bound (tests/tests/frameworks.rs), 7 times the
 /// loaded figure.
 const FRAMEWORKS: Duration = Duration::from_secs(120);
