@@ -90,51 +90,31 @@ def hog():
 
 
 def cases(rlaunch, only, before):
+    """Each case: its key, its title, what its answer looks like, and its commands, the
+    same 2-rank program under rlaunch, rlaunch --bind-to none, and its own MPI's launcher."""
     halo_args = ["20000", "40000"]
+    table = [
+        ("halo-ompi", "Open MPI FDTD-like halo, 2 ranks", None,
+         lambda: [build_halo("mpicc.openmpi", "halo-ompi")] + halo_args,
+         ("mpirun", [MPIRUN, "--allow-run-as-root"])),
+        ("lu-ompi", "ScaLAPACK xdlu, 20 LUs of 800^2 on 1x2, Open MPI", "lu",
+         lambda: [XDLU],
+         ("mpirun", [MPIRUN, "--allow-run-as-root"])),
+        ("halo-mpich", "MPICH FDTD-like halo, 2 ranks", None,
+         lambda: [build_halo("mpicc.mpich", "halo-mpich")] + halo_args,
+         ("hydra", [HYDRA])),
+    ]
     found = []
-    if not only or "halo-ompi" in only:
-        halo = build_halo("mpicc.openmpi", "halo-ompi")
-        prog = [halo] + halo_args
-        found.append(
-            (
-                "halo-ompi",
-                "Open MPI FDTD-like halo, 2 ranks",
-                None,
-                [
-                    ("rlaunch", [rlaunch, "-n", "2"] + prog),
-                    ("rlaunch --bind-to none", [rlaunch, "--bind-to", "none", "-n", "2"] + prog),
-                    ("mpirun", [MPIRUN, "--allow-run-as-root", "-n", "2"] + prog),
-                ],
-            )
-        )
-    if not only or "lu-ompi" in only:
-        found.append(
-            (
-                "lu-ompi",
-                "ScaLAPACK xdlu, 20 LUs of 800^2 on 1x2, Open MPI",
-                "lu",
-                [
-                    ("rlaunch", [rlaunch, "-n", "2", XDLU]),
-                    ("rlaunch --bind-to none", [rlaunch, "--bind-to", "none", "-n", "2", XDLU]),
-                    ("mpirun", [MPIRUN, "--allow-run-as-root", "-n", "2", XDLU]),
-                ],
-            )
-        )
-    if not only or "halo-mpich" in only:
-        halo = build_halo("mpicc.mpich", "halo-mpich")
-        prog = [halo] + halo_args
-        found.append(
-            (
-                "halo-mpich",
-                "MPICH FDTD-like halo, 2 ranks",
-                None,
-                [
-                    ("rlaunch", [rlaunch, "-n", "2"] + prog),
-                    ("rlaunch --bind-to none", [rlaunch, "--bind-to", "none", "-n", "2"] + prog),
-                    ("hydra", [HYDRA, "-n", "2"] + prog),
-                ],
-            )
-        )
+    for key, title, kind, program, (theirs, launcher) in table:
+        if only and key not in only:
+            continue
+        prog = ["-n", "2"] + program()
+        commands = [
+            ("rlaunch", [rlaunch] + prog),
+            ("rlaunch --bind-to none", [rlaunch, "--bind-to", "none"] + prog),
+            (theirs, launcher + prog),
+        ]
+        found.append((key, title, kind, commands))
     if before:
         # Another build's plain command beside this one's, in the same rounds (an A/B).
         for _, _, _, commands in found:

@@ -242,13 +242,18 @@ impl Batch {
     }
 }
 
+/// The CPUs this proxy may run its ranks on (its affinity, a cgroup's quota).
+pub(crate) fn cpus_here() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
 /// The helper threads, started on first use and never ended: the kernel sends a rank its
 /// PR_SET_PDEATHSIG when the *thread* that created it exits, so a helper that returned would
 /// kill every rank it started. They end with the process, as they should.
 fn helpers() -> &'static [mpsc::Sender<Arc<Batch>>] {
     static HELPERS: OnceLock<Vec<mpsc::Sender<Arc<Batch>>>> = OnceLock::new();
     HELPERS.get_or_init(|| {
-        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let cpus = cpus_here();
         // Helpers allocate a few small vectors per spawn: the main arena will do, rather
         // than an arena of their own each.
         // SAFETY: mallopt with integer arguments.

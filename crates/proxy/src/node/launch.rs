@@ -86,7 +86,7 @@ impl Node {
         let Some((listener, setup)) = self.launch_setup() else { return };
         let (job, host, ranks) = self.launched_ranks();
         let Some(mut batch) = self.launched_batch(&job, &host, &ranks) else { return };
-        let local = self.local_after(&batch);
+        let local = self.local_after(batch.len());
         let mut unbound = HashMap::new();
         let budget = self.job.liveness.heartbeat() / 4;
         let mut size = START_SLICE;
@@ -193,7 +193,7 @@ impl Node {
         // Nodes started by fork share this machine's cores (fake nodes).
         let shared = self.plan.fork && job.forked_ranks as usize > count;
         let places = self.placer.place(job, &segments, shared)?;
-        let own_session = !shared && self.ranks.running_pids().count() + count <= cpus_here();
+        let own_session = !shared && self.local_after(count) <= crate::spawn::cpus_here();
         let batch = ranks
             .iter()
             .zip(places)
@@ -222,7 +222,7 @@ impl Node {
     /// Starts ranks, a slice of them at a time (see [`START_SLICE`]). Returns the ranks
     /// whose PMI connection is still to come.
     fn start_batch(&mut self, mut batch: Vec<StartRank>, setup: &PmiSetup) -> Unbound {
-        let local = self.local_after(&batch);
+        let local = self.local_after(batch.len());
         let mut unbound = HashMap::new();
         while !batch.is_empty() {
             let slice = next_slice(&mut batch, START_SLICE);
@@ -231,10 +231,10 @@ impl Node {
         unbound
     }
 
-    /// How many ranks this node will run once `batch` has started: their PMIx environments
-    /// say so, if their job has them.
-    fn local_after(&self, batch: &[StartRank]) -> usize {
-        self.ranks.running_pids().count() + batch.len()
+    /// How many ranks this node will run once `starting` more have started: their PMIx
+    /// environments say so, if their job has them.
+    fn local_after(&self, starting: usize) -> usize {
+        self.ranks.running_pids().count() + starting
     }
 
     /// Starts a slice of ranks: their processes first (several at a time), then the tasks
@@ -397,11 +397,6 @@ impl Node {
         tracing::debug!(job = index, size = ranks.len(), "spawned job started");
         Ok(())
     }
-}
-
-/// The CPUs this proxy may run its ranks on (its affinity, a cgroup's quota).
-fn cpus_here() -> usize {
-    std::thread::available_parallelism().map_or(1, |n| n.get())
 }
 
 /// The next slice of `batch` to start, `size` ranks at most, taken off its front.

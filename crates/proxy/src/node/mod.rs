@@ -517,11 +517,12 @@ impl Node {
     }
 }
 
-/// The signal that does what `sig` asks of rank `pid`'s process group. A rank leads a session
-/// of its own, so its process group has no parent outside it in its session (it is
-/// "orphaned"), and the kernel discards a terminal stop (SIGTSTP, SIGTTIN, SIGTTOU) whose
-/// action there is the default: a rank that does not catch it is sent SIGSTOP instead, one
-/// that does gets it, for its handler.
+/// The signal that does what `sig` asks of rank `pid`'s process group. A rank that leads a
+/// session of its own (`Spawn::own_session`) has a process group with no parent outside it in
+/// its session (it is "orphaned"), and the kernel discards a terminal stop (SIGTSTP, SIGTTIN,
+/// SIGTTOU) whose action there is the default: a rank that does not catch it is sent SIGSTOP
+/// instead (the same stop for a rank in the proxy's session), one that does gets it, for its
+/// handler.
 fn stop_as(pid: i32, sig: Signal) -> Signal {
     let stop = matches!(sig, Signal::SIGTSTP | Signal::SIGTTIN | Signal::SIGTTOU);
     if stop && !catches(pid, sig) {
