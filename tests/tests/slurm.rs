@@ -32,7 +32,7 @@ fn slurm_runs_steps_allocations_batch_jobs_and_mpi_and_cancels_cleanly() {
     let cluster = SlurmCluster::up(NODES);
     eprintln!("slurm cluster up in {:?}", started.elapsed());
     assert_eq!(cluster.running_daemons().len(), 2 + NODES, "munged, slurmctld, a slurmd a node");
-    let steps: [Step; 15] = [
+    let steps: [Step; 17] = [
         ("srun", srun_runs_a_task_on_each_node),
         ("salloc", salloc_exports_the_allocation),
         ("sbatch", sbatch_wait_runs_a_batch_script_on_the_first_node),
@@ -40,6 +40,8 @@ fn slurm_runs_steps_allocations_batch_jobs_and_mpi_and_cancels_cleanly() {
         ("scancel", scancel_leaves_no_process_of_the_job),
         ("rlaunch", rlaunch_inside_salloc_starts_its_proxies_with_one_srun),
         ("rlaunch-openmpi", open_mpi_inside_salloc_gets_a_pmix_server_on_every_node),
+        ("rlaunch-spawn", open_mpi_spawns_onto_nodes_of_the_allocation_that_had_no_proxy),
+        ("rlaunch-respawn", a_spawn_onto_a_node_whose_proxy_ended_starts_another_there),
         ("rlaunch-sbatch", rlaunch_in_a_batch_script_needs_no_host_options),
         ("rlaunch-frameworks", frameworks_in_a_batch_script_need_no_host_options),
         ("rlaunch-nested", rlaunch_inside_a_step_overlaps_it_instead_of_hanging),
@@ -230,6 +232,70 @@ fn open_mpi_inside_salloc_gets_a_pmix_server_on_every_node(cluster: &SlurmCluste
         .map(|rank| HelloLine { rank, size: 6, sum: 15, name: format!("n{}", rank / 2 + 1) })
         .collect();
     assert_eq!(hello_lines(&out.stdout_str()), want, "{out}");
+}
+
+fn open_mpi_spawns_onto_nodes_of_the_allocation_that_had_no_proxy(cluster: &SlurmCluster) {
+    // One rank on n1 of three nodes with a slot each: its two children go after its slot,
+    // round the allocation, to n2 and n3, where no proxy runs yet. Each gets one, started by
+    // an srun of its own that overlaps the job's step, and dialing back; the children then
+    // talk to their parent across the nodes.
+    let spawn = CProgram::OmpiSpawn.path_str();
+    let rlaunch = rlaunch_tests::rlaunch().to_string_lossy().into_owned();
+    let report = cluster.dir().join("spawn-report.json");
+    let report = report.to_str().unwrap();
+    let args = ["-N3", "-n3", &rlaunch, "--report", report, "-n", "1", &spawn, "0"];
+    let out = cluster.run("salloc", &args).timeout(WAIT).run();
+    out.assert_code(0);
+    let want = [
+        "child 0 of 2 got 100 from 0",
+        "child 1 of 2 got 100 from 0",
+        "parent 0 heard 0: 100",
+        "parent 0 heard 1: 101",
+        "parent 0 spawned 2",
+    ];
+    assert_eq!(sorted(out.lines()), want, "{out}");
+    assert_eq!(rlaunch_tests::output::report_hosts(std::path::Path::new(report), 1), ["n2", "n3"]);
+    assert!(!out.stderr_str().contains("rlaunch:"), "rlaunch had something to say: {out}");
+}
+
+fn a_spawn_onto_a_node_whose_proxy_ended_starts_another_there(cluster: &SlurmCluster) {
+    // Width 1: rlaunch -> n1 -> n2 -> n3. Ranks 1 and 2 (on n2 and n3) end at once, and
+    // n3's proxy with them; only then does rank 0 (on n1) spawn three (PMI-2) onto n3. The
+    // new proxy there comes from an srun that overlaps the first step, which holds n3's CPU
+    // until it ends, and it dials in as rlaunch's own child, not n2's as the first one was.
+    let rlaunch = rlaunch_tests::rlaunch().to_string_lossy().into_owned();
+    let client = rlaunch_tests::spawn_client();
+    let go = cluster.dir().join("respawn-go");
+    let go = go.to_str().unwrap();
+    let waits =
+        format!("while [ ! -e {go} ]; do sleep 0.05; done; exec /usr/bin/python3 {client} 2");
+    let args = ["-N3", "-n3", &rlaunch, "-vv", "--tree-width", "1", "-n", "1", "sh", "-c"];
+    let args = [&args[..], &[waits.as_str(), ":", "-n", "2", "true"]].concat();
+    let mut job = cluster.run("salloc", &args).env("SPAWN_INFO", "host=n3").timeout(WAIT).spawn();
+    job.wait_for_stderr_line(|l| l.contains("sending a proxy to its parent host=n3"), WAIT);
+    let on_n3 = |p: &rlaunch_tests::TaggedProcess| {
+        let environ = std::fs::read(format!("/proc/{}/environ", p.pid)).unwrap_or_default();
+        p.comm == "rlaunch-proxy" && environ.split(|&b| b == 0).any(|v| v == b"SLURMD_NODENAME=n3")
+    };
+    let deadline = Instant::now() + WAIT;
+    while rlaunch_tests::tagged_processes(job.tag()).iter().any(|p| p.is_running() && on_n3(p)) {
+        assert!(Instant::now() < deadline, "n3's proxy still runs after {WAIT:?}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::fs::write(go, "").unwrap();
+    let out = job.wait(WAIT);
+    out.assert_code(0);
+    let lines = out.lines();
+    assert!(lines.iter().any(|l| l.starts_with("parent 0 rc=0 ")), "{out}");
+    let children = sorted(lines.into_iter().filter(|l| l.starts_with("child ")));
+    assert_eq!(children.len(), 3, "{out}");
+    for (c, line) in children.iter().enumerate() {
+        let placed = line.starts_with(&format!("child {c} of 3 ")) && line.contains(" on n3 map ");
+        assert!(placed, "{line}: {out}");
+    }
+    let err = out.stderr_str();
+    assert!(err.contains("starting a proxy during the run host=n3"), "{out}");
+    assert!(!err.lines().any(|l| l.starts_with("rlaunch:")), "{out}");
 }
 
 /// Ranks 0..n of a hello run over the allocation `2(x2),1`, in node order.

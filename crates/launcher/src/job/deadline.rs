@@ -53,7 +53,8 @@ impl Root {
             Deadline::Dial => {
                 self.dial_deadline = None;
                 let wait = link::HELLO_WAIT.as_secs();
-                self.give_up_dialing(&format!("its proxy did not call back within {wait} s"));
+                let why = format!("its proxy did not call back within {wait} s");
+                self.give_up_dialing(&why, |_, _| true);
             }
             Deadline::Held => {
                 // The grace is over and ranks are still running: the signal ends the job.
@@ -99,7 +100,7 @@ impl Root {
             Deadline::Proxy => {
                 self.teardown.proxy_due();
                 self.children.kill_unfinished();
-                if let Some(launcher) = self.launcher.as_ref().filter(|l| l.ended.is_none()) {
+                for launcher in self.launchers.iter().filter(|l| l.ended.is_none()) {
                     tracing::warn!(launcher = %launcher.name, "did not finish; killing it");
                     procs::signal_pid(launcher.pid, Signal::SIGKILL);
                 }

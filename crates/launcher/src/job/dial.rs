@@ -14,6 +14,9 @@
 //! dials rlaunch first (its address is the one they all know), and rlaunch sends those that
 //! are not its own children to their parent's listener (`LinkDown::Redirect`), once that parent
 //! has said where it listens (`Up::Listening`).
+//!
+//! rlaunch listens while the job runs: a proxy started for spawned ranks on a host that has
+//! none gets an srun of its own ([`start_late`]) and dials in the same way, as rlaunch's child.
 
 use rlaunch_protocol::ids::NodeId;
 use std::collections::HashMap;
@@ -25,14 +28,14 @@ use std::process::{Command, Stdio};
 use rlaunch_protocol::control::{LinkDown, NodePlan};
 use rlaunch_tree::children::Lost;
 use rlaunch_tree::dialin::{self, Dialed};
+use rlaunch_tree::link;
 use rlaunch_tree::secure::{self, Secret};
 use tokio::sync::mpsc;
+use tokio::time::Instant;
 
-use super::cause::Cause;
 use super::{route, Event, Root};
 use crate::output::Feed;
-use crate::quote::cut;
-use crate::quote::io_error;
+use crate::quote::{cut, io_error};
 
 /// How the proxies of a dialing launch are started.
 #[derive(Debug, Clone)]
@@ -52,6 +55,17 @@ pub struct DialPlan {
 pub(crate) struct Started {
     pub pid: i32,
     pub acceptor: tokio::task::JoinHandle<()>,
+    /// Where a proxy started later dials, and what it proves.
+    pub back: DialBack,
+}
+
+/// rlaunch's listener for the proxies of a dialing launch, and the job's secret: what a
+/// proxy started during the run (for spawned ranks) is given too, to dial in as the first
+/// ones did.
+#[derive(Clone)]
+pub(crate) struct DialBack {
+    pub address: SocketAddr,
+    pub secret: Secret,
 }
 
 /// Listens, then starts one launcher for all of `nodes`; the proxies that dial in arrive on
@@ -62,9 +76,23 @@ pub(crate) fn start(
     dialed: mpsc::UnboundedSender<Dialed>,
 ) -> io::Result<Started> {
     let (listener, address) = dialin::listen(plan.bind)?;
-    let secret = Secret::generate()?;
+    let back = DialBack { address, secret: Secret::generate()? };
     tracing::info!(%address, nodes = nodes.len(), "listening for proxies");
+    let pid = launch(plan, nodes, &back, plan.overlap)?;
+    let acceptor = tokio::spawn(dialin::accept(listener, back.secret.clone(), dialed));
+    Ok(Started { pid, acceptor, back })
+}
 
+/// Starts the launcher of one proxy, on `host`, during the run: it dials in at `back` as
+/// the first ones did. Its step overlaps the job's others: the first proxies' step keeps
+/// its CPUs until its last proxy ends, on this host too if its proxy ended already.
+pub(crate) fn start_late(plan: &DialPlan, host: &str, back: &DialBack) -> io::Result<i32> {
+    tracing::debug!(%host, "starting a proxy during the run");
+    launch(plan, &[host], back, true)
+}
+
+/// Starts the launcher (srun) of a proxy on each of `nodes`, each to dial `back`; its pid.
+fn launch(plan: &DialPlan, nodes: &[&str], back: &DialBack, overlap: bool) -> io::Result<i32> {
     let (program, args) =
         plan.launcher.split_first().ok_or_else(|| io::Error::other("empty launcher command"))?;
     let n = nodes.len().to_string();
@@ -78,16 +106,14 @@ pub(crate) fn start(
         // The address and the secret travel in srun's environment: --export=NONE (often in
         // batch scripts, as SLURM_EXPORT_ENV) would leave the proxies without them.
         .arg("--export=ALL")
-        .args(plan.overlap.then_some("--overlap"))
+        .args(overlap.then_some("--overlap"))
         .arg(&plan.proxy_path)
-        .env(secure::PARENT_VAR, address.to_string())
-        .env(secure::SECRET_VAR, secret.to_hex())
+        .env(secure::PARENT_VAR, back.address.to_string())
+        .env(secure::SECRET_VAR, back.secret.to_hex())
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .process_group(0);
-    let child = srun.spawn()?;
-    let acceptor = tokio::spawn(dialin::accept(listener, secret, dialed));
-    Ok(Started { pid: child.id() as i32, acceptor })
+    Ok(srun.spawn()?.id() as i32)
 }
 
 /// An address of this machine that the `nodes` can reach it at: the local end of the route
@@ -188,6 +214,12 @@ impl<P> DialTree<P> {
         DialTree { parent_of, listening: HashMap::new(), waiting: Vec::new() }
     }
 
+    /// The proxy of `host` is one of rlaunch's own children, started during the run, not the
+    /// child of the node above it in the first tree.
+    pub(super) fn top(&mut self, host: &str) {
+        self.parent_of.remove(host);
+    }
+
     /// The proxy of `host` dialed rlaunch.
     pub(super) fn arrived(&mut self, host: &str, proxy: P) -> Arrival<P> {
         let Some(&parent) = self.parent_of.get(host) else { return Arrival::Child(proxy) };
@@ -222,12 +254,20 @@ impl<P> Default for DialTree<P> {
     }
 }
 
-/// The one process (srun) that started every proxy of a dialing launch.
+/// A process (srun) that started proxies of a dialing launch: the job's first ones, or one
+/// started during the run.
 pub(super) struct Launcher {
     pub pid: i32,
     pub name: String,
     pub ended: Option<rlaunch_protocol::ids::ExitOutcome>,
+    /// The child it started during the run; `None`: it started the first proxies.
+    pub late: Option<usize>,
+}
+
+/// rlaunch's listener for the proxies of a dialing launch, while the job runs.
+pub(super) struct Listening {
     pub acceptor: tokio::task::JoinHandle<()>,
+    pub back: DialBack,
 }
 
 impl Root {
@@ -258,12 +298,56 @@ impl Root {
         }
     }
 
-    /// The proxies still to dial in are lost, for `reason`.
-    pub(super) fn give_up_dialing(&mut self, reason: &str) {
-        self.dial_deadline = None;
-        for Lost { host, reason } in self.children.give_up_dialing(reason) {
-            self.fail(Cause::LostProxy { host, reason });
+    /// The proxies still to dial in that `which(child, late)` picks are lost, for `reason`:
+    /// one of the first ends the job, one started for a spawn fails that spawn.
+    pub(super) fn give_up_dialing(&mut self, reason: &str, which: impl Fn(usize, bool) -> bool) {
+        for lost in self.children.give_up_dialing(reason, which) {
+            self.proxy_lost(lost);
         }
+        if self.children.dialing() == 0 {
+            self.dial_deadline = None;
+        }
+    }
+
+    /// A launcher ended: the proxies it started that have not dialed in never will.
+    /// `late`: the child it started during the run, or `None` for the first proxies'.
+    pub(super) fn launcher_ended(&mut self, late: Option<usize>, reason: &str) {
+        match late {
+            Some(index) => self.give_up_dialing(reason, |child, _| child == index),
+            None => self.give_up_dialing(reason, |_, late| !late),
+        }
+    }
+
+    /// Starts the proxy of `plan`'s node during the run, with a launcher of its own that
+    /// overlaps the job's steps; it dials in as the first proxies did, and is rlaunch's own
+    /// child wherever the tree had its host before. `window`: the output it may have on
+    /// the way. Returns its index, or why it is lost.
+    pub(super) fn start_late_dialing(
+        &mut self,
+        plan: &NodePlan,
+        window: u64,
+        events: &mpsc::UnboundedSender<Event>,
+        output: &Feed,
+    ) -> Result<usize, Lost> {
+        let (Some(dial_plan), Some(listening)) = (&self.plan.dial, &self.listening) else {
+            let reason = "rlaunch does not listen for proxies (its launcher failed)".to_string();
+            return Err(Lost { host: plan.host.clone(), reason });
+        };
+        let name = dial_plan.launcher.first().cloned().unwrap_or_default();
+        let launched = self.proxies.dial_late(dial_plan, &plan.host, &listening.back);
+        let process =
+            launched.as_ref().map(|_| None).map_err(|e| io::Error::new(e.kind(), io_error(e)));
+        let report = self.plan.report_bindings;
+        let index = self.children.start_late(&self.plan.job, plan, window, process, |child| {
+            let (output, events) = (output.clone(), events.clone());
+            move |event| route(child, event, output.clone(), events.clone(), report)
+        })?;
+        let pid = launched.expect("started, or the child is lost");
+        self.launchers.push(Launcher { pid, name, ended: None, late: Some(index) });
+        self.dial_tree.top(&plan.host);
+        let deadline = Instant::now() + link::HELLO_WAIT;
+        self.dial_deadline = Some(self.dial_deadline.map_or(deadline, |d| d.max(deadline)));
+        Ok(index)
     }
 
     /// The proxy of `node` listens at `address`: the proxies waiting for it go there.
@@ -323,5 +407,8 @@ mod tests {
         assert_eq!(tree.arrived("n6", "p6"), Arrival::Waits);
         tree.drop_waiting();
         assert!(tree.listening(NodeId(5), "a5".into()).is_empty());
+        // A proxy started on n3 during the run is rlaunch's own.
+        tree.top("n3");
+        assert_eq!(tree.arrived("n3", "p3"), Arrival::Child("p3"));
     }
 }

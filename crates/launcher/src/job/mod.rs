@@ -159,8 +159,11 @@ struct Root {
     names: Names,
     /// Tells the output writer about each spawned job before its ranks start.
     spawned_jobs: std::sync::mpsc::Sender<SpawnedJob>,
-    /// The launcher that started the proxies that dial in, and how it ended.
-    launcher: Option<dial::Launcher>,
+    /// The launchers (srun) that started the proxies that dial in, and how each ended: the
+    /// first proxies', then one for each proxy started during the run.
+    launchers: Vec<dial::Launcher>,
+    /// Where the proxies that dial in reach rlaunch, while the job runs.
+    listening: Option<dial::Listening>,
     /// Proxies that have not dialed in by then are lost.
     dial_deadline: Option<Instant>,
     /// The tree of a dialing launch: where each proxy that dials in goes.
@@ -212,7 +215,8 @@ impl Root {
             group_fences: HashMap::new(),
             names: Names::default(),
             spawned_jobs,
-            launcher: None,
+            launchers: Vec::new(),
+            listening: None,
             dial_deadline: None,
             dial_tree: dial::DialTree::default(),
             spawns: spawn::Spawns::default(),
@@ -273,7 +277,7 @@ async fn run_in(mut plan: Plan, world: World) -> i32 {
 
     while !root.finished() {
         // Every proxy is done and srun lingers: it gets the grace proxies get, then SIGKILL.
-        let lingering = root.launcher.as_ref().is_some_and(|l| l.ended.is_none());
+        let lingering = root.launchers.iter().any(|l| l.ended.is_none());
         if lingering && root.children.settled() {
             root.teardown.launcher_lingers(Instant::now());
         }
@@ -304,8 +308,8 @@ async fn run_in(mut plan: Plan, world: World) -> i32 {
         }
     }
 
-    if let Some(launcher) = &root.launcher {
-        launcher.acceptor.abort();
+    if let Some(listening) = &root.listening {
+        listening.acceptor.abort();
     }
     // The tracker's port closes with the job.
     if let Some(tracker) = tracker {
@@ -337,9 +341,9 @@ async fn run_in(mut plan: Plan, world: World) -> i32 {
 }
 
 impl Root {
-    /// Every proxy is finished, and so is the launcher that started them.
+    /// Every proxy is finished, and so is each launcher that started some.
     fn finished(&self) -> bool {
-        self.children.settled() && self.launcher.as_ref().is_none_or(|l| l.ended.is_some())
+        self.children.settled() && self.launchers.iter().all(|l| l.ended.is_some())
     }
 
     fn handle(&mut self, Event { child, event }: Event) {
@@ -559,13 +563,11 @@ impl Root {
 
     /// A process of the world ended: the scheduler's launcher, or a proxy.
     fn process_ended(&mut self, procs::Ended { pid, outcome, .. }: procs::Ended) {
-        if let Some(launcher) = self.launcher.as_mut().filter(|l| l.pid == pid) {
+        if let Some(launcher) = self.launchers.iter_mut().find(|l| l.pid == pid) {
             launcher.ended = Some(outcome);
             tracing::debug!(launcher = %launcher.name, %outcome, "launcher ended");
-            if self.children.dialing() > 0 {
-                let name = launcher.name.clone();
-                self.give_up_dialing(&format!("{name} {outcome} before its proxy called back"));
-            }
+            let (name, late) = (launcher.name.clone(), launcher.late);
+            self.launcher_ended(late, &format!("{name} {outcome} before its proxy called back"));
         } else if let Some(lost) = self.children.reaped(pid, outcome) {
             self.proxy_lost(lost);
         }

@@ -14,7 +14,9 @@
 use rlaunch_protocol::ids::{Gid, NodeId};
 use std::collections::{BTreeSet, HashMap};
 
-use rlaunch_protocol::control::{Down, NodePlan, SpawnCmd, SpawnJob, SpawnOutcome, SpawnRequest};
+use rlaunch_protocol::control::{
+    Bootstrap, Down, NodePlan, SpawnCmd, SpawnJob, SpawnOutcome, SpawnRequest,
+};
 use rlaunch_tree::children::Lost;
 use rlaunch_tree::credit;
 use rlaunch_tree::fence::{FenceFold, Pair};
@@ -203,29 +205,25 @@ impl Root {
             ranks: Vec::new(),
             children: Vec::new(),
         };
-        let job = &self.plan.job;
-        let process = match job.bootstrap {
-            rlaunch_protocol::control::Bootstrap::Dial => Err(std::io::Error::other(
-                "proxies that dial in (inside a Slurm allocation) are started once, at the \
-                 start of the job",
-            )),
-            _ => {
-                let own = &self.plan.own_host;
-                let fork = job.bootstrap == rlaunch_protocol::control::Bootstrap::Fork
-                    || (!self.plan.forced_remote && hosts::is_local(&host, own));
-                self.proxies.late(&plan, fork)
-            }
-        };
         let Some((events, output)) = self.links.clone() else { return };
-        let report = self.plan.report_bindings;
-        let process = match output.splicer() {
-            Some(splicer) => process.map(|p| splicer.attach(p)),
-            None => process,
-        };
         let window = credit::window(credit::ROOT_BUDGET, ranks, self.roll.len() as usize);
-        let started = self.children.start_late(job, &plan, window, process, |child| {
-            move |event| route(child, event, output.clone(), events.clone(), report)
-        });
+        let job = &self.plan.job;
+        let started = if self.plan.dial.is_some() {
+            self.start_late_dialing(&plan, window, &events, &output)
+        } else {
+            let own = &self.plan.own_host;
+            let fork = job.bootstrap == Bootstrap::Fork
+                || (!self.plan.forced_remote && hosts::is_local(&host, own));
+            let process = self.proxies.late(&plan, fork);
+            let process = match output.splicer() {
+                Some(splicer) => process.map(|p| splicer.attach(p)),
+                None => process,
+            };
+            let report = self.plan.report_bindings;
+            self.children.start_late(job, &plan, window, process.map(Some), |child| {
+                move |event| route(child, event, output.clone(), events.clone(), report)
+            })
+        };
         self.spawns.late.insert(node, host);
         if let Err(lost) = started {
             self.proxy_lost(lost);

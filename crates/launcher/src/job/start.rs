@@ -79,17 +79,16 @@ impl Root {
             let name = dial_plan.launcher.first().cloned().unwrap_or_default();
             match self.proxies.dial(dial_plan, &hosts, dialed) {
                 Ok(started) => {
-                    self.launcher = Some(dial::Launcher {
-                        pid: started.pid,
-                        name,
-                        ended: None,
-                        acceptor: started.acceptor,
-                    });
+                    let launcher =
+                        dial::Launcher { pid: started.pid, name, ended: None, late: None };
+                    self.launchers.push(launcher);
+                    let (acceptor, back) = (started.acceptor, started.back);
+                    self.listening = Some(dial::Listening { acceptor, back });
                     self.dial_deadline = Some(Instant::now() + link::HELLO_WAIT);
                 }
                 Err(e) => {
                     let why = format!("cannot start {name}: {}", crate::quote::io_error(&e));
-                    self.give_up_dialing(&why);
+                    self.give_up_dialing(&why, |_, late| !late);
                 }
             }
         }

@@ -14,7 +14,7 @@ use rlaunch_tree::link::{self, ForkedProxy, ProxyProcess};
 use rlaunch_tree::procs::Reaper;
 use tokio::sync::mpsc;
 
-use super::dial::{self, DialPlan};
+use super::dial::{self, DialBack, DialPlan};
 use super::signals::ForwardedSignals;
 use super::Plan;
 use crate::stdin;
@@ -34,6 +34,9 @@ pub(crate) trait Proxies: Send {
         hosts: &[&str],
         dialed: mpsc::UnboundedSender<Dialed>,
     ) -> io::Result<dial::Started>;
+    /// Starts the scheduler's launcher of one proxy on `host` during the run, which dials in
+    /// at `back` as the first ones did; the launcher's pid.
+    fn dial_late(&mut self, plan: &DialPlan, host: &str, back: &DialBack) -> io::Result<i32>;
 }
 
 /// A world with no proxy to start (the Root of a unit test that drives it by its events).
@@ -54,6 +57,10 @@ impl Proxies for NoProxies {
         _: &[&str],
         _: mpsc::UnboundedSender<Dialed>,
     ) -> io::Result<dial::Started> {
+        Err(io::Error::other("no launcher in this world"))
+    }
+
+    fn dial_late(&mut self, _: &DialPlan, _: &str, _: &DialBack) -> io::Result<i32> {
         Err(io::Error::other("no launcher in this world"))
     }
 }
@@ -89,6 +96,10 @@ impl Proxies for ThisProcess {
         dialed: mpsc::UnboundedSender<Dialed>,
     ) -> io::Result<dial::Started> {
         dial::start(plan, hosts, dialed)
+    }
+
+    fn dial_late(&mut self, plan: &DialPlan, host: &str, back: &DialBack) -> io::Result<i32> {
+        dial::start_late(plan, host, back)
     }
 }
 

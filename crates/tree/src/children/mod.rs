@@ -136,13 +136,14 @@ impl Children {
 
     /// Starts a late child (`Launch::late`) for ranks a spawn places on a host that has no
     /// proxy of this parent's: it takes no part in the launched job's fences. `window`: the
-    /// output it may have on the way. Returns its index, or why it is lost.
+    /// output it may have on the way; `process`: as [`Children::start`]'s, `None` for one
+    /// that will dial in. Returns its index, or why it is lost.
     pub fn start_late<F, Fut>(
         &mut self,
         job: &Job,
         plan: &NodePlan,
         window: u64,
-        process: io::Result<ProxyProcess>,
+        process: io::Result<Option<ProxyProcess>>,
         deliver: impl FnOnce(usize) -> F,
     ) -> Result<usize, Lost>
     where
@@ -150,7 +151,7 @@ impl Children {
         Fut: std::future::Future<Output = bool> + Send + 'static,
     {
         let index = self.list.len();
-        self.add(job, plan, true, window, process.map(Some), deliver(index))?;
+        self.add(job, plan, true, window, process, deliver(index))?;
         Ok(index)
     }
 
@@ -272,10 +273,16 @@ impl Children {
         self.list.iter().filter(|c| c.dialing.is_some()).count()
     }
 
-    /// Stops waiting for the children that have not dialed in: they are lost, for `reason`.
-    pub fn give_up_dialing(&mut self, reason: &str) -> Vec<Lost> {
+    /// Stops waiting for the children that have not dialed in and that `which(index, late)`
+    /// picks: they are lost, for `reason`.
+    pub fn give_up_dialing(
+        &mut self,
+        reason: &str,
+        which: impl Fn(usize, bool) -> bool,
+    ) -> Vec<Lost> {
         let mut lost = Vec::new();
-        for child in self.list.iter_mut().filter(|c| c.dialing.is_some()) {
+        let waiting = self.list.iter_mut().enumerate().filter(|(i, c)| which(*i, c.late));
+        for (_, child) in waiting.filter(|(_, c)| c.dialing.is_some()) {
             child.dialing = None;
             child.state.lost = true;
             child.state.link_closed = true;

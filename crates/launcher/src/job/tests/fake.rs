@@ -109,12 +109,19 @@ pub(super) struct Outside {
 /// short of it).
 pub(super) const LAUNCHER_PID: i32 = i32::MAX - 1;
 
+/// The pid of the launcher of a proxy started during the run in a dialing world.
+pub(super) const LATE_LAUNCHER_PID: i32 = i32::MAX - 2;
+
 /// Proxies in memory: the Root's ends of the top ones' links, by index, of those the run
-/// starts later, by host, and the proxies that dial in once the launcher starts, in order.
+/// starts later, by host, and the proxies that dial in once the launcher starts, in order;
+/// in a dialing world, those its launchers of one proxy start later (which dial in at once),
+/// and where they arrive.
 struct InMemory {
     top: Vec<Option<ProxyProcess>>,
     late: Vec<(String, ProxyProcess)>,
     dialing: Vec<Dialed>,
+    late_dialing: Vec<Dialed>,
+    dialed: Option<mpsc::UnboundedSender<Dialed>>,
 }
 
 impl world::Proxies for InMemory {
@@ -139,12 +146,25 @@ impl world::Proxies for InMemory {
         assert_eq!(plan.launcher, ["srun"]);
         assert!(callers.iter().all(|c| hosts.contains(c)), "{callers:?} not all in {hosts:?}");
         let dialing = std::mem::take(&mut self.dialing);
+        self.dialed = Some(dialed.clone());
         let acceptor = tokio::spawn(async move {
             for proxy in dialing {
                 let _ = dialed.send(proxy);
             }
         });
-        Ok(dial::Started { pid: LAUNCHER_PID, acceptor })
+        let address = std::net::SocketAddr::from((plan.bind, 7000));
+        let secret = rlaunch_tree::secure::Secret::generate().expect("random bytes");
+        Ok(dial::Started { pid: LAUNCHER_PID, acceptor, back: dial::DialBack { address, secret } })
+    }
+
+    /// The proxy of `host` dials in at once, if the test has one for it; otherwise its
+    /// launcher runs and it never calls.
+    fn dial_late(&mut self, _: &DialPlan, host: &str, _: &dial::DialBack) -> std::io::Result<i32> {
+        let at = self.late_dialing.iter().position(|d| d.greeting.host == host);
+        if let (Some(at), Some(dialed)) = (at, &self.dialed) {
+            let _ = dialed.send(self.late_dialing.remove(at));
+        }
+        Ok(LATE_LAUNCHER_PID)
     }
 }
 
@@ -164,7 +184,8 @@ pub(super) fn world_with(
             (fake, (h.to_string(), process))
         })
         .unzip();
-    let proxies = Box::new(InMemory { top, late, dialing: Vec::new() });
+    let (dialing, late_dialing, dialed) = (Vec::new(), Vec::new(), None);
+    let proxies = Box::new(InMemory { top, late, dialing, late_dialing, dialed });
     let (world, outside) = world_of(proxies);
     (world, fakes, late_fakes, outside)
 }
@@ -183,10 +204,28 @@ fn world_of(proxies: Box<InMemory>) -> (World, Outside) {
 /// A world whose proxies are started by a scheduler's launcher, one per host of `hosts`,
 /// each dialing in, in that order.
 pub(super) fn dialing_world(hosts: &[&str]) -> (World, Vec<FakeProxy>, Outside) {
-    let (fakes, dialing): (Vec<_>, Vec<_>) = hosts.iter().map(|h| FakeProxy::dialed(h)).unzip();
-    let proxies = Box::new(InMemory { top: Vec::new(), late: Vec::new(), dialing });
-    let (world, outside) = world_of(proxies);
+    let (world, fakes, _, outside) = dialing_world_with(hosts, &[]);
     (world, fakes, outside)
+}
+
+/// [`dialing_world`], with a proxy for each host of `late` that the run starts later through
+/// a launcher of its own, dialing in as soon as it is started.
+pub(super) fn dialing_world_with(
+    hosts: &[&str],
+    late: &[&str],
+) -> (World, Vec<FakeProxy>, Vec<FakeProxy>, Outside) {
+    let (fakes, dialing): (Vec<_>, Vec<_>) = hosts.iter().map(|h| FakeProxy::dialed(h)).unzip();
+    let (late_fakes, late_dialing): (Vec<_>, Vec<_>) =
+        late.iter().map(|h| FakeProxy::dialed(h)).unzip();
+    let proxies = Box::new(InMemory {
+        top: Vec::new(),
+        late: Vec::new(),
+        dialing,
+        late_dialing,
+        dialed: None,
+    });
+    let (world, outside) = world_of(proxies);
+    (world, fakes, late_fakes, outside)
 }
 
 /// [`world_with`] no proxy started later.
@@ -240,6 +279,7 @@ pub(super) fn read_report(dir: &std::path::Path) -> serde_json::Value {
 
 /// `plan` started by srun, its proxies dialing back to rlaunch on loopback.
 pub(super) fn dialing(plan: &mut Plan) {
+    plan.job.bootstrap = rlaunch_protocol::control::Bootstrap::Dial;
     plan.dial = Some(DialPlan {
         launcher: vec!["srun".into()],
         proxy_path: "rlaunch-proxy".into(),
@@ -250,7 +290,11 @@ pub(super) fn dialing(plan: &mut Plan) {
 
 /// How the launcher ended, as this process's reaper would say.
 pub(super) fn launcher_ended(outcome: ExitOutcome) -> rlaunch_tree::procs::Ended {
-    let pid = LAUNCHER_PID;
+    process_ended(LAUNCHER_PID, outcome)
+}
+
+/// How process `pid` ended, as this process's reaper would say.
+pub(super) fn process_ended(pid: i32, outcome: ExitOutcome) -> rlaunch_tree::procs::Ended {
     rlaunch_tree::procs::Ended { pid, outcome, user_us: 0, system_us: 0, maxrss_kib: 0 }
 }
 

@@ -165,6 +165,85 @@ async fn a_launcher_that_ends_before_a_proxy_called_back_loses_that_proxy_and_en
     assert_eq!(report["job"]["cause"], cause);
 }
 
+/// A spawn of one rank onto `n9`, a host the job had no proxy on, as rank 0 asks with `tag`.
+fn spawn_onto_n9(tag: Option<&str>) -> Up {
+    let cmd = SpawnCmd {
+        exe: "./child".into(),
+        args: vec![],
+        nprocs: 1,
+        info: vec![("add-host".into(), "n9".into())],
+        env: vec![],
+    };
+    let request = SpawnRequest { cmds: vec![cmd], preput: vec![] };
+    Up::Spawn { rank: Gid(0), tag: tag.map(String::from), request }
+}
+
+/// Inside an allocation, a spawn onto a host with no proxy starts one there with a launcher
+/// (srun) of its own: it dials in as the first proxies did, finds its late launch waiting,
+/// and the job waits for both launchers.
+#[tokio::test(flavor = "current_thread")]
+async fn a_spawn_in_a_dialing_launch_starts_its_late_proxy_through_the_launcher() {
+    let mut plan = plan_of(&[1]);
+    plan.job.stdin = StdinTarget::None;
+    dialing(&mut plan);
+    let (world, mut fakes, mut late, outside) = dialing_world_with(&["n0"], &["n9"]);
+    let (mut parent, mut child) = (fakes.remove(0), late.remove(0));
+    let script = async move {
+        let node = parent.launched("n0").await;
+        parent.send(spawn_onto_n9(None));
+        let late_node = child.launched("n9").await;
+        assert!(matches!(child.next().await, Down::Spawn(_)));
+        child.send(Up::SpawnStarted { job: 1, node: late_node, refused: None });
+        assert!(matches!(parent.next().await, Down::Spawn(_)));
+        assert!(matches!(
+            parent.next().await,
+            Down::SpawnAnswer { outcome: SpawnOutcome::Started { .. }, .. }
+        ));
+        child.send(ended(1, ExitOutcome::Exited(0)));
+        child.done(late_node);
+        parent.send(ended(0, ExitOutcome::Exited(0)));
+        parent.done(node);
+        outside.ended.send(launcher_ended(ExitOutcome::Exited(0))).expect("the Root runs");
+        let late_ended = process_ended(LATE_LAUNCHER_PID, ExitOutcome::Exited(0));
+        outside.ended.send(late_ended).expect("the Root runs");
+    };
+    let (code, _) = within(async { tokio::join!(run_in(plan, world), script) }).await;
+    assert_eq!(code, 0);
+}
+
+/// The launcher of a proxy started during the run ends before its proxy called back: the
+/// spawn that wanted it fails, saying why, and the job goes on.
+#[tokio::test(flavor = "current_thread")]
+async fn a_late_launcher_that_ends_before_its_proxy_called_back_fails_the_spawn() {
+    let mut plan = plan_of(&[1]);
+    plan.job.stdin = StdinTarget::None;
+    dialing(&mut plan);
+    let (world, mut fakes, outside) = dialing_world(&["n0"]);
+    let mut parent = fakes.remove(0);
+    let script = async move {
+        let node = parent.launched("n0").await;
+        parent.send(spawn_onto_n9(None));
+        assert!(matches!(parent.next().await, Down::Spawn(_)));
+        let late_ended = process_ended(LATE_LAUNCHER_PID, ExitOutcome::Exited(1));
+        outside.ended.send(late_ended).expect("the Root runs");
+        match parent.next().await {
+            Down::SpawnAnswer {
+                rank: Gid(0), outcome: SpawnOutcome::Refused { reason }, ..
+            } => {
+                let why = "cannot start a proxy on n9: srun exited with code 1 before its proxy \
+                           called back";
+                assert_eq!(reason, why);
+            }
+            other => panic!("expected the spawn refused, got {other:?}"),
+        }
+        parent.send(ended(0, ExitOutcome::Exited(0)));
+        parent.done(node);
+        outside.ended.send(launcher_ended(ExitOutcome::Exited(0))).expect("the Root runs");
+    };
+    let (code, _) = within(async { tokio::join!(run_in(plan, world), script) }).await;
+    assert_eq!(code, 0);
+}
+
 /// rlaunch reads at most [`STDIN_WINDOW`] chunks of its stdin ahead of the ranks: the next is
 /// read, and sent, only once an earlier one was written into every rank that reads it.
 #[tokio::test(flavor = "current_thread", start_paused = true)]
@@ -222,15 +301,7 @@ async fn a_spawn_onto_a_new_host_starts_a_late_proxy_there() {
     let (mut parent, mut child) = (fakes.remove(0), late.remove(0));
     let script = async move {
         let node = parent.launched("n0").await;
-        let cmd = SpawnCmd {
-            exe: "./child".into(),
-            args: vec![],
-            nprocs: 1,
-            info: vec![("add-host".into(), "n9".into())],
-            env: vec![],
-        };
-        let request = SpawnRequest { cmds: vec![cmd], preput: vec![] };
-        parent.send(Up::Spawn { rank: Gid(0), tag: Some("t".into()), request });
+        parent.send(spawn_onto_n9(Some("t")));
         let late_node = match child.next().await {
             Down::Launch(launch) => {
                 assert!(launch.late && launch.node.ranks.is_empty(), "{launch:?}");
