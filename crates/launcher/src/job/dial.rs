@@ -25,11 +25,12 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr, ToSocketAddrs, UdpSocket};
 use std::os::unix::process::CommandExt;
 use std::process::{Command, Stdio};
 
+use nix::sys::signal::Signal;
 use rlaunch_protocol::control::{LinkDown, NodePlan};
 use rlaunch_tree::children::Lost;
 use rlaunch_tree::dialin::{self, Dialed};
-use rlaunch_tree::link;
 use rlaunch_tree::secure::{self, Secret};
+use rlaunch_tree::{link, procs};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
@@ -301,6 +302,16 @@ impl Root {
     /// The proxies still to dial in that `which(child, late)` picks are lost, for `reason`:
     /// one of the first ends the job, one started for a spawn fails that spawn.
     pub(super) fn give_up_dialing(&mut self, reason: &str, which: impl Fn(usize, bool) -> bool) {
+        // A late proxy's own launcher goes with it: an srun still waiting for its step's
+        // resources would otherwise wait until the job's end.
+        let waiting = |child: usize| self.children.waits_to_dial(child) && which(child, true);
+        let launchers: Vec<i32> = (self.launchers.iter())
+            .filter(|l| l.ended.is_none() && l.late.is_some_and(waiting))
+            .map(|l| l.pid)
+            .collect();
+        for pid in launchers {
+            procs::signal_pid(pid, Signal::SIGTERM);
+        }
         for lost in self.children.give_up_dialing(reason, which) {
             self.proxy_lost(lost);
         }

@@ -273,6 +273,11 @@ impl Children {
         self.list.iter().filter(|c| c.dialing.is_some()).count()
     }
 
+    /// Child `child` is still waiting to dial in.
+    pub fn waits_to_dial(&self, child: usize) -> bool {
+        self.list.get(child).is_some_and(|c| c.dialing.is_some())
+    }
+
     /// Stops waiting for the children that have not dialed in and that `which(index, late)`
     /// picks: they are lost, for `reason`.
     pub fn give_up_dialing(
