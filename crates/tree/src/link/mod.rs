@@ -368,10 +368,7 @@ pub async fn run_link<F, Fut>(
             },
             r = async {
                 if said_hello {
-                    match tokio::time::timeout(silence, next_event(&mut reader, &mut bulk, &credit)).await {
-                        Ok(r) => r.map_err(LinkError::from),
-                        Err(_) => Err(LinkError::Silent(silence)),
-                    }
+                    next_within(silence, &mut reader, &mut bulk, &credit).await
                 } else {
                     match tokio::time::timeout(hello_wait, read_greeting(&mut reader)).await {
                         Ok(r) => r.map(|g| Some(LinkEvent::Greeted(g))),
@@ -454,6 +451,42 @@ async fn next_event(
                 return Err(rlaunch_protocol::control::FrameError::Malformed(what).into());
             }
         }
+    }
+}
+
+/// The next event from a child within `silence`, else [`LinkError::Silent`]. One that
+/// took a third of it is logged at debug, with what it was: how close the link came to
+/// being taken for lost.
+async fn next_within(
+    silence: std::time::Duration,
+    reader: &mut FrameReader<LinkRead>,
+    bulk: &mut Option<Box<dyn Bulk>>,
+    credit: &Arc<ChildCredit>,
+) -> Result<Option<LinkEvent>, LinkError> {
+    let asked = tokio::time::Instant::now();
+    let Ok(next) = tokio::time::timeout(silence, next_event(reader, bulk, credit)).await else {
+        return Err(LinkError::Silent(silence));
+    };
+    let waited = asked.elapsed();
+    if waited > silence / 3 {
+        let what = match &next {
+            Ok(Some(event)) => event_kind(event),
+            Ok(None) => "the end of the link".to_string(),
+            Err(e) => e.to_string(),
+        };
+        tracing::debug!("a child's next frame took {} ms: {what}", waited.as_millis());
+    }
+    next.map_err(LinkError::from)
+}
+
+/// What an event is, for a log line.
+fn event_kind(event: &LinkEvent) -> String {
+    match event {
+        LinkEvent::Output { data, .. } => format!("output of {} bytes", data.len()),
+        LinkEvent::Spliced { .. } => "a spliced piece".to_string(),
+        LinkEvent::Link(l) => format!("{l:?}"),
+        LinkEvent::Up(_) => "a job message".to_string(),
+        _ => "another event".to_string(),
     }
 }
 
