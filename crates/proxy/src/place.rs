@@ -34,6 +34,11 @@ impl RankCpus {
     }
 }
 
+/// `count` ranks placed nowhere in particular: not bound, no GPUs.
+fn unplaced(count: usize) -> Vec<RankPlace> {
+    (0..count).map(|_| RankPlace::default()).collect()
+}
+
 /// Where one local rank goes.
 #[derive(Default)]
 pub(crate) struct RankPlace {
@@ -92,7 +97,7 @@ impl Placer {
         // One rank's share is every core: nothing to bind.
         let spread = job.spread && !shared && count > 1;
         if job.mapping.is_none() && job.binding.is_none() && job.gpus.is_none() && !spread {
-            return Ok((0..count).map(|_| RankPlace::default()).collect());
+            return Ok(unplaced(count));
         }
         let gpus = job.gpus.is_some();
         if self.machine.is_none() || (gpus && !self.with_gpus) {
@@ -110,14 +115,12 @@ impl Placer {
         let machine = match self.machine.as_ref().expect("read above") {
             Ok(machine) => machine,
             Err(why) if gpus => return Err(format!("{why}: cannot give its ranks GPUs")),
-            // Nobody asked for a binding: say nothing of one not made.
-            Err(_) if job.binding.is_none() && job.mapping.is_none() => {
-                return Ok((0..count).map(|_| RankPlace::default()).collect());
-            }
             Err(why) => {
-                let notice = format!("{why}: ranks are not bound");
-                self.tell(notice);
-                return Ok((0..count).map(|_| RankPlace::default()).collect());
+                // Said only to one who asked for a binding, not of the spread no one asked for.
+                if job.binding.is_some() || job.mapping.is_some() {
+                    self.tell(format!("{why}: ranks are not bound"));
+                }
+                return Ok(unplaced(count));
             }
         };
         let per_rank: Vec<u32> = match &job.gpus {

@@ -302,17 +302,13 @@ impl Root {
     /// The proxies still to dial in that `which(child, late)` picks are lost, for `reason`:
     /// one of the first ends the job, one started for a spawn fails that spawn.
     pub(super) fn give_up_dialing(&mut self, reason: &str, which: impl Fn(usize, bool) -> bool) {
-        // A late proxy's own launcher goes with it: an srun still waiting for its step's
-        // resources would otherwise wait until the job's end.
-        let waiting = |child: usize| self.children.waits_to_dial(child) && which(child, true);
-        let launchers: Vec<i32> = (self.launchers.iter())
-            .filter(|l| l.ended.is_none() && l.late.is_some_and(waiting))
-            .map(|l| l.pid)
-            .collect();
-        for pid in launchers {
-            procs::signal_pid(pid, Signal::SIGTERM);
-        }
-        for lost in self.children.give_up_dialing(reason, which) {
+        for (child, lost) in self.children.give_up_dialing(reason, which) {
+            // A late proxy's own launcher goes with it: an srun still waiting for its step's
+            // resources would otherwise wait until the job's end.
+            let started = self.launchers.iter().find(|l| l.late == Some(child));
+            if let Some(launcher) = started.filter(|l| l.ended.is_none()) {
+                procs::signal_pid(launcher.pid, Signal::SIGTERM);
+            }
             self.proxy_lost(lost);
         }
         if self.children.dialing() == 0 {

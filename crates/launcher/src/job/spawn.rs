@@ -207,11 +207,10 @@ impl Root {
         };
         let Some((events, output)) = self.links.clone() else { return };
         let window = credit::window(credit::ROOT_BUDGET, ranks, self.roll.len() as usize);
-        let job = &self.plan.job;
         let started = if self.plan.dial.is_some() {
             self.start_late_dialing(&plan, window, &events, &output)
         } else {
-            let own = &self.plan.own_host;
+            let (job, own) = (&self.plan.job, &self.plan.own_host);
             let fork = job.bootstrap == Bootstrap::Fork
                 || (!self.plan.forced_remote && hosts::is_local(&host, own));
             let process = self.proxies.late(&plan, fork);

@@ -48,7 +48,7 @@ impl Node {
                 self.dial_deadline = None;
                 let wait = link::HELLO_WAIT.as_secs();
                 let reason = format!("its proxy did not call back within {wait} s");
-                for lost in self.children.give_up_dialing(&reason, |_, _| true) {
+                for (_, lost) in self.children.give_up_dialing(&reason, |_, _| true) {
                     self.report_lost(lost);
                 }
             }

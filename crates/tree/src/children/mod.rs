@@ -273,25 +273,21 @@ impl Children {
         self.list.iter().filter(|c| c.dialing.is_some()).count()
     }
 
-    /// Child `child` is still waiting to dial in.
-    pub fn waits_to_dial(&self, child: usize) -> bool {
-        self.list.get(child).is_some_and(|c| c.dialing.is_some())
-    }
-
     /// Stops waiting for the children that have not dialed in and that `which(index, late)`
-    /// picks: they are lost, for `reason`.
+    /// picks: they are lost, for `reason`. Returns each with its index.
     pub fn give_up_dialing(
         &mut self,
         reason: &str,
         which: impl Fn(usize, bool) -> bool,
-    ) -> Vec<Lost> {
+    ) -> Vec<(usize, Lost)> {
         let mut lost = Vec::new();
         let waiting = self.list.iter_mut().enumerate().filter(|(i, c)| which(*i, c.late));
-        for (_, child) in waiting.filter(|(_, c)| c.dialing.is_some()) {
+        for (index, child) in waiting.filter(|(_, c)| c.dialing.is_some()) {
             child.dialing = None;
             child.state.lost = true;
             child.state.link_closed = true;
-            lost.push(Lost { host: child.state.host.clone(), reason: reason.to_string() });
+            let host = child.state.host.clone();
+            lost.push((index, Lost { host, reason: reason.to_string() }));
         }
         lost
     }
