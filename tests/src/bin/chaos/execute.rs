@@ -12,24 +12,27 @@ use rlaunch_tests::{procfs, FloodReport};
 use crate::job::{describe, poll, processes_in_netns, ssh_client_of, Job, RankFiles, STDIN_RANK};
 use crate::trial::{Fault, Phase, Topology, Trial};
 
-/// The liveness settings every trial runs with: a lost proxy is found within 1.5 s.
+/// The liveness settings every trial runs with: a lost proxy is found within 5 s. Beside
+/// two busy loops, a proxy under sshd (a session, and so a scheduler group, of its own) was
+/// seen runnable and not run for up to 2.9 s (its /proc schedstat's wait; docs/reliability.md,
+/// *The suite under load*): 5 s is that with a margin of 1.7.
 const HEARTBEAT: &str = "0.25";
-const SILENCE: &str = "1.5";
+const SILENCE: &str = "5";
 const KILL_GRACE: Duration = Duration::from_secs(1);
-/// After the fault, how long rlaunch may take to end: silence (1.5 s), kill grace (1 s), the
+/// After the fault, how long rlaunch may take to end: silence (5 s), kill grace (1 s), the
 /// time output written before the end may take to come out before what is left is dropped
 /// (4 s; over ssh on a busy machine draining tens of MiB takes seconds), and a margin.
-const END_BOUND: Duration = Duration::from_secs(10);
+const END_BOUND: Duration = Duration::from_secs(14);
 /// A link down is noticed by silence, and the ssh client on the dead link is killed only
 /// after the child proxies' grace.
-const LINK_DOWN_BOUND: Duration = Duration::from_secs(12);
+const LINK_DOWN_BOUND: Duration = Duration::from_secs(16);
 /// How long a parent waits for a child proxy's hello (`rlaunch_tree::link::HELLO_WAIT`).
 const HELLO_WAIT: Duration = Duration::from_secs(30);
 /// After rlaunch ends, how long the job's processes may take to go.
 const ORPHAN_GRACE: Duration = Duration::from_secs(3);
 /// How long a rlaunch stopped with SIGSTOP stays stopped: its proxies must notice its
-/// silence (1.5 s) and take their nodes down (kill grace 1 s, child proxies 3 s) meanwhile.
-const RLAUNCH_STOPPED: Duration = Duration::from_millis(6500);
+/// silence (5 s) and take their nodes down (kill grace 1 s, child proxies 3 s) meanwhile.
+const RLAUNCH_STOPPED: Duration = Duration::from_millis(10000);
 
 pub struct Context {
     pub rlaunch: PathBuf,

@@ -101,12 +101,12 @@ impl Topology {
     }
 
     /// How long the job may run: what ends a trial whose fault ends nothing (a stopped rank).
-    /// Longer than the launch, the fault's delay and the end it causes (output written before
-    /// it still drains: over ssh, seconds).
+    /// Longer than the launch, the fault's delay and the end it causes (a stopped proxy found
+    /// by its 5 s of silence; output written before it still drains: over ssh, seconds).
     pub fn timeout(self) -> Duration {
         match self {
-            Topology::Local | Topology::Lone | Topology::Tree => Duration::from_secs(6),
-            Topology::Ssh => Duration::from_secs(12),
+            Topology::Local | Topology::Lone | Topology::Tree => Duration::from_secs(12),
+            Topology::Ssh => Duration::from_secs(18),
         }
     }
 }
