@@ -70,6 +70,12 @@ pub enum CProgram {
     /// of every other rank but those of ABSENT (`0,4`, or `-`) from what the fence brought
     /// (`rank R has N blobs`, or a complaint and exit 3).
     Fence,
+    /// `hang LATE SPIN`: every rank prints `pid R P` first; rank LATE never calls MPI_Init,
+    /// rank SPIN loops in `spin_for_ever` after it while the others wait in MPI_Barrier (-1:
+    /// none).
+    Hang,
+    /// [`CProgram::Hang`] built with Open MPI.
+    OmpiHang,
 }
 
 enum Compiler {
@@ -84,7 +90,7 @@ enum Compiler {
 }
 
 impl CProgram {
-    const COUNT: usize = 18;
+    const COUNT: usize = 20;
 
     /// The executable's name.
     fn name(self) -> &'static str {
@@ -107,6 +113,8 @@ impl CProgram {
             CProgram::OmpiConnect => "ompi-connect",
             CProgram::Names => "names",
             CProgram::Fence => "fence",
+            CProgram::Hang => "hang",
+            CProgram::OmpiHang => "ompi-hang",
         }
     }
 
@@ -128,7 +136,8 @@ impl CProgram {
             | CProgram::OmpiNodes
             | CProgram::OmpiDie
             | CProgram::OmpiSpawn
-            | CProgram::OmpiConnect => Compiler::MpiccOpenmpi,
+            | CProgram::OmpiConnect
+            | CProgram::OmpiHang => Compiler::MpiccOpenmpi,
             _ => Compiler::Mpicc,
         }
     }

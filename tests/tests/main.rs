@@ -16,6 +16,7 @@ mod exit_status;
 mod fakessh;
 mod frameworks;
 mod gpus;
+mod hangs;
 mod launch;
 mod lost_proxies;
 mod mpich;

@@ -12,7 +12,7 @@ use nix::sys::signal::Signal;
 use rlaunch_tests::cluster::Cluster;
 use rlaunch_tests::hosts::node_list;
 use rlaunch_tests::mpi::CProgram;
-use rlaunch_tests::output::sorted;
+use rlaunch_tests::output::{rlaunch_lines, sorted};
 use rlaunch_tests::{procfs, rankprog_str};
 
 const NODES: usize = 7;
@@ -44,6 +44,7 @@ fn jobs_run_across_hosts_over_ssh_and_failures_leave_nothing() {
     each_node_runs_a_plain_command(&cluster);
     hello_runs_on_four_nodes_with_two_ranks_each(&cluster, CProgram::Hello);
     hello_runs_on_four_nodes_with_two_ranks_each(&cluster, CProgram::OmpiHello);
+    a_hung_job_names_the_missing_rank_and_its_host(&cluster);
     tree_spawn_with_width_two_covers_seven_nodes(&cluster);
     spawned_ranks_start_on_hosts_that_had_no_proxy(&cluster);
     torch_meets_at_rank_zeros_address_over_ssh(&cluster);
@@ -61,6 +62,29 @@ fn each_node_runs_a_plain_command(cluster: &Cluster) {
     out.assert_code(0);
     let lines = sorted(out.lines());
     assert_eq!(lines, ["[0] n1", "[1] n2", "[2] n3", "[3] n4"], "{out}");
+}
+
+/// A job that times out says where it hung, with the proxies' answers through the tree
+/// (docs/hangs.md): rank 5 never calls MPI_Init, the 7 others wait in its fence.
+fn a_hung_job_names_the_missing_rank_and_its_host(cluster: &Cluster) {
+    // An ssh launch of 4 nodes and MPI_Init's fence take about 1 s here.
+    let timeout = "10";
+    let hang = CProgram::Hang.path_str();
+    let out = cluster
+        .run(&["--hosts", &node_list(4), "--ppn", "2", "--timeout", timeout, "-n", "8"])
+        .args([hang.as_str(), "5", "-1"])
+        .timeout(WAIT)
+        .run();
+    out.assert_code(124);
+    let pid = out.lines().iter().find_map(|l| l.strip_prefix("pid 5 ").map(str::to_owned));
+    let pid = pid.unwrap_or_else(|| panic!("rank 5 said no pid: {out}"));
+    let err = out.stderr_str();
+    let said = rlaunch_lines(&err);
+    assert_eq!(said[0], format!("rlaunch: where the job was at its timeout ({timeout} s):"));
+    let missing = format!("fence 1 (PMI): 7 of 8 ranks waiting; missing: rank 5 (pid {pid} on n3)");
+    assert_eq!(said[1], format!("rlaunch:   {missing}"), "{out}");
+    assert_eq!(said.last().copied(), Some("rlaunch: the job timed out after 10 s and was killed"));
+    wait_no_remote_proxies(cluster, Duration::from_secs(10));
 }
 
 /// MPICH's hello (PMI-1) or Open MPI's (PMIx, each node its own PMIx server).

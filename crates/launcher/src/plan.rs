@@ -189,6 +189,7 @@ pub fn build(o: &Options, env: &[(OsString, OsString)]) -> Result<job::Plan, Pla
         output: o.output.clone(),
         print_all_exit_codes: o.print_all_exit_codes,
         timeout: o.timeout,
+        hang_report: o.hang_report,
         report_bindings: o.report_bindings,
         forked: Vec::new(),
         dial,

@@ -20,3 +20,4 @@ pub mod ids;
 #[cfg(feature = "tokio")]
 pub mod io;
 pub mod record;
+pub mod survey;

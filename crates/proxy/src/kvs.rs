@@ -83,6 +83,11 @@ impl Kvs {
         self.visible.get(key).cloned()
     }
 
+    /// The fence in progress (counted from 0), and whether local rank `local` is in it.
+    pub fn fence_of(&self, local: Local) -> (u64, bool) {
+        (self.fold.epoch(), self.waiting.iter().any(|&(l, _)| l == local))
+    }
+
     /// A local rank entered the fence. `children` is how many child subtrees take part.
     pub fn enter(&mut self, local: Local, tag: Option<String>, children: usize) -> FenceStep {
         self.waiting.push((local, tag));

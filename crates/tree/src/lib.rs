@@ -27,6 +27,7 @@ pub mod mailbox;
 pub mod procs;
 pub mod secure;
 pub mod splice;
+pub mod survey;
 
 use std::io;
 use std::os::fd::AsRawFd;

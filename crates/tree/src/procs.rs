@@ -191,6 +191,25 @@ pub fn descendants(spare: &HashSet<i32>) -> Vec<i32> {
     out
 }
 
+/// Process `pid` now, from /proc/PID/stat: its state letter, CPU time (user and system, in
+/// ms) and resident memory (KiB); `None` if it is gone.
+pub fn snapshot(pid: i32) -> Option<(char, u64, u64)> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // "pid (comm) state ...": comm may hold anything; the fields after it are numbered
+    // from 3 (state) in proc(5).
+    let rest = &stat[stat.rfind(')')? + 1..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let state = fields.first()?.chars().next()?;
+    let number = |n: usize| fields.get(n - 3).and_then(|f| f.parse::<u64>().ok()).unwrap_or(0);
+    // SAFETY: sysconf reads a constant.
+    let (hz, page) = unsafe {
+        (nix::libc::sysconf(nix::libc::_SC_CLK_TCK), nix::libc::sysconf(nix::libc::_SC_PAGESIZE))
+    };
+    let (hz, page) = (hz.max(1) as u64, page.max(1) as u64);
+    let cpu_ms = (number(14) + number(15)) * 1000 / hz;
+    Some((state, cpu_ms, number(24) * page / 1024))
+}
+
 /// Whether process `pid` has begun to exit (the kernel's PF_EXITING, set before it closes
 /// its files), has exited, or is gone. A rank's socket reaching end of file while the rank
 /// is not exiting means the rank closed it and lives on.

@@ -23,6 +23,8 @@ pub(super) enum Deadline {
     Lookup,
     /// `--timeout`.
     Timeout,
+    /// The proxies' answers for the hang report are late: it is made without them.
+    Survey,
     /// Output not written by now is dropped (or, the reader keeping up, looked at again).
     Output,
     /// A child's link ended and its process lingers.
@@ -40,6 +42,7 @@ impl Root {
             (self.progress.as_ref().and_then(|p| p.deadline()), Deadline::Progress),
             (self.names.deadline(), Deadline::Lookup),
             (self.timeout_at, Deadline::Timeout),
+            (self.survey.as_ref().map(|s| s.deadline), Deadline::Survey),
             (self.teardown.output_deadline(), Deadline::Output),
             (self.children.linger_deadline(PROXY_GRACE), Deadline::Linger),
             (self.teardown.proxy_deadline(), Deadline::Proxy),
@@ -71,11 +74,8 @@ impl Root {
                 let answers = self.names.expire(Instant::now());
                 self.name_answers(answers);
             }
-            Deadline::Timeout => {
-                self.timeout_at = None;
-                let after = self.plan.timeout.unwrap_or_default();
-                self.fail(Cause::TimedOut(after));
-            }
+            Deadline::Timeout => self.timed_out(),
+            Deadline::Survey => self.survey_done(),
             Deadline::Output => {
                 let note = match self.teardown.output_due(Instant::now(), writer_behind) {
                     // The reader keeps up: what is still coming is on its way through the

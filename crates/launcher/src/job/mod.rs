@@ -21,6 +21,7 @@ mod cause;
 mod deadline;
 mod dial;
 mod ending;
+mod hang;
 mod names;
 mod pmix_fence;
 pub mod progress;
@@ -94,6 +95,8 @@ pub struct Plan {
     /// `--report-bindings`: a line per rank saying which CPUs it is bound to.
     pub report_bindings: bool,
     pub timeout: Option<Duration>,
+    /// `--hang-report`: what a job that times out says first.
+    pub hang_report: crate::options::HangReport,
     /// Proxies already forked for some of `roots` (by index), by [`fork_local_proxies`].
     pub forked: Vec<Option<io::Result<ForkedProxy>>>,
     /// Start every proxy with one launcher (srun), and have them dial back.
@@ -184,6 +187,8 @@ struct Root {
     /// The ranks' output on rlaunch's stderr ended mid-line (a rank's last line cut short):
     /// rlaunch's own last words start on a line of their own.
     output_mid_line: bool,
+    /// The proxies' answers to where every rank is, while they come (`--timeout`'s report).
+    survey: Option<rlaunch_tree::survey::Gather>,
 }
 
 impl Root {
@@ -226,6 +231,7 @@ impl Root {
             tracker_span: None,
             ending: watch::channel(false).0,
             output_mid_line: false,
+            survey: None,
             plan,
         }
     }
@@ -348,11 +354,15 @@ impl Root {
 
     fn handle(&mut self, Event { child, event }: Event) {
         match self.children.on_link(child, event) {
+            Some(ChildNews::Up(Up::Survey { id, survey })) => {
+                self.survey_answered(child, id, *survey)
+            }
             Some(ChildNews::Up(up)) => self.handle_up(up),
             Some(ChildNews::Lost(lost)) => self.proxy_lost(lost),
             None => {}
         }
         self.dmodex_unanswerable();
+        self.survey_step();
     }
 
     /// Direct modex requests sent to a subtree that finished or was lost without answering
@@ -479,6 +489,8 @@ impl Root {
             // Taken before they get here: output by the writer's path, a subtree's end by
             // `Children`.
             Up::Output { .. } | Up::OutputEnd { .. } | Up::NodeDone { .. } => {}
+            // Taken by `handle` with the child it came from.
+            Up::Survey { .. } => {}
         }
     }
 

@@ -15,7 +15,8 @@ use super::values::{
     parse_seconds, split_pair, OutputOptions,
 };
 use super::{
-    EnvBase, HostSource, MapBy, OptionError, Options, PmiKinds, Request, Rmk, SegmentSpec,
+    EnvBase, HangReport, HostSource, MapBy, OptionError, Options, PmiKinds, Request, Rmk,
+    SegmentSpec,
 };
 use crate::allocation::Scheduler;
 use crate::args::{Item, Key, Part};
@@ -112,6 +113,7 @@ impl<'a> Fold<'a> {
             kill_grace: Duration::from_secs(1),
             liveness: Liveness::default(),
             timeout: None,
+            hang_report: HangReport::default(),
             pmi_port: false,
             pmi: PmiKinds::Auto,
             psets: Vec::new(),
@@ -158,6 +160,7 @@ impl<'a> Fold<'a> {
             | Key::Heartbeat
             | Key::SilenceTimeout
             | Key::Timeout
+            | Key::HangReport
             | Key::KillGrace => self.tree(item),
             Key::Pmi | Key::PmiPort | Key::Pset | Key::Tracker => self.services(item),
             Key::Genv
@@ -293,6 +296,14 @@ impl<'a> Fold<'a> {
                 self.silence_given = Some(value);
             }
             Key::Timeout => self.timeout = Some(parse_seconds(item.name, &value)?),
+            Key::HangReport => {
+                o.hang_report = match value.as_str() {
+                    // Open MPI's flag comes as its spelling.
+                    "fences" | "--report-state-on-timeout" => HangReport::Fences,
+                    "none" => HangReport::None,
+                    _ => return Err(expected(item, "fences or none")),
+                }
+            }
             Key::KillGrace => o.kill_grace = parse_seconds(item.name, &value)?,
             other => unreachable!("{other:?} is no option of the tree"),
         }

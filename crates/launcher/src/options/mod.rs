@@ -98,6 +98,16 @@ pub enum PmiKinds {
     Pmix,
 }
 
+/// `--hang-report`: what a job that times out says before it is killed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum HangReport {
+    /// Nothing: the job is killed, as Hydra does.
+    None,
+    /// The ranks missing from each fence, and every rank's process state.
+    #[default]
+    Fences,
+}
+
 /// `--rmk`: which batch scheduler's allocation gives the hosts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Rmk {
@@ -154,6 +164,8 @@ pub struct Options {
     /// Heartbeat and silence timeout of the tree's links.
     pub(crate) liveness: Liveness,
     pub(crate) timeout: Option<Duration>,
+    /// `--hang-report`: what a job that times out says first.
+    pub(crate) hang_report: HangReport,
     pub(crate) pmi_port: bool,
     /// `--pmi`.
     pub(crate) pmi: PmiKinds,

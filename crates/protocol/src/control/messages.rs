@@ -11,6 +11,7 @@ use super::{
 };
 use crate::ids::{ExitOutcome, Gid, NodeId, Stream};
 use crate::record::{GpuUse, Micros, NodeRecord, RankUsage};
+use crate::survey::Survey;
 
 /// Parent to child: the job's messages.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -64,6 +65,10 @@ pub enum Down {
     /// The job is ending and its output will not be written (a slow reader, or rlaunch was
     /// interrupted): relay no more of it; close the ranks' pipes with what they hold.
     DropOutput,
+    /// Where is every rank? Each proxy answers `Up::Survey` with its own ranks and its
+    /// children's, merged, within `within_ms` of hearing it; a child silent for longer is
+    /// named as such.
+    Survey { id: u32, within_ms: u64 },
 }
 
 /// The link's own business, parent to child: consumed by the link's far end, never routed.
@@ -203,4 +208,6 @@ pub enum Up {
     /// A rank served no PMIx started Open MPI's singleton machinery (it forked `orted`): it
     /// would compute alone, as a world of one.
     Singleton { rank: Gid, pid: u32 },
+    /// The answer to `Down::Survey` `id`: the subtree's ranks, merged by its proxy.
+    Survey { id: u32, survey: Box<Survey> },
 }

@@ -21,6 +21,8 @@ pub(super) enum Deadline {
     /// Nothing from the parent for the job's silence (watched until the parent is found
     /// unreachable, and not while the job is stopped: so may the launcher be).
     ParentSilent,
+    /// Children have not answered rlaunch's survey in time: it goes up without them.
+    Survey,
 }
 
 impl Node {
@@ -32,6 +34,7 @@ impl Node {
             (self.children.linger_deadline(CHILD_PROXY_GRACE), Deadline::Linger),
             (self.pmix_silent_at(), Deadline::PmixSilent),
             (self.parent.silent_at(self.job.liveness.silence()), Deadline::ParentSilent),
+            (self.survey.as_ref().map(|s| s.deadline), Deadline::Survey),
         ])
     }
 
@@ -54,6 +57,7 @@ impl Node {
             }
             Deadline::Linger => self.children.kill_lingering(CHILD_PROXY_GRACE),
             Deadline::PmixSilent => self.pmix_silent(),
+            Deadline::Survey => self.survey_send(),
             Deadline::ParentSilent => {
                 let silence = self.job.liveness.silence();
                 if self.parent.silent(Instant::now(), silence) {

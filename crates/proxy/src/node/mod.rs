@@ -27,6 +27,7 @@ mod singleton;
 mod spawned;
 mod start;
 mod subtree;
+mod survey;
 #[cfg(test)]
 mod tests;
 mod world;
@@ -161,6 +162,8 @@ pub(crate) struct Node {
     awaiting_spawn: bool,
     /// Where the ranks write why they failed (`TORCHELASTIC_ERROR_FILE`).
     error_dir: Option<std::path::PathBuf>,
+    /// rlaunch's question of where every rank is, while the children's answers come.
+    survey: Option<rlaunch_tree::survey::Gather>,
 }
 
 /// How long a finished node waits for its parent's clock probes before it reports.
@@ -316,11 +319,15 @@ impl Node {
                     Some(ChildNews::Up(Up::DmodexAnswer(answer))) => {
                         self.dmodex_child_answer(answer)
                     }
+                    Some(ChildNews::Up(Up::Survey { id, survey })) => {
+                        self.survey_answered(child, id, *survey)
+                    }
                     // relay_child sends every other frame straight up.
                     Some(ChildNews::Up(_)) | None => {}
                     Some(ChildNews::Lost(lost)) => self.report_lost(lost),
                 }
                 self.dmodex_unanswerable();
+                self.survey_step();
             }
         }
     }
@@ -354,6 +361,9 @@ impl Node {
             Down::Spawn(sj) => self.spawn_came(*sj),
             Down::SpawnAnswer { rank, tag, outcome } => self.spawn_answer(rank, tag, outcome),
             Down::NameReply { rank, tag, answer } => self.name_reply(rank, tag, answer),
+            Down::Survey { id, within_ms } => {
+                self.survey_asked(id, Duration::from_millis(within_ms))
+            }
         }
     }
 

@@ -231,6 +231,7 @@ impl Node {
             pmix: Default::default(),
             late: launch.late,
             awaiting_spawn: launch.late,
+            survey: None,
             error_dir: None,
             trap: Default::default(),
             probes,

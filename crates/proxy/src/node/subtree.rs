@@ -114,6 +114,7 @@ pub(super) async fn relay_child(child: usize, event: LinkEvent, relay: Relay) ->
                     | Up::FenceIn { .. }
                     | Up::PmixFenceIn { .. }
                     | Up::DmodexAnswer(_)
+                    | Up::Survey { .. }
             ) =>
         {
             let _ = relay.control.send(up);

@@ -449,6 +449,20 @@ impl Children {
         self.list.iter().filter(|c| !c.late).count()
     }
 
+    /// Sends `down` to every child that is neither lost nor finished; returns those it went
+    /// to, with their hosts.
+    pub fn send_to_live(&self, down: &Down) -> Vec<(usize, String)> {
+        let live = self.list.iter().enumerate().filter(|(i, _)| !self.gone(*i));
+        live.filter(|(_, c)| c.down.send(down.clone()).is_ok())
+            .map(|(i, c)| (i, c.state.host.clone()))
+            .collect()
+    }
+
+    /// Child `child` is lost.
+    pub fn lost(&self, child: usize) -> bool {
+        self.list.get(child).is_some_and(|c| c.state.lost)
+    }
+
     /// Child `child` is finished (it said NodeDone) or lost: nothing sent to it is read.
     pub fn gone(&self, child: usize) -> bool {
         self.list.get(child).is_none_or(|c| c.state.lost || c.state.done)

@@ -376,8 +376,14 @@ impl Context {
         // start.
         let may_succeed =
             !verdict.landed || (trial.phase.ends_by_itself() && !trial.strikes_at_start());
-        let first_said =
-            verdict.stderr.lines().find(|l| l.starts_with("rlaunch: ")).map(str::to_owned);
+        // A job that timed out says where it was first (its hang report), then why it ended.
+        let hang_report =
+            |l: &str| l.starts_with("rlaunch:   ") || l.starts_with("rlaunch: where the job was");
+        let first_said = verdict
+            .stderr
+            .lines()
+            .find(|l| l.starts_with("rlaunch: ") && !hang_report(l))
+            .map(str::to_owned);
         match (trial.fault, status.code(), status.signal()) {
             (Fault::KillRlaunch, _, Some(9)) => {}
             (Fault::KillRlaunch, _, _) if may_succeed && status.code() == Some(0) => {}

@@ -55,6 +55,7 @@ fn plan_of(ranks: &[u32]) -> Plan {
         print_all_exit_codes: false,
         report_bindings: false,
         timeout: None,
+        hang_report: crate::options::HangReport::Fences,
         forked: Vec::new(),
         dial: None,
         notices: Vec::new(),

@@ -28,9 +28,9 @@ use rlaunch_tree::fence::{in_parts, FenceFold};
 #[derive(Default)]
 pub(super) struct NodeFence {
     /// The parties in: this node's own, and each child subtree's.
-    fold: FenceFold<()>,
+    pub(super) fold: FenceFold<()>,
     /// This node's own party is in for the current epoch: its server entered, or it has none.
-    own_in: bool,
+    pub(super) own_in: bool,
     /// Some party of the current epoch entered with a PMIx server (see `Up::PmixFenceIn`).
     served: bool,
 }

@@ -30,6 +30,7 @@ use rlaunch_protocol::ids::{ExitOutcome, Gid};
 use std::os::unix::ffi::OsStrExt;
 
 use rlaunch_protocol::control::{NameAnswer, Up};
+use rlaunch_protocol::survey::PmiNow;
 #[cfg(test)]
 use tokio::sync::mpsc;
 use tokio::time::Instant;
@@ -405,6 +406,25 @@ impl PmixService {
     /// This node's server runs.
     pub(super) fn serving(&self) -> bool {
         self.server.is_some()
+    }
+
+    /// Where PMIx client `gid` is, for a survey: `None` if it never connected. A client is
+    /// known to be in the launched job's fence once the server entered it, which it does
+    /// when every local client has.
+    pub(super) fn client_now(&self, gid: Gid, job: u32) -> Option<PmiNow> {
+        let state = &self.server.as_ref()?.state;
+        if !state.connected.contains(&gid) {
+            return None;
+        }
+        if state.finalized.contains(&gid) {
+            return Some(PmiNow::Finalized);
+        }
+        // Spawned jobs' fences are the root's, over their nodes: not counted here.
+        let (epoch, inside) = match job {
+            0 => (self.fence.fold.epoch(), self.fence.own_in),
+            _ => (0, false),
+        };
+        Some(PmiNow::Pmix { epoch, inside })
     }
 
     /// Whether rank `gid` connected to the PMIx server and left without finalizing.

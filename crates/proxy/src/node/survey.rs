@@ -1,0 +1,87 @@
+//! Where this node's ranks are, when rlaunch asks (`Down::Survey`, for its hang report):
+//! each rank's process from /proc and its place in its job's fences, with the child
+//! subtrees' answers merged in ([`Gather`]) before one answer goes up.
+
+use std::time::Duration;
+
+use rlaunch_protocol::control::Up;
+use rlaunch_protocol::survey::{PmiNow, ProcessNow, RankNow, Survey};
+use rlaunch_tree::procs;
+use rlaunch_tree::survey::Gather;
+
+use super::Node;
+use crate::ranks::{PmiState, RankState};
+
+impl Node {
+    /// rlaunch asks where every rank is: this node's answer goes up once its children's
+    /// have come, or after `within`.
+    pub(super) fn survey_asked(&mut self, id: u32, within: Duration) {
+        let own = self.own_survey();
+        self.survey = Some(Gather::start(id, within, own, &self.children));
+        self.survey_step();
+    }
+
+    /// A child subtree answered.
+    pub(super) fn survey_answered(&mut self, child: usize, id: u32, survey: Survey) {
+        let taken = self.survey.as_mut().is_some_and(|g| g.answered(child, id, survey));
+        match taken {
+            true => self.survey_step(),
+            false => tracing::debug!(child, id, "a survey answer nobody waits for"),
+        }
+    }
+
+    /// Sends the answer if nothing more is to come (a child that is lost or finished will
+    /// not answer).
+    pub(super) fn survey_step(&mut self) {
+        let Some(gather) = self.survey.as_mut() else { return };
+        gather.forget_gone(&self.children);
+        if gather.complete() {
+            self.survey_send();
+        }
+    }
+
+    /// Sends what was gathered, complete or not (its time is up).
+    pub(super) fn survey_send(&mut self) {
+        let Some(gather) = self.survey.take() else { return };
+        let id = gather.id;
+        let survey = Box::new(gather.finish());
+        let _ = self.up.control.send(Up::Survey { id, survey });
+    }
+
+    /// This node's own ranks, as they are now.
+    fn own_survey(&self) -> Survey {
+        let node = self.plan.index;
+        let ranks = self.ranks.iter().enumerate().map(|(local, rank)| {
+            let process = match rank.state {
+                _ if rank.pid <= 0 => ProcessNow::NeverStarted,
+                RankState::Running => match procs::snapshot(rank.pid) {
+                    Some((state, cpu_ms, rss_kib)) => ProcessNow::Live { state, cpu_ms, rss_kib },
+                    None => ProcessNow::Ended(None),
+                },
+                RankState::Reaped(outcome) => ProcessNow::Ended(Some(outcome)),
+                RankState::Judged => ProcessNow::Ended(None),
+            };
+            let pmi = self.pmix.client_now(rank.gid, rank.job).unwrap_or_else(|| {
+                let fence = self.jobs.get(&rank.job).map(|j| j.kvs.fence_of(local));
+                match (rank.pmi, fence) {
+                    (PmiState::Closed { clean: true }, _) if rank.seen.pmi_init.is_some() => {
+                        PmiNow::Finalized
+                    }
+                    (_, Some((epoch, inside))) if rank.seen.pmi_init.is_some() => {
+                        PmiNow::Pmi { epoch, inside }
+                    }
+                    _ => PmiNow::Silent,
+                }
+            });
+            RankNow {
+                rank: rank.gid,
+                job: rank.job,
+                node,
+                pid: rank.pid.max(0) as u32,
+                process,
+                pmi,
+            }
+        });
+        Survey { ranks: ranks.collect(), unanswered: Vec::new() }
+    }
+}
