@@ -3,11 +3,12 @@
 //! (PMI-1) and Open MPI (PMIx) programs, one rank of which never calls MPI_Init.
 
 use std::collections::HashMap;
+use std::time::Duration;
 
 use rlaunch_tests::hosts::hostname;
 use rlaunch_tests::mpi::{fake_nodes, mpi_run, CProgram};
 use rlaunch_tests::output::rlaunch_lines;
-use rlaunch_tests::Outcome;
+use rlaunch_tests::{Outcome, Run};
 
 /// The jobs' timeout. Beside two busy loops, 16 ranks on two fake nodes were all in
 /// MPI_Init's fence (or known not to be) within 1 s, MPICH's and Open MPI's: 4 s is 4 times that.
@@ -112,4 +113,84 @@ fn no_hang_report_when_none_is_asked_for() {
     let options = ["--report-state-on-timeout".to_string()];
     let out = hang(&options, 2, CProgram::Hang, 1);
     assert_eq!(report_of(&out)[0].split(';').next(), Some("fence 1 (PMI): 1 of 2 ranks waiting"));
+}
+
+/// `rlaunch ps` and `rlaunch stacks` from another process ask a running job where its ranks
+/// are; the job goes on and ends with its own status and all its output. Another user cannot
+/// reach its socket.
+#[test]
+fn ps_and_stacks_ask_a_running_job_and_it_goes_on() {
+    let tmp = rlaunch_tests::tempdir();
+    let runtime = tmp.path().join("runtime");
+    std::fs::create_dir(&runtime).unwrap();
+    std::fs::set_permissions(&runtime, std::os::unix::fs::PermissionsExt::from_mode(0o711))
+        .unwrap();
+    let flag = tmp.path().join("go");
+    let script = format!(
+        "echo start $PMI_RANK; while [ ! -e {} ]; do sleep 0.05; done; echo end $PMI_RANK",
+        flag.display()
+    );
+    let mut job = Run::new(&["--launcher", "fork", "--hosts", "n1:2,n2:2", "-n", "4"])
+        .args(["sh", "-c", &script])
+        .env("XDG_RUNTIME_DIR", &runtime)
+        .spawn();
+    for _ in 0..4 {
+        job.wait_for_line(|l| l.starts_with("start "), Duration::from_secs(30));
+    }
+    let pid = job.pid().as_raw().to_string();
+    let ask = |what: &str, pid: Option<&str>| {
+        Run::new(&[what])
+            .args(pid)
+            .env("XDG_RUNTIME_DIR", &runtime)
+            .timeout(Duration::from_secs(60))
+            .run()
+    };
+    // The newest job of this user's: this one (its own directory of sockets).
+    let ps = ask("ps", None);
+    ps.assert_code(0);
+    let text = ps.stdout_str();
+    let rows: Vec<Vec<&str>> = text.lines().map(|l| l.split_whitespace().collect()).collect();
+    assert_eq!(rows[0], ["RANK", "JOB", "HOST", "PID", "STATE", "CPU(s)", "RSS(MiB)", "PMI"]);
+    let hosts: Vec<(&str, &str)> = rows[1..].iter().map(|r| (r[0], r[2])).collect();
+    assert_eq!(hosts, [("0", "n1"), ("1", "n1"), ("2", "n2"), ("3", "n2")], "{text}");
+    assert!(rows[1..].iter().all(|r| r[7] == "-" && r[3].parse::<u32>().is_ok()), "{text}");
+    // The same by rlaunch's pid.
+    let stacks = ask("stacks", Some(&pid));
+    stacks.assert_code(0);
+    let said = stacks.stdout_str();
+    assert!(said.starts_with("ranks: "), "{said}");
+    // Another user cannot open the socket: the directories are this user's alone.
+    let socket = runtime.join("rlaunch").join(format!("{pid}.sock"));
+    assert!(socket.exists());
+    let connect = format!(
+        "import socket\ns = socket.socket(socket.AF_UNIX)\ns.connect({:?})\n",
+        socket.to_str().unwrap()
+    );
+    let nobody = std::process::Command::new("setpriv")
+        .args(["--reuid=nobody", "--regid=nogroup", "--clear-groups", "/usr/bin/python3", "-c"])
+        .arg(&connect)
+        .output()
+        .unwrap();
+    assert_eq!(nobody.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&nobody.stderr);
+    assert!(err.contains("PermissionError: [Errno 13] Permission denied"), "{err}");
+    // A pid that is no job of ours.
+    let none = ask("ps", Some("1"));
+    none.assert_code(255);
+    let err = none.stderr_str();
+    assert!(
+        err.starts_with("rlaunch: no rlaunch job of yours has pid 1 (none listens at "),
+        "{err}"
+    );
+
+    std::fs::write(&flag, "").unwrap();
+    let out = job.wait(Duration::from_secs(60));
+    out.assert_code(0);
+    assert_eq!(out.stderr_str(), "", "a job that runs fine prints nothing of rlaunch's own");
+    let mut lines = out.lines();
+    lines.sort();
+    let want: Vec<String> =
+        (0..4).map(|r| format!("end {r}")).chain((0..4).map(|r| format!("start {r}"))).collect();
+    assert_eq!(lines, want, "{out}");
+    assert!(!socket.exists(), "the job's socket outlived it");
 }

@@ -15,6 +15,7 @@
 mod allocation;
 pub mod args;
 mod configfile;
+pub mod ctl;
 pub mod docs;
 pub mod error;
 pub mod exit;

@@ -7,7 +7,7 @@ use std::fmt::Display;
 use rlaunch::error::SetupError;
 use rlaunch::options::{self, Request};
 use rlaunch::plan::{self, PlanError};
-use rlaunch::{exit, help, job, process, timeline_page};
+use rlaunch::{ctl, exit, help, job, process, timeline_page};
 
 fn main() {
     rlaunch_tree::tune_malloc();
@@ -18,6 +18,14 @@ fn main() {
     if args.first().is_some_and(|a| a == "timeline") {
         match timeline_page::run(&args[1..]) {
             Ok(page) => return println!("{}", page.display()),
+            Err(e) => fail(&e, e.exit_code()),
+        }
+    }
+    // `rlaunch ps [PID]`, `rlaunch stacks [PID]`: ask a running job where its ranks are
+    // (docs/hangs.md). Only as the very first word, as `timeline`.
+    if let Some(ask) = args.first().and_then(|a| ctl::Ask::from_word(a)) {
+        match ctl::ask(ask, &args[1..]) {
+            Ok(answer) => return print!("{answer}"),
             Err(e) => fail(&e, e.exit_code()),
         }
     }

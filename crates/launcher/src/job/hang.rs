@@ -18,21 +18,50 @@ use rlaunch_tree::survey::Gather;
 
 use super::cause::Cause;
 use super::Root;
+use crate::ctl::{Ask, Asked};
 use crate::options::HangReport;
 
 /// How long rlaunch waits for the proxies' answers before it kills the job all the same.
 pub(super) const SURVEY_WAIT: Duration = Duration::from_secs(2);
+
+/// Who waits for a survey's answers.
+pub(super) enum Wanted {
+    /// `--timeout`: the report on stderr, then the job is killed.
+    Timeout,
+    /// `rlaunch ps` or `rlaunch stacks` from another terminal: the answer goes back to it.
+    Asked(Asked),
+}
 
 impl Root {
     /// `--timeout` came: the proxies are asked where every rank is, and the job is killed
     /// once they have answered (or [`SURVEY_WAIT`] is over).
     pub(super) fn timed_out(&mut self) {
         self.timeout_at = None;
-        let wanted = self.plan.hang_report != HangReport::None;
-        if !wanted || self.teardown.started() || self.survey.is_some() {
+        if self.plan.hang_report == HangReport::None || self.teardown.started() {
             return self.fail(Cause::TimedOut(self.plan.timeout.unwrap_or_default()));
         }
-        self.survey = Some(Gather::start(1, SURVEY_WAIT, Survey::default(), &self.children));
+        self.survey_for(Wanted::Timeout);
+    }
+
+    /// Another terminal asks where the ranks are (`rlaunch ps`, `rlaunch stacks`).
+    pub(super) fn asked(&mut self, asked: Asked) {
+        if self.teardown.started() {
+            let _ = asked.reply.send("the job is ending\n".to_string());
+            return;
+        }
+        self.survey_for(Wanted::Asked(asked));
+    }
+
+    /// Asks the proxies where every rank is, unless a survey is on its way already: its
+    /// answers serve `wanted` too.
+    fn survey_for(&mut self, wanted: Wanted) {
+        self.surveyed_for.push(wanted);
+        if self.survey.is_none() {
+            self.surveys += 1;
+            let gather =
+                Gather::start(self.surveys, SURVEY_WAIT, Survey::default(), &self.children);
+            self.survey = Some(gather);
+        }
         self.survey_step();
     }
 
@@ -45,7 +74,7 @@ impl Root {
         }
     }
 
-    /// The report is made once no more answers can come.
+    /// The answers are used once no more can come.
     pub(super) fn survey_step(&mut self) {
         let Some(gather) = self.survey.as_mut() else { return };
         gather.forget_gone(&self.children);
@@ -54,12 +83,35 @@ impl Root {
         }
     }
 
-    /// Every answer is in, or its time is up: the report, then the job is killed.
+    /// Every answer is in, or its time is up: each who asked gets what it asked for.
     pub(super) fn survey_done(&mut self) {
         let Some(gather) = self.survey.take() else { return };
         let survey = gather.finish();
+        let (hosts, size) = (&self.plan.node_hosts, self.plan.job.size);
+        let mut timed_out = false;
+        for wanted in std::mem::take(&mut self.surveyed_for) {
+            match wanted {
+                Wanted::Timeout => timed_out = true,
+                Wanted::Asked(Asked { ask: Ask::Ps, reply }) => {
+                    let _ = reply.send(ps_table(&survey, hosts, size));
+                }
+                Wanted::Asked(Asked { ask: Ask::Stacks, reply }) => {
+                    let mut text = String::new();
+                    for line in report_lines(&survey, hosts, size) {
+                        text += &format!("{line}\n");
+                    }
+                    if text.is_empty() {
+                        text = "no rank is running\n".to_string();
+                    }
+                    let _ = reply.send(text);
+                }
+            }
+        }
+        if !timed_out {
+            return;
+        }
         let after = self.plan.timeout.unwrap_or_default();
-        let lines = report_lines(&survey, &self.plan.node_hosts, self.plan.job.size);
+        let lines = report_lines(&survey, hosts, size);
         if !lines.is_empty() {
             if let Some(progress) = self.progress.as_mut() {
                 progress.clear();
@@ -71,6 +123,80 @@ impl Root {
         }
         self.fail(Cause::TimedOut(after));
     }
+}
+
+/// `rlaunch ps`: a line a rank, under a header.
+pub(super) fn ps_table(survey: &Survey, hosts: &[String], size: u32) -> String {
+    let mut ranks: Vec<&RankNow> = survey.ranks.iter().collect();
+    ranks.sort_by_key(|r| (r.job, r.rank));
+    // The PMI-1/PMI-2 fence each job's ranks are waiting in, if any.
+    let mut waited: BTreeMap<u32, u64> = BTreeMap::new();
+    for r in &ranks {
+        if let PmiNow::Pmi { epoch, inside: true } = r.pmi {
+            let e = waited.entry(r.job).or_insert(epoch);
+            *e = (*e).max(epoch);
+        }
+    }
+    let mut rows = vec![
+        ["RANK", "JOB", "HOST", "PID", "STATE", "CPU(s)", "RSS(MiB)", "PMI"].map(String::from)
+    ];
+    for r in &ranks {
+        let host = hosts.get(r.node.0 as usize).map_or("?", String::as_str);
+        let (state, cpu, rss) = match r.process {
+            ProcessNow::Live { state, cpu_ms, rss_kib } => (
+                state.to_string(),
+                format!("{:.2}", cpu_ms as f64 / 1000.0),
+                format!("{:.1}", rss_kib as f64 / 1024.0),
+            ),
+            ProcessNow::Ended(Some(outcome)) => {
+                (format!("ended: {outcome}"), "-".into(), "-".into())
+            }
+            ProcessNow::Ended(None) => ("ended".into(), "-".into(), "-".into()),
+            ProcessNow::NeverStarted => ("never started".into(), "-".into(), "-".into()),
+        };
+        let pmi = match r.pmi {
+            PmiNow::Silent => match waited.get(&r.job) {
+                Some(&epoch) => format!("missing from fence {} (no PMI yet)", epoch + 1),
+                None => "-".to_string(),
+            },
+            PmiNow::Finalized => "finalized".to_string(),
+            PmiNow::Pmi { epoch, inside: true } => format!("in fence {} (PMI)", epoch + 1),
+            PmiNow::Pmi { .. } => match waited.get(&r.job) {
+                Some(&epoch) => format!("missing from fence {} (PMI)", epoch + 1),
+                None => "between fences (PMI)".to_string(),
+            },
+            PmiNow::Pmix { epoch, inside: true } => format!("in fence {} (PMIx)", epoch + 1),
+            PmiNow::Pmix { .. } => "connected (PMIx)".to_string(),
+        };
+        let pid = if r.pid == 0 { "-".to_string() } else { r.pid.to_string() };
+        rows.push([
+            r.rank.0.to_string(),
+            r.job.to_string(),
+            host.to_string(),
+            pid,
+            state,
+            cpu,
+            rss,
+            pmi,
+        ]);
+    }
+    let widths: Vec<usize> =
+        (0..8).map(|c| rows.iter().map(|row| row[c].chars().count()).max().unwrap_or(0)).collect();
+    let mut text = String::new();
+    for row in &rows {
+        let cells: Vec<String> =
+            row.iter().zip(&widths).map(|(cell, w)| format!("{cell:<w$}")).collect();
+        text += cells.join("  ").trim_end();
+        text += "\n";
+    }
+    let seen = ranks.iter().filter(|r| r.job == 0).count();
+    if seen < size as usize {
+        text += &format!("({} of the job's {size} ranks not seen)\n", size as usize - seen);
+    }
+    for host in &survey.unanswered {
+        text += &format!("(no answer from the proxy on {host} in {} s)\n", SURVEY_WAIT.as_secs());
+    }
+    text
 }
 
 /// The report's lines, without rlaunch's prefix. `hosts`: each node's; `size`: the

@@ -187,8 +187,12 @@ struct Root {
     /// The ranks' output on rlaunch's stderr ended mid-line (a rank's last line cut short):
     /// rlaunch's own last words start on a line of their own.
     output_mid_line: bool,
-    /// The proxies' answers to where every rank is, while they come (`--timeout`'s report).
+    /// The proxies' answers to where every rank is, while they come, and who waits for
+    /// them (`--timeout`'s report, `rlaunch ps`).
     survey: Option<rlaunch_tree::survey::Gather>,
+    surveyed_for: Vec<hang::Wanted>,
+    /// Surveys asked so far: the next one's id.
+    surveys: u32,
 }
 
 impl Root {
@@ -232,6 +236,8 @@ impl Root {
             ending: watch::channel(false).0,
             output_mid_line: false,
             survey: None,
+            surveyed_for: Vec::new(),
+            surveys: 0,
             plan,
         }
     }
@@ -246,7 +252,12 @@ pub async fn run(mut plan: Plan) -> i32 {
 
 /// Runs the job to the end in `world`; returns rlaunch's exit status.
 async fn run_in(mut plan: Plan, world: World) -> i32 {
-    let World { proxies, signals: mut forwarded, mut stdin, mut ended } = world;
+    let World { proxies, signals: mut forwarded, mut stdin, mut ended, asks } = world;
+    // The socket stays until the job's end (`_listening` is dropped with this function).
+    let (mut asks, _listening) = match asks {
+        Some((asks, listening)) => (Some(asks), Some(listening)),
+        None => (None, None),
+    };
     let (events_tx, mut events) = mpsc::unbounded_channel();
 
     let (drop_output, dropped) = watch::channel(false);
@@ -307,6 +318,7 @@ async fn run_in(mut plan: Plan, world: World) -> i32 {
                 }
             }
             Some(sig) = forwarded.recv() => root.on_signal(sig),
+            Some(asked) = next_ask(&mut asks) => root.asked(asked),
             _ = rlaunch_tree::sleep_until(next.map(|(at, _)| at)), if next.is_some() => {
                 let writer_behind = output_tx.writer_behind();
                 root.on_deadline(next.expect("a deadline").1, writer_behind);
@@ -344,6 +356,16 @@ async fn run_in(mut plan: Plan, world: World) -> i32 {
         procs::kill_descendants(&HashSet::new());
     }
     root.report()
+}
+
+/// The next request from `rlaunch ps` or `rlaunch stacks`; never, without a socket.
+async fn next_ask(
+    asks: &mut Option<mpsc::UnboundedReceiver<crate::ctl::Asked>>,
+) -> Option<crate::ctl::Asked> {
+    match asks {
+        Some(asks) => asks.recv().await,
+        None => std::future::pending().await,
+    }
 }
 
 impl Root {

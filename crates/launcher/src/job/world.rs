@@ -112,6 +112,9 @@ pub(crate) struct World {
     /// Where the ends of the world's processes (its proxies, a scheduler's launcher) are
     /// heard of.
     pub ended: Reaper,
+    /// `rlaunch ps` and `rlaunch stacks` from another terminal, and the socket they come to
+    /// (`None` where it could not be made: the job runs without).
+    pub asks: Option<(mpsc::UnboundedReceiver<crate::ctl::Asked>, crate::ctl::Listening)>,
 }
 
 impl World {
@@ -133,6 +136,14 @@ impl World {
         });
         let reads_stdin = plan.job.stdin != StdinTarget::None;
         let stdin = if reads_stdin { stdin::start() } else { None };
-        World { proxies, signals, stdin, ended }
+        let (asks_tx, asks_rx) = mpsc::unbounded_channel();
+        let asks = match crate::ctl::listen(asks_tx) {
+            Ok(listening) => Some((asks_rx, listening)),
+            Err(e) => {
+                tracing::debug!("no socket for rlaunch ps: {e}");
+                None
+            }
+        };
+        World { proxies, signals, stdin, ended, asks }
     }
 }

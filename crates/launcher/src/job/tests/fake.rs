@@ -197,7 +197,7 @@ fn world_of(proxies: Box<InMemory>) -> (World, Outside) {
     let (ended_tx, ended) = mpsc::unbounded_channel();
     let outside = Outside { signals: signals_tx, stdin: stdin_tx, ended: ended_tx };
     let ended = rlaunch_tree::procs::Reaper::Sent(ended);
-    let world = World { proxies, signals, stdin: Some(stdin), ended };
+    let world = World { proxies, signals, stdin: Some(stdin), ended, asks: None };
     (world, outside)
 }
 
