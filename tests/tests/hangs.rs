@@ -51,7 +51,10 @@ fn hang(options: &[String], n: u32, program: CProgram, late: u32) -> Outcome {
 #[test]
 fn mpich_ranks_waiting_in_mpi_init_name_the_rank_that_never_came() {
     let host = hostname();
-    let out = hang(&[], 4, CProgram::Hang, 3);
+    let tmp = rlaunch_tests::tempdir();
+    let (json, trace) = (tmp.path().join("report.json"), tmp.path().join("trace.json"));
+    let files = ["--report", json.to_str().unwrap(), "--timeline", trace.to_str().unwrap()];
+    let out = hang(&files.map(String::from), 4, CProgram::Hang, 3);
     let (report, pid) = (report_of(&out), pids(&out)[&3]);
     assert_eq!(
         report[0],
@@ -60,6 +63,20 @@ fn mpich_ranks_waiting_in_mpi_init_name_the_rank_that_never_came() {
     // Waiting in a fence is a blocking read, and the late rank pauses.
     assert!(report[1].starts_with("ranks: 0-3 sleeping"), "{out}");
     assert_eq!(report.len(), 2, "{out}");
+    // The same report in --report, each rank where it was, and a mark on the timeline.
+    let doc: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    assert_eq!(doc["job"]["hang"]["lines"], serde_json::json!(report), "{doc}");
+    let pmi: Vec<&str> =
+        (0..4).map(|r| doc["ranks"][r]["at_hang"]["pmi"].as_str().unwrap()).collect();
+    assert_eq!(
+        pmi,
+        [["in fence 1 (PMI)"; 3].as_slice(), &["missing from fence 1 (no PMI yet)"]].concat()
+    );
+    assert_eq!(doc["ranks"][3]["at_hang"]["state"], "S", "{doc}");
+    let trace: serde_json::Value = serde_json::from_slice(&std::fs::read(&trace).unwrap()).unwrap();
+    let marks =
+        trace["traceEvents"].as_array().unwrap().iter().filter(|e| e["name"] == "hang report");
+    assert_eq!(marks.count(), 1, "{trace}");
 
     let out = hang(&fake_nodes(2, 8), 16, CProgram::Hang, 11);
     let (report, pid) = (report_of(&out), pids(&out)[&11]);

@@ -114,6 +114,7 @@ impl Root {
             cause: line,
             fences: self.fence.epoch() + self.pmix_fence.completed(),
             tracker: self.tracker_span,
+            hang: self.hang.as_ref(),
         };
         let records = self.children.take_records();
         let roll = &self.roll;

@@ -24,6 +24,15 @@ use crate::options::HangReport;
 /// How long rlaunch waits for the proxies' answers before it kills the job all the same.
 pub(super) const SURVEY_WAIT: Duration = Duration::from_secs(2);
 
+/// The hang report of a job that timed out, for `--report` and the timeline.
+pub(crate) struct HangFacts {
+    /// When it was made, on rlaunch's clock.
+    pub at: rlaunch_protocol::record::Micros,
+    pub survey: Survey,
+    /// Its lines, as printed.
+    pub lines: Vec<String>,
+}
+
 /// Who waits for a survey's answers.
 pub(super) enum Wanted {
     /// `--timeout`: the report on stderr, then the job is killed.
@@ -117,10 +126,12 @@ impl Root {
                 progress.clear();
             }
             eprintln!("rlaunch: where the job was at its timeout ({} s):", after.as_secs_f64());
-            for line in lines {
+            for line in &lines {
                 eprintln!("rlaunch:   {line}");
             }
         }
+        let at = rlaunch_protocol::record::now_us();
+        self.hang = Some(HangFacts { at, survey, lines });
         self.fail(Cause::TimedOut(after));
     }
 }
@@ -129,14 +140,7 @@ impl Root {
 pub(super) fn ps_table(survey: &Survey, hosts: &[String], size: u32) -> String {
     let mut ranks: Vec<&RankNow> = survey.ranks.iter().collect();
     ranks.sort_by_key(|r| (r.job, r.rank));
-    // The PMI-1/PMI-2 fence each job's ranks are waiting in, if any.
-    let mut waited: BTreeMap<u32, u64> = BTreeMap::new();
-    for r in &ranks {
-        if let PmiNow::Pmi { epoch, inside: true } = r.pmi {
-            let e = waited.entry(r.job).or_insert(epoch);
-            *e = (*e).max(epoch);
-        }
-    }
+    let waited = waited_fences(&survey.ranks);
     let mut rows = vec![
         ["RANK", "JOB", "HOST", "PID", "STATE", "CPU(s)", "RSS(MiB)", "PMI"].map(String::from)
     ];
@@ -154,20 +158,7 @@ pub(super) fn ps_table(survey: &Survey, hosts: &[String], size: u32) -> String {
             ProcessNow::Ended(None) => ("ended".into(), "-".into(), "-".into()),
             ProcessNow::NeverStarted => ("never started".into(), "-".into(), "-".into()),
         };
-        let pmi = match r.pmi {
-            PmiNow::Silent => match waited.get(&r.job) {
-                Some(&epoch) => format!("missing from fence {} (no PMI yet)", epoch + 1),
-                None => "-".to_string(),
-            },
-            PmiNow::Finalized => "finalized".to_string(),
-            PmiNow::Pmi { epoch, inside: true } => format!("in fence {} (PMI)", epoch + 1),
-            PmiNow::Pmi { .. } => match waited.get(&r.job) {
-                Some(&epoch) => format!("missing from fence {} (PMI)", epoch + 1),
-                None => "between fences (PMI)".to_string(),
-            },
-            PmiNow::Pmix { epoch, inside: true } => format!("in fence {} (PMIx)", epoch + 1),
-            PmiNow::Pmix { .. } => "connected (PMIx)".to_string(),
-        };
+        let pmi = pmi_words(r, &waited);
         let pid = if r.pid == 0 { "-".to_string() } else { r.pid.to_string() };
         rows.push([
             r.rank.0.to_string(),
@@ -197,6 +188,36 @@ pub(super) fn ps_table(survey: &Survey, hosts: &[String], size: u32) -> String {
         text += &format!("(no answer from the proxy on {host} in {} s)\n", SURVEY_WAIT.as_secs());
     }
     text
+}
+
+/// The PMI-1/PMI-2 fence each job's ranks are waiting in, if any, by job.
+pub(crate) fn waited_fences(ranks: &[RankNow]) -> BTreeMap<u32, u64> {
+    let mut waited: BTreeMap<u32, u64> = BTreeMap::new();
+    for r in ranks {
+        if let PmiNow::Pmi { epoch, inside: true } = r.pmi {
+            let e = waited.entry(r.job).or_insert(epoch);
+            *e = (*e).max(epoch);
+        }
+    }
+    waited
+}
+
+/// Where rank `r` is in its job's fences, in words (`waited`: [`waited_fences`]).
+pub(crate) fn pmi_words(r: &RankNow, waited: &BTreeMap<u32, u64>) -> String {
+    match r.pmi {
+        PmiNow::Silent => match waited.get(&r.job) {
+            Some(&epoch) => format!("missing from fence {} (no PMI yet)", epoch + 1),
+            None => "-".to_string(),
+        },
+        PmiNow::Finalized => "finalized".to_string(),
+        PmiNow::Pmi { epoch, inside: true } => format!("in fence {} (PMI)", epoch + 1),
+        PmiNow::Pmi { .. } => match waited.get(&r.job) {
+            Some(&epoch) => format!("missing from fence {} (PMI)", epoch + 1),
+            None => "between fences (PMI)".to_string(),
+        },
+        PmiNow::Pmix { epoch, inside: true } => format!("in fence {} (PMIx)", epoch + 1),
+        PmiNow::Pmix { .. } => "connected (PMIx)".to_string(),
+    }
 }
 
 /// The report's lines, without rlaunch's prefix. `hosts`: each node's; `size`: the

@@ -193,6 +193,8 @@ struct Root {
     surveyed_for: Vec<hang::Wanted>,
     /// Surveys asked so far: the next one's id.
     surveys: u32,
+    /// The report made at the timeout, for `--report` and the timeline.
+    hang: Option<hang::HangFacts>,
 }
 
 impl Root {
@@ -238,6 +240,7 @@ impl Root {
             survey: None,
             surveyed_for: Vec::new(),
             surveys: 0,
+            hang: None,
             plan,
         }
     }

@@ -13,6 +13,7 @@ use std::path::PathBuf;
 
 use rlaunch_protocol::ids::ExitOutcome;
 use rlaunch_protocol::record::{GpuUse, Micros, NodeRecord, RankRecord};
+use rlaunch_protocol::survey::ProcessNow;
 use serde::Serialize;
 
 use super::roll::Roll;
@@ -88,6 +89,8 @@ pub(crate) struct JobFacts<'a> {
     /// `--tracker rabit`: its rendezvous, from the first worker's connection to every
     /// worker's links assigned; `None` if it never had them all.
     pub tracker: Option<(Micros, Micros)>,
+    /// The hang report made at the timeout.
+    pub hang: Option<&'a super::hang::HangFacts>,
 }
 
 #[derive(Serialize)]
@@ -110,6 +113,28 @@ struct Job<'a> {
     cause: Option<String>,
     fences: u64,
     tracker: Option<Span>,
+    /// The hang report made at `--timeout`, before the job was killed.
+    hang: Option<Hang<'a>>,
+}
+
+#[derive(Serialize)]
+struct Hang<'a> {
+    at_us: Micros,
+    /// Its lines, as printed.
+    lines: &'a [String],
+    /// Proxies that did not answer in time, by host.
+    unanswered: &'a [String],
+}
+
+/// A rank as the hang report found it.
+#[derive(Serialize)]
+struct AtHang {
+    /// proc(5)'s state letter, or `ended`, `never started`.
+    state: String,
+    cpu_s: Option<f64>,
+    rss_kib: Option<u64>,
+    /// Where it was in its job's fences, as `rlaunch ps` words it.
+    pmi: String,
 }
 
 /// A stretch of the job on rlaunch's clock.
@@ -157,6 +182,9 @@ struct Rank<'a> {
     cpus: Option<&'a str>,
     /// The GPUs it was given; `null`: its job asked for none (or no node report).
     gpus: Option<&'a [GpuUse]>,
+    /// Where it was when the job timed out; `null` without a hang report (or an answer
+    /// from its node).
+    at_hang: Option<AtHang>,
 }
 
 #[derive(Serialize)]
@@ -194,6 +222,22 @@ pub(crate) fn seen_ranks<'a>(nodes: &[Placed<'a>]) -> HashMap<Gid, (&'a RankReco
 
 fn build<'a>(facts: &'a JobFacts, roll: &'a Roll, placed: &[Placed<'a>]) -> Report<'a> {
     let seen = seen_ranks(placed);
+    let hang_ranks = facts.hang.map(|h| {
+        let waited = super::hang::waited_fences(&h.survey.ranks);
+        let ranks = h.survey.ranks.iter().map(|r| {
+            let (state, cpu_s, rss_kib) = match r.process {
+                ProcessNow::Live { state, cpu_ms, rss_kib } => {
+                    (state.to_string(), Some(cpu_ms as f64 / 1000.0), Some(rss_kib))
+                }
+                ProcessNow::Ended(_) => ("ended".to_string(), None, None),
+                ProcessNow::NeverStarted => ("never started".to_string(), None, None),
+            };
+            let pmi = super::hang::pmi_words(r, &waited);
+            (r.rank, AtHang { state, cpu_s, rss_kib, pmi })
+        });
+        ranks.collect::<HashMap<Gid, AtHang>>()
+    });
+    let mut hang_ranks = hang_ranks.unwrap_or_default();
     let nodes = placed
         .iter()
         .map(|p| Node {
@@ -249,6 +293,7 @@ fn build<'a>(facts: &'a JobFacts, roll: &'a Roll, placed: &[Placed<'a>]) -> Repo
                 }),
                 cpus: rank_seen.and_then(|r| r.cpus.as_deref()),
                 gpus: rank_seen.and_then(|r| r.gpus.as_deref()),
+                at_hang: hang_ranks.remove(&e.gid),
             }
         })
         .collect();
@@ -268,6 +313,11 @@ fn build<'a>(facts: &'a JobFacts, roll: &'a Roll, placed: &[Placed<'a>]) -> Repo
                 start_us,
                 end_us,
                 wall_s: end_us.saturating_sub(start_us) as f64 / 1e6,
+            }),
+            hang: facts.hang.map(|h| Hang {
+                at_us: h.at,
+                lines: &h.lines,
+                unanswered: &h.survey.unanswered,
             }),
         },
         ranks,

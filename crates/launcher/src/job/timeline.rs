@@ -182,6 +182,20 @@ fn build(facts: &JobFacts, roll: &Roll, records: &[NodeRecord]) -> Trace {
             }
         }
     }
+    // The hang report made at the timeout: a mark across the whole trace.
+    if let Some(hang) = facts.hang {
+        instants.push(Event {
+            name: "hang report".into(),
+            cat: "job",
+            ph: "i",
+            ts: rel(hang.at),
+            dur: None,
+            pid: 0,
+            tid: 0,
+            s: Some("g"),
+            args: json!({ "lines": hang.lines }),
+        });
+    }
     events.extend(spans.into_iter().chain(instants).map(Item::Event));
     Trace {
         display_time_unit: "ms",
