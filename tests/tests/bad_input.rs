@@ -238,7 +238,7 @@ fn wrong_value(key: Key) -> Option<(&'static str, &'static str, i32)> {
         Key::Configfile => {
             usage("/nonexistent/job.conf", "cannot read /nonexistent/job.conf: No such file or directory")
         }
-        Key::Timeout | Key::KillGrace | Key::Heartbeat | Key::SilenceTimeout => {
+        Key::Timeout | Key::StallReport | Key::KillGrace | Key::Heartbeat | Key::SilenceTimeout => {
             usage("-1", "{o} -1: expected a number of seconds, at most 1000000000")
         }
         Key::HangReport => usage("all", "{o} all: expected fences or none"),

@@ -211,3 +211,33 @@ fn ps_and_stacks_ask_a_running_job_and_it_goes_on() {
     assert_eq!(lines, want, "{out}");
     assert!(!socket.exists(), "the job's socket outlived it");
 }
+
+/// `--stall-report`: a job in which nothing moves says where it is, once, and runs on (here
+/// to its timeout); one whose ranks write says nothing.
+#[test]
+fn a_stalled_job_says_where_it_is_once_and_runs_on() {
+    let options = ["--stall-report", "1"].map(String::from);
+    let out = hang(&options, 4, CProgram::Hang, 3);
+    out.assert_code(124);
+    let pid = pids(&out)[&3];
+    let err = out.stderr_str();
+    let said = rlaunch_lines(&err);
+    let stalled = "rlaunch: no rank has written output, spoken PMI or used CPU for 1 s; where the \
+                   job is:";
+    assert_eq!(said.iter().filter(|l| **l == stalled).count(), 1, "{out}");
+    assert_eq!(said[0], stalled, "{out}");
+    let missing = format!("fence 1 (PMI): 3 of 4 ranks waiting; missing: rank 3 (pid {pid} on ");
+    assert!(said[1].starts_with(&format!("rlaunch:   {missing}")), "{out}");
+    // Then the timeout's own report, and the end.
+    assert_eq!(said.last().copied(), Some("rlaunch: the job timed out after 4 s and was killed"));
+
+    // Output every 0.1 s for 6 s: never 5 s without (a rank runnable and not run beside two
+    // busy loops was seen for up to 2.9 s: docs/reliability.md).
+    let writes = "for i in $(seq 60); do echo $i; sleep 0.1; done";
+    let out = Run::new(&["--stall-report", "5", "-n", "2", "sh", "-c", writes])
+        .timeout(Duration::from_secs(60))
+        .run();
+    out.assert_code(0);
+    assert_eq!(out.stderr_str(), "", "{out}");
+    assert_eq!(out.lines().len(), 120);
+}

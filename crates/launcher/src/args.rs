@@ -23,6 +23,7 @@ pub enum Key {
     Configfile,
     Timeout,
     HangReport,
+    StallReport,
     KillGrace,
     PmiPort,
     Pmi,
@@ -159,6 +160,9 @@ pub const OPTIONS: &[Opt] = &[
          ranks, each rank's process state: the default) or none"),
     opt(&["--report-state-on-timeout"], Flag, Key::HangReport, Global, Job, false,
         "same as --hang-report fences (Open MPI's spelling)"),
+    opt(&["--stall-report"], Value("SECONDS"), Key::StallReport, Global, Job, false,
+        "once no rank has written output, spoken PMI or used CPU for SECONDS, say where the \
+         job is (as at a timeout), once, and let it run"),
     opt(&["--kill-grace"], Value("SECONDS"), Key::KillGrace, Global, Job, false,
         "seconds between SIGTERM and SIGKILL when the job is torn down (default 1)"),
     opt(&["--stdin"], Value("WHO"), Key::Stdin, Global, Job, false,

@@ -190,6 +190,7 @@ pub fn build(o: &Options, env: &[(OsString, OsString)]) -> Result<job::Plan, Pla
         print_all_exit_codes: o.print_all_exit_codes,
         timeout: o.timeout,
         hang_report: o.hang_report,
+        stall_report: o.stall_report,
         report_bindings: o.report_bindings,
         forked: Vec::new(),
         dial,

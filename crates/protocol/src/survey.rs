@@ -13,6 +13,10 @@ pub struct Survey {
     /// The proxies of the subtree that did not answer in time, by host: their ranks are not
     /// in `ranks`.
     pub unanswered: Vec<String>,
+    /// What the subtree's ranks have done so far, summed: bytes of output read from them,
+    /// and PMI-1/PMI-2 requests and PMIx server events about them. Only its changes mean
+    /// anything (`--stall-report`).
+    pub activity: u64,
 }
 
 impl Survey {
@@ -20,6 +24,7 @@ impl Survey {
     pub fn merge(&mut self, other: Survey) {
         self.ranks.extend(other.ranks);
         self.unanswered.extend(other.unanswered);
+        self.activity += other.activity;
     }
 }
 

@@ -25,6 +25,8 @@ pub(super) enum Deadline {
     Timeout,
     /// The proxies' answers for the hang report are late: it is made without them.
     Survey,
+    /// `--stall-report`: time to look whether the job did anything since the last look.
+    Stall,
     /// Output not written by now is dropped (or, the reader keeping up, looked at again).
     Output,
     /// A child's link ended and its process lingers.
@@ -43,6 +45,7 @@ impl Root {
             (self.names.deadline(), Deadline::Lookup),
             (self.timeout_at, Deadline::Timeout),
             (self.survey.as_ref().map(|s| s.deadline), Deadline::Survey),
+            (self.stall.as_ref().and_then(|s| s.next), Deadline::Stall),
             (self.teardown.output_deadline(), Deadline::Output),
             (self.children.linger_deadline(PROXY_GRACE), Deadline::Linger),
             (self.teardown.proxy_deadline(), Deadline::Proxy),
@@ -76,6 +79,7 @@ impl Root {
             }
             Deadline::Timeout => self.timed_out(),
             Deadline::Survey => self.survey_done(),
+            Deadline::Stall => self.stall_check(),
             Deadline::Output => {
                 let note = match self.teardown.output_due(Instant::now(), writer_behind) {
                     // The reader keeps up: what is still coming is on its way through the

@@ -33,12 +33,29 @@ pub(crate) struct HangFacts {
     pub lines: Vec<String>,
 }
 
+/// `--stall-report`: what the job had done at the last look, and when to look again.
+pub(super) struct StallWatch {
+    every: Duration,
+    /// When to look next; `None` while a look is on its way, and once the report is made.
+    pub next: Option<tokio::time::Instant>,
+    /// The activity of every node and the CPU time of every live rank, at the last look.
+    last: Option<(u64, BTreeMap<Gid, u64>)>,
+}
+
+impl StallWatch {
+    pub(super) fn new(every: Duration) -> StallWatch {
+        StallWatch { every, next: Some(tokio::time::Instant::now() + every), last: None }
+    }
+}
+
 /// Who waits for a survey's answers.
 pub(super) enum Wanted {
     /// `--timeout`: the report on stderr, then the job is killed.
     Timeout,
     /// `rlaunch ps` or `rlaunch stacks` from another terminal: the answer goes back to it.
     Asked(Asked),
+    /// `--stall-report`: has the job done anything since the last look?
+    Stall,
 }
 
 impl Root {
@@ -59,6 +76,51 @@ impl Root {
             return;
         }
         self.survey_for(Wanted::Asked(asked));
+    }
+
+    /// `--stall-report`: time to look again.
+    pub(super) fn stall_check(&mut self) {
+        if let Some(watch) = self.stall.as_mut() {
+            watch.next = None;
+        }
+        if self.teardown.started() {
+            return;
+        }
+        self.survey_for(Wanted::Stall);
+    }
+
+    /// A look for `--stall-report` came back: the report, once, if nothing moved since the
+    /// last look, a whole interval ago; else the next look.
+    fn stall_looked(&mut self, survey: &Survey) {
+        let Some(watch) = self.stall.as_mut() else { return };
+        let cpu: BTreeMap<Gid, u64> = survey
+            .ranks
+            .iter()
+            .filter_map(|r| match r.process {
+                ProcessNow::Live { cpu_ms, .. } => Some((r.rank, cpu_ms)),
+                _ => None,
+            })
+            .collect();
+        let now = (survey.activity, cpu);
+        let still = !now.1.is_empty() && watch.last.as_ref() == Some(&now);
+        if !still {
+            watch.last = Some(now);
+            watch.next = Some(tokio::time::Instant::now() + watch.every);
+            return;
+        }
+        let every = watch.every.as_secs_f64();
+        self.stall = None;
+        let lines = report_lines(survey, &self.plan.node_hosts, self.plan.job.size);
+        if let Some(progress) = self.progress.as_mut() {
+            progress.clear();
+        }
+        eprintln!(
+            "rlaunch: no rank has written output, spoken PMI or used CPU for {every} s; where \
+             the job is:"
+        );
+        for line in &lines {
+            eprintln!("rlaunch:   {line}");
+        }
     }
 
     /// Asks the proxies where every rank is, unless a survey is on its way already: its
@@ -96,17 +158,19 @@ impl Root {
     pub(super) fn survey_done(&mut self) {
         let Some(gather) = self.survey.take() else { return };
         let survey = gather.finish();
-        let (hosts, size) = (&self.plan.node_hosts, self.plan.job.size);
         let mut timed_out = false;
+        let mut stall = false;
         for wanted in std::mem::take(&mut self.surveyed_for) {
             match wanted {
                 Wanted::Timeout => timed_out = true,
+                Wanted::Stall => stall = true,
                 Wanted::Asked(Asked { ask: Ask::Ps, reply }) => {
-                    let _ = reply.send(ps_table(&survey, hosts, size));
+                    let _ =
+                        reply.send(ps_table(&survey, &self.plan.node_hosts, self.plan.job.size));
                 }
                 Wanted::Asked(Asked { ask: Ask::Stacks, reply }) => {
                     let mut text = String::new();
-                    for line in report_lines(&survey, hosts, size) {
+                    for line in report_lines(&survey, &self.plan.node_hosts, self.plan.job.size) {
                         text += &format!("{line}\n");
                     }
                     if text.is_empty() {
@@ -116,11 +180,14 @@ impl Root {
                 }
             }
         }
+        if stall && !timed_out {
+            self.stall_looked(&survey);
+        }
         if !timed_out {
             return;
         }
         let after = self.plan.timeout.unwrap_or_default();
-        let lines = report_lines(&survey, hosts, size);
+        let lines = report_lines(&survey, &self.plan.node_hosts, self.plan.job.size);
         if !lines.is_empty() {
             if let Some(progress) = self.progress.as_mut() {
                 progress.clear();
@@ -452,7 +519,7 @@ mod tests {
         let inside = PmiNow::Pmi { epoch: 0, inside: true };
         let mut ranks: Vec<RankNow> = (0..3).map(|r| rank(r, 0, 'S', inside)).collect();
         ranks.push(rank(3, 1, 'S', PmiNow::Silent));
-        let survey = Survey { ranks, unanswered: vec![] };
+        let survey = Survey { ranks, ..Default::default() };
         let lines = report_lines(&survey, &hosts(), 4);
         assert_eq!(
             lines,
@@ -472,7 +539,7 @@ mod tests {
         let mut gone = rank(20, 1, 'S', outside);
         gone.process = ProcessNow::Ended(None);
         ranks.push(gone);
-        let survey = Survey { ranks, unanswered: vec!["n3".into()] };
+        let survey = Survey { ranks, unanswered: vec!["n3".into()], activity: 0 };
         let lines = report_lines(&survey, &hosts(), 21);
         assert_eq!(
             lines,
@@ -490,7 +557,7 @@ mod tests {
         let connected = PmiNow::Pmix { epoch: 0, inside: false };
         let mut ranks: Vec<RankNow> = (0..3).map(|r| rank(r, 0, 'S', connected)).collect();
         ranks.push(rank(3, 0, 'S', PmiNow::Silent));
-        let lines = report_lines(&Survey { ranks, unanswered: vec![] }, &hosts(), 4);
+        let lines = report_lines(&Survey { ranks, ..Default::default() }, &hosts(), 4);
         assert_eq!(
             lines[0],
             "PMIx: 3 of 4 ranks connected; not connected: rank 3 (pid 4003 on n1)"
@@ -503,7 +570,7 @@ mod tests {
         let not_in = PmiNow::Pmix { epoch: 1, inside: false };
         let mut ranks: Vec<RankNow> = (0..2).map(|r| rank(r, 0, 'S', not_in)).collect();
         ranks.extend((2..4).map(|r| rank(r, 1, 'S', inside)));
-        let lines = report_lines(&Survey { ranks, unanswered: vec![] }, &hosts(), 4);
+        let lines = report_lines(&Survey { ranks, ..Default::default() }, &hosts(), 4);
         assert_eq!(
             lines[0],
             "fence 2 (PMIx): 2 of 4 ranks waiting; on nodes whose PMIx server is not in (not \

@@ -97,6 +97,8 @@ pub struct Plan {
     pub timeout: Option<Duration>,
     /// `--hang-report`: what a job that times out says first.
     pub hang_report: crate::options::HangReport,
+    /// `--stall-report`: how long a job may do nothing before it says where it is.
+    pub stall_report: Option<Duration>,
     /// Proxies already forked for some of `roots` (by index), by [`fork_local_proxies`].
     pub forked: Vec<Option<io::Result<ForkedProxy>>>,
     /// Start every proxy with one launcher (srun), and have them dial back.
@@ -195,6 +197,8 @@ struct Root {
     surveys: u32,
     /// The report made at the timeout, for `--report` and the timeline.
     hang: Option<hang::HangFacts>,
+    /// `--stall-report`: the job's activity at the last look, and when to look again.
+    stall: Option<hang::StallWatch>,
 }
 
 impl Root {
@@ -241,6 +245,7 @@ impl Root {
             surveyed_for: Vec::new(),
             surveys: 0,
             hang: None,
+            stall: plan.stall_report.map(hang::StallWatch::new),
             plan,
         }
     }

@@ -114,6 +114,7 @@ impl<'a> Fold<'a> {
             liveness: Liveness::default(),
             timeout: None,
             hang_report: HangReport::default(),
+            stall_report: None,
             pmi_port: false,
             pmi: PmiKinds::Auto,
             psets: Vec::new(),
@@ -161,6 +162,7 @@ impl<'a> Fold<'a> {
             | Key::SilenceTimeout
             | Key::Timeout
             | Key::HangReport
+            | Key::StallReport
             | Key::KillGrace => self.tree(item),
             Key::Pmi | Key::PmiPort | Key::Pset | Key::Tracker => self.services(item),
             Key::Genv
@@ -304,6 +306,7 @@ impl<'a> Fold<'a> {
                     _ => return Err(expected(item, "fences or none")),
                 }
             }
+            Key::StallReport => o.stall_report = Some(parse_seconds(item.name, &value)?),
             Key::KillGrace => o.kill_grace = parse_seconds(item.name, &value)?,
             other => unreachable!("{other:?} is no option of the tree"),
         }

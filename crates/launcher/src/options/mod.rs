@@ -166,6 +166,8 @@ pub struct Options {
     pub(crate) timeout: Option<Duration>,
     /// `--hang-report`: what a job that times out says first.
     pub(crate) hang_report: HangReport,
+    /// `--stall-report`: how long a job may do nothing before it says where it is.
+    pub(crate) stall_report: Option<Duration>,
     pub(crate) pmi_port: bool,
     /// `--pmi`.
     pub(crate) pmi: PmiKinds,

@@ -164,6 +164,9 @@ pub(crate) struct Node {
     error_dir: Option<std::path::PathBuf>,
     /// rlaunch's question of where every rank is, while the children's answers come.
     survey: Option<rlaunch_tree::survey::Gather>,
+    /// PMI-1/PMI-2 requests and PMIx server news so far: the ranks' PMI activity, for
+    /// `--stall-report`.
+    pmi_activity: u64,
 }
 
 /// How long a finished node waits for its parent's clock probes before it reports.
@@ -193,7 +196,10 @@ impl Node {
                     Some(ev) => self.handle(ev),
                     None => break,
                 },
-                Some((peer, call)) = pmi.recv() => self.pmi_call(peer, call),
+                Some((peer, call)) = pmi.recv() => {
+                    self.pmi_activity += 1;
+                    self.pmi_call(peer, call)
+                }
                 ends = ended.next() => {
                     // What a rank said before it died comes first: a protocol fault that
                     // made it exit is the story, not the exit.
@@ -294,7 +300,10 @@ impl Node {
             }
             Event::Heard => self.parent.heard(Instant::now()),
             Event::UpstreamClosed(why) => self.lose_upstream(&why, true),
-            Event::Pmix(news) => self.pmix_news(news),
+            Event::Pmix(news) => {
+                self.pmi_activity += 1;
+                self.pmix_news(news)
+            }
             Event::PmixWanted => self.start_late_pmix(),
             Event::Singleton { pid, stream } => self.singleton_reported(pid, stream),
             Event::OutputClosed(end) => {

@@ -232,6 +232,7 @@ impl Node {
             late: launch.late,
             awaiting_spawn: launch.late,
             survey: None,
+            pmi_activity: 0,
             error_dir: None,
             trap: Default::default(),
             probes,

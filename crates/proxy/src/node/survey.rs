@@ -82,6 +82,7 @@ impl Node {
                 pmi,
             }
         });
-        Survey { ranks: ranks.collect(), unanswered: Vec::new() }
+        let activity = self.outputs.bytes_read() + self.pmi_activity;
+        Survey { ranks: ranks.collect(), unanswered: Vec::new(), activity }
     }
 }

@@ -70,6 +70,8 @@ pub struct Outputs {
     adds: mailbox::Sender<Add>,
     /// Set once: drop every pipe, relay nothing more.
     dropped: watch::Sender<bool>,
+    /// Bytes read from the ranks' pipes so far, every stream's.
+    read: Arc<std::sync::atomic::AtomicU64>,
 }
 
 struct Add {
@@ -133,7 +135,9 @@ impl Outputs {
             None => (None, None),
         };
         let (gone, rearm) = mailbox::channel();
+        let read = Arc::new(std::sync::atomic::AtomicU64::new(0));
         let hub = Hub {
+            read: read.clone(),
             gone,
             set_fd: set.as_raw_fd(),
             pipes: HashMap::new(),
@@ -148,7 +152,13 @@ impl Outputs {
             closed,
         };
         tokio::spawn(run(set, added, rearm, hub, upstream));
-        Ok(Outputs { adds, dropped })
+        Ok(Outputs { adds, dropped, read })
+    }
+
+    /// Bytes the node's ranks have written so far (read from their pipes), every stream's:
+    /// whether they write at all, for `--stall-report`.
+    pub fn bytes_read(&self) -> u64 {
+        self.read.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Sends `first` upstream, then the rank's output, until both pipes end.
@@ -248,6 +258,8 @@ struct Hub<F> {
     /// rlaunch's stdout, when this node moves a lone rank's output into it itself.
     direct: Option<Direct>,
     closed: F,
+    /// Bytes read from the ranks' pipes so far ([`Outputs::bytes_read`]).
+    read: Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl<F: FnMut(StreamEnd)> Hub<F> {
@@ -328,6 +340,7 @@ impl<F: FnMut(StreamEnd)> Hub<F> {
                     carried.tell_when_gone(Gone { to: self.gone.clone(), key });
                 }
                 pipe.bytes += carried.len() as u64;
+                self.read.fetch_add(carried.len() as u64, std::sync::atomic::Ordering::Relaxed);
                 self.carried += carried.len() as u64;
                 pipe.first.get_or_insert_with(record::now_us);
                 let (rank, stream) = (pipe.rank, pipe.stream);
@@ -337,6 +350,7 @@ impl<F: FnMut(StreamEnd)> Hub<F> {
             match fdio::read_pending(fd, held, OUTPUT_CHUNK) {
                 Ok(chunk) if !chunk.is_empty() => {
                     pipe.bytes += chunk.len() as u64;
+                    self.read.fetch_add(chunk.len() as u64, std::sync::atomic::Ordering::Relaxed);
                     pipe.first.get_or_insert_with(record::now_us);
                     let (rank, stream) = (pipe.rank, pipe.stream);
                     self.send(Up::Output { rank, stream, data: chunk }, None).await;
@@ -376,12 +390,14 @@ impl<F: FnMut(StreamEnd)> Hub<F> {
         if direct.discarding() {
             if let Ok(thrown) = fdio::read_pending(pipe.fd.as_raw_fd(), held, OUTPUT_CHUNK) {
                 pipe.bytes += thrown.len() as u64;
+                self.read.fetch_add(thrown.len() as u64, std::sync::atomic::Ordering::Relaxed);
             }
             return;
         }
         pipe.first.get_or_insert_with(record::now_us);
         let step = direct.step(pipe.fd.as_raw_fd(), held);
         pipe.bytes += step.taken as u64;
+        self.read.fetch_add(step.taken as u64, std::sync::atomic::Ordering::Relaxed);
         self.after_direct(key, step.state).await;
     }
 

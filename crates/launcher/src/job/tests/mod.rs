@@ -56,6 +56,7 @@ fn plan_of(ranks: &[u32]) -> Plan {
         report_bindings: false,
         timeout: None,
         hang_report: crate::options::HangReport::Fences,
+        stall_report: None,
         forked: Vec::new(),
         dial: None,
         notices: Vec::new(),
