@@ -31,8 +31,10 @@ const HELLO_WAIT: Duration = Duration::from_secs(30);
 /// After rlaunch ends, how long the job's processes may take to go.
 const ORPHAN_GRACE: Duration = Duration::from_secs(3);
 /// How long a rlaunch stopped with SIGSTOP stays stopped: its proxies must notice its
-/// silence (5 s) and take their nodes down (kill grace 1 s, child proxies 3 s) meanwhile.
-const RLAUNCH_STOPPED: Duration = Duration::from_millis(10000);
+/// silence (5 s) and take their nodes down (kill grace 1 s, child proxies 3 s) meanwhile,
+/// and a margin of 4 s for proxies not run while runnable (up to 2.9 s seen beside two busy
+/// loops): with 1 s, two leaf proxies under interior ones were still there after 10 s once.
+const RLAUNCH_STOPPED: Duration = Duration::from_millis(13000);
 
 pub struct Context {
     pub rlaunch: PathBuf,
