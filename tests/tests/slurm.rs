@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use rlaunch_tests::mpi::{parse_hello, CProgram, HelloLine};
-use rlaunch_tests::output::sorted;
+use rlaunch_tests::output::{rlaunch_lines, sorted};
 use rlaunch_tests::slurm::SlurmCluster;
 
 const NODES: usize = 3;
@@ -32,7 +32,7 @@ fn slurm_runs_steps_allocations_batch_jobs_and_mpi_and_cancels_cleanly() {
     let cluster = SlurmCluster::up(NODES);
     eprintln!("slurm cluster up in {:?}", started.elapsed());
     assert_eq!(cluster.running_daemons().len(), 2 + NODES, "munged, slurmctld, a slurmd a node");
-    let steps: [Step; 17] = [
+    let steps: [Step; 18] = [
         ("srun", srun_runs_a_task_on_each_node),
         ("salloc", salloc_exports_the_allocation),
         ("sbatch", sbatch_wait_runs_a_batch_script_on_the_first_node),
@@ -40,6 +40,7 @@ fn slurm_runs_steps_allocations_batch_jobs_and_mpi_and_cancels_cleanly() {
         ("scancel", scancel_leaves_no_process_of_the_job),
         ("rlaunch", rlaunch_inside_salloc_starts_its_proxies_with_one_srun),
         ("rlaunch-openmpi", open_mpi_inside_salloc_gets_a_pmix_server_on_every_node),
+        ("rlaunch-hang", a_hung_job_in_an_allocation_names_the_missing_rank),
         ("rlaunch-spawn", open_mpi_spawns_onto_nodes_of_the_allocation_that_had_no_proxy),
         ("rlaunch-respawn", a_spawn_onto_a_node_whose_proxy_ended_starts_another_there),
         ("rlaunch-sbatch", rlaunch_in_a_batch_script_needs_no_host_options),
@@ -219,6 +220,35 @@ fn rlaunch_inside_salloc_starts_its_proxies_with_one_srun(cluster: &SlurmCluster
     let want: Vec<String> =
         (1..=3).map(|i| format!("lineage n{i} rlaunch-proxy slurmstepd-wlm")).collect();
     assert_eq!(lines, want, "{out}");
+}
+
+/// The hang report inside an allocation (docs/hangs.md): the proxies under slurmstepd, dialed
+/// back over the encrypted links, answer rlaunch's survey with their ranks. Rank 3 (on n2)
+/// never calls MPI_Init; the 5 others wait in its fence.
+fn a_hung_job_in_an_allocation_names_the_missing_rank(cluster: &SlurmCluster) {
+    let hang = CProgram::Hang.path_str();
+    let rlaunch = rlaunch_tests::rlaunch().to_string_lossy().into_owned();
+    // The rlaunch step above (two 6-rank jobs, each through srun) takes 0.5 s here: 6 s
+    // leaves every rank in MPI_Init's fence, or known out of it, on a loaded machine too.
+    let timeout = "6";
+    let options = ["--launcher", "slurm", "--timeout", timeout];
+    let args =
+        [&["-N3", "-n6", rlaunch.as_str()][..], &options, &[hang.as_str(), "3", "-1"]].concat();
+    let out = cluster.run("salloc", &args).timeout(WAIT).run();
+    out.assert_code(124);
+    let pid = out.lines().iter().find_map(|l| l.strip_prefix("pid 3 ").map(str::to_owned));
+    let pid = pid.unwrap_or_else(|| panic!("rank 3 said no pid: {out}"));
+    let err = out.stderr_str();
+    let said = rlaunch_lines(&err);
+    assert_eq!(
+        said[0],
+        format!("rlaunch: where the job was at its timeout ({timeout} s):"),
+        "{out}"
+    );
+    let missing = format!("fence 1 (PMI): 5 of 6 ranks waiting; missing: rank 3 (pid {pid} on n2)");
+    assert_eq!(said[1], format!("rlaunch:   {missing}"), "{out}");
+    let last = format!("rlaunch: the job timed out after {timeout} s and was killed");
+    assert_eq!(said.last().copied(), Some(last.as_str()), "{out}");
 }
 
 fn open_mpi_inside_salloc_gets_a_pmix_server_on_every_node(cluster: &SlurmCluster) {
