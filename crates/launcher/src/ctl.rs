@@ -237,16 +237,11 @@ fn newest_first(dir: &Path) -> Vec<PathBuf> {
         .filter_map(|entry| {
             let name = entry.file_name();
             let pid: u32 = name.to_str()?.strip_suffix(".sock")?.parse().ok()?;
-            Some((start_time(pid)?, entry.path()))
+            // When its rlaunch started (clock ticks after boot).
+            let started = rlaunch_tree::procs::Stat::read(pid as i32)?.number(22)?;
+            Some((started, entry.path()))
         })
         .collect();
     live.sort_by(|a, b| b.cmp(a));
     live.into_iter().map(|(_, path)| path).collect()
-}
-
-/// When process `pid` started (clock ticks after boot: field 22 of /proc/PID/stat).
-fn start_time(pid: u32) -> Option<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let rest = &stat[stat.rfind(')')? + 1..];
-    rest.split_whitespace().nth(19)?.parse().ok()
 }

@@ -100,12 +100,8 @@ impl Reports {
 pub fn ancestry(pid: i32) -> Vec<i32> {
     let mut chain = vec![pid];
     while chain.len() < 64 {
-        let stat = std::fs::read_to_string(format!("/proc/{}/stat", chain[chain.len() - 1]));
-        // `pid (comm) state ppid ...`, where comm may hold anything but ends at the last ')'.
-        let parent = stat.ok().and_then(|s| {
-            let rest = &s[s.rfind(')')? + 1..];
-            rest.split_whitespace().nth(1)?.parse::<i32>().ok()
-        });
+        let stat = rlaunch_tree::procs::Stat::read(chain[chain.len() - 1]);
+        let parent = stat.and_then(|s| s.field(4)?.parse::<i32>().ok());
         match parent {
             Some(parent) if parent > 1 => chain.push(parent),
             _ => break,

@@ -162,17 +162,11 @@ pub fn descendants(spare: &HashSet<i32>) -> Vec<i32> {
         let Some(pid) = entry.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else {
             continue;
         };
-        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        let Some(stat) = Stat::read(pid) else {
             continue;
         };
-        // "pid (comm) state ppid ...": comm may hold spaces and parentheses.
-        let Some(rest) = stat.rfind(')').map(|i| &stat[i + 1..]) else {
-            continue;
-        };
-        let mut fields = rest.split_whitespace();
-        let state = fields.next();
-        let ppid = fields.next().and_then(|p| p.parse::<i32>().ok());
-        if let (Some(state), Some(ppid)) = (state, ppid) {
+        let ppid = stat.field(4).and_then(|p| p.parse::<i32>().ok());
+        if let (Some(state), Some(ppid)) = (stat.field(3), ppid) {
             if state != "Z" && state != "X" {
                 children.entry(ppid).or_default().push(pid);
             }
@@ -191,16 +185,38 @@ pub fn descendants(spare: &HashSet<i32>) -> Vec<i32> {
     out
 }
 
-/// Process `pid` now, from /proc/PID/stat: its state letter, CPU time (user and system, in
-/// ms) and resident memory (KiB); `None` if it is gone.
+/// /proc/PID/stat, read once; its fields numbered as proc(5) numbers them.
+pub struct Stat {
+    text: String,
+    /// Where the fields after `(comm)` begin: comm may hold spaces and parentheses.
+    after_comm: usize,
+}
+
+impl Stat {
+    /// Process `pid`'s; `None` if it is gone.
+    pub fn read(pid: i32) -> Option<Stat> {
+        let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        let after_comm = text.rfind(')')? + 1;
+        Some(Stat { text, after_comm })
+    }
+
+    /// Field `n` of proc(5), from 3 (the state) on.
+    pub fn field(&self, n: usize) -> Option<&str> {
+        self.text[self.after_comm..].split_whitespace().nth(n.checked_sub(3)?)
+    }
+
+    /// Field `n` as a number.
+    pub fn number(&self, n: usize) -> Option<u64> {
+        self.field(n)?.parse().ok()
+    }
+}
+
+/// Process `pid` now: its state letter, CPU time (user and system, in ms) and resident
+/// memory (KiB); `None` if it is gone.
 pub fn snapshot(pid: i32) -> Option<(char, u64, u64)> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // "pid (comm) state ...": comm may hold anything; the fields after it are numbered
-    // from 3 (state) in proc(5).
-    let rest = &stat[stat.rfind(')')? + 1..];
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    let state = fields.first()?.chars().next()?;
-    let number = |n: usize| fields.get(n - 3).and_then(|f| f.parse::<u64>().ok()).unwrap_or(0);
+    let stat = Stat::read(pid)?;
+    let state = stat.field(3)?.chars().next()?;
+    let number = |n: usize| stat.number(n).unwrap_or(0);
     // SAFETY: sysconf reads a constant.
     let (hz, page) = unsafe {
         (nix::libc::sysconf(nix::libc::_SC_CLK_TCK), nix::libc::sysconf(nix::libc::_SC_PAGESIZE))
@@ -215,16 +231,11 @@ pub fn snapshot(pid: i32) -> Option<(char, u64, u64)> {
 /// is not exiting means the rank closed it and lives on.
 pub fn is_exiting(pid: i32) -> bool {
     const PF_EXITING: u64 = 0x4;
-    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+    let Some(stat) = Stat::read(pid) else {
         return true;
     };
-    // "pid (comm) state ppid pgrp session tty_nr tpgid flags ...": comm may hold anything.
-    let Some(rest) = stat.rfind(')').map(|i| &stat[i + 1..]) else {
-        return true;
-    };
-    let mut fields = rest.split_whitespace();
-    let state = fields.next().unwrap_or("X");
-    let flags = fields.nth(5).and_then(|f| f.parse::<u64>().ok()).unwrap_or(0);
+    let state = stat.field(3).unwrap_or("X");
+    let flags = stat.number(9).unwrap_or(0);
     matches!(state, "Z" | "X" | "x") || flags & PF_EXITING != 0
 }
 

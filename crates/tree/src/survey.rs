@@ -41,9 +41,9 @@ impl Gather {
         true
     }
 
-    /// Children that can no longer answer are not waited for: a lost one is named, one that
-    /// finished has no rank left.
-    pub fn forget_gone(&mut self, children: &Children) {
+    /// Whether no more answers can come: every child asked has answered, or can no longer
+    /// (one lost is named in the survey; one that finished has no rank left).
+    pub fn settled(&mut self, children: &Children) -> bool {
         let survey = &mut self.survey;
         self.awaiting.retain(|(child, host)| {
             if children.lost(*child) {
@@ -51,10 +51,6 @@ impl Gather {
             }
             !children.gone(*child)
         });
-    }
-
-    /// Every child asked has answered, or can no longer.
-    pub fn complete(&self) -> bool {
         self.awaiting.is_empty()
     }
 

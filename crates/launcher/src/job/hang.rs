@@ -111,14 +111,22 @@ impl Root {
         let every = watch.every.as_secs_f64();
         self.stall = None;
         let lines = report_lines(survey, &self.plan.node_hosts, self.plan.job.size);
+        let head = format!(
+            "no rank has written output, spoken PMI or used CPU for {every} s; where the job is:"
+        );
+        self.say_report(&head, &lines);
+    }
+
+    /// A report on stderr: `head`, then its lines indented under it; nothing without lines.
+    fn say_report(&mut self, head: &str, lines: &[String]) {
+        if lines.is_empty() {
+            return;
+        }
         if let Some(progress) = self.progress.as_mut() {
             progress.clear();
         }
-        eprintln!(
-            "rlaunch: no rank has written output, spoken PMI or used CPU for {every} s; where \
-             the job is:"
-        );
-        for line in &lines {
+        eprintln!("rlaunch: {head}");
+        for line in lines {
             eprintln!("rlaunch:   {line}");
         }
     }
@@ -147,9 +155,7 @@ impl Root {
 
     /// The answers are used once no more can come.
     pub(super) fn survey_step(&mut self) {
-        let Some(gather) = self.survey.as_mut() else { return };
-        gather.forget_gone(&self.children);
-        if gather.complete() {
+        if self.survey.as_mut().is_some_and(|g| g.settled(&self.children)) {
             self.survey_done();
         }
     }
@@ -188,15 +194,8 @@ impl Root {
         }
         let after = self.plan.timeout.unwrap_or_default();
         let lines = report_lines(&survey, &self.plan.node_hosts, self.plan.job.size);
-        if !lines.is_empty() {
-            if let Some(progress) = self.progress.as_mut() {
-                progress.clear();
-            }
-            eprintln!("rlaunch: where the job was at its timeout ({} s):", after.as_secs_f64());
-            for line in &lines {
-                eprintln!("rlaunch:   {line}");
-            }
-        }
+        let head = format!("where the job was at its timeout ({} s):", after.as_secs_f64());
+        self.say_report(&head, &lines);
         let at = rlaunch_protocol::record::now_us();
         self.hang = Some(HangFacts { at, survey, lines });
         self.fail(Cause::TimedOut(after));
@@ -332,10 +331,7 @@ fn pmi_fence(ranks: &[&RankNow], total: usize, of_job: &str, hosts: &[String]) -
         _ => None,
     });
     let epoch = epoch.max()?;
-    let waiting = ranks
-        .iter()
-        .filter(|r| inside(r) && matches!(r.pmi, PmiNow::Pmi { epoch: e, .. } if e == epoch));
-    let waiting = waiting.count();
+    let waiting = ranks.iter().filter(|r| r.pmi == PmiNow::Pmi { epoch, inside: true }).count();
     let missing: Vec<&RankNow> = ranks.iter().copied().filter(|r| !inside(r) && live(r)).collect();
     let ended: Vec<&RankNow> = ranks.iter().copied().filter(|r| !live(r)).collect();
     let mut line = format!(

@@ -33,9 +33,7 @@ impl Node {
     /// Sends the answer if nothing more is to come (a child that is lost or finished will
     /// not answer).
     pub(super) fn survey_step(&mut self) {
-        let Some(gather) = self.survey.as_mut() else { return };
-        gather.forget_gone(&self.children);
-        if gather.complete() {
+        if self.survey.as_mut().is_some_and(|g| g.settled(&self.children)) {
             self.survey_send();
         }
     }
