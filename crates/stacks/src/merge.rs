@@ -6,36 +6,35 @@
 //! Frames of other modules (C extensions, libc, MPI) are kept.
 
 use crate::python::{is_python_module, PyFrame};
-use crate::symbolize::SymFrame;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum FrameKind {
+    /// A function's frame on the machine stack.
     Native,
+    /// A call inlined into the frame below it: the same machine frame.
     Inlined,
+    /// A Python function's frame.
     Python,
 }
 
-#[derive(Clone, Debug)]
+/// One frame of a stack.
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Frame {
     pub kind: FrameKind,
+    /// The function, demangled; `lib.so+0xOFFSET` where no symbol is known.
     pub function: String,
+    /// Its source file and line, where debug info (or Python) says.
     pub file: Option<String>,
     pub line: Option<u32>,
+    /// The file the code is in, for a native frame.
     pub module: Option<String>,
-    pub addr: Option<u64>,
 }
 
 impl Frame {
-    pub fn native(addr: u64, s: &SymFrame) -> Frame {
-        Frame {
-            kind: if s.inlined { FrameKind::Inlined } else { FrameKind::Native },
-            function: s.function.clone().unwrap_or_else(|| format!("0x{addr:x}")),
-            file: s.file.clone(),
-            line: s.line,
-            module: s.module.clone(),
-            addr: Some(addr),
-        }
+    pub(crate) fn native(function: String, file: Option<String>, module: Option<String>) -> Frame {
+        Frame { kind: FrameKind::Native, function, file, line: None, module }
     }
+
     fn python(p: &PyFrame) -> Frame {
         Frame {
             kind: FrameKind::Python,
@@ -43,7 +42,6 @@ impl Frame {
             file: Some(p.file.clone()),
             line: (p.line > 0).then_some(p.line as u32),
             module: None,
-            addr: None,
         }
     }
 }
@@ -54,12 +52,12 @@ enum Strategy {
     Python,
 }
 
-fn strategy(s: &SymFrame) -> Strategy {
+fn strategy(s: &Frame) -> Strategy {
     let in_python = s.module.as_deref().is_some_and(is_python_module);
     if !in_python {
         return Strategy::Keep;
     }
-    let Some(func) = s.function.as_deref() else { return Strategy::Drop };
+    let func = s.function.as_str();
     // Same rule as py-spy: split on '_' and '.' (handles "_PyEval_EvalFrameDefault.cold").
     let mut tok = func.split(['_', '.']).filter(|t| !t.is_empty());
     match tok.next() {
@@ -67,26 +65,30 @@ fn strategy(s: &SymFrame) -> Strategy {
             Some("EvalFrameDefault" | "EvalFrameEx") => Strategy::Python,
             _ => Strategy::Drop,
         },
-        Some("time" | "sys" | "gc" | "os" | "unicode" | "thread" | "stringio" | "sre" | "PyGilState"
-            | "PyThread" | "lock") => Strategy::Keep,
+        Some(
+            "time" | "sys" | "gc" | "os" | "unicode" | "thread" | "stringio" | "sre" | "PyGilState"
+            | "PyThread" | "lock",
+        ) => Strategy::Keep,
         _ => Strategy::Drop,
     }
 }
 
-/// `native`: per unwound address (innermost first), the lookup address and its symbolized frames
-/// (innermost inlined first).  `python`: the thread's Python frames, innermost first.
-/// Returns the merged stack and, if the two did not line up, a note.
-pub fn merge(native: &[(u64, Vec<SymFrame>)], python: Option<&[PyFrame]>) -> (Vec<Frame>, Option<String>) {
+/// `native`: per unwound address (innermost first), the address and its frames (innermost
+/// inlined call first). `python`: the thread's Python frames, innermost first. Returns the
+/// merged stack and, if the two did not line up, a note.
+pub(crate) fn merge(
+    native: &[(u64, Vec<Frame>)],
+    python: Option<&[PyFrame]>,
+) -> (Vec<Frame>, Option<String>) {
     let Some(py) = python else {
-        let frames = native.iter().flat_map(|(a, syms)| syms.iter().map(|s| Frame::native(*a, s))).collect();
-        return (frames, None);
+        return (native.iter().flat_map(|(_, frames)| frames.iter().cloned()).collect(), None);
     };
     let mut out = Vec::new();
     let mut pi = 0;
-    for (addr, syms) in native {
-        for s in syms {
+    for (_, frames) in native {
+        for s in frames {
             match strategy(s) {
-                Strategy::Keep => out.push(Frame::native(*addr, s)),
+                Strategy::Keep => out.push(s.clone()),
                 Strategy::Drop => {}
                 Strategy::Python => {
                     while pi < py.len() {
@@ -106,9 +108,12 @@ pub fn merge(native: &[(u64, Vec<SymFrame>)], python: Option<&[PyFrame]>) -> (Ve
     } else if pi == 0 {
         // Native unwind did not reach the eval loop (e.g. truncated): append Python frames.
         out.extend(py.iter().map(Frame::python));
-        Some("native stack has no eval-loop frame; Python frames appended".into())
+        Some("no eval loop found on the native stack: its Python frames are put on top".into())
     } else {
-        Some(format!("merge mismatch: {pi} eval-loop frames vs {} Python frames", py.len()))
+        Some(format!(
+            "{pi} eval loop frames for {} Python frames: the two may not line up",
+            py.len()
+        ))
     };
     (out, note)
 }

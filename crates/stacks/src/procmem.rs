@@ -7,7 +7,7 @@ use std::os::unix::fs::FileExt;
 
 const PAGE: u64 = 4096;
 
-pub struct ProcMem {
+pub(crate) struct ProcMem {
     file: File,
     pages: HashMap<u64, Option<Box<[u8]>>>,
 }
@@ -32,7 +32,7 @@ impl ProcMem {
     }
 
     pub fn read_u64(&mut self, addr: u64) -> Option<u64> {
-        if addr % 8 != 0 {
+        if !addr.is_multiple_of(8) {
             let mut b = [0u8; 8];
             return self.read_exact(addr, &mut b).then(|| u64::from_le_bytes(b));
         }

@@ -8,7 +8,7 @@
 //! consume a still-pending notification so that it does not linger.  A hard deadline bounds the
 //! whole stop phase; threads that do not stop in time (D state, ...) are reported unreadable.
 //!
-//! IMPORTANT: ptrace's tracer is the *thread* that attached.  All calls on a `StoppedProcess`
+//! IMPORTANT: ptrace's tracer is the *thread* that attached.  All calls on a `Stopped`
 //! must happen on the thread that created it (it is `!Send`).  If that thread exits, the kernel
 //! detaches all its remaining tracees (`exit_ptrace`), which is how stragglers that could not
 //! be detached (still running, e.g. in D state, when we gave up) get released: run a dump on a
@@ -20,7 +20,6 @@ use std::time::{Duration, Instant};
 
 use nix::errno::Errno;
 use nix::sys::ptrace;
-use nix::sys::signal::Signal;
 use nix::sys::wait::{waitid, Id, WaitPidFlag};
 use nix::unistd::Pid;
 
@@ -55,11 +54,11 @@ pub struct ThreadState {
 }
 
 /// A process whose threads are held in ptrace-stop.  Detaches (resumes) all threads on drop.
-pub struct StoppedProcess {
+pub struct Stopped {
     pub pid: i32,
     pub threads: Vec<ThreadState>,
     /// Threads that were still running when we gave up and so could not be detached; they are
-    /// released when the tracer thread exits, or by `retry_detach`.
+    /// released when the tracer thread exits.
     pub stragglers: Vec<i32>,
     _not_send: PhantomData<*const ()>,
 }
@@ -84,10 +83,10 @@ pub fn list_tids(pid: i32) -> std::io::Result<Vec<i32>> {
     Ok(tids)
 }
 
-impl StoppedProcess {
+impl Stopped {
     /// Stops every thread of `pid`, reading their registers.  Never blocks longer than
     /// `deadline` (plus a few syscalls).  Errors only if the process does not exist.
-    pub fn stop(pid: i32, deadline: Duration) -> std::io::Result<StoppedProcess> {
+    pub fn stop(pid: i32, deadline: Duration) -> std::io::Result<Stopped> {
         let t0 = Instant::now();
         let mut threads: BTreeMap<i32, ThreadState> = BTreeMap::new();
         let mut interrupted_at: BTreeMap<i32, Instant> = BTreeMap::new();
@@ -105,7 +104,7 @@ impl StoppedProcess {
                     tid,
                     state_before,
                     comm,
-                    status: ThreadStatus::Unreadable("not stopped before deadline".into()),
+                    status: ThreadStatus::Unreadable("it did not stop in time".into()),
                     stop_latency: None,
                     attached: false,
                     pending_signal: None,
@@ -118,13 +117,21 @@ impl StoppedProcess {
                             Ok(()) => {
                                 interrupted_at.insert(tid, Instant::now());
                             }
-                            Err(e) => ts.status = ThreadStatus::Unreadable(format!("PTRACE_INTERRUPT: {e}")),
+                            Err(e) => {
+                                ts.status = ThreadStatus::Unreadable(format!(
+                                    "ptrace refused it: {}",
+                                    e.desc()
+                                ))
+                            }
                         }
                     }
                     Err(Errno::ESRCH) => {
                         continue; // thread exited meanwhile
                     }
-                    Err(e) => ts.status = ThreadStatus::Unreadable(format!("PTRACE_SEIZE: {e}")),
+                    Err(e) => {
+                        ts.status =
+                            ThreadStatus::Unreadable(format!("ptrace refused it: {}", e.desc()))
+                    }
                 }
                 threads.insert(tid, ts);
             }
@@ -141,7 +148,7 @@ impl StoppedProcess {
                 let ts = threads.get_mut(&tid).unwrap();
                 match thread_stat(pid, tid) {
                     None => {
-                        ts.status = ThreadStatus::Unreadable("thread exited".into());
+                        ts.status = ThreadStatus::Unreadable("it ended".into());
                         ts.attached = false;
                         false
                     }
@@ -165,13 +172,14 @@ impl StoppedProcess {
         }
         for tid in &waiting {
             let ts = threads.get_mut(tid).unwrap();
-            ts.status = ThreadStatus::Unreadable(format!(
-                "did not stop within {:?} (state {})",
-                deadline,
-                thread_stat(pid, *tid).map(|s| s.0).unwrap_or('?')
-            ));
+            let state = thread_stat(pid, *tid).map(|s| s.0).unwrap_or('?');
+            let ms = deadline.as_millis();
+            ts.status = ThreadStatus::Unreadable(match state {
+                'D' => format!("in uninterruptible sleep (D state): not stopped within {ms} ms"),
+                _ => format!("not stopped within {ms} ms (state {state})"),
+            });
         }
-        Ok(StoppedProcess {
+        Ok(Stopped {
             pid,
             threads: threads.into_values().collect(),
             stragglers: Vec::new(),
@@ -182,10 +190,8 @@ impl StoppedProcess {
     fn on_stopped(ts: &mut ThreadState) {
         let p = Pid::from_raw(ts.tid);
         // Consume the stop notification if nobody else (a wait4(-1) reaper) did.
-        let _ = waitid(
-            Id::Pid(p),
-            WaitPidFlag::WSTOPPED | WaitPidFlag::WNOHANG | WaitPidFlag::__WALL,
-        );
+        let _ =
+            waitid(Id::Pid(p), WaitPidFlag::WSTOPPED | WaitPidFlag::WNOHANG | WaitPidFlag::__WALL);
         // Distinguish our PTRACE_EVENT_STOP from a signal-delivery-stop, whose signal must be
         // re-injected on detach (else it would be lost).
         if let Ok(si) = ptrace::getsiginfo(p) {
@@ -195,7 +201,9 @@ impl StoppedProcess {
         }
         ts.status = match ptrace::getregs(p) {
             Ok(r) => ThreadStatus::Stopped(Regs { ip: r.rip, sp: r.rsp, bp: r.rbp }),
-            Err(e) => ThreadStatus::Unreadable(format!("PTRACE_GETREGS: {e}")),
+            Err(e) => {
+                ThreadStatus::Unreadable(format!("its registers could not be read: {}", e.desc()))
+            }
         };
     }
 
@@ -206,40 +214,26 @@ impl StoppedProcess {
             if !ts.attached {
                 continue;
             }
-            let sig = ts.pending_signal.and_then(|s| Signal::try_from(s).ok());
             ts.attached = false;
             // ESRCH means gone, or not (yet) in a ptrace-stop: the latter is a straggler.
-            if ptrace::detach(Pid::from_raw(ts.tid), sig).is_err()
+            if detach(ts.tid, ts.pending_signal.unwrap_or(0)).is_err()
                 && thread_stat(self.pid, ts.tid).is_some_and(|s| !matches!(s.0, 'Z' | 'X'))
             {
                 self.stragglers.push(ts.tid);
             }
         }
     }
-
-    /// Retry detaching stragglers until `deadline`; returns those still attached.
-    pub fn retry_detach(&mut self, deadline: Duration) -> Vec<i32> {
-        let t0 = Instant::now();
-        while !self.stragglers.is_empty() && t0.elapsed() < deadline {
-            let pid = self.pid;
-            self.stragglers.retain(|&tid| match thread_stat(pid, tid) {
-                None => false,
-                Some(('t', _)) => {
-                    let _ = waitid(
-                        Id::Pid(Pid::from_raw(tid)),
-                        WaitPidFlag::WSTOPPED | WaitPidFlag::WNOHANG | WaitPidFlag::__WALL,
-                    );
-                    ptrace::detach(Pid::from_raw(tid), None).is_err()
-                }
-                _ => true,
-            });
-            std::thread::sleep(Duration::from_millis(1));
-        }
-        self.stragglers.clone()
-    }
 }
 
-impl Drop for StoppedProcess {
+/// PTRACE_DETACH passing `signo` on (0: none). Not nix's `detach`, whose `Signal` has no
+/// real-time signals: a queued SIGRTMIN caught in the stop would be lost.
+fn detach(tid: i32, signo: i32) -> nix::Result<()> {
+    // SAFETY: PTRACE_DETACH reads no memory of ours; the kernel checks the tid.
+    let done = unsafe { libc::ptrace(libc::PTRACE_DETACH, tid, 0, signo as libc::c_long) };
+    Errno::result(done).map(drop)
+}
+
+impl Drop for Stopped {
     fn drop(&mut self) {
         self.resume();
     }

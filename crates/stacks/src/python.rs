@@ -1,101 +1,76 @@
-//! Python frames of a CPython process, read with py-spy as a library.  The process must already
-//! be stopped by us (LockingStrategy::AlreadyLocked): py-spy then only reads memory.
+//! Python frames of a CPython process, read with py-spy as a library. The process is stopped
+//! here already (`LockingStrategy::AlreadyLocked`): py-spy only reads its memory.
 
 use std::collections::HashMap;
 
-#[cfg(feature = "python")]
-use py_spy::{
-    config::{Config, LockingStrategy},
-    PythonSpy,
-};
+use py_spy::config::{Config, LockingStrategy};
+use py_spy::PythonSpy;
 
-#[derive(Clone, Debug)]
-pub struct PyFrame {
+use crate::unwind::MapEntry;
+
+pub(crate) struct PyFrame {
     pub function: String,
     pub file: String,
     pub line: i32,
-    /// Python >= 3.11: this frame was entered by a fresh call of the C eval loop
-    /// (_PyEval_EvalFrameDefault); frames without it were executed "inline" by the same C frame.
+    /// Python 3.11 and later: this frame was entered by a call of the C eval loop
+    /// (`_PyEval_EvalFrameDefault`); the frames without it ran in the same C frame.
     pub is_entry: bool,
 }
 
-#[derive(Clone, Debug)]
-pub struct PyThread {
-    pub os_tid: Option<i32>,
-    pub python_thread_id: u64,
-    pub owns_gil: bool,
+pub(crate) struct PyThread {
+    /// Its Python name (`threading.current_thread().name`).
     pub name: Option<String>,
     /// Innermost first.
     pub frames: Vec<PyFrame>,
 }
 
-pub struct PythonReader {
-    #[cfg(feature = "python")]
-    spy: PythonSpy,
+/// Whether a process maps a Python interpreter: only then are its Python frames looked for.
+pub(crate) fn looks_like_python(maps: &[MapEntry]) -> bool {
+    maps.iter().any(|m| is_python_module(&m.path))
 }
 
-/// Cheap check used to decide whether to try Python at all.
-pub fn looks_like_python(maps: &[crate::unwind::MapEntry]) -> bool {
-    maps.iter().any(|m| {
-        let name = m.path.rsplit('/').next().unwrap_or("");
-        name.starts_with("python") || name.starts_with("libpython")
-    })
-}
-
-pub fn is_python_module(path: &str) -> bool {
+pub(crate) fn is_python_module(path: &str) -> bool {
     let name = path.rsplit('/').next().unwrap_or("");
     name.starts_with("python") || name.starts_with("libpython")
 }
 
-#[cfg(not(feature = "python"))]
-impl PythonReader {
-    pub fn new(_pid: i32) -> anyhow::Result<PythonReader> {
-        anyhow::bail!("built without the `python` feature")
-    }
-    pub fn version(&self) -> String {
-        String::new()
-    }
-    pub fn threads(&mut self) -> anyhow::Result<HashMap<i32, PyThread>> {
-        Ok(HashMap::new())
-    }
-}
+/// The interpreter of one process, found while it runs.
+pub(crate) struct Interpreter(PythonSpy);
 
-#[cfg(feature = "python")]
-impl PythonReader {
-    /// Locates the interpreter (reads binaries and process memory); call before stopping the
-    /// process to keep the stopped window short.
-    pub fn new(pid: i32) -> anyhow::Result<PythonReader> {
+impl Interpreter {
+    /// Finds the interpreter's state in `pid` (reads its binaries and memory): before the
+    /// process is stopped, to keep the stop short.
+    pub fn find(pid: i32) -> Result<Interpreter, String> {
         let config = Config {
             blocking: LockingStrategy::AlreadyLocked,
             native: false,
             collect_thread_names: true,
             ..Config::default()
         };
-        Ok(PythonReader { spy: PythonSpy::new(pid as py_spy::Pid, &config)? })
+        let spy = PythonSpy::new(pid as py_spy::Pid, &config).map_err(|e| format!("{e:#}"))?;
+        Ok(Interpreter(spy))
     }
 
     pub fn version(&self) -> String {
-        self.spy.version.to_string()
+        self.0.version.to_string()
     }
 
-    /// Reads all Python threads; call while the process is stopped.
-    pub fn threads(&mut self) -> anyhow::Result<HashMap<i32, PyThread>> {
-        let traces = self.spy.get_stack_traces()?;
-        let mut out = HashMap::new();
-        for (i, t) in traces.into_iter().enumerate() {
+    /// Every Python thread, by OS thread id; while the process is stopped.
+    pub fn threads(&mut self) -> Result<HashMap<i32, PyThread>, String> {
+        let traces = self.0.get_stack_traces().map_err(|e| format!("{e:#}"))?;
+        let threads = traces.into_iter().filter_map(|t| {
             let frames = t
                 .frames
                 .into_iter()
-                .map(|f| PyFrame { function: f.name, file: f.filename, line: f.line, is_entry: f.is_entry })
+                .map(|f| PyFrame {
+                    function: f.name,
+                    file: f.filename,
+                    line: f.line,
+                    is_entry: f.is_entry,
+                })
                 .collect();
-            let os_tid = t.os_thread_id.map(|x| x as i32);
-            // Threads without a known OS tid get a negative key so they are still reported.
-            let key = os_tid.unwrap_or(-(i as i32) - 1);
-            out.insert(
-                key,
-                PyThread { os_tid, python_thread_id: t.thread_id, owns_gil: t.owns_gil, name: t.thread_name, frames },
-            );
-        }
-        Ok(out)
+            Some((t.os_thread_id? as i32, PyThread { name: t.thread_name, frames }))
+        });
+        Ok(threads.collect())
     }
 }

@@ -5,7 +5,12 @@ use std::time::{Duration, Instant};
 
 use nix::sys::ptrace;
 use nix::unistd::Pid;
-use stackdump::ptrace::{list_tids, thread_stat};
+use rlaunch_stacks::ptrace::{list_tids, thread_stat};
+
+/// Reads `pid` on a thread of its own, as the proxy does.
+fn read(pid: i32) -> rlaunch_stacks::Process {
+    std::thread::spawn(move || rlaunch_stacks::Reader::new().read(pid)).join().unwrap()
+}
 
 /// The tests wait4(-1) on all children, so they must not run concurrently.
 static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
@@ -32,7 +37,8 @@ fn helper(name: &str) -> String {
 }
 
 fn spawn_ready(path: &str, args: &[&str]) -> (Reap, BufReader<std::process::ChildStdout>) {
-    let mut c = Command::new(path).args(args).stdout(Stdio::piped()).stderr(Stdio::null()).spawn().unwrap();
+    let mut c =
+        Command::new(path).args(args).stdout(Stdio::piped()).stderr(Stdio::null()).spawn().unwrap();
     let mut r = BufReader::new(c.stdout.take().unwrap());
     let c = Reap(c);
     if path.ends_with("sigcount") {
@@ -121,20 +127,21 @@ fn no_signal_lost_and_reaper_tolerated() {
     });
     let mut dumps = 0;
     while !done.load(std::sync::atomic::Ordering::SeqCst) {
-        let d = stackdump::dump(pid, &stackdump::Options { python: Some(false), ..Default::default() }).unwrap();
+        let d = read(pid);
         assert_eq!(d.threads.len(), 3);
-        assert!(d.threads.iter().all(|t| t.error.is_none()), "{:?}", d.threads);
-        assert!(d.stragglers.is_empty());
+        assert!(d.threads.iter().all(|t| t.note.is_none()), "{:?}", d.threads);
         dumps += 1;
     }
     let sent = sender.join().unwrap();
     let stolen = reaper.join().unwrap();
-    std::thread::sleep(Duration::from_millis(100));
-    unsafe { libc::kill(pid, libc::SIGTERM) };
+    unsafe { libc::kill(pid, libc::SIGRTMIN() + 1) };
     let mut l = String::new();
     out.read_line(&mut l).unwrap();
     child.0.wait().unwrap();
-    eprintln!("dumps {dumps}, signals sent {sent}, received {}, stops stolen by reaper {stolen}", l.trim());
+    eprintln!(
+        "dumps {dumps}, signals sent {sent}, received {}, stops stolen by reaper {stolen}",
+        l.trim()
+    );
     assert!(dumps > 5);
     assert_eq!(l.trim().parse::<i32>().unwrap(), sent);
 }
@@ -145,7 +152,7 @@ fn c_program_frames() {
     let _g = serial();
     let prog = helper("cprog");
     let (child, _r) = spawn_ready(&prog, &["sleep", "2"]);
-    let d = stackdump::dump(child.0.id() as i32, &Default::default()).unwrap();
+    let d = read(child.0.id() as i32);
     assert_eq!(d.threads.len(), 2);
     for t in &d.threads {
         let names: Vec<&str> = t.frames.iter().map(|f| f.function.as_str()).collect();
