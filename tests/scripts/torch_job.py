@@ -8,6 +8,8 @@ Usage: torch_job.py allreduce        each rank prints `rank R of N local L of M 
        torch_job.py reference        the same training in one process over the whole batch
        torch_job.py raise            rank 1 raises under torch's @record
        torch_job.py wait             prints `ready R`, waits; Ctrl-C: `cleanup R`, re-raised
+       torch_job.py hang             rank 1 sleeps in late_rank(); the others print `waiting R`
+                                     and wait for it in all_reduce (the hang report's stacks)
 """
 import hashlib
 import os
@@ -84,6 +86,17 @@ elif what == "wait":
     except KeyboardInterrupt:
         print(f"cleanup {rank}", flush=True)
         raise
+elif what == "hang":
+    import time
+
+    def late_rank():
+        while True:
+            time.sleep(100)
+
+    if rank == 1:
+        late_rank()
+    print(f"waiting {rank}", flush=True)
+    dist.all_reduce(torch.tensor([rank], dtype=torch.int64))
 elif what == "train":
     x, y = batch()
     shard = SAMPLES // size

@@ -76,6 +76,8 @@ pub enum CProgram {
     Hang,
     /// [`CProgram::Hang`] built with Open MPI.
     OmpiHang,
+    /// [`CProgram::Hang`] without debug info (`-g`), as most programs are: symbols only.
+    HangNoDebug,
 }
 
 enum Compiler {
@@ -90,7 +92,7 @@ enum Compiler {
 }
 
 impl CProgram {
-    const COUNT: usize = 20;
+    const COUNT: usize = 21;
 
     /// The executable's name.
     fn name(self) -> &'static str {
@@ -115,12 +117,14 @@ impl CProgram {
             CProgram::Fence => "fence",
             CProgram::Hang => "hang",
             CProgram::OmpiHang => "ompi-hang",
+            CProgram::HangNoDebug => "hang-nodebug",
         }
     }
 
     /// Its source in `tests/c/`, without `.c`.
     fn source(self) -> &'static str {
-        self.name().strip_prefix("ompi-").unwrap_or(self.name())
+        let name = self.name().strip_prefix("ompi-").unwrap_or(self.name());
+        name.strip_suffix("-nodebug").unwrap_or(name)
     }
 
     fn compiler(self) -> Compiler {
@@ -190,6 +194,10 @@ fn compile(program: CProgram) -> PathBuf {
         }
     };
     command.args(["-Wall", "-O1", "-o"]).arg(&partial).arg(&source);
+    if let CProgram::Hang | CProgram::OmpiHang = program {
+        // The hang report's stacks name its lines.
+        command.arg("-g");
+    }
     if let Compiler::CcPmi2 = program.compiler() {
         command.arg("-lpmi2");
     }

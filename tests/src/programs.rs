@@ -81,6 +81,12 @@ pub fn spawn_client() -> String {
     path_str(script("spawn_client.py"))
 }
 
+/// `tests/scripts/python_hang.py`: a Python job whose ranks sleep or spin in functions of
+/// their own, for the hang report's Python frames.
+pub fn python_hang() -> String {
+    path_str(script("python_hang.py"))
+}
+
 /// `tests/scripts/torch_job.py`: a torch.distributed job as users write it for torchrun.
 pub fn torch_job() -> String {
     path_str(script("torch_job.py"))

@@ -1,6 +1,7 @@
 //! A job that hangs says where, at its timeout (docs/hangs.md): the ranks missing from the
-//! fence the others wait in, by rank, pid and host, and each rank's process state. Real MPICH
-//! (PMI-1) and Open MPI (PMIx) programs, one rank of which never calls MPI_Init.
+//! fence the others wait in, by rank, pid and host, each rank's process state, and every
+//! rank's stacks merged. Real MPICH (PMI-1) and Open MPI (PMIx) programs, one rank of which
+//! never calls MPI_Init or spins while the others wait; Python and torch ranks.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -8,7 +9,7 @@ use std::time::Duration;
 use rlaunch_tests::hosts::hostname;
 use rlaunch_tests::mpi::{fake_nodes, mpi_run, CProgram};
 use rlaunch_tests::output::rlaunch_lines;
-use rlaunch_tests::{Outcome, Run};
+use rlaunch_tests::{python_hang, torch_job, Outcome, Run};
 
 /// The jobs' timeout. Beside two busy loops, 16 ranks on two fake nodes were all in
 /// MPI_Init's fence (or known not to be) within 1 s, MPICH's and Open MPI's: 4 s is 4 times that.
@@ -21,6 +22,35 @@ fn pids(out: &Outcome) -> HashMap<u32, u32> {
         Some((words.next()??, words.next()??))
     });
     pids.collect()
+}
+
+/// The hang report's lines before its stacks, and the stacks' lines (after their title).
+fn split_stacks(report: &[String]) -> (Vec<String>, Vec<String>) {
+    let title = report.iter().position(|l| l == "stacks, outermost call first:");
+    match title {
+        Some(at) => (report[..at].to_vec(), report[at + 1..].to_vec()),
+        None => (report.to_vec(), Vec::new()),
+    }
+}
+
+/// The line of `source` (a file of tests/) that holds `text`, counted from 1.
+fn line_of(source: &str, text: &str) -> usize {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(source);
+    let code = std::fs::read_to_string(&path).unwrap();
+    1 + code.lines().position(|l| l.contains(text)).unwrap_or_else(|| panic!("{text} in {source}"))
+}
+
+/// The frames after branch head `head` in the stacks' lines, trimmed, up to the next head.
+fn branch<'a>(stacks: &'a [String], head: &str) -> Vec<&'a str> {
+    let at = stacks.iter().position(|l| l.trim() == head);
+    let at = at.unwrap_or_else(|| panic!("no branch {head} in:\n{}", stacks.join("\n")));
+    let frames = stacks[at + 1..].iter().map(|l| l.trim());
+    frames.take_while(|l| !l.ends_with(':') || l.contains(" (")).collect()
+}
+
+/// Where the C programs' source is, as their debug info names it.
+fn hang_c() -> String {
+    format!("{}/c/hang.c", env!("CARGO_MANIFEST_DIR"))
 }
 
 /// The hang report's lines, without their prefix; checks the job's last line and status.
@@ -36,12 +66,17 @@ fn report_of(out: &Outcome) -> Vec<String> {
 }
 
 fn hang(options: &[String], n: u32, program: CProgram, late: u32) -> Outcome {
+    hang_or_spin(options, n, program, &late.to_string(), "-1")
+}
+
+/// [`CProgram::Hang`] with rank `late` never in MPI_Init and rank `spin` spinning after it.
+fn hang_or_spin(options: &[String], n: u32, program: CProgram, late: &str, spin: &str) -> Outcome {
     let options: Vec<String> = ["--timeout", TIMEOUT]
         .iter()
         .map(|s| s.to_string())
         .chain(options.iter().cloned())
         .collect();
-    let out = mpi_run(&options, n, program, &[&late.to_string(), "-1"]).run();
+    let out = mpi_run(&options, n, program, &[late, spin]).run();
     out.tag.wait_until_none(std::time::Duration::from_secs(5)).unwrap_or_else(|left| {
         panic!("left running: {left:?}");
     });
@@ -56,13 +91,17 @@ fn mpich_ranks_waiting_in_mpi_init_name_the_rank_that_never_came() {
     let files = ["--report", json.to_str().unwrap(), "--timeline", trace.to_str().unwrap()];
     let out = hang(&files.map(String::from), 4, CProgram::Hang, 3);
     let (report, pid) = (report_of(&out), pids(&out)[&3]);
+    let (fences, stacks) = split_stacks(&report);
     assert_eq!(
         report[0],
         format!("fence 1 (PMI): 3 of 4 ranks waiting; missing: rank 3 (pid {pid} on {host})")
     );
     // Waiting in a fence is a blocking read, and the late rank pauses.
     assert!(report[1].starts_with("ranks: 0-3 sleeping"), "{out}");
-    assert_eq!(report.len(), 2, "{out}");
+    assert_eq!(fences.len(), 2, "{out}");
+    // Rank 3 pauses before MPI_Init; the others wait in it.
+    let pause = line_of("c/hang.c", "pause();");
+    assert_eq!(branch(&stacks, "+ rank 3:")[0], format!("main ({}:{pause})", hang_c()), "{out}");
     // The same report in --report, each rank where it was, and a mark on the timeline.
     let doc: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
     assert_eq!(doc["job"]["hang"]["lines"], serde_json::json!(report), "{doc}");
@@ -87,6 +126,124 @@ fn mpich_ranks_waiting_in_mpi_init_name_the_rank_that_never_came() {
     assert!(report[1].starts_with("ranks: 0-15 sleeping"), "{out}");
 }
 
+/// Rank 3 spins in a function of its own while the others wait in MPI_Barrier: the stacks
+/// say so, merged (one branch for ranks 0-2, one for rank 3), with file:line from `-g`; and
+/// from symbols alone without it, across two fake nodes whose proxies merge their trees.
+#[test]
+fn stacks_of_waiting_and_spinning_mpich_ranks_are_merged_by_branch() {
+    let tmp = rlaunch_tests::tempdir();
+    let json = tmp.path().join("report.json");
+    let options = ["--report".to_string(), json.to_str().unwrap().to_string()];
+    let out = hang_or_spin(&options, 4, CProgram::Hang, "-1", "3");
+    let report = report_of(&out);
+    let (fences, stacks) = split_stacks(&report);
+    // MPICH's ranks poll in MPI_Barrier: running or sleeping, each is named once.
+    assert!(fences[0].starts_with("ranks: ") && fences.len() == 1, "{out}");
+    let (src, barrier, spin) =
+        (hang_c(), line_of("c/hang.c", "MPI_Barrier(MPI"), line_of("c/hang.c", "n++;"));
+    let call = line_of("c/hang.c", "spin_for_ever();");
+    // The main threads: one root for all four, parting in main.
+    assert_eq!(stacks[0], "  ranks 0-3:", "{out}");
+    let waiting = branch(&stacks, "+ ranks 0-2:");
+    assert_eq!(waiting[0], format!("main ({src}:{barrier})"), "{out}");
+    assert!(waiting[1].starts_with("PMPI_Barrier (libmpich.so.12"), "{out}");
+    let spinning = branch(&stacks, "+ rank 3:");
+    assert_eq!(spinning, [format!("main ({src}:{call})"), format!("spin_for_ever ({src}:{spin})")]);
+    // Each rank's stacks in --report.
+    let doc: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let paths = doc["ranks"][3]["at_hang"]["stacks"].as_array().unwrap();
+    let innermost: Vec<&str> =
+        paths.iter().filter_map(|p| p.as_array()?.last()?.as_str()).collect();
+    assert!(innermost.contains(&format!("spin_for_ever ({src}:{spin})").as_str()), "{doc}");
+
+    // No debug info, and the ranks on two nodes (0-1 on n1, 2-3 on n2).
+    let out = hang_or_spin(&fake_nodes(2, 2), 4, CProgram::HangNoDebug, "-1", "3");
+    let (_, stacks) = split_stacks(&report_of(&out));
+    assert_eq!(stacks[0], "  ranks 0-3:", "{out}");
+    let waiting = branch(&stacks, "+ ranks 0-2:");
+    assert!(waiting[0].starts_with("PMPI_Barrier (libmpich.so.12"), "{out}");
+    assert_eq!(branch(&stacks, "+ rank 3:"), ["spin_for_ever (hang-nodebug)"], "{out}");
+}
+
+/// Python ranks: their Python frames (function, file:line) in place of the interpreter's,
+/// the C frames below them (time.sleep's), and their threads.
+#[test]
+fn python_ranks_show_their_python_frames() {
+    let options = ["--timeout", TIMEOUT, "-n", "3", "/usr/bin/python3"].map(String::from);
+    let out = Run::new(&[]).args(&options).args([python_hang()]).run();
+    let report = report_of(&out);
+    let (_, stacks) = split_stacks(&report);
+    let script = python_hang();
+    let at = |text: &str| line_of("scripts/python_hang.py", text);
+    let (sleep, spin) = (at("time.sleep(100)"), at("n += 1"));
+    let sleeping = branch(&stacks, "+ ranks 0,2:");
+    assert_eq!(sleeping[0], format!("<module> ({script}:{})", at("    waits_for_ever()")));
+    assert_eq!(sleeping[1], format!("waits_for_ever ({script}:{sleep})"), "{out}");
+    assert!(sleeping[2].starts_with("clock_nanosleep (libc.so.6)"), "{out}");
+    // A spinning rank is caught on either line of its loop.
+    let spinning = branch(&stacks, "+ rank 1:");
+    let loop_lines = [spin - 1, spin].map(|l| format!("spins ({script}:{l})"));
+    assert_eq!(spinning[0], format!("<module> ({script}:{})", at("    spins()")), "{out}");
+    assert!(spinning.len() == 2 && loop_lines.contains(&spinning[1].to_string()), "{out}");
+    // The helper threads: all three ranks' on one path, under a root of their own.
+    let helper = format!("    waits_for_ever ({script}:{sleep})");
+    let helper = stacks.iter().position(|l| *l == helper);
+    let helper = helper.unwrap_or_else(|| panic!("no helper thread: {out}"));
+    let root = stacks[..helper].iter().rev().find(|l| l.starts_with("  ranks"));
+    assert_eq!(root.map(String::as_str), Some("  ranks 0-2:"), "{out}");
+}
+
+/// `rlaunch stacks` on a torch job (gloo) whose rank 1 never reaches all_reduce: the others
+/// are in all_reduce, Python frames over torch's C++ ones, rank 1 in late_rank; the job goes
+/// on until it is interrupted.
+#[test]
+fn rlaunch_stacks_shows_torch_ranks_waiting_in_all_reduce() {
+    let tmp = rlaunch_tests::tempdir();
+    let runtime = tmp.path().join("runtime");
+    std::fs::create_dir(&runtime).unwrap();
+    // Importing torch takes a few seconds; beside two busy loops, up to four times that.
+    let limit = Duration::from_secs(120);
+    let script = torch_job();
+    let mut job = Run::new(&["-n", "3", "/usr/bin/python3", &script, "hang"])
+        .env("XDG_RUNTIME_DIR", &runtime)
+        .timeout(limit)
+        .spawn();
+    for _ in 0..2 {
+        job.wait_for_line(|l| l.starts_with("waiting "), limit);
+    }
+    let reduce = format!(
+        "<module> ({script}:{})",
+        line_of("scripts/torch_job.py", "dist.all_reduce(torch.tensor([rank]")
+    );
+    let late = line_of("scripts/torch_job.py", "            time.sleep(100)");
+    // A rank says `waiting` just before it calls all_reduce: ask until both are in.
+    let began = std::time::Instant::now();
+    let stacks = loop {
+        let asked = Run::new(&["stacks", &job.pid().as_raw().to_string()])
+            .env("XDG_RUNTIME_DIR", &runtime)
+            .timeout(Duration::from_secs(60))
+            .run();
+        asked.assert_code(0);
+        let text = asked.stdout_str();
+        let lines: Vec<String> = text.lines().map(String::from).collect();
+        let (_, stacks) = split_stacks(&lines);
+        let waiting = stacks.iter().position(|l| l.trim() == "+ ranks 0,2:");
+        if waiting.is_some_and(|at| stacks[at + 1].trim() == reduce) {
+            break stacks;
+        }
+        assert!(began.elapsed() < limit, "ranks 0 and 2 never in all_reduce:\n{text}");
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let waiting = branch(&stacks, "+ ranks 0,2:");
+    assert!(waiting[1].starts_with("all_reduce (") && waiting[1].contains("distributed_c10d.py:"));
+    let late_rank = branch(&stacks, "+ rank 1:");
+    assert_eq!(late_rank[1], format!("late_rank ({script}:{late})"), "{}", stacks.join("\n"));
+    job.signal(nix::sys::signal::Signal::SIGINT);
+    let out = job.wait(limit);
+    out.assert_code(130);
+    assert_eq!(rlaunch_lines(&out.stderr_str()), ["rlaunch: interrupted by SIGINT"], "{out}");
+}
+
 #[test]
 fn open_mpi_ranks_name_the_client_that_never_connected() {
     let host = hostname();
@@ -100,7 +257,7 @@ fn open_mpi_ranks_name_the_client_that_never_connected() {
     );
     // Open MPI's ranks may poll while they wait: running or sleeping, each is named once.
     assert!(report[1].starts_with("ranks: "), "{out}");
-    assert_eq!(report.len(), 2, "{out}");
+    assert_eq!(split_stacks(&report).0.len(), 2, "{out}");
 
     // Two nodes: n1's server is in MPI_Init's fence, n2's waits for rank 3.
     let out = hang(&fake_nodes(2, 2), 4, CProgram::OmpiHang, 3);
@@ -142,6 +299,20 @@ fn ps_and_stacks_ask_a_running_job_and_it_goes_on() {
     std::fs::create_dir(&runtime).unwrap();
     std::fs::set_permissions(&runtime, std::os::unix::fs::PermissionsExt::from_mode(0o711))
         .unwrap();
+    // A socket left by an rlaunch killed with SIGKILL (its pid is gone): the next job
+    // removes it.
+    let gone = std::process::Command::new("true").spawn().unwrap();
+    let gone_pid = gone.id();
+    let mut gone = gone;
+    gone.wait().unwrap();
+    std::fs::create_dir(runtime.join("rlaunch")).unwrap();
+    std::fs::set_permissions(
+        runtime.join("rlaunch"),
+        std::os::unix::fs::PermissionsExt::from_mode(0o700),
+    )
+    .unwrap();
+    let stale = runtime.join("rlaunch").join(format!("{gone_pid}.sock"));
+    std::fs::write(&stale, "").unwrap();
     let flag = tmp.path().join("go");
     let script = format!(
         "echo start $PMI_RANK; while [ ! -e {} ]; do sleep 0.05; done; echo end $PMI_RANK",
@@ -155,6 +326,7 @@ fn ps_and_stacks_ask_a_running_job_and_it_goes_on() {
         job.wait_for_line(|l| l.starts_with("start "), Duration::from_secs(30));
     }
     let pid = job.pid().as_raw().to_string();
+    assert!(!stale.exists(), "a dead rlaunch's socket was left");
     let ask = |what: &str, pid: Option<&str>| {
         Run::new(&[what])
             .args(pid)
@@ -176,6 +348,8 @@ fn ps_and_stacks_ask_a_running_job_and_it_goes_on() {
     stacks.assert_code(0);
     let said = stacks.stdout_str();
     assert!(said.starts_with("ranks: "), "{said}");
+    let lines: Vec<String> = said.lines().map(String::from).collect();
+    assert_eq!(split_stacks(&lines).1[0], "  ranks 0-3:", "{said}");
     // Another user cannot open the socket: the directories are this user's alone.
     let socket = runtime.join("rlaunch").join(format!("{pid}.sock"));
     assert!(socket.exists());

@@ -156,10 +156,13 @@ pub const OPTIONS: &[Opt] = &[
     opt(&["--timeout", "-timeout"], Value("SECONDS"), Key::Timeout, Global, Job, true,
         "kill the job after SECONDS, exit 124 (also RLAUNCH_TIMEOUT, MPIEXEC_TIMEOUT)"),
     opt(&["--hang-report"], Value("WHAT"), Key::HangReport, Global, Job, false,
-        "what a job that times out says before it is killed: fences (each fence's missing \
-         ranks, each rank's process state: the default) or none"),
+        "what a job that times out says before it is killed: stacks (each fence's missing \
+         ranks, each rank's process state, and every rank's stacks merged: the default), \
+         fences (without the stacks) or none"),
     opt(&["--report-state-on-timeout"], Flag, Key::HangReport, Global, Job, false,
         "same as --hang-report fences (Open MPI's spelling)"),
+    opt(&["--get-stack-traces"], Flag, Key::HangReport, Global, Job, false,
+        "same as --hang-report stacks (Open MPI's spelling)"),
     opt(&["--stall-report"], Value("SECONDS"), Key::StallReport, Global, Job, false,
         "once no rank has written output, spoken PMI or used CPU for SECONDS, say where the \
          job is (as at a timeout), once, and let it run"),

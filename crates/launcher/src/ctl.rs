@@ -103,7 +103,9 @@ impl Drop for Listening {
 
 /// Listens for `rlaunch ps` and `rlaunch stacks`; their requests go to `asks`.
 pub(crate) fn listen(asks: mpsc::UnboundedSender<Asked>) -> io::Result<Listening> {
-    let path = private_dir(true)?.join(format!("{}.sock", std::process::id()));
+    let dir = private_dir(true)?;
+    sweep(&dir);
+    let path = dir.join(format!("{}.sock", std::process::id()));
     // A socket left by an rlaunch that had this pid before (killed with SIGKILL).
     let _ = std::fs::remove_file(&path);
     let listener = tokio::net::UnixListener::bind(&path)?;
@@ -123,6 +125,19 @@ pub(crate) fn listen(asks: mpsc::UnboundedSender<Asked>) -> io::Result<Listening
         }
     });
     Ok(Listening { path, task })
+}
+
+/// Removes the sockets of rlaunch processes that are gone: one killed with SIGKILL cannot
+/// remove its own.
+fn sweep(dir: &Path) {
+    let Ok(entries) = std::fs::read_dir(dir) else { return };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let pid = name.to_str().and_then(|n| n.strip_suffix(".sock")?.parse::<i32>().ok());
+        if pid.is_some_and(|pid| rlaunch_tree::procs::Stat::read(pid).is_none()) {
+            let _ = std::fs::remove_file(entry.path());
+        }
+    }
 }
 
 /// One peer: its request line, the job's answer, the end.

@@ -20,4 +20,5 @@ pub mod ids;
 #[cfg(feature = "tokio")]
 pub mod io;
 pub mod record;
+pub mod stacks;
 pub mod survey;

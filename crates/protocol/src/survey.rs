@@ -1,10 +1,12 @@
 //! Where a job is, rank by rank: what each proxy says of its ranks when rlaunch asks
 //! (`Down::Survey`), merged up the tree into one [`Survey`] per subtree. rlaunch makes its
-//! hang report of it: the ranks missing from each fence, and each rank's process state.
+//! hang report of it: the ranks missing from each fence, each rank's process state, and
+//! (when asked) every rank's stacks.
 
 use serde::{Deserialize, Serialize};
 
 use crate::ids::{ExitOutcome, Gid, NodeId};
+use crate::stacks::StackTree;
 
 /// What a subtree says of its ranks.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -17,6 +19,8 @@ pub struct Survey {
     /// and PMI-1/PMI-2 requests and PMIx server events about them. Only its changes mean
     /// anything (`--stall-report`).
     pub activity: u64,
+    /// The ranks' stacks merged, when they were asked for: empty otherwise.
+    pub stacks: StackTree,
 }
 
 impl Survey {
@@ -25,6 +29,7 @@ impl Survey {
         self.ranks.extend(other.ranks);
         self.unanswered.extend(other.unanswered);
         self.activity += other.activity;
+        self.stacks.merge(other.stacks);
     }
 }
 

@@ -34,6 +34,7 @@ mod ranks;
 pub mod rendezvous;
 pub mod singleton;
 mod spawn;
+mod stacks;
 
 use std::ffi::OsString;
 use std::io;

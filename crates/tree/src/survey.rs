@@ -18,16 +18,50 @@ pub struct Gather {
     survey: Survey,
     /// The children asked that have not answered: (index, host).
     awaiting: Vec<(usize, String)>,
+    /// This level's own part is still to come (its ranks' stacks, read on a thread).
+    own_due: bool,
+    /// The stacks were asked for.
+    pub stacks: bool,
     pub deadline: Instant,
 }
 
 impl Gather {
-    /// Asks every child that can still answer for survey `id`, with `own` (this level's
-    /// ranks) for a start; gives up on the children after `within`.
-    pub fn start(id: u32, within: Duration, own: Survey, children: &Children) -> Gather {
-        let down = Down::Survey { id, within_ms: (within * 3 / 4).as_millis() as u64 };
+    /// Asks every child that can still answer for survey `id` (with the ranks' stacks if
+    /// `stacks`), with `own` (this level's ranks) for a start; gives up on the children
+    /// after `within`.
+    pub fn start(
+        id: u32,
+        within: Duration,
+        stacks: bool,
+        own: Survey,
+        children: &Children,
+    ) -> Gather {
+        let down = Down::Survey { id, within_ms: (within * 3 / 4).as_millis() as u64, stacks };
         let awaiting = children.send_to_live(&down);
-        Gather { id, survey: own, awaiting, deadline: Instant::now() + within }
+        Gather {
+            id,
+            survey: own,
+            awaiting,
+            own_due: false,
+            stacks,
+            deadline: Instant::now() + within,
+        }
+    }
+
+    /// This level's own part will come later ([`Gather::own_came`]): the survey is not
+    /// settled before it, or its time, is up.
+    pub fn own_later(&mut self) {
+        self.own_due = true;
+    }
+
+    /// This level's own part of survey `id`; false if that was no part of this one.
+    pub fn own_came(&mut self, id: u32, part: Survey) -> bool {
+        if id != self.id || !self.own_due {
+            return false;
+        }
+        self.own_due = false;
+        self.survey.merge(part);
+        true
     }
 
     /// Child `child` answered survey `id`; false if that was no answer to this one.
@@ -51,7 +85,7 @@ impl Gather {
             }
             !children.gone(*child)
         });
-        self.awaiting.is_empty()
+        self.awaiting.is_empty() && !self.own_due
     }
 
     /// What was gathered; the children that did not answer are named in it.

@@ -17,12 +17,16 @@ use rlaunch_protocol::survey::{PmiNow, ProcessNow, RankNow, Survey};
 use rlaunch_tree::survey::Gather;
 
 use super::cause::Cause;
+use super::stacks::stack_lines;
 use super::Root;
 use crate::ctl::{Ask, Asked};
 use crate::options::HangReport;
 
 /// How long rlaunch waits for the proxies' answers before it kills the job all the same.
 pub(super) const SURVEY_WAIT: Duration = Duration::from_secs(2);
+/// The same with the ranks' stacks, which take each proxy some tens of milliseconds a rank
+/// (docs/hangs.md): a bound, not what it takes.
+pub(super) const STACKS_WAIT: Duration = Duration::from_secs(10);
 
 /// The hang report of a job that timed out, for `--report` and the timeline.
 pub(crate) struct HangFacts {
@@ -56,6 +60,8 @@ pub(super) enum Wanted {
     Asked(Asked),
     /// `--stall-report`: has the job done anything since the last look?
     Stall,
+    /// `--stall-report` found the job still: the report on stderr, and the job runs on.
+    StallReport,
 }
 
 impl Root {
@@ -108,13 +114,37 @@ impl Root {
             watch.next = Some(tokio::time::Instant::now() + watch.every);
             return;
         }
-        let every = watch.every.as_secs_f64();
         self.stall = None;
-        let lines = report_lines(survey, &self.plan.node_hosts, self.plan.job.size);
+        match self.plan.hang_report {
+            HangReport::Stacks => self.survey_for(Wanted::StallReport),
+            _ => self.stall_report(survey),
+        }
+    }
+
+    /// The `--stall-report` report, once.
+    fn stall_report(&mut self, survey: &Survey) {
+        let every = self.plan.stall_report.unwrap_or_default().as_secs_f64();
+        let lines = self.report_lines(survey);
         let head = format!(
             "no rank has written output, spoken PMI or used CPU for {every} s; where the job is:"
         );
         self.say_report(&head, &lines);
+    }
+
+    /// The report's lines: the fences' and the ranks' ([`report_lines`]), then the stacks.
+    fn report_lines(&self, survey: &Survey) -> Vec<String> {
+        let mut lines = report_lines(survey, &self.plan.node_hosts, self.plan.job.size);
+        lines.extend(stack_lines(&survey.stacks));
+        lines
+    }
+
+    /// Whether what `wanted` waits for has the ranks' stacks.
+    fn wants_stacks(&self, wanted: &Wanted) -> bool {
+        match wanted {
+            Wanted::Timeout | Wanted::StallReport => self.plan.hang_report == HangReport::Stacks,
+            Wanted::Asked(Asked { ask, .. }) => *ask == Ask::Stacks,
+            Wanted::Stall => false,
+        }
     }
 
     /// A report on stderr: `head`, then its lines indented under it; nothing without lines.
@@ -134,12 +164,18 @@ impl Root {
     /// Asks the proxies where every rank is, unless a survey is on its way already: its
     /// answers serve `wanted` too.
     fn survey_for(&mut self, wanted: Wanted) {
-        self.surveyed_for.push(wanted);
-        if self.survey.is_none() {
-            self.surveys += 1;
-            let gather =
-                Gather::start(self.surveys, SURVEY_WAIT, Survey::default(), &self.children);
-            self.survey = Some(gather);
+        let stacks = self.wants_stacks(&wanted);
+        match &self.survey {
+            Some(gather) if stacks && !gather.stacks => return self.survey_next.push(wanted),
+            Some(_) => self.surveyed_for.push(wanted),
+            None => {
+                self.surveyed_for.push(wanted);
+                self.surveys += 1;
+                let wait = if stacks { STACKS_WAIT } else { SURVEY_WAIT };
+                let own = Survey::default();
+                let gather = Gather::start(self.surveys, wait, stacks, own, &self.children);
+                self.survey = Some(gather);
+            }
         }
         self.survey_step();
     }
@@ -170,13 +206,14 @@ impl Root {
             match wanted {
                 Wanted::Timeout => timed_out = true,
                 Wanted::Stall => stall = true,
+                Wanted::StallReport => self.stall_report(&survey),
                 Wanted::Asked(Asked { ask: Ask::Ps, reply }) => {
                     let _ =
                         reply.send(ps_table(&survey, &self.plan.node_hosts, self.plan.job.size));
                 }
                 Wanted::Asked(Asked { ask: Ask::Stacks, reply }) => {
                     let mut text = String::new();
-                    for line in report_lines(&survey, &self.plan.node_hosts, self.plan.job.size) {
+                    for line in self.report_lines(&survey) {
                         text += &format!("{line}\n");
                     }
                     if text.is_empty() {
@@ -190,10 +227,19 @@ impl Root {
             self.stall_looked(&survey);
         }
         if !timed_out {
+            // Those who want the stacks, which this survey did not have, get the next.
+            for wanted in std::mem::take(&mut self.survey_next) {
+                self.survey_for(wanted);
+            }
             return;
         }
+        for wanted in std::mem::take(&mut self.survey_next) {
+            if let Wanted::Asked(asked) = wanted {
+                let _ = asked.reply.send("the job is ending\n".to_string());
+            }
+        }
         let after = self.plan.timeout.unwrap_or_default();
-        let lines = report_lines(&survey, &self.plan.node_hosts, self.plan.job.size);
+        let lines = self.report_lines(&survey);
         let head = format!("where the job was at its timeout ({} s):", after.as_secs_f64());
         self.say_report(&head, &lines);
         let at = rlaunch_protocol::record::now_us();
@@ -535,7 +581,8 @@ mod tests {
         let mut gone = rank(20, 1, 'S', outside);
         gone.process = ProcessNow::Ended(None);
         ranks.push(gone);
-        let survey = Survey { ranks, unanswered: vec!["n3".into()], activity: 0 };
+        let survey =
+            Survey { ranks, unanswered: vec!["n3".into()], activity: 0, ..Default::default() };
         let lines = report_lines(&survey, &hosts(), 21);
         assert_eq!(
             lines,

@@ -29,6 +29,7 @@ pub mod report;
 mod roll;
 mod signals;
 mod spawn;
+mod stacks;
 mod start;
 mod teardown;
 #[cfg(test)]
@@ -193,6 +194,8 @@ struct Root {
     /// them (`--timeout`'s report, `rlaunch ps`).
     survey: Option<rlaunch_tree::survey::Gather>,
     surveyed_for: Vec<hang::Wanted>,
+    /// Who waits for the next survey: they want the stacks, and the one on its way has none.
+    survey_next: Vec<hang::Wanted>,
     /// Surveys asked so far: the next one's id.
     surveys: u32,
     /// The report made at the timeout, for `--report` and the timeline.
@@ -243,6 +246,7 @@ impl Root {
             output_mid_line: false,
             survey: None,
             surveyed_for: Vec::new(),
+            survey_next: Vec::new(),
             surveys: 0,
             hang: None,
             stall: plan.stall_report.map(hang::StallWatch::new),

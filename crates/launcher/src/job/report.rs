@@ -135,6 +135,10 @@ struct AtHang {
     rss_kib: Option<u64>,
     /// Where it was in its job's fences, as `rlaunch ps` words it.
     pmi: String,
+    /// Its threads' stacks (those on one path once), each outermost call first, as the
+    /// report prints frames; none unless the stacks were read.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    stacks: Vec<Vec<String>>,
 }
 
 /// A stretch of the job on rlaunch's clock.
@@ -233,7 +237,8 @@ fn build<'a>(facts: &'a JobFacts, roll: &'a Roll, placed: &[Placed<'a>]) -> Repo
                 ProcessNow::NeverStarted => ("never started".to_string(), None, None),
             };
             let pmi = super::hang::pmi_words(r, &waited);
-            (r.rank, AtHang { state, cpu_s, rss_kib, pmi })
+            let stacks = super::stacks::paths_of(&h.survey.stacks, r.rank);
+            (r.rank, AtHang { state, cpu_s, rss_kib, pmi, stacks })
         });
         ranks.collect::<HashMap<Gid, AtHang>>()
     });

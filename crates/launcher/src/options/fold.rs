@@ -302,8 +302,9 @@ impl<'a> Fold<'a> {
                 o.hang_report = match value.as_str() {
                     // Open MPI's flag comes as its spelling.
                     "fences" | "--report-state-on-timeout" => HangReport::Fences,
+                    "stacks" | "--get-stack-traces" => HangReport::Stacks,
                     "none" => HangReport::None,
-                    _ => return Err(expected(item, "fences or none")),
+                    _ => return Err(expected(item, "stacks, fences or none")),
                 }
             }
             Key::StallReport => o.stall_report = Some(parse_seconds(item.name, &value)?),

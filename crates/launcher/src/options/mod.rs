@@ -104,8 +104,10 @@ pub enum HangReport {
     /// Nothing: the job is killed, as Hydra does.
     None,
     /// The ranks missing from each fence, and every rank's process state.
-    #[default]
     Fences,
+    /// All of `Fences`, and every live rank's stacks merged into one tree.
+    #[default]
+    Stacks,
 }
 
 /// `--rmk`: which batch scheduler's allocation gives the hosts.

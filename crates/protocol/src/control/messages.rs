@@ -67,8 +67,8 @@ pub enum Down {
     DropOutput,
     /// Where is every rank? Each proxy answers `Up::Survey` with its own ranks and its
     /// children's, merged, within `within_ms` of hearing it; a child silent for longer is
-    /// named as such.
-    Survey { id: u32, within_ms: u64 },
+    /// named as such. `stacks`: with every live rank's stacks, merged.
+    Survey { id: u32, within_ms: u64, stacks: bool },
 }
 
 /// The link's own business, parent to child: consumed by the link's far end, never routed.

@@ -88,6 +88,11 @@ pub(crate) enum Event {
         pid: i32,
         stream: tokio::net::UnixStream,
     },
+    /// This node's ranks' stacks, read for survey `id`.
+    Stacks {
+        id: u32,
+        tree: rlaunch_protocol::stacks::StackTree,
+    },
 }
 
 /// One job's state on this node: the launched job (0), and any job its ranks spawned here.
@@ -306,6 +311,7 @@ impl Node {
             }
             Event::PmixWanted => self.start_late_pmix(),
             Event::Singleton { pid, stream } => self.singleton_reported(pid, stream),
+            Event::Stacks { id, tree } => self.stacks_read(id, tree),
             Event::OutputClosed(end) => {
                 let seen = &mut self.ranks.get_mut(end.local).seen;
                 match end.stream {
@@ -370,8 +376,8 @@ impl Node {
             Down::Spawn(sj) => self.spawn_came(*sj),
             Down::SpawnAnswer { rank, tag, outcome } => self.spawn_answer(rank, tag, outcome),
             Down::NameReply { rank, tag, answer } => self.name_reply(rank, tag, answer),
-            Down::Survey { id, within_ms } => {
-                self.survey_asked(id, Duration::from_millis(within_ms))
+            Down::Survey { id, within_ms, stacks } => {
+                self.survey_asked(id, Duration::from_millis(within_ms), stacks)
             }
         }
     }

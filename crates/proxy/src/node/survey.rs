@@ -1,24 +1,54 @@
 //! Where this node's ranks are, when rlaunch asks (`Down::Survey`, for its hang report):
-//! each rank's process from /proc and its place in its job's fences, with the child
-//! subtrees' answers merged in ([`Gather`]) before one answer goes up.
+//! each rank's process from /proc and its place in its job's fences, and when asked their
+//! stacks (read on a thread: [`crate::stacks`]), with the child subtrees' answers merged in
+//! ([`Gather`]) before one answer goes up.
 
 use std::time::Duration;
+
+use rlaunch_protocol::ids::Gid;
+use rlaunch_protocol::stacks::StackTree;
 
 use rlaunch_protocol::control::Up;
 use rlaunch_protocol::survey::{PmiNow, ProcessNow, RankNow, Survey};
 use rlaunch_tree::procs;
 use rlaunch_tree::survey::Gather;
 
-use super::Node;
+use super::{Event, Node};
 use crate::ranks::{PmiState, RankState};
 
 impl Node {
     /// rlaunch asks where every rank is: this node's answer goes up once its children's
-    /// have come, or after `within`.
-    pub(super) fn survey_asked(&mut self, id: u32, within: Duration) {
+    /// (and its own ranks' stacks, if asked) have come, or after `within`.
+    pub(super) fn survey_asked(&mut self, id: u32, within: Duration, stacks: bool) {
         let own = self.own_survey();
-        self.survey = Some(Gather::start(id, within, own, &self.children));
+        let live: Vec<(Gid, i32)> = own
+            .ranks
+            .iter()
+            .filter(|r| matches!(r.process, ProcessNow::Live { state, .. } if state != 'Z'))
+            .map(|r| (r.rank, r.pid as i32))
+            .collect();
+        let mut gather = Gather::start(id, within, stacks, own, &self.children);
+        if stacks && !live.is_empty() {
+            gather.own_later();
+            // The stacks must be up before the children's time is: they go up with them.
+            let until = tokio::time::Instant::now().into_std() + within * 3 / 4;
+            let events = self.events.clone();
+            crate::stacks::read_on_a_thread(live, until, move |tree| {
+                let _ = events.send(Event::Stacks { id, tree });
+            });
+        }
+        self.survey = Some(gather);
         self.survey_step();
+    }
+
+    /// This node's ranks' stacks were read.
+    pub(super) fn stacks_read(&mut self, id: u32, tree: StackTree) {
+        let part = Survey { stacks: tree, ..Survey::default() };
+        let taken = self.survey.as_mut().is_some_and(|g| g.own_came(id, part));
+        match taken {
+            true => self.survey_step(),
+            false => tracing::debug!(id, "stacks read too late for their survey"),
+        }
     }
 
     /// A child subtree answered.
@@ -81,6 +111,6 @@ impl Node {
             }
         });
         let activity = self.outputs.bytes_read() + self.pmi_activity;
-        Survey { ranks: ranks.collect(), unanswered: Vec::new(), activity }
+        Survey { ranks: ranks.collect(), activity, ..Survey::default() }
     }
 }
