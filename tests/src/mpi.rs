@@ -78,6 +78,9 @@ pub enum CProgram {
     OmpiHang,
     /// [`CProgram::Hang`] without debug info (`-g`), as most programs are: symbols only.
     HangNoDebug,
+    /// `unreadable vfork|nodump`: rank 0 in D state (waiting for its vfork child) or made
+    /// non-dumpable; every rank prints `ready R` and then waits in `wait_readably`. No MPI.
+    Unreadable,
 }
 
 enum Compiler {
@@ -92,7 +95,7 @@ enum Compiler {
 }
 
 impl CProgram {
-    const COUNT: usize = 21;
+    const COUNT: usize = 22;
 
     /// The executable's name.
     fn name(self) -> &'static str {
@@ -118,6 +121,7 @@ impl CProgram {
             CProgram::Hang => "hang",
             CProgram::OmpiHang => "ompi-hang",
             CProgram::HangNoDebug => "hang-nodebug",
+            CProgram::Unreadable => "unreadable",
         }
     }
 

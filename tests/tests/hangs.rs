@@ -244,6 +244,36 @@ fn rlaunch_stacks_shows_torch_ranks_waiting_in_all_reduce() {
     assert_eq!(rlaunch_lines(&out.stderr_str()), ["rlaunch: interrupted by SIGINT"], "{out}");
 }
 
+/// Ranks whose stacks cannot be read are said so, and the others are read: a rank in D state
+/// (the kernel holds it while its vfork child sleeps) and, run by a user without privileges,
+/// a rank that made itself non-dumpable.
+#[test]
+fn ranks_whose_stacks_cannot_be_read_are_said_so() {
+    let program = CProgram::Unreadable.path_str();
+    let out = Run::new(&["--timeout", TIMEOUT, "-n", "2", &program, "vfork"]).run();
+    let (_, stacks) = split_stacks(&report_of(&out));
+    let d = "[in uninterruptible sleep (D state): not stopped within 200 ms]";
+    assert_eq!(branch(&stacks, "rank 0:"), [d], "{out}");
+    assert!(branch(&stacks, "rank 1:").contains(&"wait_readably (unreadable)"), "{out}");
+
+    let tmp = rlaunch_tests::tempdir();
+    let runtime = tmp.path().join("runtime");
+    std::fs::create_dir(&runtime).unwrap();
+    std::os::unix::fs::chown(&runtime, Some(65534), Some(65534)).unwrap();
+    let rlaunch = rlaunch_tests::rlaunch();
+    let nobody = ["--reuid=nobody", "--regid=nogroup", "--clear-groups"];
+    let out = Run::program("setpriv", &nobody)
+        .arg(rlaunch)
+        .args(["--timeout", TIMEOUT, "-n", "2", &program, "nodump"])
+        .env("XDG_RUNTIME_DIR", &runtime)
+        .run();
+    let (_, stacks) = split_stacks(&report_of(&out));
+    let denied = "[stack not read: not permitted to read it (another user's, not dumpable, or \
+                  ptrace forbidden)]";
+    assert_eq!(branch(&stacks, "rank 0:"), [denied], "{out}");
+    assert!(branch(&stacks, "rank 1:").contains(&"wait_readably (unreadable)"), "{out}");
+}
+
 #[test]
 fn open_mpi_ranks_name_the_client_that_never_connected() {
     let host = hostname();
