@@ -52,6 +52,11 @@ need /usr/sbin/sshd openssh-server
 need /usr/bin/ssh openssh-client
 need /usr/bin/ssh-keygen openssh-client
 need /usr/bin/strace strace
+# The hang report's stacks (tests/tests/hangs.rs): a program's debug info moved apart with
+# objcopy, and the C library's separate debug info, found by its build id.
+need /usr/bin/objcopy binutils
+libc_id=$(readelf -n "/lib/$multiarch/libc.so.6" | sed -n 's/.*Build ID: //p')
+need "/usr/lib/debug/.build-id/${libc_id:0:2}/${libc_id:2}.debug" libc6-dbg
 need /usr/bin/flock util-linux
 # `make install` and its manual page, completions and mpi4py under the installed mpiexec
 # (tests/tests/cli.rs).

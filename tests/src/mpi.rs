@@ -78,6 +78,10 @@ pub enum CProgram {
     OmpiHang,
     /// [`CProgram::Hang`] without debug info (`-g`), as most programs are: symbols only.
     HangNoDebug,
+    /// [`CProgram::Hang`] with its debug info apart, as distributions ship it: `-g`, then
+    /// `objcopy --only-keep-debug` into `hang-split.debug` beside it, found through the
+    /// program's `.gnu_debuglink`.
+    HangSplit,
     /// `unreadable vfork|nodump`: rank 0 in D state (waiting for its vfork child) or made
     /// non-dumpable; every rank prints `ready R` and then waits in `wait_readably`. No MPI.
     Unreadable,
@@ -95,7 +99,7 @@ enum Compiler {
 }
 
 impl CProgram {
-    const COUNT: usize = 22;
+    const COUNT: usize = 23;
 
     /// The executable's name.
     fn name(self) -> &'static str {
@@ -122,13 +126,14 @@ impl CProgram {
             CProgram::OmpiHang => "ompi-hang",
             CProgram::HangNoDebug => "hang-nodebug",
             CProgram::Unreadable => "unreadable",
+            CProgram::HangSplit => "hang-split",
         }
     }
 
     /// Its source in `tests/c/`, without `.c`.
     fn source(self) -> &'static str {
         let name = self.name().strip_prefix("ompi-").unwrap_or(self.name());
-        name.strip_suffix("-nodebug").unwrap_or(name)
+        ["-nodebug", "-split"].iter().fold(name, |n, s| n.strip_suffix(s).unwrap_or(n))
     }
 
     fn compiler(self) -> Compiler {
@@ -198,7 +203,7 @@ fn compile(program: CProgram) -> PathBuf {
         }
     };
     command.args(["-Wall", "-O1", "-o"]).arg(&partial).arg(&source);
-    if let CProgram::Hang | CProgram::OmpiHang = program {
+    if let CProgram::Hang | CProgram::OmpiHang | CProgram::HangSplit = program {
         // The hang report's stacks name its lines.
         command.arg("-g");
     }
@@ -224,9 +229,32 @@ fn compile(program: CProgram) -> PathBuf {
         String::from_utf8_lossy(&output.stdout),
         String::from_utf8_lossy(&output.stderr)
     );
+    if program == CProgram::HangSplit {
+        split_debug_info(&partial, &dir, program.name());
+    }
     std::fs::rename(&partial, &out)
         .unwrap_or_else(|e| panic!("error: cannot move {} into place: {e}", partial.display()));
     out
+}
+
+/// Moves `program`'s debug info to `NAME.debug` in `dir`, which its `.gnu_debuglink` then
+/// names. Made in a directory of this process's and moved into place, as the program is.
+fn split_debug_info(program: &Path, dir: &Path, name: &str) {
+    let own = dir.join(format!("{name}.{}.d", std::process::id()));
+    std::fs::create_dir_all(&own).unwrap();
+    let debug = own.join(format!("{name}.debug"));
+    let objcopy = |args: &[&std::ffi::OsStr]| {
+        let done = Command::new("objcopy").args(args).status();
+        let done = done.unwrap_or_else(|e| panic!("error: cannot run objcopy: {e} (binutils)"));
+        assert!(done.success(), "error: objcopy {args:?} failed: {done}");
+    };
+    let (program, debug_arg) = (program.as_os_str(), debug.as_os_str());
+    objcopy(&["--only-keep-debug".as_ref(), program, debug_arg]);
+    objcopy(&["--strip-debug".as_ref(), program]);
+    let link = format!("--add-gnu-debuglink={}", debug.display());
+    objcopy(&[link.as_ref(), program]);
+    std::fs::rename(&debug, dir.join(format!("{name}.debug"))).unwrap();
+    let _ = std::fs::remove_dir(&own);
 }
 
 /// How [`via_library`]'s program finds its library.

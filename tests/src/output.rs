@@ -50,6 +50,28 @@ pub fn rlaunch_lines(text: &str) -> Vec<&str> {
     text.lines().filter(|l| l.starts_with("rlaunch:")).collect()
 }
 
+/// The frames of branch `head` (`+ rank 3:`, `ranks 0-3:`) of a hang report's stacks, up to
+/// the next branch, trimmed; from the report's lines with or without rlaunch's prefix.
+/// Panics, showing the lines, when there is no such branch.
+pub fn stack_branch<S: AsRef<str>>(lines: &[S], head: &str) -> Vec<String> {
+    let bare = |l: &S| l.as_ref().trim_start_matches("rlaunch:").trim().to_string();
+    let at = lines.iter().position(|l| bare(l) == head);
+    let shown = || lines.iter().map(|l| l.as_ref()).collect::<Vec<_>>().join("\n");
+    let at = at.unwrap_or_else(|| panic!("no branch {head} in:\n{}", shown()));
+    // A head ends with a colon and has no place in parentheses, as a frame has.
+    let frame = |l: &String| !l.ends_with(':') || l.contains(" (");
+    lines[at + 1..].iter().map(bare).take_while(frame).collect()
+}
+
+/// The line of `source` (a file under tests/) that holds `text`, counted from 1: where a
+/// program's debug info places it.
+pub fn source_line(source: &str, text: &str) -> usize {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(source);
+    let code = std::fs::read_to_string(&path).unwrap();
+    let at = code.lines().position(|l| l.contains(text));
+    1 + at.unwrap_or_else(|| panic!("no {text} in {source}"))
+}
+
 /// The items in order, for comparing lines that ranks printed side by side.
 pub fn sorted<T: Ord>(items: impl IntoIterator<Item = T>) -> Vec<T> {
     let mut items: Vec<T> = items.into_iter().collect();

@@ -241,7 +241,7 @@ fn wrong_value(key: Key) -> Option<(&'static str, &'static str, i32)> {
         Key::Timeout | Key::StallReport | Key::KillGrace | Key::Heartbeat | Key::SilenceTimeout => {
             usage("-1", "{o} -1: expected a number of seconds, at most 1000000000")
         }
-        Key::HangReport => usage("all", "{o} all: expected fences or none"),
+        Key::HangReport => usage("all", "{o} all: expected stacks, fences or none"),
         Key::Pmi => usage("pmi3", "{o} pmi3: expected auto, all, simple or pmix"),
         Key::Pset => usage("io", "{o} io: expected NAME=RANKS, e.g. io=0-3,8"),
         Key::Tracker => usage("ps-lite", "{o} ps-lite: expected rabit"),

@@ -12,7 +12,7 @@ use nix::sys::signal::Signal;
 use rlaunch_tests::cluster::Cluster;
 use rlaunch_tests::hosts::node_list;
 use rlaunch_tests::mpi::CProgram;
-use rlaunch_tests::output::{rlaunch_lines, sorted};
+use rlaunch_tests::output::{rlaunch_lines, sorted, source_line, stack_branch};
 use rlaunch_tests::{procfs, rankprog_str};
 
 const NODES: usize = 7;
@@ -83,6 +83,10 @@ fn a_hung_job_names_the_missing_rank_and_its_host(cluster: &Cluster) {
     assert_eq!(said[0], format!("rlaunch: where the job was at its timeout ({timeout} s):"));
     let missing = format!("fence 1 (PMI): 7 of 8 ranks waiting; missing: rank 5 (pid {pid} on n3)");
     assert_eq!(said[1], format!("rlaunch:   {missing}"), "{out}");
+    // Rank 5's stack, read by its proxy under sshd on n3: in main, where it pauses.
+    let pause = source_line("c/hang.c", "pause();");
+    let main = format!("main ({}/c/hang.c:{pause})", env!("CARGO_MANIFEST_DIR"));
+    assert_eq!(stack_branch(&said, "+ rank 5:")[0], main, "{out}");
     assert_eq!(said.last().copied(), Some("rlaunch: the job timed out after 10 s and was killed"));
     wait_no_remote_proxies(cluster, Duration::from_secs(10));
 }

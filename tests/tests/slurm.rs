@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use rlaunch_tests::mpi::{parse_hello, CProgram, HelloLine};
-use rlaunch_tests::output::{rlaunch_lines, sorted};
+use rlaunch_tests::output::{rlaunch_lines, sorted, source_line, stack_branch};
 use rlaunch_tests::slurm::SlurmCluster;
 
 const NODES: usize = 3;
@@ -247,6 +247,10 @@ fn a_hung_job_in_an_allocation_names_the_missing_rank(cluster: &SlurmCluster) {
     );
     let missing = format!("fence 1 (PMI): 5 of 6 ranks waiting; missing: rank 3 (pid {pid} on n2)");
     assert_eq!(said[1], format!("rlaunch:   {missing}"), "{out}");
+    // Rank 3's stack, read by its proxy under slurmstepd: in main, where it pauses.
+    let pause = source_line("c/hang.c", "pause();");
+    let main = format!("main ({}/c/hang.c:{pause})", env!("CARGO_MANIFEST_DIR"));
+    assert_eq!(stack_branch(&said, "+ rank 3:")[0], main, "{out}");
     let last = format!("rlaunch: the job timed out after {timeout} s and was killed");
     assert_eq!(said.last().copied(), Some(last.as_str()), "{out}");
 }

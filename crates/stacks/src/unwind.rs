@@ -70,6 +70,9 @@ pub(crate) struct Module {
     pub path: String,
     /// Where this process can open it (for its symbols); `None` for the vDSO.
     pub open: Option<String>,
+    /// The traced process's root as this process sees it (`/proc/PID/root`), for its
+    /// separate debug files.
+    pub root: String,
     pub inode: u64,
     pub avma: Range<u64>,
     /// What to take from an address to get the file's stated address.
@@ -157,7 +160,15 @@ impl Native {
                 bias,
                 info,
             ));
-            self.modules.push(Module { path: m.path.clone(), open, inode: m.inode, avma, bias });
+            let root = format!("/proc/{pid}/root");
+            self.modules.push(Module {
+                path: m.path.clone(),
+                open,
+                root,
+                inode: m.inode,
+                avma,
+                bias,
+            });
         }
     }
 

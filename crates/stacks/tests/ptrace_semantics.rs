@@ -125,13 +125,21 @@ fn no_signal_lost_and_reaper_tolerated() {
         }
         stolen
     });
-    let mut dumps = 0;
-    while !done.load(std::sync::atomic::Ordering::SeqCst) {
-        let d = read(pid);
-        assert_eq!(d.threads.len(), 3);
-        assert!(d.threads.iter().all(|t| t.note.is_none()), "{:?}", d.threads);
-        dumps += 1;
-    }
+    // One reader on one thread for every dump, as the proxy reads its ranks: the files are
+    // read once, and the dumps come fast while the signals fly.
+    let reading = done.clone();
+    let dumps = std::thread::spawn(move || {
+        let mut reader = rlaunch_stacks::Reader::new();
+        let mut dumps = 0;
+        while !reading.load(std::sync::atomic::Ordering::SeqCst) {
+            let d = reader.read(pid);
+            assert_eq!(d.threads.len(), 3);
+            assert!(d.threads.iter().all(|t| t.note.is_none()), "{:?}", d.threads);
+            dumps += 1;
+        }
+        dumps
+    });
+    let dumps = dumps.join().unwrap();
     let sent = sender.join().unwrap();
     let stolen = reaper.join().unwrap();
     unsafe { libc::kill(pid, libc::SIGRTMIN() + 1) };
