@@ -10,6 +10,8 @@ Usage: xgboost_job.py train        every worker prints `model R SHA256` and `rms
        xgboost_job.py die          as train, but rank 1 kills itself after joining
        xgboost_job.py error        rank 1 reports an error to the tracker (XGBoost 2.1+)
        xgboost_job.py skip         rank 1 exits with 0 before it joins
+       xgboost_job.py late         rank 1 prints `late 1 PID` and sleeps before it joins; the
+                                   others print `joining R` and wait for it (hang reports)
 """
 import hashlib
 import os
@@ -53,6 +55,14 @@ if what == "garbage" and rank == 0:
         s.sendall(b"GET / HTTP/1.0\r\n\r\n")
 if what == "skip" and rank == 1:
     sys.exit(0)
+if what == "late" and rank == 1:
+    import time
+
+    print(f"late 1 {os.getpid()}", flush=True)
+    while True:
+        time.sleep(100)
+if what == "late":
+    print(f"joining {rank}", flush=True)
 DMLC = ("DMLC_TRACKER_URI", "DMLC_TRACKER_PORT", "DMLC_TASK_ID")
 if tuple(int(v) for v in xgb.__version__.split(".")[:2]) >= (2, 1):
     args = {k.lower(): int(v) if k.endswith("PORT") else v for k, v in os.environ.items() if k in DMLC}

@@ -9,7 +9,7 @@ use std::time::Duration;
 use rlaunch_tests::hosts::hostname;
 use rlaunch_tests::mpi::{fake_nodes, mpi_run, CProgram};
 use rlaunch_tests::output::{rlaunch_lines, source_line, stack_branch};
-use rlaunch_tests::{python_hang, torch_job, Outcome, Run};
+use rlaunch_tests::{python_hang, torch_job, xgboost_job, Outcome, Run};
 
 /// The jobs' timeout. Beside two busy loops, 16 ranks on two fake nodes were all in
 /// MPI_Init's fence (or known not to be) within 1 s, MPICH's and Open MPI's: 4 s is 4 times that.
@@ -275,6 +275,46 @@ fn ranks_whose_stacks_cannot_be_read_are_said_so() {
                   ptrace forbidden)]";
     assert_eq!(branch(&stacks, "rank 0:"), [denied], "{out}");
     assert!(branch(&stacks, "rank 1:").iter().any(|f| f == "wait_readably (unreadable)"), "{out}");
+}
+
+/// `--tracker rabit`: XGBoost workers that started with the tracker wait for one that never
+/// comes; the report names it (here on demand, `rlaunch stacks`, until the two are in).
+#[test]
+fn the_rabit_trackers_rendezvous_names_the_worker_that_never_came() {
+    let tmp = rlaunch_tests::tempdir();
+    let runtime = tmp.path().join("runtime");
+    std::fs::create_dir(&runtime).unwrap();
+    // Importing XGBoost takes a second or two; beside two busy loops, up to four times that.
+    let limit = Duration::from_secs(120);
+    // Debian's XGBoost 1.7: the classic rabit protocol.
+    let mut job = Run::new(&["--tracker", "rabit", "-n", "3", "/usr/bin/python3"])
+        .args([xgboost_job(), "late".to_string()])
+        .env("XDG_RUNTIME_DIR", &runtime)
+        .timeout(limit)
+        .spawn();
+    let late = job.wait_for_line(|l| l.starts_with("late 1 "), limit);
+    let pid = late.trim().strip_prefix("late 1 ").unwrap().to_string();
+    let want = format!(
+        "rabit tracker: 2 of 3 workers started; missing: rank 1 (pid {pid} on {})",
+        hostname()
+    );
+    let began = std::time::Instant::now();
+    loop {
+        let asked = Run::new(&["stacks", &job.pid().as_raw().to_string()])
+            .env("XDG_RUNTIME_DIR", &runtime)
+            .timeout(Duration::from_secs(60))
+            .run();
+        asked.assert_code(0);
+        let text = asked.stdout_str();
+        if text.lines().any(|l| l == want) {
+            break;
+        }
+        assert!(began.elapsed() < limit, "no line {want} in:\n{text}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    job.signal(nix::sys::signal::Signal::SIGINT);
+    let out = job.wait(limit);
+    out.assert_code(130);
 }
 
 #[test]

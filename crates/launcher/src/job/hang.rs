@@ -131,9 +131,18 @@ impl Root {
         self.say_report(&head, &lines);
     }
 
-    /// The report's lines: the fences' and the ranks' ([`report_lines`]), then the stacks.
+    /// The report's lines: the fences' (the rabit tracker's rendezvous among them) and the
+    /// ranks' ([`report_lines`]), then the stacks.
     fn report_lines(&self, survey: &Survey) -> Vec<String> {
-        let mut lines = report_lines(survey, &self.plan.node_hosts, self.plan.job.size);
+        let hosts = &self.plan.node_hosts;
+        let mut lines = report_lines(survey, hosts, self.plan.job.size);
+        let waiting = self.turnout.as_ref().and_then(|t| t.waiting());
+        if let Some(line) = waiting.map(|(started, missing)| {
+            tracker_line(survey, hosts, self.plan.job.size, started, &missing)
+        }) {
+            let at = lines.iter().position(|l| l.starts_with("ranks: ")).unwrap_or(lines.len());
+            lines.insert(at, line);
+        }
         lines.extend(stack_lines(&survey.stacks));
         lines
     }
@@ -367,6 +376,28 @@ pub(super) fn report_lines(survey: &Survey, hosts: &[String], size: u32) -> Vec<
 
 fn live(r: &RankNow) -> bool {
     matches!(r.process, ProcessNow::Live { .. })
+}
+
+/// `--tracker rabit`: some workers started with the tracker and wait for the others, which
+/// have not (`missing`, ranks of the launched job).
+fn tracker_line(
+    survey: &Survey,
+    hosts: &[String],
+    size: u32,
+    started: u32,
+    missing: &[u32],
+) -> String {
+    let of = |r: &&RankNow| r.job == 0 && missing.contains(&r.rank.0);
+    let absent: Vec<&RankNow> = survey.ranks.iter().filter(of).collect();
+    let (alive, ended): (Vec<&RankNow>, Vec<&RankNow>) = absent.into_iter().partition(|r| live(r));
+    let mut line = format!(
+        "rabit tracker: {started} of {size} workers started; missing: {}",
+        listing(&alive, hosts)
+    );
+    if !ended.is_empty() {
+        line += &format!("; ended: {}", listing(&ended, hosts));
+    }
+    line
 }
 
 /// A PMI-1/PMI-2 fence that some ranks of a job are in: who is missing.

@@ -329,6 +329,14 @@ impl Turnout {
         self.stranded()
     }
 
+    /// While some workers have started and others not: how many have, and the ranks that
+    /// have not (the hang report's line for the tracker's rendezvous).
+    pub fn waiting(&self) -> Option<(u32, Vec<u32>)> {
+        let started = self.started.len() as u32;
+        let missing = (0..self.n).filter(|r| !self.started.contains(r)).collect();
+        (started > 0 && started < self.n).then_some((started, missing))
+    }
+
     /// The first rank gone before starting, while some worker waits for every one.
     fn stranded(&self) -> Option<u32> {
         let waiting = !self.started.is_empty() && (self.started.len() as u32) < self.n;
@@ -353,6 +361,11 @@ mod tests {
         let mut early = Turnout::new(3);
         assert_eq!(early.started(0), None);
         assert_eq!(early.ended(1), Some(1));
+        // The hang report's view: who has started and who not, only while some wait.
+        let mut part = Turnout::new(3);
+        assert_eq!(part.waiting(), None);
+        part.started(2);
+        assert_eq!(part.waiting(), Some((1, vec![0, 1])));
         // Every worker started: ends are the usual ones, and beyond the job's ranks ignored.
         let mut whole = Turnout::new(2);
         assert_eq!((whole.started(0), whole.started(1)), (None, None));
