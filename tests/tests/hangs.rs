@@ -230,15 +230,16 @@ fn rlaunch_stacks_shows_torch_ranks_waiting_in_all_reduce() {
         let text = asked.stdout_str();
         let lines: Vec<String> = text.lines().map(String::from).collect();
         let (_, stacks) = split_stacks(&lines);
-        let waiting = stacks.iter().position(|l| l.trim() == "+ ranks 0,2:");
-        if waiting.is_some_and(|at| stacks[at + 1].trim() == reduce) {
+        let waiting = |w: &[String]| w[0].trim() == "+ ranks 0,2:" && w[1].trim() == reduce;
+        if stacks.windows(2).any(waiting) {
             break stacks;
         }
         assert!(began.elapsed() < limit, "ranks 0 and 2 never in all_reduce:\n{text}");
         std::thread::sleep(Duration::from_millis(200));
     };
-    let waiting = branch(&stacks, "+ ranks 0,2:");
-    assert!(waiting[1].starts_with("all_reduce (") && waiting[1].contains("distributed_c10d.py:"));
+    let at = stacks.iter().position(|l| l.trim() == reduce).unwrap();
+    let call = stacks[at + 1].trim();
+    assert!(call.starts_with("all_reduce (") && call.contains("distributed_c10d.py:"), "{call}");
     let late_rank = branch(&stacks, "+ rank 1:");
     assert_eq!(late_rank[1], format!("late_rank ({script}:{late})"), "{}", stacks.join("\n"));
     job.signal(nix::sys::signal::Signal::SIGINT);

@@ -55,8 +55,8 @@ pub(crate) struct Asked {
 const MAX_REQUEST: u64 = 64;
 /// How long a peer may take to say what it wants.
 const REQUEST_WAIT: Duration = Duration::from_secs(5);
-/// How long `rlaunch ps` waits for the job's answer: the survey's 2 s, and a margin for a
-/// busy machine.
+/// How long `rlaunch ps` and `rlaunch stacks` wait for the job's answer: a survey's 2 s
+/// (10 s with the stacks), and a margin for a busy machine.
 const ANSWER_WAIT: Duration = Duration::from_secs(30);
 
 /// This user's directory of job sockets.

@@ -75,9 +75,14 @@ fn branch(node: &StackNode, indent: usize, lines: &mut Vec<String>) {
     }
 }
 
-/// The most ranks first, then by first rank: the common path before the odd one out.
+/// The most ranks first, then by first rank: the common path before the odd one out; then
+/// by frame, so that a report reads the same each time (`_start` before `clone3`: the main
+/// threads before the others).
 fn sort(nodes: &mut [&StackNode]) {
-    nodes.sort_by_key(|n| (std::cmp::Reverse(n.ranks.len()), n.ranks.first()));
+    nodes.sort_by(|a, b| {
+        let key = |n: &StackNode| (std::cmp::Reverse(n.ranks.len()), n.ranks.first());
+        key(a).cmp(&key(b)).then_with(|| a.frame.function.cmp(&b.frame.function))
+    });
 }
 
 #[cfg(test)]
