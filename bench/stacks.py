@@ -2,9 +2,11 @@
 """The hang report's stacks against Open MPI's: how long a timed-out job takes to say where
 every rank is and end, and how much it prints.
 
-    python3 bench/stacks.py [--rounds 5] [--ranks 64] [--timeout 10]
+    python3 bench/stacks.py [--rounds 5] [--ranks 64] [--timeout 10] [--fake-nodes K]
+                            [--mpi ompi|mpich] [--no-mpirun]
 
-The job: bench/build/hang-ompi (tests/c/hang.c built with Open MPI and -g), N ranks on this
+The job: bench/build/hang-ompi (tests/c/hang.c built with Open MPI and -g; `--mpi mpich`:
+with MPICH, and no mpirun), N ranks on this
 machine, the last spinning in spin_for_ever, the others in MPI_Barrier, until the timeout.
 Commands, interleaved round by round:
 
@@ -43,13 +45,13 @@ exec gdb --quiet -nx --readnever -p "$1" -batch -ex "thread apply all bt" 2>/dev
 """
 
 
-def build():
+def build(mpi):
     subprocess.run(["cargo", "build", "-q", "--profile", "dist", "-p", "rlaunch", "-p", "rlaunch-proxy"],
                    cwd=ROOT, check=True)
     os.makedirs(BUILD, exist_ok=True)
-    hang = os.path.join(BUILD, "hang-ompi")
-    subprocess.run(["mpicc.openmpi", "-g", "-O1", "-o", hang, os.path.join(ROOT, "tests", "c", "hang.c")],
-                   check=True)
+    hang = os.path.join(BUILD, f"hang-{mpi}")
+    compiler = {"ompi": "mpicc.openmpi", "mpich": "mpicc.mpich"}[mpi]
+    subprocess.run([compiler, "-g", "-O1", "-o", hang, os.path.join(ROOT, "tests", "c", "hang.c")], check=True)
     gstack = os.path.join(BUILD, "gstack")
     with open(gstack, "w") as f:
         f.write(GSTACK)
@@ -78,11 +80,13 @@ def main():
     ap.add_argument("--timeout", type=int, default=10)
     ap.add_argument("--fake-nodes", type=int, default=0)
     ap.add_argument("--no-mpirun", action="store_true")
+    ap.add_argument("--mpi", choices=["ompi", "mpich"], default="ompi",
+                    help="the MPI the job is built with (mpirun needs Open MPI's)")
     args = ap.parse_args()
     # Whatever a run leaves behind is reparented here, and swept.
     ctypes.CDLL(None).prctl(36, 1)  # PR_SET_CHILD_SUBREAPER
     Stdin.open()
-    hang = build()
+    hang = build(args.mpi)
     n, t = str(args.ranks), str(args.timeout)
     job = [hang, "-1", str(args.ranks - 1)]
     env = dict(os.environ, PATH=BUILD + ":" + os.environ["PATH"])
@@ -95,7 +99,7 @@ def main():
         hosts = ",".join(f"n{i + 1}:{per}" for i in range(args.fake_nodes))
         fake = [RLAUNCH, "--launcher", "fork", "--hosts", hosts, "--timeout", t, "-n", n] + job
         cases.append((f"rlaunch (stacks), {args.fake_nodes} fake nodes", fake, 124))
-    if not args.no_mpirun:
+    if not args.no_mpirun and args.mpi == "ompi":
         mpirun = ["mpirun.openmpi", "--allow-run-as-root", "--oversubscribe", "--timeout", t,
                   "--get-stack-traces", "-n", n] + job
         cases.append(("mpirun.openmpi --get-stack-traces", mpirun, None))
@@ -125,7 +129,8 @@ def main():
     print(text)
     os.makedirs(RESULTS, exist_ok=True)
     day = datetime.date.today().isoformat()
-    with open(os.path.join(RESULTS, f"{day}-{commit}-stacks-{args.ranks}.txt"), "w") as f:
+    name = f"{day}-{commit}-stacks-{args.ranks}-{args.mpi}" + (f"-{args.fake_nodes}nodes" if args.fake_nodes else "")
+    with open(os.path.join(RESULTS, name + ".txt"), "w") as f:
         f.write(text)
 
 

@@ -256,7 +256,7 @@ fn ranks_whose_stacks_cannot_be_read_are_said_so() {
     let program = CProgram::Unreadable.path_str();
     let out = Run::new(&["--timeout", TIMEOUT, "-n", "2", &program, "vfork"]).run();
     let (_, stacks) = split_stacks(&report_of(&out));
-    let d = "[in uninterruptible sleep (D state): not stopped within 200 ms]";
+    let d = "[in uninterruptible sleep (D state): it could not be stopped]";
     assert_eq!(branch(&stacks, "rank 0:"), [d], "{out}");
     assert!(branch(&stacks, "rank 1:").iter().any(|f| f == "wait_readably (unreadable)"), "{out}");
 

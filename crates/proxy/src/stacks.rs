@@ -1,7 +1,8 @@
 //! The stacks of this node's ranks, for rlaunch's hang report: read on a thread of their own
 //! (the reader is a tracer for the while, and blocks; a thread it could not stop in time is
-//! let go when that thread ends), one rank after another with one [`Reader`] (the ranks mostly
-//! run one program: its files are read once), and merged into one [`StackTree`].
+//! let go when that thread ends), all together with one [`Reader`] (held stopped together, a
+//! snapshot; the ranks mostly run one program: its files are read once), and merged into one
+//! [`StackTree`].
 
 use std::time::Instant;
 
@@ -29,23 +30,18 @@ pub(crate) fn read_on_a_thread(
 
 /// The ranks' stacks, merged.
 fn read(ranks: &[(Gid, i32)], until: Instant) -> StackTree {
-    let mut reader = Reader::new();
+    let began = Instant::now();
+    let pids: Vec<i32> = ranks.iter().map(|&(_, pid)| pid).collect();
+    let processes = Reader::new().read_all(&pids, Some(until));
+    let held = processes.iter().map(|p| p.stopped_for).max().unwrap_or_default();
+    tracing::debug!(
+        ranks = ranks.len(),
+        held_us = held.as_micros() as u64,
+        took_us = began.elapsed().as_micros() as u64,
+        "read the ranks' stacks"
+    );
     let mut tree = StackTree::default();
-    for &(rank, pid) in ranks {
-        if Instant::now() >= until {
-            tree.insert(rank, [StackFrame::note("its stack was not read in time")]);
-            continue;
-        }
-        let began = Instant::now();
-        let process = reader.read(pid);
-        tracing::debug!(
-            rank = rank.0,
-            pid,
-            threads = process.threads.len(),
-            stopped_us = process.stopped_for.as_micros() as u64,
-            took_us = began.elapsed().as_micros() as u64,
-            "read a rank's stacks"
-        );
+    for (&(rank, _), process) in ranks.iter().zip(processes) {
         put(&mut tree, rank, process);
     }
     tree

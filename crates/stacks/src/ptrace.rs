@@ -83,11 +83,28 @@ pub fn list_tids(pid: i32) -> std::io::Result<Vec<i32>> {
     Ok(tids)
 }
 
+/// A process whose threads were told to stop (seized and interrupted), not yet seen stopped.
+pub struct Stopping {
+    pid: i32,
+    threads: BTreeMap<i32, ThreadState>,
+    interrupted_at: BTreeMap<i32, Instant>,
+    _not_send: PhantomData<*const ()>,
+}
+
 impl Stopped {
     /// Stops every thread of `pid`, reading their registers.  Never blocks longer than
     /// `deadline` (plus a few syscalls).  Errors only if the process does not exist.
     pub fn stop(pid: i32, deadline: Duration) -> std::io::Result<Stopped> {
-        let t0 = Instant::now();
+        let until = Instant::now() + deadline;
+        Ok(Stopping::begin(pid, until)?.wait(until))
+    }
+}
+
+impl Stopping {
+    /// Tells every thread of `pid` to stop, without waiting: many processes can be told
+    /// first and waited for after, so that those stopped already no longer compete for the
+    /// CPU with those still to stop. Errors only if the process does not exist.
+    pub fn begin(pid: i32, until: Instant) -> std::io::Result<Stopping> {
         let mut threads: BTreeMap<i32, ThreadState> = BTreeMap::new();
         let mut interrupted_at: BTreeMap<i32, Instant> = BTreeMap::new();
         // Seize + interrupt; re-list the tasks until no new thread appears (bounded), so threads
@@ -135,11 +152,22 @@ impl Stopped {
                 }
                 threads.insert(tid, ts);
             }
-            if new == 0 || t0.elapsed() >= deadline {
+            if new == 0 || Instant::now() >= until {
                 break;
             }
         }
 
+        Ok(Stopping { pid, threads, interrupted_at, _not_send: PhantomData })
+    }
+
+    /// How many threads were told to stop.
+    pub fn threads(&self) -> usize {
+        self.interrupted_at.len()
+    }
+
+    /// Waits until every thread told to stop has, or `until`; reads their registers.
+    pub fn wait(self, until: Instant) -> Stopped {
+        let Stopping { pid, mut threads, interrupted_at, .. } = self;
         // Poll for the stops.
         let mut waiting: Vec<i32> = interrupted_at.keys().copied().collect();
         let mut sleep = Duration::from_micros(20);
@@ -154,7 +182,7 @@ impl Stopped {
                     }
                     Some(('t', _)) => {
                         ts.stop_latency = Some(interrupted_at[&tid].elapsed());
-                        Self::on_stopped(ts);
+                        Stopped::on_stopped(ts);
                         false
                     }
                     Some(('Z' | 'X', _)) => {
@@ -164,7 +192,7 @@ impl Stopped {
                     Some(_) => true,
                 }
             });
-            if waiting.is_empty() || t0.elapsed() >= deadline {
+            if waiting.is_empty() || Instant::now() >= until {
                 break;
             }
             std::thread::sleep(sleep);
@@ -173,20 +201,21 @@ impl Stopped {
         for tid in &waiting {
             let ts = threads.get_mut(tid).unwrap();
             let state = thread_stat(pid, *tid).map(|s| s.0).unwrap_or('?');
-            let ms = deadline.as_millis();
             ts.status = ThreadStatus::Unreadable(match state {
-                'D' => format!("in uninterruptible sleep (D state): not stopped within {ms} ms"),
-                _ => format!("not stopped within {ms} ms (state {state})"),
+                'D' => "in uninterruptible sleep (D state): it could not be stopped".to_string(),
+                _ => format!("not stopped in time (state {state})"),
             });
         }
-        Ok(Stopped {
+        Stopped {
             pid,
             threads: threads.into_values().collect(),
             stragglers: Vec::new(),
             _not_send: PhantomData,
-        })
+        }
     }
+}
 
+impl Stopped {
     fn on_stopped(ts: &mut ThreadState) {
         let p = Pid::from_raw(ts.tid);
         // Consume the stop notification if nobody else (a wait4(-1) reaper) did.
