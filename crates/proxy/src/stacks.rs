@@ -70,8 +70,10 @@ fn frame(f: &Frame) -> StackFrame {
         rlaunch_stacks::FrameKind::Python => FrameKind::Python,
     };
     let module = f.module.as_deref().map(|m| m.rsplit('/').next().unwrap_or(m));
-    // `lib.so+0xOFFSET` names its module already.
-    let module = module.filter(|m| !f.function.starts_with(&format!("{m}+0x")));
+    // `lib.so@0xSTART` and `lib.so+0xOFFSET` name their module already.
+    let unnamed =
+        |m: &str| ["@0x", "+0x"].iter().any(|s| f.function.starts_with(&format!("{m}{s}")));
+    let module = module.filter(|m| !unnamed(m));
     let place = match (&f.file, f.line, module) {
         (Some(file), Some(line), _) => Some(format!("{}:{line}", cut(file))),
         (Some(file), None, _) => Some(cut(file)),

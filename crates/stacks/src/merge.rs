@@ -21,7 +21,8 @@ pub enum FrameKind {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Frame {
     pub kind: FrameKind,
-    /// The function, demangled; `lib.so+0xOFFSET` where no symbol is known.
+    /// The function, demangled; where no symbol names it, `lib.so@0xSTART` (where the file's
+    /// unwind entries say the function starts) or else `lib.so+0xOFFSET`.
     pub function: String,
     /// Its source file and line, where debug info (or Python) says.
     pub file: Option<String>,

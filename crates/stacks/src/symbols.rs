@@ -33,8 +33,14 @@ impl Symbols {
         };
         let svma = at.wrapping_sub(module.bias);
         let short = module.path.rsplit('/').next().unwrap_or(&module.path).to_string();
-        let unknown =
-            || vec![Frame::native(format!("{short}+0x{svma:x}"), None, Some(module.path.clone()))];
+        // No name: the function's start where the unwind entries say it, else the address.
+        let unknown = || {
+            let named = match module.function_start(svma) {
+                Some(start) => format!("{short}@0x{start:x}"),
+                None => format!("{short}+0x{svma:x}"),
+            };
+            vec![Frame::native(named, None, Some(module.path.clone()))]
+        };
         let Some(open) = &module.open else { return unknown() };
         let loader = self
             .0

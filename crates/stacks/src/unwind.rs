@@ -49,7 +49,8 @@ pub(crate) fn read_maps(pid: i32) -> std::io::Result<Vec<MapEntry>> {
 }
 
 /// A file as the unwinder needs it, read once for every process that maps it.
-struct File {
+#[derive(Debug)]
+pub(crate) struct File {
     /// Its loadable segments: (file offset, size in the file, stated address).
     segments: Vec<(u64, u64, u64)>,
     text: Option<Range<u64>>,
@@ -77,6 +78,33 @@ pub(crate) struct Module {
     pub avma: Range<u64>,
     /// What to take from an address to get the file's stated address.
     pub bias: u64,
+    /// Its unwind sections, which also say where each function starts.
+    file: Option<Arc<File>>,
+}
+
+impl Module {
+    /// Where the function holding `svma` (a stated address of the file) starts, from the
+    /// unwind entry that covers it: what names a function of a file without symbols, so
+    /// that two addresses in one function are one frame, as a name would make them.
+    pub fn function_start(&self, svma: u64) -> Option<u64> {
+        use addr2line::gimli::{BaseAddresses, EhFrame, EhFrameHdr, LittleEndian, UnwindSection};
+        let file = self.file.as_ref()?;
+        let (eh_svma, eh) = file.eh_frame.as_ref()?;
+        let (hdr_svma, hdr) = file.eh_frame_hdr.as_ref()?;
+        let mut bases =
+            BaseAddresses::default().set_eh_frame_hdr(hdr_svma.start).set_eh_frame(eh_svma.start);
+        if let Some(text) = &file.text {
+            bases = bases.set_text(text.start);
+        }
+        if let Some(got) = &file.got {
+            bases = bases.set_got(got.start);
+        }
+        let parsed = EhFrameHdr::new(hdr, LittleEndian).parse(&bases, 8).ok()?;
+        let eh_frame = EhFrame::new(eh, LittleEndian);
+        let fde =
+            parsed.table()?.fde_for_address(&eh_frame, &bases, svma, EhFrame::cie_from_offset);
+        Some(fde.ok()?.initial_address())
+    }
 }
 
 /// One thread's walk: the addresses to look up (a return address less one, so that it falls
@@ -168,6 +196,7 @@ impl Native {
                 inode: m.inode,
                 avma,
                 bias,
+                file: Some(file),
             });
         }
     }
