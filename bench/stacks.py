@@ -7,7 +7,9 @@ every rank is and end, and how much it prints.
 
 The job: bench/build/hang-ompi (tests/c/hang.c built with Open MPI and -g; `--mpi mpich`:
 with MPICH, and no mpirun), N ranks on this
-machine, the last spinning in spin_for_ever, the others in MPI_Barrier, until the timeout.
+machine, the last spinning in spin_for_ever, the others in MPI_Barrier (which MPICH and Open
+MPI poll: every rank runs), until the timeout; with `--late`, the last never calls MPI_Init
+and the others wait for it asleep in MPI_Init's fence.
 Commands, interleaved round by round:
 
 - rlaunch --timeout T (its default hang report: fences, process states, stacks merged)
@@ -80,6 +82,8 @@ def main():
     ap.add_argument("--timeout", type=int, default=10)
     ap.add_argument("--fake-nodes", type=int, default=0)
     ap.add_argument("--no-mpirun", action="store_true")
+    ap.add_argument("--late", action="store_true",
+                    help="the last rank never calls MPI_Init: the others wait, asleep, in its fence")
     ap.add_argument("--mpi", choices=["ompi", "mpich"], default="ompi",
                     help="the MPI the job is built with (mpirun needs Open MPI's)")
     args = ap.parse_args()
@@ -88,7 +92,8 @@ def main():
     Stdin.open()
     hang = build(args.mpi)
     n, t = str(args.ranks), str(args.timeout)
-    job = [hang, "-1", str(args.ranks - 1)]
+    last = str(args.ranks - 1)
+    job = [hang, last, "-1"] if args.late else [hang, "-1", last]
     env = dict(os.environ, PATH=BUILD + ":" + os.environ["PATH"])
     cases = [
         ("rlaunch (stacks)", [RLAUNCH, "--timeout", t, "-n", n] + job, 124),
@@ -130,6 +135,7 @@ def main():
     os.makedirs(RESULTS, exist_ok=True)
     day = datetime.date.today().isoformat()
     name = f"{day}-{commit}-stacks-{args.ranks}-{args.mpi}" + (f"-{args.fake_nodes}nodes" if args.fake_nodes else "")
+    name += "-late" if args.late else ""
     with open(os.path.join(RESULTS, name + ".txt"), "w") as f:
         f.write(text)
 
