@@ -87,6 +87,11 @@ pub fn python_hang() -> String {
     path_str(script("python_hang.py"))
 }
 
+/// `tests/scripts/mpi4py_hang.py`: an mpi4py job whose rank 1 never reaches MPI_Barrier.
+pub fn mpi4py_hang() -> String {
+    path_str(script("mpi4py_hang.py"))
+}
+
 /// `tests/scripts/torch_job.py`: a torch.distributed job as users write it for torchrun.
 pub fn torch_job() -> String {
     path_str(script("torch_job.py"))

@@ -9,7 +9,7 @@ use std::time::Duration;
 use rlaunch_tests::hosts::hostname;
 use rlaunch_tests::mpi::{fake_nodes, mpi_run, CProgram};
 use rlaunch_tests::output::{rlaunch_lines, source_line, stack_branch};
-use rlaunch_tests::{python_hang, torch_job, xgboost_job, Outcome, Run};
+use rlaunch_tests::{mpi4py_hang, python_hang, torch_job, xgboost_job, Outcome, Run};
 
 /// The jobs' timeout. Beside two busy loops, 16 ranks on two fake nodes were all in
 /// MPI_Init's fence (or known not to be) within 1 s, MPICH's and Open MPI's: 4 s is 4 times that.
@@ -280,6 +280,63 @@ fn ranks_whose_stacks_cannot_be_read_are_said_so() {
     assert!(branch(&stacks, "rank 1:").iter().any(|f| f == "wait_readably (unreadable)"), "{out}");
 }
 
+/// `rlaunch stacks` on an mpi4py job (Open MPI, PMIx) whose rank 1 never reaches
+/// MPI_Barrier: the others' Python line over mpi4py's C extension and Open MPI's barrier.
+#[test]
+fn rlaunch_stacks_shows_mpi4py_ranks_in_a_c_extension() {
+    let tmp = rlaunch_tests::tempdir();
+    let runtime = tmp.path().join("runtime");
+    std::fs::create_dir(&runtime).unwrap();
+    let limit = Duration::from_secs(120);
+    let script = mpi4py_hang();
+    let mut job = Run::new(&["-n", "3", "/usr/bin/python3", &script])
+        .env("XDG_RUNTIME_DIR", &runtime)
+        .timeout(limit)
+        .spawn();
+    for _ in 0..3 {
+        job.wait_for_line(|l| l.starts_with("ready "), limit);
+    }
+    let barrier =
+        format!("<module> ({script}:{})", line_of("scripts/mpi4py_hang.py", "comm.Barrier()"));
+    let late =
+        format!("late_rank ({script}:{})", line_of("scripts/mpi4py_hang.py", "time.sleep(100)"));
+    // A rank says `ready` before it calls MPI_Barrier: ask until both are in.
+    let began = std::time::Instant::now();
+    let waiting = loop {
+        let asked = Run::new(&["stacks", &job.pid().as_raw().to_string()])
+            .env("XDG_RUNTIME_DIR", &runtime)
+            .timeout(Duration::from_secs(60))
+            .run();
+        asked.assert_code(0);
+        let lines: Vec<String> = asked.stdout_str().lines().map(String::from).collect();
+        let (_, stacks) = split_stacks(&lines);
+        let found = stacks.iter().position(|l| l.trim() == "+ ranks 0,2:");
+        let waiting = found.map(|_| branch(&stacks, "+ ranks 0,2:"));
+        if let Some(waiting) = waiting.filter(|w| w[0] == barrier) {
+            assert_eq!(branch(&stacks, "+ rank 1:")[1], late, "{}", stacks.join("\n"));
+            break waiting;
+        }
+        assert!(
+            began.elapsed() < limit,
+            "ranks 0 and 2 never in MPI_Barrier:\n{}",
+            lines.join("\n")
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    // Below the Python line: mpi4py's extension, then Open MPI's barrier.
+    let extension = waiting.iter().position(|f| f.starts_with("MPI.cpython-"));
+    let mpi = waiting.iter().position(|f| f.starts_with("PMPI_Barrier (libmpi.so.40"));
+    assert!(extension.is_some() && extension < mpi, "{waiting:?}");
+    // Ctrl-C: rank 1 raises KeyboardInterrupt and waits in MPI_Finalize (mpi4py's atexit);
+    // ranks 0 and 2, inside MPI_Barrier, never get back to Python to raise theirs. Nothing
+    // ends, so it takes the second Ctrl-C, which kills the job (README, Signals).
+    job.signal(nix::sys::signal::Signal::SIGINT);
+    job.wait_for_stderr_line(|l| l == "KeyboardInterrupt", limit);
+    job.signal(nix::sys::signal::Signal::SIGINT);
+    let out = job.wait(limit);
+    out.assert_code(130);
+}
+
 /// `--tracker rabit`: XGBoost workers that started with the tracker wait for one that never
 /// comes; the report names it (here on demand, `rlaunch stacks`, until the two are in).
 #[test]
@@ -391,15 +448,18 @@ fn ps_and_stacks_ask_a_running_job_and_it_goes_on() {
     std::fs::write(&stale, "").unwrap();
     let flag = tmp.path().join("go");
     let script = format!(
-        "echo start $PMI_RANK; while [ ! -e {} ]; do sleep 0.05; done; echo end $PMI_RANK",
+        "echo start $PMI_RANK $TORCHELASTIC_RUN_ID; while [ ! -e {} ]; do sleep 0.05; done; \
+         echo end $PMI_RANK",
         flag.display()
     );
     let mut job = Run::new(&["--launcher", "fork", "--hosts", "n1:2,n2:2", "-n", "4"])
         .args(["sh", "-c", &script])
         .env("XDG_RUNTIME_DIR", &runtime)
         .spawn();
+    let mut jobid = String::new();
     for _ in 0..4 {
-        job.wait_for_line(|l| l.starts_with("start "), Duration::from_secs(30));
+        let line = job.wait_for_line(|l| l.starts_with("start "), Duration::from_secs(30));
+        jobid = line.split_whitespace().nth(2).unwrap_or_default().to_string();
     }
     let pid = job.pid().as_raw().to_string();
     assert!(!stale.exists(), "a dead rlaunch's socket was left");
@@ -426,6 +486,11 @@ fn ps_and_stacks_ask_a_running_job_and_it_goes_on() {
     assert!(said.starts_with("ranks: "), "{said}");
     let lines: Vec<String> = said.lines().map(String::from).collect();
     assert_eq!(split_stacks(&lines).1[0], "  ranks 0-3:", "{said}");
+    // And by its job id, as its ranks' TORCHELASTIC_RUN_ID (and --report) show it.
+    assert!(jobid.starts_with(&format!("rlaunch_{pid}_")), "{jobid}");
+    let by_id = ask("ps", Some(&jobid));
+    by_id.assert_code(0);
+    assert_eq!(by_id.stdout_str().lines().count(), 5, "{by_id}");
     // Another user cannot open the socket: the directories are this user's alone.
     let socket = runtime.join("rlaunch").join(format!("{pid}.sock"));
     assert!(socket.exists());
@@ -456,8 +521,10 @@ fn ps_and_stacks_ask_a_running_job_and_it_goes_on() {
     assert_eq!(out.stderr_str(), "", "a job that runs fine prints nothing of rlaunch's own");
     let mut lines = out.lines();
     lines.sort();
-    let want: Vec<String> =
-        (0..4).map(|r| format!("end {r}")).chain((0..4).map(|r| format!("start {r}"))).collect();
+    let want: Vec<String> = (0..4)
+        .map(|r| format!("end {r}"))
+        .chain((0..4).map(|r| format!("start {r} {jobid}")))
+        .collect();
     assert_eq!(lines, want, "{out}");
     assert!(!socket.exists(), "the job's socket outlived it");
 }

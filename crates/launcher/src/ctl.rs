@@ -165,7 +165,7 @@ async fn serve(stream: tokio::net::UnixStream, asks: mpsc::UnboundedSender<Asked
 
 #[derive(Debug, thiserror::Error)]
 pub enum AskError {
-    #[error("{0}: expected at most a pid (rlaunch's, of a running job)")]
+    #[error("{0}: expected at most a pid (rlaunch's, of a running job) or a job id")]
     Usage(String),
     #[error("no running rlaunch job of yours (none listens in {0})")]
     NoJob(String),
@@ -194,7 +194,7 @@ pub fn ask(ask: Ask, args: &[OsString]) -> Result<String, AskError> {
         [] => None,
         [pid] => Some(
             pid.to_str()
-                .and_then(|p| p.parse::<u32>().ok())
+                .and_then(pid_of)
                 .ok_or_else(|| AskError::Usage(crate::quote::cut(&pid.to_string_lossy())))?,
         ),
         [_, extra, ..] => return Err(AskError::Usage(crate::quote::cut(&extra.to_string_lossy()))),
@@ -237,6 +237,17 @@ pub fn ask(ask: Ask, args: &[OsString]) -> Result<String, AskError> {
     let mut answer = String::new();
     stream.read_to_string(&mut answer).map_err(unreachable)?;
     Ok(answer)
+}
+
+/// The rlaunch pid an argument names: the pid itself, or a job id (`rlaunch_PID_XXXXXXXX`,
+/// as `--report`, the ranks' `TORCHELASTIC_RUN_ID` and PMI's kvsname show it), which holds
+/// its rlaunch's pid.
+fn pid_of(arg: &str) -> Option<u32> {
+    let pid = match arg.strip_prefix("rlaunch_") {
+        Some(id) => id.split('_').next()?,
+        None => arg,
+    };
+    pid.parse().ok()
 }
 
 /// Nothing listens there: no socket, or one left behind.
