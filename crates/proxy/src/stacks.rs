@@ -10,7 +10,8 @@ use rlaunch_protocol::ids::Gid;
 use rlaunch_protocol::stacks::{FrameKind, StackFrame, StackTree};
 use rlaunch_stacks::{Frame, Process, Reader};
 
-/// The longest text a frame keeps of a function or a place.
+/// The longest text a frame keeps of a function or a place (C++ templates run to
+/// kilobytes): cut here, where the frames leave for the tree.
 const TEXT_MAX: usize = 240;
 
 /// Reads the stacks of `ranks` (rank, pid) on a new thread and calls `done` with their tree

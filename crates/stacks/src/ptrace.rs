@@ -46,8 +46,6 @@ pub struct ThreadState {
     pub state_before: char,
     pub comm: String,
     pub status: ThreadStatus,
-    /// Time from PTRACE_INTERRUPT until the stop was observed.
-    pub stop_latency: Option<Duration>,
     attached: bool,
     /// Signal that put the thread into a signal-delivery-stop while we held it; re-injected on detach.
     pending_signal: Option<i32>,
@@ -91,15 +89,6 @@ pub struct Stopping {
     _not_send: PhantomData<*const ()>,
 }
 
-impl Stopped {
-    /// Stops every thread of `pid`, reading their registers.  Never blocks longer than
-    /// `deadline` (plus a few syscalls).  Errors only if the process does not exist.
-    pub fn stop(pid: i32, deadline: Duration) -> std::io::Result<Stopped> {
-        let until = Instant::now() + deadline;
-        Ok(Stopping::begin(pid, until)?.wait(until))
-    }
-}
-
 impl Stopping {
     /// Tells every thread of `pid` to stop, without waiting: many processes can be told
     /// first and waited for after, so that those stopped already no longer compete for the
@@ -122,7 +111,6 @@ impl Stopping {
                     state_before,
                     comm,
                     status: ThreadStatus::Unreadable("it did not stop in time".into()),
-                    stop_latency: None,
                     attached: false,
                     pending_signal: None,
                 };
@@ -181,7 +169,6 @@ impl Stopping {
                         false
                     }
                     Some(('t', _)) => {
-                        ts.stop_latency = Some(interrupted_at[&tid].elapsed());
                         Stopped::on_stopped(ts);
                         false
                     }

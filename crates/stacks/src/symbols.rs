@@ -22,9 +22,6 @@ use crate::unwind::Module;
 #[derive(Default)]
 pub(crate) struct Symbols(HashMap<(String, u64), Option<Loader>>);
 
-/// The longest name kept: C++ templates can run to kilobytes.
-const NAME_MAX: usize = 240;
-
 impl Symbols {
     /// The frames address `at` stands for, innermost (most deeply inlined) first.
     pub fn frames(&mut self, at: u64, module: Option<&Module>) -> Vec<Frame> {
@@ -60,7 +57,7 @@ impl Symbols {
                     .unwrap_or_default();
                 frames.push(Frame {
                     kind: FrameKind::Inlined,
-                    function: cut(&name),
+                    function: name.into_owned(),
                     file,
                     line,
                     module: Some(module.path.clone()),
@@ -72,19 +69,12 @@ impl Symbols {
             None => match loader.find_symbol(svma) {
                 Some(name) => {
                     let name = addr2line::demangle_auto(name.into(), None);
-                    frames.push(Frame::native(cut(&name), None, Some(module.path.clone())));
+                    frames.push(Frame::native(name.into_owned(), None, Some(module.path.clone())));
                 }
                 None => return unknown(),
             },
         }
         frames
-    }
-}
-
-fn cut(name: &str) -> String {
-    match name.char_indices().nth(NAME_MAX) {
-        Some((at, _)) => format!("{}…", &name[..at]),
-        None => name.to_string(),
     }
 }
 
