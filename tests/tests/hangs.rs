@@ -41,6 +41,39 @@ fn branch(stacks: &[String], head: &str) -> Vec<String> {
     stack_branch(stacks, head)
 }
 
+/// A private directory in `tmp` for a job's socket (its `XDG_RUNTIME_DIR`).
+fn runtime_dir(tmp: &rlaunch_tests::TempDir) -> std::path::PathBuf {
+    let runtime = tmp.path().join("runtime");
+    std::fs::create_dir(&runtime).unwrap();
+    runtime
+}
+
+/// Asks the running `job` (`rlaunch stacks PID`, its socket under `runtime`) until the
+/// lines of its answer satisfy `done`, for at most `limit`; returns those lines. Ranks say
+/// they are ready just before they block: the ask is repeated until they are in.
+fn stacks_until(
+    job: &rlaunch_tests::Job,
+    runtime: &std::path::Path,
+    limit: Duration,
+    what: &str,
+    mut done: impl FnMut(&[String]) -> bool,
+) -> Vec<String> {
+    let began = std::time::Instant::now();
+    loop {
+        let asked = Run::new(&["stacks", &job.pid().as_raw().to_string()])
+            .env("XDG_RUNTIME_DIR", runtime)
+            .timeout(Duration::from_secs(60))
+            .run();
+        asked.assert_code(0);
+        let lines: Vec<String> = asked.stdout_str().lines().map(String::from).collect();
+        if done(&lines) {
+            return lines;
+        }
+        assert!(began.elapsed() < limit, "{what}:\n{}", lines.join("\n"));
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
 /// Where the C programs' source is, as their debug info names it.
 fn hang_c() -> String {
     format!("{}/c/hang.c", env!("CARGO_MANIFEST_DIR"))
@@ -204,8 +237,7 @@ fn python_ranks_show_their_python_frames() {
 #[test]
 fn rlaunch_stacks_shows_torch_ranks_waiting_in_all_reduce() {
     let tmp = rlaunch_tests::tempdir();
-    let runtime = tmp.path().join("runtime");
-    std::fs::create_dir(&runtime).unwrap();
+    let runtime = runtime_dir(&tmp);
     // Importing torch takes a few seconds; beside two busy loops, up to four times that.
     let limit = Duration::from_secs(120);
     let script = torch_job();
@@ -221,24 +253,10 @@ fn rlaunch_stacks_shows_torch_ranks_waiting_in_all_reduce() {
         line_of("scripts/torch_job.py", "dist.all_reduce(torch.tensor([rank]")
     );
     let late = line_of("scripts/torch_job.py", "            time.sleep(100)");
-    // A rank says `waiting` just before it calls all_reduce: ask until both are in.
-    let began = std::time::Instant::now();
-    let stacks = loop {
-        let asked = Run::new(&["stacks", &job.pid().as_raw().to_string()])
-            .env("XDG_RUNTIME_DIR", &runtime)
-            .timeout(Duration::from_secs(60))
-            .run();
-        asked.assert_code(0);
-        let text = asked.stdout_str();
-        let lines: Vec<String> = text.lines().map(String::from).collect();
-        let (_, stacks) = split_stacks(&lines);
-        let waiting = |w: &[String]| w[0].trim() == "+ ranks 0,2:" && w[1].trim() == reduce;
-        if stacks.windows(2).any(waiting) {
-            break stacks;
-        }
-        assert!(began.elapsed() < limit, "ranks 0 and 2 never in all_reduce:\n{text}");
-        std::thread::sleep(Duration::from_millis(200));
-    };
+    let waiting = |w: &[String]| w[0].trim() == "+ ranks 0,2:" && w[1].trim() == reduce;
+    let in_reduce = |lines: &[String]| split_stacks(lines).1.windows(2).any(waiting);
+    let lines = stacks_until(&job, &runtime, limit, "ranks 0 and 2 never in all_reduce", in_reduce);
+    let (_, stacks) = split_stacks(&lines);
     let at = stacks.iter().position(|l| l.trim() == reduce).unwrap();
     let call = stacks[at + 1].trim();
     assert!(call.starts_with("all_reduce (") && call.contains("distributed_c10d.py:"), "{call}");
@@ -285,8 +303,7 @@ fn ranks_whose_stacks_cannot_be_read_are_said_so() {
 #[test]
 fn rlaunch_stacks_shows_mpi4py_ranks_in_a_c_extension() {
     let tmp = rlaunch_tests::tempdir();
-    let runtime = tmp.path().join("runtime");
-    std::fs::create_dir(&runtime).unwrap();
+    let runtime = runtime_dir(&tmp);
     let limit = Duration::from_secs(120);
     let script = mpi4py_hang();
     let mut job = Run::new(&["-n", "3", "/usr/bin/python3", &script])
@@ -300,29 +317,16 @@ fn rlaunch_stacks_shows_mpi4py_ranks_in_a_c_extension() {
         format!("<module> ({script}:{})", line_of("scripts/mpi4py_hang.py", "comm.Barrier()"));
     let late =
         format!("late_rank ({script}:{})", line_of("scripts/mpi4py_hang.py", "time.sleep(100)"));
-    // A rank says `ready` before it calls MPI_Barrier: ask until both are in.
-    let began = std::time::Instant::now();
-    let waiting = loop {
-        let asked = Run::new(&["stacks", &job.pid().as_raw().to_string()])
-            .env("XDG_RUNTIME_DIR", &runtime)
-            .timeout(Duration::from_secs(60))
-            .run();
-        asked.assert_code(0);
-        let lines: Vec<String> = asked.stdout_str().lines().map(String::from).collect();
-        let (_, stacks) = split_stacks(&lines);
-        let found = stacks.iter().position(|l| l.trim() == "+ ranks 0,2:");
-        let waiting = found.map(|_| branch(&stacks, "+ ranks 0,2:"));
-        if let Some(waiting) = waiting.filter(|w| w[0] == barrier) {
-            assert_eq!(branch(&stacks, "+ rank 1:")[1], late, "{}", stacks.join("\n"));
-            break waiting;
-        }
-        assert!(
-            began.elapsed() < limit,
-            "ranks 0 and 2 never in MPI_Barrier:\n{}",
-            lines.join("\n")
-        );
-        std::thread::sleep(Duration::from_millis(200));
+    let in_barrier = |lines: &[String]| {
+        let (_, stacks) = split_stacks(lines);
+        let found = stacks.iter().any(|l| l.trim() == "+ ranks 0,2:");
+        found && branch(&stacks, "+ ranks 0,2:")[0] == barrier
     };
+    let lines =
+        stacks_until(&job, &runtime, limit, "ranks 0 and 2 never in MPI_Barrier", in_barrier);
+    let (_, stacks) = split_stacks(&lines);
+    let waiting = branch(&stacks, "+ ranks 0,2:");
+    assert_eq!(branch(&stacks, "+ rank 1:")[1], late, "{}", stacks.join("\n"));
     // Below the Python line: mpi4py's extension, then Open MPI's barrier.
     let extension = waiting.iter().position(|f| f.starts_with("MPI.cpython-"));
     let mpi = waiting.iter().position(|f| f.starts_with("PMPI_Barrier (libmpi.so.40"));
@@ -342,8 +346,7 @@ fn rlaunch_stacks_shows_mpi4py_ranks_in_a_c_extension() {
 #[test]
 fn the_rabit_trackers_rendezvous_names_the_worker_that_never_came() {
     let tmp = rlaunch_tests::tempdir();
-    let runtime = tmp.path().join("runtime");
-    std::fs::create_dir(&runtime).unwrap();
+    let runtime = runtime_dir(&tmp);
     // Importing XGBoost takes a second or two; beside two busy loops, up to four times that.
     let limit = Duration::from_secs(120);
     // Debian's XGBoost 1.7: the classic rabit protocol.
@@ -358,20 +361,8 @@ fn the_rabit_trackers_rendezvous_names_the_worker_that_never_came() {
         "rabit tracker: 2 of 3 workers started; missing: rank 1 (pid {pid} on {})",
         hostname()
     );
-    let began = std::time::Instant::now();
-    loop {
-        let asked = Run::new(&["stacks", &job.pid().as_raw().to_string()])
-            .env("XDG_RUNTIME_DIR", &runtime)
-            .timeout(Duration::from_secs(60))
-            .run();
-        asked.assert_code(0);
-        let text = asked.stdout_str();
-        if text.lines().any(|l| l == want) {
-            break;
-        }
-        assert!(began.elapsed() < limit, "no line {want} in:\n{text}");
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    let named = |lines: &[String]| lines.iter().any(|l| *l == want);
+    stacks_until(&job, &runtime, limit, &format!("no line {want}"), named);
     job.signal(nix::sys::signal::Signal::SIGINT);
     let out = job.wait(limit);
     out.assert_code(130);
