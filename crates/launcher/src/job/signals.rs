@@ -52,7 +52,10 @@ impl ForwardedSignals {
     }
 }
 
-/// How late, past the grace, the news of a death by the forwarded signal is still its.
+/// How late, past the grace, an end the forwarded signal explains is still its doing: the
+/// news of a death by it behind a slow reader's output, or a rank that failed because
+/// another died of it (a torch rank whose peer closed its socket while Python unwound, which
+/// took over a second on a busy machine).
 const LATE_NEWS: Duration = Duration::from_secs(30);
 
 /// After rlaunch forwards a signal that may end the ranks (INT, TERM, HUP, QUIT, USR1,
@@ -85,15 +88,12 @@ impl Forwarded {
     }
 
     /// A rank ended badly (`outcome`) at `now`: true if the end is held (the last forwarded
-    /// signal, less than `grace` ago, explains it), false if it is the job's failure as usual.
+    /// signal, less than `grace` + [`LATE_NEWS`] ago, explains it), false if it is the job's
+    /// failure as usual. An end held past the grace is acted on at once (the deadline passed).
     pub(crate) fn hold(&mut self, now: Instant, grace: Duration, outcome: ExitOutcome) -> bool {
         let Some((sig, at)) = self.last else { return false };
-        // A death by the very signal forwarded is its doing even when the news comes late
-        // (a report behind a slow reader's output), within reason; any other end only within
-        // the grace. The grace runs from the signal either way: every rank got it then.
-        let killed_by_it = matches!(outcome, ExitOutcome::Signaled(s) if s == sig as i32);
-        let in_time = now < at + grace || (killed_by_it && now < at + grace + LATE_NEWS);
-        if !in_time {
+        // The grace runs from the signal: every rank got it then.
+        if now >= at + grace + LATE_NEWS {
             return false;
         }
         let handled = !matches!(sig, Signal::SIGUSR1 | Signal::SIGUSR2);
@@ -173,20 +173,15 @@ mod tests {
         assert_eq!(f.deadline(GRACE), Some(t0 + GRACE));
         assert_eq!(f.take(), Some(Signal::SIGINT));
         assert_eq!(f.take(), None, "taken once");
-        assert!(!f.hold(t0 + GRACE, GRACE, exited(3)), "after the grace, a failure is one");
         let late = t0 + GRACE * 3;
-        assert!(
-            !f.hold(late, GRACE, ExitOutcome::Signaled(15)),
-            "by another signal, late: a failure"
-        );
-        assert!(
-            f.hold(late, GRACE, ExitOutcome::Signaled(2)),
-            "killed by it: its doing, late news or not"
-        );
+        assert!(!f.hold(late, GRACE, ExitOutcome::Signaled(15)), "by another signal: a failure");
+        assert!(f.hold(late, GRACE, ExitOutcome::Signaled(2)), "killed by it: its doing, late");
+        assert!(f.hold(late, GRACE, exited(1)), "a knock-on failure of a slow unwinding: its");
         assert_eq!(f.deadline(GRACE), Some(t0 + GRACE), "the grace ran from the signal");
         f.take();
         let much_later = t0 + GRACE + LATE_NEWS;
         assert!(!f.hold(much_later, GRACE, ExitOutcome::Signaled(2)), "within reason");
+        assert!(!f.hold(much_later, GRACE, exited(3)), "long after the signal, a failure is one");
     }
 
     #[test]
