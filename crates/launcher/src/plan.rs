@@ -14,6 +14,7 @@
 mod elf;
 mod layout;
 mod ldso;
+mod pmix_use;
 mod tree;
 
 use std::ffi::OsString;
@@ -266,22 +267,22 @@ fn serves_pmix(kinds: PmiKinds, segments: &[Segment], job_env: &[(Vec<u8>, Vec<u
             let uses_pmix =
                 *judged.entry((found.clone(), search)).or_insert_with_key(|(found, search)| {
                     match found {
-                        Some(found) => elf::pmix_use(found, search, &mut loader),
-                        None => elf::PmixUse::Maybe,
+                        Some(found) => pmix_use::pmix_use(found, search, &mut loader),
+                        None => pmix_use::PmixUse::Maybe,
                     }
                 });
             tracing::debug!(program = ?found, ?uses_pmix, "does the program use PMIx?");
             uses.insert(uses_pmix);
         }
     }
-    let needed = uses.contains(&elf::PmixUse::Needs);
+    let needed = uses.contains(&pmix_use::PmixUse::Needs);
     match kinds {
         PmiKinds::Simple => Serve::No,
         PmiKinds::Pmix => Serve::Yes { required: true, late: false },
         PmiKinds::All => Serve::Yes { required: needed, late: false },
         // Programs that only may use PMIx (a shell, python) get a server when a rank asks.
         PmiKinds::Auto if needed => Serve::Yes { required: true, late: false },
-        PmiKinds::Auto if uses.contains(&elf::PmixUse::Maybe) => {
+        PmiKinds::Auto if uses.contains(&pmix_use::PmixUse::Maybe) => {
             Serve::Yes { required: false, late: true }
         }
         PmiKinds::Auto => Serve::No,

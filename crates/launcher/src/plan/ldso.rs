@@ -1,6 +1,6 @@
 //! Which libraries the dynamic loader would map for a rank's program, found as glibc's
-//! `ld.so` finds them for that rank, so that `super::elf` judges the whole closure and not
-//! the program alone.
+//! `ld.so` finds them for that rank, so that `super::pmix_use` judges the whole closure and
+//! not the program alone.
 //!
 //! ```text
 //!   for each library an object needs (and LD_PRELOAD's, first):

@@ -13,7 +13,7 @@ use rlaunch_protocol::ids::ExitOutcome;
 use rlaunch_protocol::record::{self, Phase};
 use tokio::sync::mpsc;
 
-use super::{spawned, Node, Wait};
+use super::{spawned, JobRank, JobRanks, Node, Wait};
 use crate::place::RankPlace;
 use crate::pmi::{self, PmiPeer};
 use crate::rank::{self, Placement, PmiSetup};
@@ -37,20 +37,6 @@ struct StartRank<'a> {
     /// Where `--map-by`, `--bind-to` and `--gpus-per-rank` put it.
     place: RankPlace,
 }
-
-/// One rank of a job to start here.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) struct JobRank {
-    /// Its rank in its own job (what its PMI and its variables say).
-    pub(super) rank: u32,
-    /// Its id in every frame: its rank for the launched job, past the launched job's for a
-    /// spawned one's.
-    pub(super) gid: Gid,
-    pub(super) segment: u32,
-}
-
-/// The ranks of a job to start here, in local order.
-pub(super) type JobRanks = Vec<JobRank>;
 
 /// `--pmi-port` ranks whose connection is still to come, by rank: who they are and where
 /// their answers go.

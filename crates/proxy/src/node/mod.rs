@@ -46,7 +46,7 @@ use std::time::Duration;
 
 use nix::sys::signal::Signal;
 use rlaunch_protocol::control::{Down, Job, NodePlan, Up};
-use rlaunch_protocol::ids::Stream;
+use rlaunch_protocol::ids::{Gid, Stream};
 use rlaunch_protocol::record::{self, FenceTimes, Micros, NodeRecord, Phase};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
@@ -94,6 +94,20 @@ pub(crate) enum Event {
         tree: rlaunch_protocol::stacks::StackTree,
     },
 }
+
+/// One rank of a job to start here.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct JobRank {
+    /// Its rank in its own job (what its PMI and its variables say).
+    pub(super) rank: u32,
+    /// Its id in every frame: its rank for the launched job, past the launched job's for a
+    /// spawned one's.
+    pub(super) gid: Gid,
+    pub(super) segment: u32,
+}
+
+/// The ranks of a job to start here, in local order.
+pub(super) type JobRanks = Vec<JobRank>;
 
 /// One job's state on this node: the launched job (0), and any job its ranks spawned here.
 struct JobState {

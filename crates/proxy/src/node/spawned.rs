@@ -6,8 +6,7 @@ use std::sync::Arc;
 use rlaunch_protocol::control::{Job, Segment, SpawnJob};
 use rlaunch_protocol::ids::{Gid, NodeId};
 
-use super::launch::{JobRank, JobRanks};
-use super::JobState;
+use super::{JobRank, JobRanks, JobState};
 use crate::kvs::{FenceScope, Kvs};
 use crate::pmi::PmiJob;
 

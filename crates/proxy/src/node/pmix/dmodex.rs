@@ -15,7 +15,6 @@
 //! cannot route to (a finished or lost subtree).
 
 use rlaunch_protocol::ids::{Gid, NodeId};
-use std::collections::HashMap;
 
 use rlaunch_protocol::control::{DmodexAnswer, DmodexAsk, DmodexData, Down, Up};
 
@@ -24,39 +23,6 @@ use crate::node::Node;
 use crate::pmix::wire::{self, Proc, Status};
 use crate::pmix::Command;
 use crate::ranks::RankState;
-
-/// Requests of other nodes this node's server is answering, by the id the host echoes.
-#[derive(Default)]
-pub(super) struct Asks {
-    next: u32,
-    open: HashMap<u32, DmodexAsk>,
-}
-
-impl Asks {
-    pub(super) fn add(&mut self, ask: DmodexAsk) -> u32 {
-        let id = self.next;
-        self.next = self.next.wrapping_add(1);
-        self.open.insert(id, ask);
-        id
-    }
-
-    /// The request the host answered with `id`.
-    pub(super) fn take(&mut self, id: u32) -> Option<DmodexAsk> {
-        self.open.remove(&id)
-    }
-
-    /// Takes the open requests for `rank` (a global id).
-    pub(super) fn take_for(&mut self, rank: Gid) -> Vec<DmodexAsk> {
-        let ids: Vec<u32> =
-            self.open.iter().filter(|(_, a)| a.rank == rank).map(|(&id, _)| id).collect();
-        ids.into_iter().filter_map(|id| self.open.remove(&id)).collect()
-    }
-
-    /// Every request still open.
-    pub(super) fn into_open(self) -> impl Iterator<Item = DmodexAsk> {
-        self.open.into_values()
-    }
-}
 
 /// The PMIx status a server's direct modex callback gets for what was found.
 pub(super) fn status_of(data: DmodexData) -> (Status, Vec<u8>) {
@@ -188,31 +154,6 @@ mod tests {
     use crate::node::pmix::server::tests::{here, host, one, proc, up, JOB};
     use crate::pmix::Event;
     use tokio::time::Instant;
-
-    fn ask(rank: u32, id: u32) -> DmodexAsk {
-        let (rank, nspace_rank) = (Gid(rank), rank);
-        DmodexAsk {
-            asker: rlaunch_protocol::ids::NodeId(0),
-            id,
-            rank,
-            nspace: "job".into(),
-            nspace_rank,
-        }
-    }
-
-    #[test]
-    fn open_requests_are_taken_by_their_rank() {
-        let mut asks = Asks::default();
-        let a = asks.add(ask(1, 10));
-        let b = asks.add(ask(2, 11));
-        let c = asks.add(ask(1, 12));
-        assert_eq!(vec![a, b, c], vec![0, 1, 2]);
-        let mut taken: Vec<u32> = asks.take_for(Gid(1)).into_iter().map(|a| a.id).collect();
-        taken.sort();
-        assert_eq!(taken, vec![10, 12]);
-        assert!(asks.take_for(Gid(1)).is_empty());
-        assert_eq!(asks.open.keys().copied().collect::<Vec<_>>(), vec![b]);
-    }
 
     #[test]
     fn what_was_found_becomes_the_servers_status() {

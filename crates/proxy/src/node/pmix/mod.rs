@@ -21,6 +21,7 @@
 mod dmodex;
 mod fence;
 mod names;
+mod pending;
 mod server;
 mod spawn;
 
@@ -38,8 +39,8 @@ use tokio::time::Instant;
 use super::{Event, Node, Wait};
 use crate::pmix::{Command, Files, Host, HostNews, Late};
 use crate::ranks::Local;
+use pending::Spawning;
 use server::{Act, Here, State};
-use spawn::Spawning;
 
 /// The node's PMIx server, and what the node keeps of its clients and requests.
 struct Pmix {

@@ -14,12 +14,11 @@
 
 use std::collections::{HashMap, HashSet};
 
-use rlaunch_protocol::control::{SpawnCmd, SpawnRequest, Up};
+use rlaunch_protocol::control::Up;
 use rlaunch_protocol::ids::{ExitOutcome, Gid, NodeId};
 use tokio::time::Instant;
 
-use super::dmodex::Asks;
-use super::spawn::{Registered, Spawning};
+use super::pending::{Asks, Registered, Spawning};
 use crate::pmix::wire::{self, Proc, Status};
 use crate::pmix::{Command, Event};
 use crate::ranks::Local;
@@ -239,19 +238,7 @@ impl State {
             Event::Publish { id, proc, once, pairs } => self.publish(id, proc, once, pairs),
             Event::Unpublish { id, proc, keys } => self.unpublish(id, proc, keys),
             Event::Lookup { id, proc, wait, keys } => self.lookup(id, proc, wait, keys),
-            Event::Spawn { id, proc, apps } => {
-                let cmds: Vec<SpawnCmd> = apps.into_iter().map(super::spawn::spawn_cmd).collect();
-                match self.gid(&proc) {
-                    Some(rank) if cmds.iter().any(|c| c.nprocs > 0) => {
-                        let request = SpawnRequest { cmds, preput: Vec::new() };
-                        vec![Act::Up(Up::Spawn { rank, tag: super::names::tag(id), request })]
-                    }
-                    _ => {
-                        let (status, nspace) = (wire::ERR_BAD_PARAM, String::new());
-                        vec![Act::Host(Command::SpawnDone { id, status, nspace })]
-                    }
-                }
-            }
+            Event::Spawn { id, proc, apps } => self.spawn_request(id, proc, apps),
             Event::Connected { proc } => {
                 tracing::debug!(nspace = proc.nspace, rank = proc.rank, "PMIx client connected");
                 let Some(gid) = self.gid(&proc) else { return vec![] };

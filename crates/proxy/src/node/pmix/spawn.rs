@@ -12,66 +12,14 @@
 //!   root, every node in ──Down::SpawnAnswer──► spawner's node ──SpawnDone(id)──► host
 //! ```
 
-use rlaunch_protocol::control::{Job, SpawnCmd, SpawnJob, SpawnOutcome};
+use rlaunch_protocol::control::{Job, SpawnCmd, SpawnJob, SpawnOutcome, SpawnRequest, Up};
 
-use super::server::Nspace;
+use super::pending::{Registration, Spawning};
+use super::server::{Act, Nspace, State};
 use super::PmixService;
-use crate::node::launch::JobRanks;
-use crate::node::Node;
-use crate::pmix::wire::{self, App};
+use crate::node::{JobRanks, Node};
+use crate::pmix::wire::{self, App, Proc};
 use crate::pmix::Command;
-
-/// A spawned job between its registration with the server and the start of its ranks here.
-pub(in crate::node) struct Spawning {
-    pub(super) nspace: String,
-    pub(super) job: Job,
-    pub(super) index: u32,
-    pub(super) ranks: JobRanks,
-    pub(super) registration: Registration,
-}
-
-/// How a spawned job's registration with the server goes: ready once every rank's
-/// environment is in, failed if the server could not take the job or one of its ranks.
-#[derive(Debug)]
-pub(super) struct Registration {
-    ranks: usize,
-    envs: usize,
-    /// The first status that kept the server from the job.
-    failed: Option<wire::Status>,
-}
-
-#[derive(Debug, PartialEq, Eq)]
-pub(super) enum Registered {
-    Waiting,
-    Ready,
-    Failed(wire::Status),
-}
-
-impl Registration {
-    fn new(ranks: usize) -> Registration {
-        Registration { ranks, envs: 0, failed: None }
-    }
-
-    /// The server registered the job's namespace, or could not (`status`).
-    pub(super) fn namespace(&mut self, status: wire::Status) {
-        if status != wire::SUCCESS {
-            self.failed.get_or_insert(status);
-        }
-    }
-
-    /// A rank's environment is in, or the status that kept the server from it.
-    pub(super) fn env(&mut self, status: wire::Status) -> Registered {
-        self.envs += 1;
-        if status != wire::SUCCESS {
-            self.failed.get_or_insert(status);
-        }
-        match self.failed {
-            _ if self.envs < self.ranks => Registered::Waiting,
-            None => Registered::Ready,
-            Some(status) => Registered::Failed(status),
-        }
-    }
-}
 
 impl Node {
     /// Registers this node's ranks of a job a rank spawned through PMIx with this node's
@@ -163,10 +111,28 @@ fn setup(sj: &SpawnJob, node: Option<u32>) -> Command {
     }
 }
 
+impl State {
+    /// A client asked to spawn `apps`: the request goes to the root, tagged with `id`; one
+    /// of nothing to start, or from a process the server does not know, is refused at once.
+    pub(super) fn spawn_request(&self, id: u32, proc: Proc, apps: Vec<App>) -> Vec<Act> {
+        let cmds: Vec<SpawnCmd> = apps.into_iter().map(spawn_cmd).collect();
+        match self.gid(&proc) {
+            Some(rank) if cmds.iter().any(|c| c.nprocs > 0) => {
+                let request = SpawnRequest { cmds, preput: Vec::new() };
+                vec![Act::Up(Up::Spawn { rank, tag: super::names::tag(id), request })]
+            }
+            _ => {
+                let (status, nspace) = (wire::ERR_BAD_PARAM, String::new());
+                vec![Act::Host(Command::SpawnDone { id, status, nspace })]
+            }
+        }
+    }
+}
+
 /// What rlaunch's spawn makes of a PMIx application: its argv after the program's name, its
 /// environment, and its hints under the names PMI spawns give them (the first of a name
 /// wins: the application's own come ahead of the job's).
-pub(super) fn spawn_cmd(app: App) -> SpawnCmd {
+fn spawn_cmd(app: App) -> SpawnCmd {
     let App { cmd, argv, env, maxprocs, info } = app;
     let mut hints: Vec<(String, String)> = Vec::new();
     for (key, value) in info {
@@ -210,29 +176,5 @@ impl PmixService {
             }
         };
         pmix.host.send(Command::SpawnDone { id, status, nspace });
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_spawned_job_is_ready_once_every_environment_is_in_unless_the_server_refused_it() {
-        let mut fine = Registration::new(2);
-        fine.namespace(wire::SUCCESS);
-        assert_eq!(fine.env(wire::SUCCESS), Registered::Waiting);
-        assert_eq!(fine.env(wire::SUCCESS), Registered::Ready);
-        // The namespace refused: the ranks' environments still come (failed), then the
-        // spawner hears the first status.
-        let mut refused = Registration::new(2);
-        refused.namespace(wire::ERR_BAD_PARAM);
-        assert_eq!(refused.env(wire::ERR_NOT_FOUND), Registered::Waiting);
-        assert_eq!(refused.env(wire::ERR_NOT_FOUND), Registered::Failed(wire::ERR_BAD_PARAM));
-        // One rank without an environment fails the job too.
-        let mut rank = Registration::new(2);
-        rank.namespace(wire::SUCCESS);
-        assert_eq!(rank.env(wire::ERR_NOT_FOUND), Registered::Waiting);
-        assert_eq!(rank.env(wire::SUCCESS), Registered::Failed(wire::ERR_NOT_FOUND));
     }
 }
