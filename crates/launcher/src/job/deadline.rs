@@ -6,7 +6,7 @@ use rlaunch_protocol::control::Down;
 use rlaunch_tree::{link, procs};
 use tokio::time::Instant;
 
-use super::cause::Cause;
+use super::policy;
 use super::teardown::OutputDue;
 use super::{Root, OUTPUT_GRACE, PROXY_GRACE};
 
@@ -40,7 +40,7 @@ impl Root {
     pub(super) fn next_deadline(&self) -> Option<(Instant, Deadline)> {
         rlaunch_tree::earliest([
             (self.dial_deadline, Deadline::Dial),
-            (self.forwarded.deadline(self.kill_grace()), Deadline::Held),
+            (self.policy.held_deadline(), Deadline::Held),
             (self.progress.as_ref().and_then(|p| p.deadline()), Deadline::Progress),
             (self.names.deadline(), Deadline::Lookup),
             (self.timeout_at, Deadline::Timeout),
@@ -62,12 +62,7 @@ impl Root {
                 let why = format!("its proxy did not call back within {wait} s");
                 self.give_up_dialing(&why, |_, _| true);
             }
-            Deadline::Held => {
-                // The grace is over and ranks are still running: the signal ends the job.
-                if let Some(sig) = self.forwarded.take() {
-                    self.fail(Cause::Forwarded(sig));
-                }
-            }
+            Deadline::Held => self.decide(policy::Event::GraceOver),
             Deadline::Progress => {
                 if let Some(progress) = self.progress.as_mut() {
                     progress.draw();

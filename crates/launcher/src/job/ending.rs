@@ -1,6 +1,6 @@
-//! How the job ends: the first cause starts the teardown (SIGTERM, the kill grace, then
-//! SIGKILL, with a deadline for the output a slow reader has not taken), and at the end one
-//! line says why, with the exit status of [`crate::exit`].
+//! How the job ends: the policy's actions carried out (the teardown: SIGTERM, the kill
+//! grace, then SIGKILL, with a deadline for the output a slow reader has not taken), and at
+//! the end one line says why, with the exit status of [`crate::exit`].
 
 use std::io;
 use std::time::Duration;
@@ -8,10 +8,13 @@ use std::time::Duration;
 use rlaunch_protocol::record;
 use tokio::time::Instant;
 
+use rlaunch_protocol::control::Down;
+
 use super::cause::Cause;
+use super::policy::{Action, Event, Now};
 use super::report::{self, OutFile};
 use super::roll::Roll;
-use super::{timeline, Root, OUTPUT_GRACE};
+use super::{timeline, Root};
 
 /// What writes a file at the end of the job (`--report`, `--timeline`).
 type WriteEnd = fn(
@@ -25,33 +28,49 @@ impl Root {
     /// Records why the job must end; the first cause starts the teardown.
     pub(super) fn fail(&mut self, cause: Cause) {
         tracing::debug!(?cause, "job failing");
-        // Whatever is said next is not about the launch.
-        if let Some(progress) = self.progress.as_mut() {
-            progress.clear();
+        self.decide(Event::Failed(cause));
+    }
+
+    /// Has the policy decide what `event` means, and carries its actions out.
+    pub(super) fn decide(&mut self, event: Event) {
+        let now = Now { at: Instant::now(), all_ended: self.roll.all_ended() };
+        for action in self.policy.on(event, now) {
+            tracing::debug!(?action, "policy");
+            self.act(action);
         }
-        let first = self.causes.is_empty();
-        self.ending.send_replace(true);
-        // A forwarded signal ends the job when the grace after it is over, or when every
-        // rank has ended before that: the ranks have had their grace, and what is still
-        // running is killed now.
-        // Output that waits to be written is dropped at once when a signal to rlaunch ends
-        // the job (the user wants it over), and only well after the grace otherwise, so that
-        // a reader that keeps up gets every line the ranks wrote before their end. Either
-        // way, once every rank has ended, a reader that keeps up gets it all.
-        let (grace, output_wait) = match cause {
-            Cause::Forwarded(_) => (Duration::ZERO, Duration::ZERO),
-            _ => (self.kill_grace(), OUTPUT_GRACE),
-        };
-        let only_if_behind = !output_wait.is_zero() || self.roll.all_ended();
-        self.causes.push(cause);
-        if first {
-            // Lookups waiting for a name will not see it now.
-            let answers = self.names.give_up();
-            self.name_answers(answers);
-            // Proxies waiting to be sent to their parent will not be needed: closing their
-            // connections ends them now, and srun with them.
-            self.dial_tree.drop_waiting();
-            self.terminate(grace, output_wait, only_if_behind);
+    }
+
+    fn act(&mut self, action: Action) {
+        match action {
+            Action::TearDown { grace, output_wait, only_if_behind } => {
+                // Whatever is said next is not about the launch.
+                if let Some(progress) = self.progress.as_mut() {
+                    progress.clear();
+                }
+                self.ending.send_replace(true);
+                // Lookups waiting for a name will not see it now.
+                let answers = self.names.give_up();
+                self.name_answers(answers);
+                // Proxies waiting to be sent to their parent will not be needed: closing
+                // their connections ends them now, and srun with them.
+                self.dial_tree.drop_waiting();
+                self.terminate(grace, output_wait, only_if_behind);
+            }
+            Action::Forward(sig) => self.children.broadcast(&Down::Signal { signo: sig as i32 }),
+            Action::StopSelf => {
+                // Stopped with the ranks, as the shell expects (SIGCONT resumes us and them),
+                // once the link pumps have had the moment they need to write the signal down.
+                tokio::spawn(async {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    let _ = nix::sys::signal::raise(nix::sys::signal::Signal::SIGSTOP);
+                });
+            }
+            Action::Say(line) => {
+                if let Some(progress) = self.progress.as_mut() {
+                    progress.clear();
+                }
+                eprintln!("rlaunch: {line}");
+            }
         }
     }
 
@@ -91,7 +110,7 @@ impl Root {
                 self.say(&line);
             }
         }
-        let (code, line) = match self.causes.first() {
+        let (code, line) = match self.policy.first() {
             Some(cause) => (cause.exit_code(), cause.message(&self.roll, listed)),
             None => (0, None),
         };
@@ -99,8 +118,9 @@ impl Root {
             self.say(line);
         }
         // Ranks that a signal to rlaunch ended did not fail: it was the user's wish.
-        let wished = matches!(self.causes.first(), Some(Cause::Forwarded(_) | Cause::Interrupted));
-        if !self.causes.is_empty() && !listed && !wished {
+        let first = self.policy.first();
+        let wished = matches!(first, Some(Cause::Forwarded(_) | Cause::Interrupted));
+        if first.is_some() && !listed && !wished {
             for row in report::failure_table(&self.roll) {
                 self.say(&row);
             }

@@ -24,6 +24,7 @@ mod ending;
 mod hang;
 mod names;
 mod pmix_fence;
+mod policy;
 pub mod progress;
 pub mod report;
 mod roll;
@@ -60,10 +61,10 @@ use cause::Cause;
 pub(crate) use dial::reaching;
 pub use dial::DialPlan;
 use names::{Asker, Names};
+use policy::Policy;
 use report::OutFile;
 use rlaunch_protocol::record::Micros;
 use roll::Roll;
-use signals::Forwarded;
 pub use start::fork_local_proxies;
 use start::route;
 use teardown::Teardown;
@@ -145,12 +146,10 @@ struct Root {
     progress: Option<progress::Progress>,
     children: Children,
     roll: Roll,
-    causes: Vec<Cause>,
+    /// What the job does about failures and signals, and why it ends.
+    policy: Policy,
     /// Once the job ends: when the output is dropped and the proxies left are killed.
     teardown: Teardown,
-    last_interrupt: Option<Instant>,
-    /// The last signal forwarded to the ranks, and the failing ends held since.
-    forwarded: Forwarded,
     /// Tells the link readers and the writer thread that the output is dropped.
     drop_output: watch::Sender<bool>,
     timeout_at: Option<Instant>,
@@ -218,10 +217,8 @@ impl Root {
             timeout_at: plan.timeout.map(|t| Instant::now() + t),
             roll: Roll::new(&plan.job, &plan.roots, plan.node_hosts.clone()),
             children: Children::default(),
-            causes: Vec::new(),
+            policy: Policy::new(Duration::from_millis(plan.job.kill_grace_ms)),
             teardown: Teardown::default(),
-            last_interrupt: None,
-            forwarded: Forwarded::default(),
             drop_output,
             stdin: StdinFlow {
                 open: plan.job.stdin != StdinTarget::None,
@@ -329,7 +326,7 @@ async fn run_in(mut plan: Plan, world: World) -> i32 {
                     root.process_ended(end);
                 }
             }
-            Some(sig) = forwarded.recv() => root.on_signal(sig),
+            Some(sig) = forwarded.recv() => root.decide(policy::Event::Signal(sig)),
             Some(asked) = next_ask(&mut asks) => root.asked(asked),
             _ = rlaunch_tree::sleep_until(next.map(|(at, _)| at)), if next.is_some() => {
                 let writer_behind = output_tx.writer_behind();
@@ -354,15 +351,13 @@ async fn run_in(mut plan: Plan, world: World) -> i32 {
     root.output_mid_line = writer.join().unwrap_or(false);
     // The last lines may have met a file that could not be written: the job ended anyway,
     // but not with the output it asked for.
+    let mut late = Vec::new();
     while let Ok(event) = output_events.try_recv() {
         if let OutputEvent::FileFailed(failure) = event {
-            root.causes.push(Cause::OutputFile(failure));
+            late.push(Cause::OutputFile(failure));
         }
     }
-    // Every rank ended within the grace, some failing: the signal is why.
-    if let Some(sig) = root.forwarded.take() {
-        root.causes.push(Cause::Forwarded(sig));
-    }
+    root.decide(policy::Event::After { late });
     // The proxies were this process's children: whatever they left behind goes.
     if ended.of_this_process() {
         procs::kill_descendants(&HashSet::new());
@@ -416,25 +411,14 @@ impl Root {
                 }
                 tracing::debug!(%rank, pid, %outcome, unfinalized, "rank ended");
                 self.names.forget(rank);
-                // A failing end is the job's failure already (or a forwarded signal's doing).
                 let clean = outcome == rlaunch_protocol::ids::ExitOutcome::Exited(0);
                 if let Some(absent) =
                     self.turnout.as_mut().filter(|_| clean).and_then(|r| r.ended(rank.0))
                 {
                     self.fail(Cause::TrackerAbsent { rank: Gid(absent) });
                 }
-                if let Some(cause) = cause::rank_end(rank, pid, outcome, unfinalized) {
-                    if !self.forwarded.hold(Instant::now(), self.kill_grace(), outcome) {
-                        self.fail(cause);
-                    }
-                }
-                // Every rank ended of the signal before its grace was over: the job ends now,
-                // not when the grace is.
-                if self.roll.all_ended() {
-                    if let Some(sig) = self.forwarded.take() {
-                        self.fail(Cause::Forwarded(sig));
-                    }
-                }
+                let failure = cause::rank_end(rank, pid, outcome, unfinalized);
+                self.decide(policy::Event::RankEnded { outcome, failure });
             }
             Up::RankError { rank, report } => self.roll.set_error(rank, &report),
             Up::StdinAck { seq } => {
@@ -584,10 +568,6 @@ impl Root {
                 }
             }
         }
-    }
-
-    fn kill_grace(&self) -> Duration {
-        Duration::from_millis(self.plan.job.kill_grace_ms)
     }
 
     fn stdin_chunk(&mut self, chunk: Option<Vec<u8>>) {

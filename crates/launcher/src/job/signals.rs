@@ -1,5 +1,5 @@
 //! The signals rlaunch catches and forwards to the ranks, and what the ranks' ends after a
-//! forwarded signal mean.
+//! forwarded signal mean (for the policy, `policy.rs`).
 
 use std::time::Duration;
 
@@ -7,13 +7,6 @@ use nix::sys::signal::Signal;
 use rlaunch_protocol::ids::ExitOutcome;
 use tokio::signal::unix::{signal, SignalKind};
 use tokio::time::Instant;
-
-use super::cause::Cause;
-use super::Root;
-use rlaunch_protocol::control::Down;
-
-/// A second Ctrl-C within this time kills the job.
-const DOUBLE_INTERRUPT: Duration = Duration::from_secs(5);
 
 pub(crate) struct ForwardedSignals {
     streams: Vec<(Signal, tokio::signal::unix::Signal)>,
@@ -116,38 +109,6 @@ impl Forwarded {
     /// The signal the held ends are blamed on, if any are held; they are acted on now.
     pub(crate) fn take(&mut self) -> Option<Signal> {
         self.held.take().map(|(sig, _)| sig)
-    }
-}
-
-impl Root {
-    /// A signal came to rlaunch: forwarded to the ranks; a second Ctrl-C within
-    /// [`DOUBLE_INTERRUPT`] kills the job, and Ctrl-Z stops rlaunch too.
-    pub(super) fn on_signal(&mut self, sig: Signal) {
-        tracing::debug!(%sig, "signal");
-        self.forwarded.sent(sig, Instant::now());
-        match sig {
-            Signal::SIGINT => {
-                let now = Instant::now();
-                if self.last_interrupt.is_some_and(|t| now - t < DOUBLE_INTERRUPT) {
-                    eprintln!("rlaunch: interrupted again; killing the job");
-                    self.causes.push(Cause::Interrupted);
-                    self.terminate(Duration::ZERO, Duration::ZERO, false);
-                    return;
-                }
-                self.last_interrupt = Some(now);
-                self.children.broadcast(&Down::Signal { signo: sig as i32 });
-            }
-            Signal::SIGTSTP => {
-                self.children.broadcast(&Down::Signal { signo: sig as i32 });
-                // Stop ourselves too, as the shell expects (SIGCONT resumes us and the ranks),
-                // once the link pumps have had the moment they need to write the signal down.
-                tokio::spawn(async {
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                    let _ = nix::sys::signal::raise(Signal::SIGSTOP);
-                });
-            }
-            _ => self.children.broadcast(&Down::Signal { signo: sig as i32 }),
-        }
     }
 }
 

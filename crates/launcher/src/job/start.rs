@@ -70,7 +70,7 @@ impl Root {
         );
         self.children = children;
         for Lost { host, reason } in lost {
-            self.causes.push(Cause::LostProxy { host, reason });
+            self.fail(Cause::LostProxy { host, reason });
         }
         if let Some(dial_plan) = &self.plan.dial {
             self.dial_tree = dial::DialTree::new(&self.plan.roots);

@@ -84,7 +84,7 @@ fn ended(rank: u32, outcome: ExitOutcome) -> Up {
 
 /// The exit status the Root's first cause gives (0 without one).
 fn status(root: &Root) -> i32 {
-    root.causes.first().map_or(0, Cause::exit_code)
+    root.policy.first().map_or(0, Cause::exit_code)
 }
 
 #[tokio::test(flavor = "current_thread")]
@@ -92,13 +92,13 @@ async fn the_first_failing_rank_decides_and_a_clean_job_exits_0() {
     let mut clean = root(plan(2));
     clean.handle_up(ended(0, ExitOutcome::Exited(0)));
     clean.handle_up(ended(1, ExitOutcome::Exited(0)));
-    assert!(clean.roll.all_ended() && clean.causes.is_empty());
+    assert!(clean.roll.all_ended() && clean.policy.first().is_none());
     assert_eq!(status(&clean), 0);
 
     let mut failing = root(plan(3));
     failing.handle_up(ended(1, ExitOutcome::Exited(3)));
     failing.handle_up(ended(2, ExitOutcome::Signaled(9)));
-    assert!(matches!(failing.causes[0], Cause::RankFailed { rank: Gid(1), pid: 101, .. }));
+    assert!(matches!(failing.policy.causes()[0], Cause::RankFailed { rank: Gid(1), pid: 101, .. }));
     assert_eq!(status(&failing), 3);
     assert!(failing.teardown.started(), "the first failure starts the teardown");
 }
@@ -109,20 +109,28 @@ async fn a_rank_gone_before_it_joined_the_tracker_strands_the_workers_that_did()
     root.turnout = Some(crate::tracker::rabit::Turnout::new(3));
     root.tracker_news(crate::tracker::News::Started { rank: 0 });
     root.handle_up(ended(1, ExitOutcome::Exited(0)));
-    assert!(matches!(root.causes[0], Cause::TrackerAbsent { rank: Gid(1) }), "{:?}", root.causes);
+    assert!(
+        matches!(root.policy.causes()[0], Cause::TrackerAbsent { rank: Gid(1) }),
+        "{:?}",
+        root.policy.causes()
+    );
     assert_eq!(status(&root), 255);
 }
 
 #[tokio::test(flavor = "current_thread")]
 async fn ends_of_a_forwarded_sigint_within_its_grace_are_its_doing() {
     let mut root = root(plan(2));
-    root.on_signal(Signal::SIGINT);
+    root.decide(policy::Event::Signal(Signal::SIGINT));
     // Python's KeyboardInterrupt ends each rank by the signal itself: held, not a failure.
     root.handle_up(ended(0, ExitOutcome::Signaled(Signal::SIGINT as i32)));
-    assert!(root.causes.is_empty(), "{:?}", root.causes);
+    assert!(root.policy.causes().is_empty(), "{:?}", root.policy.causes());
     // Every rank ended of it: the job ends now, interrupted.
     root.handle_up(ended(1, ExitOutcome::Signaled(Signal::SIGINT as i32)));
-    assert!(matches!(root.causes[0], Cause::Forwarded(Signal::SIGINT)), "{:?}", root.causes);
+    assert!(
+        matches!(root.policy.causes()[0], Cause::Forwarded(Signal::SIGINT)),
+        "{:?}",
+        root.policy.causes()
+    );
     assert_eq!(status(&root), 130);
 }
 
@@ -136,7 +144,7 @@ async fn the_earliest_deadline_is_next_and_the_timeout_ends_the_job() {
     let left = at.saturating_duration_since(Instant::now());
     assert!(left > Duration::from_secs(4) && left <= Duration::from_secs(5), "{left:?}");
     root.on_deadline(which, false);
-    assert!(matches!(root.causes[0], Cause::TimedOut(t) if t == Duration::from_secs(5)));
+    assert!(matches!(root.policy.causes()[0], Cause::TimedOut(t) if t == Duration::from_secs(5)));
     assert_eq!(status(&root), 124);
     // The teardown's own deadlines come next; the timeout is spent.
     assert!(root.next_deadline().is_none_or(|(_, next)| next != deadline::Deadline::Timeout));
