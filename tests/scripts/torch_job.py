@@ -10,6 +10,10 @@ Usage: torch_job.py allreduce        each rank prints `rank R of N local L of M 
        torch_job.py wait             prints `ready R`, waits; Ctrl-C: `cleanup R`, re-raised
        torch_job.py hang             rank 1 sleeps in late_rank(); the others print `waiting R`
                                      and wait for it in all_reduce (the hang report's stacks)
+       torch_job.py resume DIR       `train` with a checkpoint in DIR after every step, started
+                                     from it if it is there; in the first attempt
+                                     (TORCHELASTIC_RESTART_COUNT 0) rank 1 dies at step 5. Each
+                                     rank prints `attempt A rank R from step S`, rank 0 `params`
 """
 import hashlib
 import os
@@ -97,6 +101,33 @@ elif what == "hang":
         late_rank()
     print(f"waiting {rank}", flush=True)
     dist.all_reduce(torch.tensor([rank], dtype=torch.int64))
+elif what == "resume":
+    ckpt = os.path.join(sys.argv[2], "ckpt.pt")
+    x, y = batch()
+    shard = SAMPLES // size
+    xs, ys = x[rank * shard:(rank + 1) * shard], y[rank * shard:(rank + 1) * shard]
+    net, start = model(), 0
+    if os.path.exists(ckpt):
+        state = torch.load(ckpt)
+        net.load_state_dict(state["model"])
+        start = state["step"]
+    attempt = os.environ["TORCHELASTIC_RESTART_COUNT"]
+    print(f"attempt {attempt} rank {rank} from step {start}", flush=True)
+    ddp = torch.nn.parallel.DistributedDataParallel(net)
+    opt = torch.optim.SGD(ddp.parameters(), lr=0.05)
+    for step in range(start, STEPS):
+        if step == 5 and rank == 1 and attempt == "0":
+            os._exit(1)
+        opt.zero_grad()
+        torch.nn.functional.mse_loss(ddp(xs), ys).backward()
+        opt.step()
+        if rank == 0:
+            torch.save({"model": net.state_dict(), "step": step + 1}, ckpt + ".tmp")
+            os.replace(ckpt + ".tmp", ckpt)
+        # No rank starts the next step before this one's checkpoint is whole.
+        dist.barrier()
+    if rank == 0:
+        print("params", show([p.detach() for p in net.parameters()]), flush=True)
 elif what == "train":
     x, y = batch()
     shard = SAMPLES // size

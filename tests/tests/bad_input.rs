@@ -238,9 +238,15 @@ fn wrong_value(key: Key) -> Option<(&'static str, &'static str, i32)> {
         Key::Configfile => {
             usage("/nonexistent/job.conf", "cannot read /nonexistent/job.conf: No such file or directory")
         }
-        Key::Timeout | Key::StallReport | Key::KillGrace | Key::Heartbeat | Key::SilenceTimeout => {
+        Key::Timeout
+        | Key::StallReport
+        | Key::KillGrace
+        | Key::RestartBackoff
+        | Key::Heartbeat
+        | Key::SilenceTimeout => {
             usage("-1", "{o} -1: expected a number of seconds, at most 1000000000")
         }
+        Key::MaxRestarts => usage("-1", "{o} -1: expected a number of restarts"),
         Key::HangReport => usage("all", "{o} all: expected stacks, fences or none"),
         Key::Pmi => usage("pmi3", "{o} pmi3: expected auto, all, simple or pmix"),
         Key::Pset => usage("io", "{o} io: expected NAME=RANKS, e.g. io=0-3,8"),

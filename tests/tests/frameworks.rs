@@ -395,6 +395,7 @@ fn the_report_shows_the_variables_each_rank_was_started_with() {
         "TORCHELASTIC_RESTART_COUNT",
         "TORCHELASTIC_MAX_RESTARTS",
         "TORCHELASTIC_ERROR_FILE",
+        "RLAUNCH_RESTART_COUNT",
         "MASTER_ADDR",
         "MASTER_PORT",
         "JAX_COORDINATOR_ADDRESS",

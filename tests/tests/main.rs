@@ -29,6 +29,7 @@ mod pmix_server;
 mod progress;
 mod rankprog;
 mod report;
+mod restarts;
 mod sge;
 mod signals;
 mod slurm;

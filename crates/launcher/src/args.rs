@@ -25,6 +25,8 @@ pub enum Key {
     HangReport,
     StallReport,
     KillGrace,
+    MaxRestarts,
+    RestartBackoff,
     PmiPort,
     Pmi,
     Pset,
@@ -168,6 +170,12 @@ pub const OPTIONS: &[Opt] = &[
          job is (as at a timeout), once, and let it run"),
     opt(&["--kill-grace"], Value("SECONDS"), Key::KillGrace, Global, Job, false,
         "seconds between SIGTERM and SIGKILL when the job is torn down (default 1)"),
+    opt(&["--max-restarts", "--max_restarts"], Value("N"), Key::MaxRestarts, Global, Job, false,
+        "when a rank fails or a node is lost, start the whole job again, up to N times \
+         (TORCHELASTIC_RESTART_COUNT, RLAUNCH_RESTART_COUNT count the attempts); a failure \
+         before any rank started is not retried"),
+    opt(&["--restart-backoff"], Value("SECONDS"), Key::RestartBackoff, Global, Job, false,
+        "wait SECONDS before the first restart, twice as long before each next (default 0)"),
     opt(&["--stdin"], Value("WHO"), Key::Stdin, Global, Job, false,
         "which ranks read rlaunch's stdin: a rank number (default 0), all or none"),
     opt(&["--pmi-port", "-pmi-port"], Flag, Key::PmiPort, Global, Job, false,

@@ -180,6 +180,8 @@ pub fn build(o: &Options, env: &[(OsString, OsString)]) -> Result<job::Plan, Pla
         tracker: tracker.as_ref().map(|t| (t.addr.to_string(), t.port)),
         slurm_nodes: slurm.then(|| node_hosts.join(",")),
         report_vars: report.is_some(),
+        restart: 0,
+        max_restarts: o.max_restarts,
     };
     Ok(job::Plan {
         job,
@@ -204,6 +206,7 @@ pub fn build(o: &Options, env: &[(OsString, OsString)]) -> Result<job::Plan, Pla
         own_host,
         forced_remote,
         tracker,
+        restart_backoff: o.restart_backoff,
     })
 }
 

@@ -160,6 +160,8 @@ fn corpus() -> Vec<Vec<u8>> {
             tracker: None,
             slurm_nodes: None,
             report_vars: false,
+            restart: 1,
+            max_restarts: 2,
         },
         node: NodePlan {
             index: rlaunch_protocol::ids::NodeId(0),

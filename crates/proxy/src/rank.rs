@@ -89,6 +89,8 @@ pub const RANK_VARS: &[&str] = &[
     "TORCHELASTIC_RESTART_COUNT",
     "TORCHELASTIC_MAX_RESTARTS",
     "TORCHELASTIC_ERROR_FILE",
+    // Which attempt of the job this is (`--max-restarts`), as rlaunch spells it.
+    "RLAUNCH_RESTART_COUNT",
 ];
 
 /// Set per rank only when the job has a rendezvous: otherwise what the user's environment
@@ -239,8 +241,8 @@ pub fn vars(job: &Job, at: &Placement) -> Vec<(&'static str, String)> {
     env
 }
 
-/// What the frameworks read, as torchrun sets it for one role of `job.size` workers with no
-/// restarts: a rank's place, and where rank 0 serves their rendezvous (if the job has one).
+/// What the frameworks read, as torchrun sets it for one role of `job.size` workers: a rank's
+/// place, which attempt this is, and where rank 0 serves their rendezvous (if it has one).
 fn framework_vars(job: &Job, at: &Placement, env: &mut Vec<(&'static str, String)>) {
     let (rank, size) = (at.rank.to_string(), job.size.to_string());
     env.extend([
@@ -254,8 +256,9 @@ fn framework_vars(job: &Job, at: &Placement, env: &mut Vec<(&'static str, String
         ("ROLE_WORLD_SIZE", size),
         ("ROLE_NAME", "default".to_string()),
         ("TORCHELASTIC_RUN_ID", job.jobid.clone()),
-        ("TORCHELASTIC_RESTART_COUNT", "0".to_string()),
-        ("TORCHELASTIC_MAX_RESTARTS", "0".to_string()),
+        ("TORCHELASTIC_RESTART_COUNT", job.restart.to_string()),
+        ("TORCHELASTIC_MAX_RESTARTS", job.max_restarts.to_string()),
+        ("RLAUNCH_RESTART_COUNT", job.restart.to_string()),
     ]);
     if let Some(path) = &at.error_file {
         env.push(("TORCHELASTIC_ERROR_FILE", path.clone()));
@@ -487,6 +490,7 @@ mod tests {
             ("TORCHELASTIC_RUN_ID", "rlaunch_1_ab"),
             ("TORCHELASTIC_RESTART_COUNT", "0"),
             ("TORCHELASTIC_MAX_RESTARTS", "0"),
+            ("RLAUNCH_RESTART_COUNT", "0"),
         ];
         let want: BTreeMap<_, _> = want.iter().map(|&(k, v)| (k, v.to_string())).collect();
         // No rendezvous, tracker, step or error file: none of their variables.

@@ -101,6 +101,34 @@ pub(crate) fn rank_end(
 }
 
 impl Cause {
+    /// Whether a new attempt of the job may not meet this again (`--max-restarts`): a rank
+    /// that failed, aborted or broke PMI, a node lost, a worker's error. Not what the user or
+    /// the job's limits ended (a signal, the timeout, a closed stdout, an output file), nor
+    /// what would fail the same way again (a program that could not start, a layout that
+    /// does not fit, a singleton, a spawn or fence too large).
+    pub(crate) fn restartable(&self) -> bool {
+        match self {
+            Cause::RankFailed { how: RankFailure::Ended(outcome), .. } => {
+                !matches!(outcome, ExitOutcome::SpawnFailed { .. } | ExitOutcome::NoWorkdir { .. })
+            }
+            Cause::RankFailed { how: RankFailure::Unfinalized, .. }
+            | Cause::LostProxy { .. }
+            | Cause::Aborted { .. }
+            | Cause::PmiFault { .. }
+            | Cause::TrackerError { .. }
+            | Cause::TrackerAbsent { .. } => true,
+            Cause::TimedOut(_)
+            | Cause::Interrupted
+            | Cause::Forwarded(_)
+            | Cause::Unplaceable { .. }
+            | Cause::StdoutClosed
+            | Cause::OutputFile(_)
+            | Cause::Singleton { .. }
+            | Cause::SpawnTooLarge { .. }
+            | Cause::PmixFenceTooLarge(_) => false,
+        }
+    }
+
     /// rlaunch's exit status when this cause decides it.
     pub(crate) fn exit_code(&self) -> i32 {
         match self {

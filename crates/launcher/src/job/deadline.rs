@@ -33,6 +33,8 @@ pub(super) enum Deadline {
     Linger,
     /// The proxies (and the scheduler's launcher) that have not finished are killed.
     Proxy,
+    /// The wait before the job starts again is over (`--restart-backoff`).
+    Restart,
 }
 
 impl Root {
@@ -49,6 +51,7 @@ impl Root {
             (self.teardown.output_deadline(), Deadline::Output),
             (self.children.linger_deadline(PROXY_GRACE), Deadline::Linger),
             (self.teardown.proxy_deadline(), Deadline::Proxy),
+            (self.restart_at, Deadline::Restart),
         ])
     }
 
@@ -63,6 +66,10 @@ impl Root {
                 self.give_up_dialing(&why, |_, _| true);
             }
             Deadline::Held => self.decide(policy::Event::GraceOver),
+            Deadline::Restart => {
+                self.restart_at = None;
+                self.decide(policy::Event::BackoffOver);
+            }
             Deadline::Progress => {
                 if let Some(progress) = self.progress.as_mut() {
                     progress.draw();

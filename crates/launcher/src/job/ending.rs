@@ -33,7 +33,11 @@ impl Root {
 
     /// Has the policy decide what `event` means, and carries its actions out.
     pub(super) fn decide(&mut self, event: Event) {
-        let now = Now { at: Instant::now(), all_ended: self.roll.all_ended() };
+        let now = Now {
+            at: Instant::now(),
+            all_ended: self.roll.all_ended(),
+            started: self.attempt_started,
+        };
         for action in self.policy.on(event, now) {
             tracing::debug!(?action, "policy");
             self.act(action);
@@ -71,6 +75,9 @@ impl Root {
                 }
                 eprintln!("rlaunch: {line}");
             }
+            Action::Restart { attempt, after } => self.restart(attempt, after),
+            Action::StartAttempt => self.start_attempt(),
+            Action::CancelRestart => self.restart_at = None,
         }
     }
 
@@ -91,7 +98,7 @@ impl Root {
 
     /// One of rlaunch's last lines on stderr, on a line of its own even when a rank's output
     /// there ended mid-line.
-    fn say(&mut self, line: &str) {
+    pub(super) fn say(&mut self, line: &str) {
         if std::mem::take(&mut self.output_mid_line) {
             eprintln!();
         }
@@ -135,6 +142,7 @@ impl Root {
             fences: self.fence.epoch() + self.pmix_fence.completed(),
             tracker: self.tracker_span,
             hang: self.hang.as_ref(),
+            attempts: &self.attempts,
         };
         let records = self.children.take_records();
         let roll = &self.roll;

@@ -16,6 +16,7 @@
 //! [`names`] (publish and lookup), [`spawn`], [`signals`]. The loop runs in a [`World`]: this
 //! process's in [`run`], one of in-memory links in a test.
 
+mod attempt;
 mod bindings;
 mod cause;
 mod deadline;
@@ -123,12 +124,21 @@ pub struct Plan {
     pub forced_remote: bool,
     /// `--tracker rabit`: its listener, served while the job runs.
     pub(crate) tracker: Option<crate::tracker::Listener>,
+    /// `--restart-backoff` (`--max-restarts` is the job's, its proxies set the variables).
+    pub restart_backoff: Duration,
 }
 
 /// What a link to a top proxy reports (its output goes straight to the writer thread).
 struct Event {
     child: usize,
     event: LinkEvent,
+}
+
+/// `--tracker rabit` as the Root serves it: a task per attempt on one listener.
+struct Tracker {
+    listener: crate::tracker::Listener,
+    news: mpsc::UnboundedSender<crate::tracker::News>,
+    task: tokio::task::JoinHandle<()>,
 }
 
 /// Stdin on its way to the ranks that read it, in a bounded window of chunks.
@@ -148,6 +158,19 @@ struct Root {
     roll: Roll,
     /// What the job does about failures and signals, and why it ends.
     policy: Policy,
+    /// Some node of this attempt has started its ranks.
+    attempt_started: bool,
+    /// When this attempt began (rlaunch's start for the first).
+    attempt_began: Micros,
+    /// The attempts that ended in a restart, for `--report` and the timeline.
+    attempts: Vec<report::AttemptFacts>,
+    /// When the next attempt starts, while the job waits to restart.
+    restart_at: Option<Instant>,
+    /// Where proxies that dial in are handed, for each attempt's launcher.
+    dialed: Option<mpsc::UnboundedSender<Dialed>>,
+    /// `--tracker rabit`: its listener (each attempt is served afresh on it), where its news
+    /// goes, and the task serving this attempt.
+    tracker: Option<Tracker>,
     /// Once the job ends: when the output is dropped and the proxies left are killed.
     teardown: Teardown,
     /// Tells the link readers and the writer thread that the output is dropped.
@@ -217,7 +240,16 @@ impl Root {
             timeout_at: plan.timeout.map(|t| Instant::now() + t),
             roll: Roll::new(&plan.job, &plan.roots, plan.node_hosts.clone()),
             children: Children::default(),
-            policy: Policy::new(Duration::from_millis(plan.job.kill_grace_ms)),
+            policy: Policy::new(
+                Duration::from_millis(plan.job.kill_grace_ms),
+                policy::Restarts { max: plan.job.max_restarts, backoff: plan.restart_backoff },
+            ),
+            attempt_started: false,
+            attempt_began: plan.started_us,
+            attempts: Vec::new(),
+            restart_at: None,
+            dialed: None,
+            tracker: None,
             teardown: Teardown::default(),
             drop_output,
             stdin: StdinFlow {
@@ -288,20 +320,27 @@ async fn run_in(mut plan: Plan, world: World) -> i32 {
     let mut root = Root::new(plan, progress, drop_output, spawned_jobs);
     root.proxies = proxies;
     let (tracker_news_tx, mut tracker_news) = mpsc::unbounded_channel();
-    let tracker = root.plan.tracker.take().map(|listener| {
-        let workers = root.plan.job.size;
-        root.turnout = Some(crate::tracker::rabit::Turnout::new(workers));
-        let ending = root.ending.subscribe();
-        tokio::spawn(crate::tracker::serve(listener, workers, tracker_news_tx, ending))
-    });
+    if let Some(listener) = root.plan.tracker.take() {
+        root.serve_tracker(listener, tracker_news_tx);
+    }
     let (dialed_tx, mut dialed) = mpsc::unbounded_channel();
+    root.dialed = Some(dialed_tx.clone());
     root.start_proxies(&events_tx, &output_tx, dialed_tx);
     if stdin.is_none() && root.stdin.open {
         root.stdin.open = false;
         root.children.broadcast(&Down::StdinEof);
     }
 
-    while !root.finished() {
+    loop {
+        if root.finished() {
+            // The attempt is over: the job may start again, now or after a wait.
+            if root.restart_at.is_none() {
+                root.decide(policy::Event::Settled);
+            }
+            if root.restart_at.is_none() {
+                break;
+            }
+        }
         // Every proxy is done and srun lingers: it gets the grace proxies get, then SIGKILL.
         let lingering = root.launchers.iter().any(|l| l.ended.is_none());
         if lingering && root.children.settled() {
@@ -339,8 +378,8 @@ async fn run_in(mut plan: Plan, world: World) -> i32 {
         listening.acceptor.abort();
     }
     // The tracker's port closes with the job.
-    if let Some(tracker) = tracker {
-        tracker.abort();
+    if let Some(tracker) = root.tracker.take() {
+        tracker.task.abort();
     }
     root.children.stop_links().await;
     // The writer ends once every sender of output is gone, the one kept for late proxies too.
@@ -436,6 +475,7 @@ impl Root {
             Up::Notice { host, text } => eprintln!("rlaunch: note: on {host}: {text}"),
             Up::Started { node } => {
                 tracing::debug!(%node, "node started its ranks");
+                self.attempt_started = true;
                 if let Some(progress) = self.progress.as_mut() {
                     progress.node_started(node);
                 }

@@ -5,11 +5,20 @@
 //!
 //! ```text
 //!   RankEnded ─┐                                ┌─► TearDown { grace, output } (first cause)
-//!   Failed ────┤                                ├─► Forward(sig), StopSelf
-//!   Signal ────┼──► Policy::on(event, now) ─────┤
-//!   GraceOver ─┤      causes (the first decides) └─► Say(line)
-//!   After ─────┘      the forwarded signal's held ends
+//!   Failed ────┤                                ├─► Forward(sig), StopSelf, Say(line)
+//!   Signal ────┼──► Policy::on(event, now) ─────┼─► Restart { after }   (attempt settled)
+//!   GraceOver ─┤      causes (the first decides) ├─► StartAttempt        (backoff over)
+//!   Settled ───┤      the forwarded signal's      └─► CancelRestart
+//!   BackoffOver┤      held ends; attempts
+//!   After ─────┘
 //! ```
+//!
+//! By default the first failure ends the job. With `--max-restarts N`, a failure that a new
+//! attempt may not meet again (a rank failed or aborted, a node was lost, once some rank had
+//! started) tears the attempt down as a failure would, and once every proxy of it is done
+//! the whole job starts again after the backoff, up to N times. What the user or the job's
+//! limits end (a signal, the timeout, a closed stdout) ends the job, restart or not, and
+//! decides its status.
 //!
 //! A node decides nothing of the kind: it reports each rank's end as it saw it (its exit,
 //! whether it finalized) and is told to tear its ranks down.
@@ -38,6 +47,10 @@ pub(super) enum Event {
     Signal(Signal),
     /// The grace after a forwarded signal is over ([`Policy::held_deadline`]).
     GraceOver,
+    /// Every proxy of the attempt is done (and each launcher that started some).
+    Settled,
+    /// The wait before the next attempt is over.
+    BackoffOver,
     /// Every link is closed and the output written: the held ends are judged, and `late`
     /// (an output file that failed with the last lines) recorded. Nothing is acted on.
     After { late: Vec<Cause> },
@@ -56,6 +69,21 @@ pub(super) enum Action {
     StopSelf,
     /// A line for the user now, after "rlaunch: ".
     Say(&'static str),
+    /// The attempt is over and the job starts again, as attempt `attempt` (1 for the first
+    /// restart), `after` from now; [`Policy::past`]'s last cause is why.
+    Restart { attempt: u32, after: Duration },
+    /// Start the next attempt now.
+    StartAttempt,
+    /// The restart that was waiting will not come.
+    CancelRestart,
+}
+
+/// `--max-restarts` and `--restart-backoff`.
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct Restarts {
+    pub(super) max: u32,
+    /// The wait before the first restart, doubled before each next.
+    pub(super) backoff: Duration,
 }
 
 /// What the Root knows when the event comes.
@@ -64,6 +92,8 @@ pub(super) struct Now {
     pub(super) at: Instant,
     /// Every rank of the launched job has ended.
     pub(super) all_ended: bool,
+    /// Some node of this attempt has started its ranks.
+    pub(super) started: bool,
 }
 
 #[derive(Debug)]
@@ -75,11 +105,30 @@ pub(super) struct Policy {
     /// The last signal forwarded to the ranks, and the failing ends held since.
     forwarded: Forwarded,
     last_interrupt: Option<Instant>,
+    restarts: Restarts,
+    /// The attempt running (0 for the first).
+    attempt: u32,
+    /// The cause that ended each earlier attempt, in order.
+    past: Vec<Cause>,
+    /// The attempt is being torn down to start again once every proxy of it is done.
+    restarting: bool,
+    /// Between attempts: the next waits for its backoff.
+    between: bool,
 }
 
 impl Policy {
-    pub(super) fn new(grace: Duration) -> Policy {
-        Policy { grace, causes: Vec::new(), forwarded: Forwarded::default(), last_interrupt: None }
+    pub(super) fn new(grace: Duration, restarts: Restarts) -> Policy {
+        Policy {
+            grace,
+            causes: Vec::new(),
+            forwarded: Forwarded::default(),
+            last_interrupt: None,
+            restarts,
+            attempt: 0,
+            past: Vec::new(),
+            restarting: false,
+            between: false,
+        }
     }
 
     /// Decides what `event` means for the job.
@@ -108,6 +157,23 @@ impl Policy {
                 Some(sig) => self.fail(Cause::Forwarded(sig), now),
                 None => Vec::new(),
             },
+            Event::Settled if self.restarting => {
+                self.restarting = false;
+                self.between = true;
+                self.past.extend(self.causes.drain(..).next());
+                self.causes.clear();
+                self.forwarded = Forwarded::default();
+                self.attempt += 1;
+                let doubling = 1u32.checked_shl(self.attempt - 1).unwrap_or(u32::MAX);
+                let after = self.restarts.backoff.saturating_mul(doubling);
+                vec![Action::Restart { attempt: self.attempt, after }]
+            }
+            Event::Settled => Vec::new(),
+            Event::BackoffOver if self.between => {
+                self.between = false;
+                vec![Action::StartAttempt]
+            }
+            Event::BackoffOver => Vec::new(),
             Event::After { late } => {
                 self.causes.extend(late);
                 // Every rank ended within the grace, some failing: the signal is why.
@@ -125,6 +191,16 @@ impl Policy {
         &self.causes
     }
 
+    /// The cause that ended each earlier attempt, in order.
+    pub(super) fn past(&self) -> &[Cause] {
+        &self.past
+    }
+
+    /// The attempt running (0 for the first).
+    pub(super) fn attempt(&self) -> u32 {
+        self.attempt
+    }
+
     /// The cause that decides the job's end, once there is one.
     pub(super) fn first(&self) -> Option<&Cause> {
         self.causes.first()
@@ -135,9 +211,19 @@ impl Policy {
         self.forwarded.deadline(self.grace)
     }
 
-    /// Records why the job must end; the first cause tears it down.
+    /// Records why the job must end; the first cause tears it down, to start again if it
+    /// may. A cause the restart must not outlive (see [`Cause::restartable`]) calls it off
+    /// and decides the job's status.
     fn fail(&mut self, cause: Cause, now: Now) -> Vec<Action> {
-        let first = self.causes.is_empty();
+        // Between attempts nothing runs that a restart would be for.
+        let restartable = cause.restartable() && now.started && !self.between;
+        let (first, mut actions) = self.record(cause.clone(), restartable);
+        if !first {
+            return actions;
+        }
+        if restartable && self.attempt < self.restarts.max {
+            self.restarting = true;
+        }
         // A forwarded signal ends the job when the grace after it is over, or when every
         // rank has ended before that: the ranks have had their grace, and what is still
         // running is killed now.
@@ -150,27 +236,44 @@ impl Policy {
             _ => (self.grace, OUTPUT_GRACE),
         };
         let only_if_behind = !output_wait.is_zero() || now.all_ended;
-        self.causes.push(cause);
-        match first {
-            true => vec![Action::TearDown { grace, output_wait, only_if_behind }],
-            false => Vec::new(),
+        actions.push(Action::TearDown { grace, output_wait, only_if_behind });
+        actions
+    }
+
+    /// Adds `cause` to the causes. Returns whether it decides the job's status (the first,
+    /// or one that calls a coming restart off), and the action that calls off a restart
+    /// waiting for its backoff.
+    fn record(&mut self, cause: Cause, restartable: bool) -> (bool, Vec<Action>) {
+        if (self.restarting || self.between) && !restartable {
+            self.restarting = false;
+            let cancel = std::mem::take(&mut self.between).then_some(Action::CancelRestart);
+            // It ends the job, rather than the failure the restart was for.
+            self.causes.insert(0, cause);
+            return (true, cancel.into_iter().collect());
         }
+        self.causes.push(cause);
+        (self.causes.len() == 1, Vec::new())
     }
 
     /// A signal came to rlaunch: forwarded to the ranks; a second Ctrl-C within
     /// [`DOUBLE_INTERRUPT`] kills the job, and Ctrl-Z stops rlaunch too.
     fn signal(&mut self, sig: Signal, now: Now) -> Vec<Action> {
         self.forwarded.sent(sig, now.at);
+        // No rank runs to be ended by it: a signal that would end them ends the job.
+        if self.between && Forwarded::ends_ranks(sig) {
+            return self.fail(Cause::Forwarded(sig), now);
+        }
         match sig {
             Signal::SIGINT => {
                 if self.last_interrupt.is_some_and(|t| now.at - t < DOUBLE_INTERRUPT) {
-                    self.causes.push(Cause::Interrupted);
-                    let kill = Action::TearDown {
+                    let (_, mut actions) = self.record(Cause::Interrupted, false);
+                    actions.push(Action::Say("interrupted again; killing the job"));
+                    actions.push(Action::TearDown {
                         grace: Duration::ZERO,
                         output_wait: Duration::ZERO,
                         only_if_behind: false,
-                    };
-                    return vec![Action::Say("interrupted again; killing the job"), kill];
+                    });
+                    return actions;
                 }
                 self.last_interrupt = Some(now.at);
                 vec![Action::Forward(sig)]
@@ -191,7 +294,7 @@ mod tests {
     const GRACE: Duration = Duration::from_secs(1);
 
     fn now(at: Instant) -> Now {
-        Now { at, all_ended: false }
+        Now { at, all_ended: false, started: true }
     }
 
     fn failed(rank: u32, outcome: ExitOutcome) -> Event {
@@ -206,7 +309,7 @@ mod tests {
 
     #[test]
     fn the_first_failure_tears_the_job_down_and_decides_later_ones_are_recorded() {
-        let (t0, mut policy) = (Instant::now(), Policy::new(GRACE));
+        let (t0, mut policy) = (Instant::now(), Policy::new(GRACE, Restarts::default()));
         let clean = Event::RankEnded { outcome: ExitOutcome::Exited(0), failure: None };
         assert_eq!(policy.on(clean, now(t0)), []);
         assert!(policy.first().is_none());
@@ -221,7 +324,7 @@ mod tests {
 
     #[test]
     fn ends_after_ctrl_c_are_held_for_the_grace_then_the_signal_ends_the_job() {
-        let (t0, mut policy) = (Instant::now(), Policy::new(GRACE));
+        let (t0, mut policy) = (Instant::now(), Policy::new(GRACE, Restarts::default()));
         assert_eq!(
             policy.on(Event::Signal(Signal::SIGINT), now(t0)),
             [Action::Forward(Signal::SIGINT)]
@@ -240,9 +343,9 @@ mod tests {
 
     #[test]
     fn every_rank_ended_of_the_signal_ends_the_job_before_the_grace_is_over() {
-        let (t0, mut policy) = (Instant::now(), Policy::new(GRACE));
+        let (t0, mut policy) = (Instant::now(), Policy::new(GRACE, Restarts::default()));
         policy.on(Event::Signal(Signal::SIGTERM), now(t0));
-        let last = Now { at: t0 + GRACE / 10, all_ended: true };
+        let last = Now { at: t0 + GRACE / 10, all_ended: true, started: true };
         let actions = policy.on(failed(0, ExitOutcome::Signaled(15)), last);
         assert_eq!(actions, tear_down(Duration::ZERO, Duration::ZERO, true));
         assert_eq!(policy.first().map(Cause::exit_code), Some(143));
@@ -250,7 +353,7 @@ mod tests {
 
     #[test]
     fn a_second_ctrl_c_kills_the_job_and_ctrl_z_stops_rlaunch_too() {
-        let (t0, mut policy) = (Instant::now(), Policy::new(GRACE));
+        let (t0, mut policy) = (Instant::now(), Policy::new(GRACE, Restarts::default()));
         policy.on(Event::Signal(Signal::SIGINT), now(t0));
         let again = policy.on(Event::Signal(Signal::SIGINT), now(t0 + DOUBLE_INTERRUPT / 2));
         let [say, kill] = &again[..] else { panic!("{again:?}") };
@@ -262,7 +365,7 @@ mod tests {
         assert!(matches!(policy.first(), Some(Cause::Interrupted)));
         assert_eq!(policy.first().map(Cause::exit_code), Some(crate::exit::INTERRUPTED));
 
-        let mut policy = Policy::new(GRACE);
+        let mut policy = Policy::new(GRACE, Restarts::default());
         policy.on(Event::Signal(Signal::SIGINT), now(t0));
         let later = policy.on(Event::Signal(Signal::SIGINT), now(t0 + DOUBLE_INTERRUPT));
         assert_eq!(later, [Action::Forward(Signal::SIGINT)], "not within 5 s: forwarded");
@@ -273,15 +376,96 @@ mod tests {
 
     #[test]
     fn after_the_links_close_held_ends_are_the_signals_and_late_failures_are_recorded() {
-        let (t0, mut policy) = (Instant::now(), Policy::new(GRACE));
+        let (t0, mut policy) = (Instant::now(), Policy::new(GRACE, Restarts::default()));
         policy.on(Event::Signal(Signal::SIGHUP), now(t0));
         policy.on(failed(0, ExitOutcome::Exited(1)), now(t0));
         assert_eq!(policy.on(Event::After { late: Vec::new() }, now(t0)), []);
         assert!(matches!(policy.first(), Some(Cause::Forwarded(Signal::SIGHUP))));
 
-        let mut policy = Policy::new(GRACE);
+        let mut policy = Policy::new(GRACE, Restarts::default());
         let late = vec![Cause::StdoutClosed];
         assert_eq!(policy.on(Event::After { late }, now(t0)), []);
         assert!(matches!(policy.first(), Some(Cause::StdoutClosed)));
+    }
+
+    fn restarts(max: u32, backoff: Duration) -> Policy {
+        Policy::new(GRACE, Restarts { max, backoff })
+    }
+
+    #[test]
+    fn a_failed_rank_restarts_the_job_once_the_attempt_is_settled_up_to_the_most_asked() {
+        let (t0, mut policy) = (Instant::now(), restarts(2, Duration::from_secs(1)));
+        // Attempt 0 fails: torn down as usual, then restarted after the backoff.
+        let first = policy.on(failed(1, ExitOutcome::Exited(3)), now(t0));
+        assert_eq!(first, tear_down(GRACE, OUTPUT_GRACE, true));
+        assert_eq!(policy.on(failed(2, ExitOutcome::Signaled(15)), now(t0)), [], "the teardown's");
+        let restart = Action::Restart { attempt: 1, after: Duration::from_secs(1) };
+        assert_eq!(policy.on(Event::Settled, now(t0)), [restart]);
+        assert!(matches!(policy.past(), [Cause::RankFailed { rank: Gid(1), .. }]));
+        assert!(policy.first().is_none(), "the next attempt starts clean");
+        assert_eq!(policy.on(Event::BackoffOver, now(t0)), [Action::StartAttempt]);
+        assert_eq!(policy.attempt(), 1);
+        // Attempt 1 fails too: the backoff doubles.
+        policy.on(failed(0, ExitOutcome::Exited(1)), now(t0));
+        let restart = Action::Restart { attempt: 2, after: Duration::from_secs(2) };
+        assert_eq!(policy.on(Event::Settled, now(t0)), [restart]);
+        policy.on(Event::BackoffOver, now(t0));
+        // Attempt 2 is the last: its failure ends the job, with its status.
+        policy.on(failed(0, ExitOutcome::Exited(7)), now(t0));
+        assert_eq!(policy.on(Event::Settled, now(t0)), []);
+        assert_eq!(policy.first().map(Cause::exit_code), Some(7));
+        assert_eq!(policy.past().len(), 2);
+    }
+
+    #[test]
+    fn what_the_user_or_a_limit_ends_or_a_start_that_would_fail_again_is_not_restarted() {
+        let t0 = Instant::now();
+        let never_started = Now { at: t0, all_ended: false, started: false };
+        for (event, at) in [
+            (Event::Failed(Cause::TimedOut(GRACE)), now(t0)),
+            (Event::Failed(Cause::StdoutClosed), now(t0)),
+            (failed(0, ExitOutcome::SpawnFailed { errno: 2 }), now(t0)),
+            (
+                Event::Failed(Cause::LostProxy { host: "n1".into(), reason: "no route".into() }),
+                never_started,
+            ),
+        ] {
+            let mut policy = restarts(3, Duration::ZERO);
+            let what = format!("{event:?}");
+            assert!(!policy.on(event, at).is_empty(), "{what}: torn down");
+            assert_eq!(policy.on(Event::Settled, now(t0)), [], "{what}: not restarted");
+        }
+        // A node lost once ranks ran is restarted.
+        let mut policy = restarts(3, Duration::ZERO);
+        let lost = Cause::LostProxy { host: "n1".into(), reason: "its link broke".into() };
+        policy.on(Event::Failed(lost), now(t0));
+        let restart = Action::Restart { attempt: 1, after: Duration::ZERO };
+        assert_eq!(policy.on(Event::Settled, now(t0)), [restart]);
+    }
+
+    #[test]
+    fn a_signal_or_the_timeout_calls_a_coming_restart_off_and_decides_the_status() {
+        let t0 = Instant::now();
+        // During the teardown for the restart: the timeout ends the job, saying so.
+        let mut policy = restarts(1, Duration::ZERO);
+        policy.on(failed(1, ExitOutcome::Exited(3)), now(t0));
+        policy.on(Event::Failed(Cause::TimedOut(GRACE)), now(t0));
+        assert_eq!(policy.on(Event::Settled, now(t0)), []);
+        assert_eq!(policy.first().map(Cause::exit_code), Some(crate::exit::TIMED_OUT));
+        // While it waits for its backoff: Ctrl-C ends the job at once.
+        let mut policy = restarts(1, Duration::from_secs(10));
+        policy.on(failed(1, ExitOutcome::Exited(3)), now(t0));
+        policy.on(Event::Settled, now(t0));
+        let actions = policy.on(Event::Signal(Signal::SIGINT), now(t0));
+        assert_eq!(actions[0], Action::CancelRestart, "{actions:?}");
+        assert_eq!(policy.on(Event::BackoffOver, now(t0)), [], "no attempt after it");
+        assert_eq!(policy.first().map(Cause::exit_code), Some(130));
+        // A second Ctrl-C during the teardown: no restart, interrupted.
+        let mut policy = restarts(1, Duration::ZERO);
+        policy.on(failed(1, ExitOutcome::Exited(3)), now(t0));
+        policy.on(Event::Signal(Signal::SIGINT), now(t0 + GRACE / 10));
+        policy.on(Event::Signal(Signal::SIGINT), now(t0 + GRACE / 5));
+        assert_eq!(policy.on(Event::Settled, now(t0)), []);
+        assert!(matches!(policy.first(), Some(Cause::Interrupted)), "{:?}", policy.causes);
     }
 }

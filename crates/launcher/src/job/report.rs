@@ -91,6 +91,21 @@ pub(crate) struct JobFacts<'a> {
     pub tracker: Option<(Micros, Micros)>,
     /// The hang report made at the timeout.
     pub hang: Option<&'a super::hang::HangFacts>,
+    /// The attempts before the last (`--max-restarts`), in order.
+    pub attempts: &'a [AttemptFacts],
+}
+
+/// An attempt of the job that ended in a restart.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct AttemptFacts {
+    #[serde(rename = "start_us")]
+    pub started: Micros,
+    #[serde(rename = "end_us")]
+    pub ended: Micros,
+    /// The status its cause would have given the job.
+    pub exit_code: i32,
+    /// Its cause's line, as printed.
+    pub cause: String,
 }
 
 #[derive(Serialize)]
@@ -115,6 +130,9 @@ struct Job<'a> {
     tracker: Option<Span>,
     /// The hang report made at `--timeout`, before the job was killed.
     hang: Option<Hang<'a>>,
+    /// `--max-restarts`: every attempt before the last, which the rest of the report is of.
+    #[serde(skip_serializing_if = "<[_]>::is_empty")]
+    restarts: &'a [AttemptFacts],
 }
 
 #[derive(Serialize)]
@@ -324,6 +342,7 @@ fn build<'a>(facts: &'a JobFacts, roll: &'a Roll, placed: &[Placed<'a>]) -> Repo
                 lines: &h.lines,
                 unanswered: &h.survey.unanswered,
             }),
+            restarts: facts.attempts,
         },
         ranks,
         nodes,

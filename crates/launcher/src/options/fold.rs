@@ -111,6 +111,8 @@ impl<'a> Fold<'a> {
             genv: Vec::new(),
             stdin: "0".into(),
             kill_grace: Duration::from_secs(1),
+            max_restarts: 0,
+            restart_backoff: Duration::ZERO,
             liveness: Liveness::default(),
             timeout: None,
             hang_report: HangReport::default(),
@@ -163,6 +165,8 @@ impl<'a> Fold<'a> {
             | Key::Timeout
             | Key::HangReport
             | Key::StallReport
+            | Key::MaxRestarts
+            | Key::RestartBackoff
             | Key::KillGrace => self.tree(item),
             Key::Pmi | Key::PmiPort | Key::Pset | Key::Tracker => self.services(item),
             Key::Genv
@@ -309,6 +313,11 @@ impl<'a> Fold<'a> {
             }
             Key::StallReport => o.stall_report = Some(parse_seconds(item.name, &value)?),
             Key::KillGrace => o.kill_grace = parse_seconds(item.name, &value)?,
+            Key::MaxRestarts => {
+                o.max_restarts =
+                    value.trim().parse().map_err(|_| expected(item, "a number of restarts"))?
+            }
+            Key::RestartBackoff => o.restart_backoff = parse_seconds(item.name, &value)?,
             other => unreachable!("{other:?} is no option of the tree"),
         }
         Ok(())

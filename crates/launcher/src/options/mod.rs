@@ -163,6 +163,10 @@ pub struct Options {
     pub(crate) genv: Vec<(Vec<u8>, Vec<u8>)>,
     pub(crate) stdin: String,
     pub(crate) kill_grace: Duration,
+    /// `--max-restarts`: how many times a failed job is started again.
+    pub(crate) max_restarts: u32,
+    /// `--restart-backoff`: the wait before the first restart, doubled before each next.
+    pub(crate) restart_backoff: Duration,
     /// Heartbeat and silence timeout of the tree's links.
     pub(crate) liveness: Liveness,
     pub(crate) timeout: Option<Duration>,

@@ -81,6 +81,10 @@ pub struct Job {
     /// rlaunch writes a report (`--report`): each rank's record carries the variables rlaunch
     /// set for it ([`crate::record::RankRecord::vars`]).
     pub report_vars: bool,
+    /// Which attempt of the job this is (0 for the first; `--max-restarts`), and how many
+    /// restarts it may have: `TORCHELASTIC_RESTART_COUNT`, `TORCHELASTIC_MAX_RESTARTS`.
+    pub restart: u32,
+    pub max_restarts: u32,
 }
 
 impl Job {
@@ -111,6 +115,8 @@ impl Job {
             tracker: None,
             slurm_nodes: None,
             report_vars: false,
+            restart: 0,
+            max_restarts: 0,
         }
     }
 }

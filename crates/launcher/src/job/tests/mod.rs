@@ -68,6 +68,7 @@ fn plan_of(ranks: &[u32]) -> Plan {
         own_host: "n0".into(),
         forced_remote: false,
         tracker: None,
+        restart_backoff: Duration::ZERO,
     }
 }
 

@@ -1,0 +1,173 @@
+//! `--max-restarts`: a failed job torn down and started again as a fresh attempt, saying
+//! one line a restart; what is not worth a restart (a program that cannot start, the user's
+//! Ctrl-C) is not restarted. A torch DDP job (Debian's `python3-torch`, gloo) whose rank dies
+//! mid-training resumes from its checkpoint and ends with an uninterrupted run's parameters.
+
+use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::Signal;
+use rlaunch_tests::output::rlaunch_lines;
+use rlaunch_tests::{torch_job, Run};
+
+const WAIT: Duration = Duration::from_secs(30);
+
+/// Each rank says its attempt as both variables give it, the most restarts, its rank and
+/// the rendezvous port; then, in the attempts before `fail_until`, rank 1 exits 3.
+fn attempt_script(fail_until: u32) -> String {
+    format!(
+        "echo attempt $RLAUNCH_RESTART_COUNT $TORCHELASTIC_RESTART_COUNT \
+         $TORCHELASTIC_MAX_RESTARTS rank $PMI_RANK port $MASTER_PORT; \
+         if [ $RLAUNCH_RESTART_COUNT -lt {fail_until} ] && [ $PMI_RANK = 1 ]; then exit 3; fi; \
+         sleep 0.3"
+    )
+}
+
+/// The restart line rlaunch prints for a rank's end, with its pid cut out.
+fn without_pid(line: &str) -> String {
+    match (line.find("(pid "), line.find(" on ")) {
+        (Some(a), Some(b)) if a < b => format!("{}(pid P{}", &line[..a], &line[b..]),
+        _ => line.to_string(),
+    }
+}
+
+#[test]
+fn a_rank_that_fails_once_restarts_the_job_which_then_completes() {
+    let tmp = rlaunch_tests::tempdir();
+    let report = tmp.path().join("report.json");
+    let host = rlaunch_tests::hosts::hostname();
+    let out = Run::new(&["-n", "3", "--max-restarts", "2", "--report"])
+        .arg(report.to_str().unwrap())
+        .args(["sh", "-c", &attempt_script(1)])
+        .timeout(WAIT)
+        .run();
+    out.assert_code(0);
+    let said: Vec<String> = rlaunch_lines(&out.stderr_str()).into_iter().map(without_pid).collect();
+    let restart = format!(
+        "rlaunch: rank 1 (pid P on {host}) exited with code 3; restarting the job (restart 1 of 2)"
+    );
+    assert_eq!(said, [restart], "{out}");
+    // Every rank ran in attempt 1, which knew itself as such; no attempt 2.
+    let lines = out.lines();
+    let attempt = |n: u32| -> BTreeSet<String> {
+        let head = format!("attempt {n} {n} 2 rank ");
+        lines.iter().filter_map(|l| l.strip_prefix(&head)).map(|r| r[..1].to_string()).collect()
+    };
+    assert_eq!(attempt(1), BTreeSet::from(["0".into(), "1".into(), "2".into()]), "{out}");
+    assert!(attempt(2).is_empty(), "{out}");
+    // A fresh rendezvous port for the new attempt.
+    let ports: BTreeSet<&str> = lines.iter().filter_map(|l| l.split(" port ").nth(1)).collect();
+    assert_eq!(ports.len(), 2, "one port an attempt: {out}");
+    // The report is the last attempt's, with the one before it.
+    let text = std::fs::read_to_string(&report).unwrap();
+    let json: serde_json::Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(json["job"]["exit_code"], 0);
+    let restarts = json["job"]["restarts"].as_array().expect("restarts in the report");
+    assert_eq!(restarts.len(), 1, "{text}");
+    assert_eq!(restarts[0]["exit_code"], 3);
+    let cause = without_pid(restarts[0]["cause"].as_str().unwrap());
+    assert_eq!(cause, format!("rank 1 (pid P on {host}) exited with code 3"));
+    let ranks = json["ranks"].as_array().unwrap();
+    assert!(ranks.iter().all(|r| r["exit_code"] == 0), "the last attempt's ranks: {text}");
+    out.tag.wait_until_none(Duration::from_secs(2)).unwrap();
+}
+
+#[test]
+fn restarts_used_up_end_the_job_with_the_last_attempts_status_after_doubling_waits() {
+    let started = Instant::now();
+    let out = Run::new(&["-n", "2", "--max-restarts", "2", "--restart-backoff", "0.25"])
+        .args([
+            "sh",
+            "-c",
+            "[ $PMI_RANK = 0 ] && exit $((5 + RLAUNCH_RESTART_COUNT)); exec sleep 30",
+        ])
+        .timeout(WAIT)
+        .run();
+    let took = started.elapsed();
+    out.assert_code(7);
+    let host = rlaunch_tests::hosts::hostname();
+    let said: Vec<String> = rlaunch_lines(&out.stderr_str()).into_iter().map(without_pid).collect();
+    let ended = |code: u32| format!("rlaunch: rank 0 (pid P on {host}) exited with code {code}");
+    assert_eq!(
+        said,
+        [
+            format!("{}; restarting the job in 0.25 s (restart 1 of 2)", ended(5)),
+            format!("{}; restarting the job in 0.5 s (restart 2 of 2)", ended(6)),
+            ended(7),
+        ],
+        "{out}"
+    );
+    assert!(took >= Duration::from_millis(750), "waited 0.25 + 0.5 s: {took:?}");
+}
+
+#[test]
+fn a_program_that_cannot_start_is_not_restarted() {
+    let out = Run::new(&["-n", "2", "--max-restarts", "3", "/nonexistent/program"]).run();
+    out.assert_code(127);
+    let host = rlaunch_tests::hosts::hostname();
+    let lines = rlaunch_lines(&out.stderr_str()).join("\n");
+    let expected =
+        format!("rlaunch: cannot start /nonexistent/program on {host}: No such file or directory");
+    assert_eq!(lines, expected, "{out}");
+}
+
+#[test]
+fn ctrl_c_while_the_job_waits_to_restart_ends_it_at_once() {
+    let mut job = Run::new(&["-n", "2", "--max-restarts", "2", "--restart-backoff", "20"])
+        .args(["sh", "-c", "echo ran; exit 4"])
+        .spawn();
+    job.wait_for_line(|l| l == "ran", WAIT);
+    job.wait_for_line(|l| l == "ran", WAIT);
+    // The restart line comes once the attempt is done; then the wait.
+    std::thread::sleep(Duration::from_millis(500));
+    let sent = Instant::now();
+    job.signal(Signal::SIGINT);
+    let out = job.wait(WAIT);
+    assert!(sent.elapsed() < Duration::from_secs(10), "did not wait out the backoff");
+    out.assert_code(130);
+    let said: Vec<String> = rlaunch_lines(&out.stderr_str()).into_iter().map(without_pid).collect();
+    let host = rlaunch_tests::hosts::hostname();
+    let restart = format!(
+        "rlaunch: rank 0 (pid P on {host}) exited with code 4; restarting the job in 20 s \
+         (restart 1 of 2)"
+    );
+    let said_rank1 = restart.replace("rank 0", "rank 1");
+    assert!(said[0] == restart || said[0] == said_rank1, "{out}");
+    assert_eq!(said[1..], ["rlaunch: interrupted by SIGINT"], "{out}");
+    out.tag.wait_until_none(Duration::from_secs(2)).unwrap();
+}
+
+#[test]
+fn a_torch_ddp_job_whose_rank_dies_resumes_from_its_checkpoint_to_the_same_parameters() {
+    // Importing torch takes seconds; beside other tests, several times that.
+    let limit = Duration::from_secs(120);
+    let python = "/usr/bin/python3";
+    let reference = Run::program(python, &[&torch_job(), "reference"]).timeout(limit).run();
+    reference.assert_code(0);
+    let want = reference.lines().into_iter().find(|l| l.starts_with("params ")).unwrap();
+    let tmp = rlaunch_tests::tempdir();
+    let dir = tmp.path().to_str().unwrap();
+    let out = Run::new(&["-n", "2", "--max-restarts", "1", python, &torch_job(), "resume", dir])
+        .timeout(limit)
+        .run();
+    out.assert_code(0);
+    let host = rlaunch_tests::hosts::hostname();
+    let said: Vec<String> = rlaunch_lines(&out.stderr_str()).into_iter().map(without_pid).collect();
+    let restart = format!(
+        "rlaunch: rank 1 (pid P on {host}) exited with code 1; restarting the job (restart 1 of 1)"
+    );
+    assert_eq!(said, [restart], "{out}");
+    let lines = out.lines();
+    let mut attempts: Vec<&str> =
+        lines.iter().filter(|l| l.starts_with("attempt ")).map(String::as_str).collect();
+    attempts.sort();
+    let expected = [
+        "attempt 0 rank 0 from step 0",
+        "attempt 0 rank 1 from step 0",
+        "attempt 1 rank 0 from step 5",
+        "attempt 1 rank 1 from step 5",
+    ];
+    assert_eq!(attempts, expected, "{out}");
+    let params: Vec<&String> = lines.iter().filter(|l| l.starts_with("params ")).collect();
+    assert_eq!(params, [&want], "{out}");
+}
