@@ -53,6 +53,7 @@ fn jobs_run_across_hosts_over_ssh_and_failures_leave_nothing() {
     a_killed_node_proxy_aborts_the_job(&cluster);
     a_stopped_node_proxy_is_lost_and_its_guard_leaves_nothing(&cluster);
     a_node_whose_link_goes_down_is_lost_and_cleans_up_alone(&cluster);
+    a_node_lost_mid_job_is_replaced_by_a_spare_host_on_restart(&cluster);
     killing_rlaunch_leaves_nothing_on_any_host(&cluster);
 }
 
@@ -321,6 +322,35 @@ fn killing_rlaunch_leaves_nothing_on_any_host(cluster: &Cluster) {
     });
     assert!(killed.elapsed() < Duration::from_secs(5), "cleanup took {:?}", killed.elapsed());
     wait_no_remote_proxies(cluster, Duration::from_secs(5));
+}
+
+/// `--max-restarts` with `--spare-hosts`: n5's link goes down mid-job; once it is lost, the
+/// job starts again with n6 in its place, and completes there.
+fn a_node_lost_mid_job_is_replaced_by_a_spare_host_on_restart(cluster: &Cluster) {
+    let options = ["--heartbeat", "0.5", "--silence-timeout", "3", "--hosts", "n1,n5", "-n", "2"];
+    let script = "echo ready $PMI_RANK $RLAUNCH_RESTART_COUNT $(hostname); \
+                  [ $RLAUNCH_RESTART_COUNT = 0 ] && exec sleep 60; true";
+    let mut job = cluster
+        .run(&options)
+        .args(["--max-restarts", "1", "--spare-hosts", "n6", "sh", "-c", script])
+        .timeout(WAIT)
+        .spawn();
+    job.wait_for_line(|l| l == "ready 0 0 n1", WAIT);
+    job.wait_for_line(|l| l == "ready 1 0 n5", WAIT);
+    cluster.ctl("link-down", 5);
+    let out = job.wait(WAIT);
+    out.assert_code(0);
+    let stderr = out.stderr_str();
+    let said = rlaunch_lines(&stderr);
+    let restart = "rlaunch: lost proxy on n5 (no word from it for 3 s); restarting the job with \
+                   n6 for n5 (restart 1 of 1)";
+    assert_eq!(said, [restart], "{out}");
+    let lines = out.lines();
+    assert!(lines.iter().any(|l| l == "ready 0 1 n1"), "{out}");
+    assert!(lines.iter().any(|l| l == "ready 1 1 n6"), "{out}");
+    out.tag.wait_until_none(Duration::from_secs(20)).unwrap();
+    wait_no_remote_proxies(cluster, Duration::from_secs(10));
+    cluster.ctl("link-up", 5);
 }
 
 fn a_node_whose_link_goes_down_is_lost_and_cleans_up_alone(cluster: &Cluster) {

@@ -171,3 +171,26 @@ fn a_torch_ddp_job_whose_rank_dies_resumes_from_its_checkpoint_to_the_same_param
     let params: Vec<&String> = lines.iter().filter(|l| l.starts_with("params ")).collect();
     assert_eq!(params, [&want], "{out}");
 }
+
+/// A host of the list that no rank was placed on is a spare: the fake node b's proxy is
+/// killed (by its own rank) in the first attempt, and the restart puts b's rank on c.
+#[test]
+fn a_lost_node_is_replaced_by_a_host_the_job_left_spare() {
+    let script = "echo attempt $RLAUNCH_RESTART_COUNT rank $PMI_RANK on \
+                  $MPIR_CVAR_CH3_INTERFACE_HOSTNAME; \
+                  if [ $RLAUNCH_RESTART_COUNT = 0 ] && [ $PMI_RANK = 1 ]; then kill -9 $PPID; \
+                  exec sleep 30; fi; sleep 0.3";
+    let options = ["--launcher", "fork", "--hosts", "a,b,c", "-n", "2", "--ppn", "1"];
+    let out =
+        Run::new(&options).args(["--max-restarts", "1", "sh", "-c", script]).timeout(WAIT).run();
+    out.assert_code(0);
+    let restart = "rlaunch: lost proxy on b (its proxy was killed by signal 9 (SIGKILL)); \
+                   restarting the job with c for b (restart 1 of 1)";
+    assert_eq!(rlaunch_lines(&out.stderr_str()), [restart], "{out}");
+    let lines = out.lines();
+    let second: BTreeSet<&str> =
+        lines.iter().filter(|l| l.starts_with("attempt 1 ")).map(String::as_str).collect();
+    assert_eq!(second, BTreeSet::from(["attempt 1 rank 0 on a", "attempt 1 rank 1 on c"]));
+    // b's rank, orphaned by its proxy's death, is gone too.
+    out.tag.wait_until_none(Duration::from_secs(5)).unwrap();
+}

@@ -27,6 +27,7 @@ pub enum Key {
     KillGrace,
     MaxRestarts,
     RestartBackoff,
+    SpareHosts,
     PmiPort,
     Pmi,
     Pset,
@@ -176,6 +177,9 @@ pub const OPTIONS: &[Opt] = &[
          before any rank started is not retried"),
     opt(&["--restart-backoff"], Value("SECONDS"), Key::RestartBackoff, Global, Job, false,
         "wait SECONDS before the first restart, twice as long before each next (default 0)"),
+    opt(&["--spare-hosts"], Value("LIST"), Key::SpareHosts, Global, Job, false,
+        "hosts that take a lost node's ranks when the job restarts (a,b); hosts given that no \
+         rank was placed on are spares too"),
     opt(&["--stdin"], Value("WHO"), Key::Stdin, Global, Job, false,
         "which ranks read rlaunch's stdin: a rank number (default 0), all or none"),
     opt(&["--pmi-port", "-pmi-port"], Flag, Key::PmiPort, Global, Job, false,

@@ -183,6 +183,7 @@ pub fn build(o: &Options, env: &[(OsString, OsString)]) -> Result<job::Plan, Pla
         restart: 0,
         max_restarts: o.max_restarts,
     };
+    let spares = spares(&o.spare_hosts, &lists.hosts, &node_hosts);
     Ok(job::Plan {
         job,
         roots,
@@ -207,6 +208,7 @@ pub fn build(o: &Options, env: &[(OsString, OsString)]) -> Result<job::Plan, Pla
         forced_remote,
         tracker,
         restart_backoff: o.restart_backoff,
+        spares,
     })
 }
 
@@ -364,6 +366,19 @@ fn pmix_job(
     }
     let (hosts, rank_node) = (hosts.to_vec(), rank_node.to_vec());
     Ok(PmixJob { hosts, rank_node, rank_app, psets, required: false, late: false })
+}
+
+/// The hosts that may take a lost node's ranks on a restart: `--spare-hosts`, then the hosts
+/// of the job's lists that no rank was placed on, each once, none that runs ranks.
+fn spares(asked: &[String], lists: &[Vec<Host>], used: &[String]) -> Vec<String> {
+    let listed = lists.iter().flatten().map(|h| &h.name);
+    let mut spares: Vec<String> = Vec::new();
+    for host in asked.iter().chain(listed) {
+        if !used.contains(host) && !spares.contains(host) {
+            spares.push(host.clone());
+        }
+    }
+    spares
 }
 
 /// The host lists the segments draw on, and how many ranks each segment takes from which.

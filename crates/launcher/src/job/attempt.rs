@@ -24,8 +24,9 @@ use super::{dial, names, pmix_fence, spawn, Root, Tracker};
 
 impl Root {
     /// The policy restarts the job as attempt `attempt`, `after` from now: the attempt that
-    /// ended is recorded and said.
-    pub(super) fn restart(&mut self, attempt: u32, after: Duration) {
+    /// ended is recorded and said, and each host in `lost` gets a spare in its place while
+    /// spares last (the same host is tried again after that).
+    pub(super) fn restart(&mut self, attempt: u32, after: Duration, lost: &[String]) {
         let cause = self.policy.past().last();
         let why = cause.and_then(|c| c.message(&self.roll, false));
         let why = why.unwrap_or_else(|| "the job failed".to_string());
@@ -36,12 +37,26 @@ impl Root {
             exit_code: cause.map_or(1, |c| c.exit_code()),
             cause: why.clone(),
         });
+        let mut moved = Vec::new();
+        for host in lost {
+            if self.plan.spares.is_empty() {
+                break;
+            }
+            let spare = self.plan.spares.remove(0);
+            self.replace_host(host, &spare);
+            moved.push(format!("{spare} for {host}"));
+        }
+        let with = match moved.is_empty() {
+            true => String::new(),
+            false => format!(" with {}", moved.join(", ")),
+        };
         let max = self.plan.job.max_restarts;
         let when = match after.is_zero() {
             true => String::new(),
             false => format!(" in {} s", after.as_secs_f64()),
         };
-        self.say(&format!("{why}; restarting the job{when} (restart {attempt} of {max})"));
+        let line = format!("{why}; restarting the job{with}{when} (restart {attempt} of {max})");
+        self.say(&line);
         self.restart_at = Some(Instant::now() + after);
     }
 
@@ -94,6 +109,35 @@ impl Root {
         self.start_proxies(&events, &output, dialed);
         if !self.stdin.open {
             self.children.broadcast(&Down::StdinEof);
+        }
+    }
+
+    /// Puts the ranks of `old`'s node on `spare`: the node keeps its index, place in the
+    /// tree and ranks; its name changes wherever the job names it (the PMIx job map, the
+    /// node's process set).
+    fn replace_host(&mut self, old: &str, spare: &str) {
+        fn rename(node: &mut rlaunch_protocol::control::NodePlan, old: &str, spare: &str) {
+            if node.host == old {
+                node.host = spare.to_string();
+            }
+            for child in &mut node.children {
+                rename(child, old, spare);
+            }
+        }
+        for root in &mut self.plan.roots {
+            rename(root, old, spare);
+        }
+        for host in self.plan.node_hosts.iter_mut().filter(|h| *h == old) {
+            *host = spare.to_string();
+        }
+        if let Some(pmix) = self.plan.job.pmix.as_mut() {
+            for host in pmix.hosts.iter_mut().filter(|h| *h == old) {
+                *host = spare.to_string();
+            }
+            let old_set = format!("rlaunch://node/{old}");
+            for (name, _) in pmix.psets.iter_mut().filter(|(n, _)| *n == old_set) {
+                *name = format!("rlaunch://node/{spare}");
+            }
         }
     }
 

@@ -75,7 +75,7 @@ impl Root {
                 }
                 eprintln!("rlaunch: {line}");
             }
-            Action::Restart { attempt, after } => self.restart(attempt, after),
+            Action::Restart { attempt, after, lost } => self.restart(attempt, after, &lost),
             Action::StartAttempt => self.start_attempt(),
             Action::CancelRestart => self.restart_at = None,
         }

@@ -126,6 +126,8 @@ pub struct Plan {
     pub(crate) tracker: Option<crate::tracker::Listener>,
     /// `--restart-backoff` (`--max-restarts` is the job's, its proxies set the variables).
     pub restart_backoff: Duration,
+    /// Hosts that take a lost node's ranks on a restart, in the order they are used.
+    pub spares: Vec<String>,
 }
 
 /// What a link to a top proxy reports (its output goes straight to the writer thread).

@@ -70,8 +70,9 @@ pub(super) enum Action {
     /// A line for the user now, after "rlaunch: ".
     Say(&'static str),
     /// The attempt is over and the job starts again, as attempt `attempt` (1 for the first
-    /// restart), `after` from now; [`Policy::past`]'s last cause is why.
-    Restart { attempt: u32, after: Duration },
+    /// restart), `after` from now; [`Policy::past`]'s last cause is why. `lost`: the hosts
+    /// whose proxies the attempt lost, for spares to replace.
+    Restart { attempt: u32, after: Duration, lost: Vec<String> },
     /// Start the next attempt now.
     StartAttempt,
     /// The restart that was waiting will not come.
@@ -160,13 +161,18 @@ impl Policy {
             Event::Settled if self.restarting => {
                 self.restarting = false;
                 self.between = true;
+                let lost = self.causes.iter().filter_map(|c| match c {
+                    Cause::LostProxy { host, .. } => Some(host.clone()),
+                    _ => None,
+                });
+                let mut lost: Vec<String> = lost.collect();
+                lost.dedup();
                 self.past.extend(self.causes.drain(..).next());
-                self.causes.clear();
                 self.forwarded = Forwarded::default();
                 self.attempt += 1;
                 let doubling = 1u32.checked_shl(self.attempt - 1).unwrap_or(u32::MAX);
                 let after = self.restarts.backoff.saturating_mul(doubling);
-                vec![Action::Restart { attempt: self.attempt, after }]
+                vec![Action::Restart { attempt: self.attempt, after, lost }]
             }
             Event::Settled => Vec::new(),
             Event::BackoffOver if self.between => {
@@ -399,7 +405,7 @@ mod tests {
         let first = policy.on(failed(1, ExitOutcome::Exited(3)), now(t0));
         assert_eq!(first, tear_down(GRACE, OUTPUT_GRACE, true));
         assert_eq!(policy.on(failed(2, ExitOutcome::Signaled(15)), now(t0)), [], "the teardown's");
-        let restart = Action::Restart { attempt: 1, after: Duration::from_secs(1) };
+        let restart = Action::Restart { attempt: 1, after: Duration::from_secs(1), lost: vec![] };
         assert_eq!(policy.on(Event::Settled, now(t0)), [restart]);
         assert!(matches!(policy.past(), [Cause::RankFailed { rank: Gid(1), .. }]));
         assert!(policy.first().is_none(), "the next attempt starts clean");
@@ -407,7 +413,7 @@ mod tests {
         assert_eq!(policy.attempt(), 1);
         // Attempt 1 fails too: the backoff doubles.
         policy.on(failed(0, ExitOutcome::Exited(1)), now(t0));
-        let restart = Action::Restart { attempt: 2, after: Duration::from_secs(2) };
+        let restart = Action::Restart { attempt: 2, after: Duration::from_secs(2), lost: vec![] };
         assert_eq!(policy.on(Event::Settled, now(t0)), [restart]);
         policy.on(Event::BackoffOver, now(t0));
         // Attempt 2 is the last: its failure ends the job, with its status.
@@ -435,11 +441,14 @@ mod tests {
             assert!(!policy.on(event, at).is_empty(), "{what}: torn down");
             assert_eq!(policy.on(Event::Settled, now(t0)), [], "{what}: not restarted");
         }
-        // A node lost once ranks ran is restarted.
+        // A node lost once ranks ran is restarted, the hosts lost said for spares.
         let mut policy = restarts(3, Duration::ZERO);
-        let lost = Cause::LostProxy { host: "n1".into(), reason: "its link broke".into() };
-        policy.on(Event::Failed(lost), now(t0));
-        let restart = Action::Restart { attempt: 1, after: Duration::ZERO };
+        let lost = |host: &str| Cause::LostProxy { host: host.into(), reason: "gone".into() };
+        policy.on(Event::Failed(lost("n1")), now(t0));
+        policy.on(failed(0, ExitOutcome::Signaled(15)), now(t0));
+        policy.on(Event::Failed(lost("n3")), now(t0));
+        let lost = vec!["n1".to_string(), "n3".to_string()];
+        let restart = Action::Restart { attempt: 1, after: Duration::ZERO, lost };
         assert_eq!(policy.on(Event::Settled, now(t0)), [restart]);
     }
 

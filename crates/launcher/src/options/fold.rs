@@ -113,6 +113,7 @@ impl<'a> Fold<'a> {
             kill_grace: Duration::from_secs(1),
             max_restarts: 0,
             restart_backoff: Duration::ZERO,
+            spare_hosts: Vec::new(),
             liveness: Liveness::default(),
             timeout: None,
             hang_report: HangReport::default(),
@@ -167,6 +168,7 @@ impl<'a> Fold<'a> {
             | Key::StallReport
             | Key::MaxRestarts
             | Key::RestartBackoff
+            | Key::SpareHosts
             | Key::KillGrace => self.tree(item),
             Key::Pmi | Key::PmiPort | Key::Pset | Key::Tracker => self.services(item),
             Key::Genv
@@ -318,6 +320,11 @@ impl<'a> Fold<'a> {
                     value.trim().parse().map_err(|_| expected(item, "a number of restarts"))?
             }
             Key::RestartBackoff => o.restart_backoff = parse_seconds(item.name, &value)?,
+            Key::SpareHosts => {
+                let hosts = crate::hosts::parse_host_list(&value)
+                    .map_err(|_| expected(item, "a host list, e.g. a,b"))?;
+                o.spare_hosts.extend(hosts.into_iter().map(|h| h.name));
+            }
             other => unreachable!("{other:?} is no option of the tree"),
         }
         Ok(())

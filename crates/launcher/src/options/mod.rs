@@ -167,6 +167,8 @@ pub struct Options {
     pub(crate) max_restarts: u32,
     /// `--restart-backoff`: the wait before the first restart, doubled before each next.
     pub(crate) restart_backoff: Duration,
+    /// `--spare-hosts`: hosts that take a lost node's ranks on a restart.
+    pub(crate) spare_hosts: Vec<String>,
     /// Heartbeat and silence timeout of the tree's links.
     pub(crate) liveness: Liveness,
     pub(crate) timeout: Option<Duration>,

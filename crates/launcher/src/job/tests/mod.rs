@@ -69,6 +69,7 @@ fn plan_of(ranks: &[u32]) -> Plan {
         forced_remote: false,
         tracker: None,
         restart_backoff: Duration::ZERO,
+        spares: Vec::new(),
     }
 }
 
