@@ -4,9 +4,15 @@
 //! ```text
 //!  Idle ──terminate──► Grace ──deadline──► ChildProxies ──deadline──► Done ──deadline──► GaveUp
 //!        TERM, CONT     (grace)  KILL ranks,  (3 s)       KILL child     (orphan only:
-//!        to ranks;               stragglers               proxies         3 s more)
-//!        Terminate down
+//!        to ranks;               stragglers               proxies;        3 s more)
+//!        Terminate down                                   ranks still
+//!                                                         there left to
+//!                                                         the kernel
 //! ```
+//!
+//! Every step is bounded: a rank that SIGKILL does not end within [`CHILD_PROXY_GRACE`] (one
+//! in uninterruptible sleep, D state: blocked in the kernel, or frozen by a cgroup) is said so
+//! and no longer waited for; it ends when the kernel lets it, its SIGKILL pending.
 
 use std::time::Duration;
 
@@ -27,6 +33,8 @@ pub enum KillStep {
     KillStragglers,
     /// SIGKILL the child proxies that have not ended.
     KillChildProxies,
+    /// Stop waiting for ranks that SIGKILL has not ended, saying why each is still there.
+    AbandonRanks,
     /// Stop waiting: the node is finished with whatever is left killed.
     GiveUp,
 }
@@ -97,7 +105,7 @@ impl Escalation {
             Stage::ChildProxies => {
                 self.stage = Stage::Done;
                 self.deadline = orphaned.then(|| now + CHILD_PROXY_GRACE);
-                vec![KillStep::KillChildProxies]
+                vec![KillStep::KillChildProxies, KillStep::AbandonRanks]
             }
             Stage::Done => {
                 self.stage = Stage::GaveUp;
@@ -133,7 +141,7 @@ mod tests {
         let later = now + grace;
         assert_eq!(kill.on_deadline(later, false), [SignalRanks(Signal::SIGKILL), KillStragglers]);
         assert_eq!(kill.deadline(), Some(later + CHILD_PROXY_GRACE));
-        assert_eq!(kill.on_deadline(later, false), [KillChildProxies]);
+        assert_eq!(kill.on_deadline(later, false), [KillChildProxies, AbandonRanks]);
         // With a parent to report to, the proxy waits for its children's ends.
         assert_eq!(kill.deadline(), None);
         assert!(!kill.gave_up());
@@ -145,7 +153,7 @@ mod tests {
         let mut kill = Escalation::default();
         kill.terminate(now, Duration::ZERO);
         kill.on_deadline(now, true);
-        assert_eq!(kill.on_deadline(now, true), [KillChildProxies]);
+        assert_eq!(kill.on_deadline(now, true), [KillChildProxies, AbandonRanks]);
         assert_eq!(kill.deadline(), Some(now + CHILD_PROXY_GRACE));
         assert_eq!(kill.on_deadline(now, true), [GiveUp]);
         assert!(kill.gave_up());

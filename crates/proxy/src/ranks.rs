@@ -163,6 +163,20 @@ impl RankTable {
         self.by_pid.get(&pid).copied()
     }
 
+    /// The ranks still running, with their pids.
+    pub fn running(&self) -> impl Iterator<Item = (Local, i32)> + '_ {
+        let running = self.ranks.iter().enumerate().filter(|(_, r)| r.state == RankState::Running);
+        running.map(|(local, r)| (local, r.pid))
+    }
+
+    /// A rank that did not end is no longer waited for: neither its end nor its output.
+    pub fn abandon(&mut self, local: Local) {
+        let rank = &mut self.ranks[local];
+        self.by_pid.remove(&rank.pid);
+        rank.state = RankState::Judged;
+        rank.open_streams = 0;
+    }
+
     /// Process groups of the ranks still running.
     pub fn running_pids(&self) -> impl Iterator<Item = i32> + '_ {
         self.ranks.iter().filter(|r| r.state == RankState::Running).map(|r| r.pid)

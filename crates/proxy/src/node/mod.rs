@@ -520,6 +520,7 @@ impl Node {
                     self.kill_leftovers(&self.children.pids())
                 }
                 KillStep::KillChildProxies => self.children.kill_unfinished(),
+                KillStep::AbandonRanks => self.abandon_unkilled_ranks(),
                 KillStep::GiveUp => tracing::warn!("giving up on what is left of this node"),
             }
         }

@@ -39,6 +39,39 @@ impl Node {
         self.kill_leftovers(&self.children.pids());
     }
 
+    /// Ranks that SIGKILL has not ended by now (in uninterruptible sleep: blocked in the
+    /// kernel, frozen by a cgroup) are not waited for any longer: each is said so, and the
+    /// node finishes without it. It ends when the kernel lets it, its SIGKILL pending.
+    pub(super) fn abandon_unkilled_ranks(&mut self) {
+        let left: Vec<(Local, i32)> = self.ranks.running().collect();
+        if !left.is_empty() {
+            // Their pipes would never end (they hold them), nor the link's data with them:
+            // what is left of every pipe goes now, 3 s after the others' SIGKILL.
+            self.outputs.drop_all();
+        }
+        for (local, pid) in left {
+            let gid = self.ranks.get(local).gid;
+            let why = match procs::snapshot(pid).map(|(state, _, _)| state) {
+                Some('D') => {
+                    "it is in uninterruptible sleep (D state: blocked in the kernel, or \
+                              frozen)"
+                }
+                Some('T' | 't') => "it is stopped",
+                Some('Z') => "it is a zombie not yet reaped",
+                Some(_) => "it is still running",
+                None => "it is gone but was not reaped",
+            };
+            let secs = crate::kill::CHILD_PROXY_GRACE.as_secs();
+            let text = format!(
+                "rank {gid} (pid {pid}) did not end {secs} s after SIGKILL: {why}; it is left \
+                 to end when the kernel lets it"
+            );
+            let host = self.plan.host.clone();
+            let _ = self.up.control.send(Up::Notice { host, text });
+            self.ranks.abandon(local);
+        }
+    }
+
     /// Kills every descendant of this process but the child proxies `spare` (and theirs), in a
     /// world where they are this node's.
     pub(super) fn kill_leftovers(&self, spare: &std::collections::HashSet<i32>) {
