@@ -8,6 +8,8 @@ Usage: xgboost_job.py train        every worker prints `model R SHA256` and `rms
        xgboost_job.py alone        the same training in one process over every row
        xgboost_job.py garbage      as train, but rank 0 first sends the tracker garbage
        xgboost_job.py die          as train, but rank 1 kills itself after joining
+       xgboost_job.py restart      as die in the job's first attempt (TORCHELASTIC_RESTART_COUNT
+                                   0, `--max-restarts`), as train in the next
        xgboost_job.py error        rank 1 reports an error to the tracker (XGBoost 2.1+)
        xgboost_job.py skip         rank 1 exits with 0 before it joins
        xgboost_job.py late         rank 1 prints `late 1 PID` and sleeps before it joins; the
@@ -76,7 +78,8 @@ size = xgb.collective.get_world_size()
 if "DMLC_TASK_ID" in os.environ:
     assert xgb.collective.get_rank() == rank, (xgb.collective.get_rank(), rank)
 rank = xgb.collective.get_rank()
-if what == "die" and rank == 1:
+first_attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") == "0"
+if rank == 1 and (what == "die" or (what == "restart" and first_attempt)):
     os.kill(os.getpid(), signal.SIGKILL)
 share = slice(rank * ROWS // size, (rank + 1) * ROWS // size)
 booster = xgb.train(PARAMS, xgb.DMatrix(x[share], label=y[share]), num_boost_round=20)

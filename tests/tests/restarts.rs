@@ -1,14 +1,16 @@
 //! `--max-restarts`: a failed job torn down and started again as a fresh attempt, saying
 //! one line a restart; what is not worth a restart (a program that cannot start, the user's
 //! Ctrl-C) is not restarted. A torch DDP job (Debian's `python3-torch`, gloo) whose rank dies
-//! mid-training resumes from its checkpoint and ends with an uninterrupted run's parameters.
+//! mid-training resumes from its checkpoint and ends with an uninterrupted run's parameters;
+//! XGBoost (Debian's 1.7, PyPI's 3.2) under `--tracker rabit`, served afresh for the new
+//! attempt, trains the model an uninterrupted run trains.
 
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::Signal;
 use rlaunch_tests::output::rlaunch_lines;
-use rlaunch_tests::{torch_job, Run};
+use rlaunch_tests::{torch_job, venv_python, xgboost_job, Run};
 
 const WAIT: Duration = Duration::from_secs(30);
 
@@ -193,4 +195,39 @@ fn a_lost_node_is_replaced_by_a_host_the_job_left_spare() {
     assert_eq!(second, BTreeSet::from(["attempt 1 rank 0 on a", "attempt 1 rank 1 on c"]));
     // b's rank, orphaned by its proxy's death, is gone too.
     out.tag.wait_until_none(Duration::from_secs(5)).unwrap();
+}
+
+#[test]
+fn an_xgboost_job_whose_worker_dies_trains_the_same_model_in_the_next_attempt() {
+    let limit = Duration::from_secs(120);
+    for (version, python) in
+        [("1.7", "/usr/bin/python3".to_string()), ("3.2", venv_python("xgboost3"))]
+    {
+        let job = |what: &str, more: &[&str]| {
+            Run::new(&["--tracker", "rabit", "-n", "2"])
+                .args(more)
+                .args([python.as_str(), &xgboost_job(), what])
+                .timeout(limit)
+                .run()
+        };
+        let models = |out: &rlaunch_tests::Outcome| -> BTreeSet<String> {
+            let lines = out.lines();
+            lines.iter().filter(|l| l.starts_with("model ")).map(|l| l[6..].to_string()).collect()
+        };
+        let plain = job("train", &[]);
+        plain.assert_code(0);
+        let out = job("restart", &["--max-restarts", "1"]);
+        out.assert_code(0);
+        let host = rlaunch_tests::hosts::hostname();
+        let stderr = out.stderr_str();
+        let said: Vec<String> = rlaunch_lines(&stderr).into_iter().map(without_pid).collect();
+        let restart = format!(
+            "rlaunch: rank 1 (pid P on {host}) was killed by signal 9 (SIGKILL); restarting the \
+             job (restart 1 of 1)"
+        );
+        assert_eq!(said, [restart], "{version}: {out}");
+        // Both workers of the second attempt, each with the model of a run without a death.
+        assert_eq!(models(&out), models(&plain), "{version}: {out}");
+        assert_eq!(models(&out).len(), 2, "{version}: {out}");
+    }
 }
