@@ -248,6 +248,7 @@ fn wrong_value(key: Key) -> Option<(&'static str, &'static str, i32)> {
         }
         Key::MaxRestarts => usage("-1", "{o} -1: expected a number of restarts"),
         Key::SpareHosts => usage("a:x", "{o} a:x: expected a host list, e.g. a,b"),
+        Key::OnFailure => usage("retry", "{o} retry: expected end or continue"),
         Key::HangReport => usage("all", "{o} all: expected stacks, fences or none"),
         Key::Pmi => usage("pmi3", "{o} pmi3: expected auto, all, simple or pmix"),
         Key::Pset => usage("io", "{o} io: expected NAME=RANKS, e.g. io=0-3,8"),

@@ -118,10 +118,8 @@ fn ctrl_c_while_the_job_waits_to_restart_ends_it_at_once() {
     let mut job = Run::new(&["-n", "2", "--max-restarts", "2", "--restart-backoff", "20"])
         .args(["sh", "-c", "echo ran; exit 4"])
         .spawn();
-    job.wait_for_line(|l| l == "ran", WAIT);
-    job.wait_for_line(|l| l == "ran", WAIT);
     // The restart line comes once the attempt is done; then the wait.
-    std::thread::sleep(Duration::from_millis(500));
+    job.wait_for_stderr_line(|l| l.contains("; restarting the job in 20 s"), WAIT);
     let sent = Instant::now();
     job.signal(Signal::SIGINT);
     let out = job.wait(WAIT);
@@ -230,4 +228,56 @@ fn an_xgboost_job_whose_worker_dies_trains_the_same_model_in_the_next_attempt() 
         assert_eq!(models(&out), models(&plain), "{version}: {out}");
         assert_eq!(models(&out).len(), 2, "{version}: {out}");
     }
+}
+
+/// `--on-failure continue` (Hydra's `-disable-auto-cleanup`): rank 1 of a PMI job exits 3
+/// after init; the others' fence completes without it, they read `PMI_dead_processes` (PMI-1
+/// get, PMI-2 kvs-get), fence again and finalize. On one node and over two fake nodes; the
+/// job's status is still rank 1's.
+#[test]
+fn with_on_failure_continue_pmi_ranks_fence_without_the_failed_one_and_are_told() {
+    let pmiprog = rlaunch_tests::pmiprog_str();
+    for (spelling, version, options) in [
+        ("--on-failure=continue", "v1", vec![]),
+        ("-disable-auto-cleanup", "v2", vec!["--launcher", "fork", "--hosts", "a,b"]),
+    ] {
+        let out = Run::new(&options)
+            .args(["-n", "4", spelling, &pmiprog, version, "survive"])
+            .timeout(WAIT)
+            .run();
+        out.assert_code(3);
+        let said: Vec<String> =
+            rlaunch_lines(&out.stderr_str()).into_iter().map(without_pid).collect();
+        assert_eq!(said.len(), 1, "{spelling}: {out}");
+        assert!(said[0].starts_with("rlaunch: rank 1 (pid P on "), "{spelling}: {out}");
+        assert!(said[0].ends_with(") exited with code 3"), "{spelling}: {out}");
+        let survivors: BTreeSet<String> = out.lines().into_iter().collect();
+        let want: BTreeSet<String> =
+            [0, 2, 3].iter().map(|r| format!("survived {r} dead=1")).collect();
+        assert_eq!(survivors, want, "{spelling}: {out}");
+    }
+}
+
+/// Any program can poll `RLAUNCH_DEAD_RANKS_FILE`: the failed ranks, as ranges, once some
+/// failed; removed at the end.
+#[test]
+fn with_on_failure_continue_the_failed_ranks_are_in_a_file_every_rank_can_read() {
+    let script = "case $PMI_RANK in 1|3) exit 3;; esac; \
+                  while [ \"$(cat $RLAUNCH_DEAD_RANKS_FILE 2>/dev/null)\" != 1,3 ]; do sleep 0.02; done; \
+                  echo $PMI_RANK saw $(cat $RLAUNCH_DEAD_RANKS_FILE) in $RLAUNCH_DEAD_RANKS_FILE";
+    let out =
+        Run::new(&["-n", "4", "--on-failure", "continue", "--timeout", "20", "sh", "-c", script])
+            .timeout(WAIT)
+            .run();
+    out.assert_code(3);
+    let lines = out.lines();
+    assert_eq!(lines.len(), 2, "{out}");
+    for line in &lines {
+        let file = line.rsplit(' ').next().unwrap();
+        assert!(line.starts_with("0 saw 1,3 in ") || line.starts_with("2 saw 1,3 in "), "{out}");
+        assert!(!std::path::Path::new(file).exists(), "{file} left behind");
+    }
+    // Both failures are the job's: the first decides, the table lists them.
+    let said = rlaunch_lines(&out.stderr_str()).join("\n");
+    assert!(said.contains("rlaunch: 2 ranks failed:"), "{out}");
 }

@@ -28,6 +28,7 @@ pub enum Key {
     MaxRestarts,
     RestartBackoff,
     SpareHosts,
+    OnFailure,
     PmiPort,
     Pmi,
     Pset,
@@ -177,6 +178,11 @@ pub const OPTIONS: &[Opt] = &[
          before any rank started is not retried"),
     opt(&["--restart-backoff"], Value("SECONDS"), Key::RestartBackoff, Global, Job, false,
         "wait SECONDS before the first restart, twice as long before each next (default 0)"),
+    opt(&["--on-failure"], Value("WHAT"), Key::OnFailure, Global, Job, false,
+        "what a failed rank does to the job: end it (the default), or continue: it ends alone \
+         and the others run on, told (PMI_dead_processes, RLAUNCH_DEAD_RANKS_FILE)"),
+    opt(&["--disable-auto-cleanup", "-disable-auto-cleanup"], Flag, Key::OnFailure, Global, Job,
+        false, "same as --on-failure continue (Hydra's spelling)"),
     opt(&["--spare-hosts"], Value("LIST"), Key::SpareHosts, Global, Job, false,
         "hosts that take a lost node's ranks when the job restarts (a,b); hosts given that no \
          rank was placed on are spares too"),

@@ -235,6 +235,12 @@ impl Writer {
                     emit(&mut self.sinks, stamp, stream, lane, &[], &rest);
                 }
             }
+            Chunk::Say(line) => {
+                let newline = self.sinks.ends_mid_line();
+                let text = format!("{}rlaunch: {line}\n", if newline { "\n" } else { "" });
+                let len = text.len();
+                self.sinks.put_owned(Stream::Stderr, text.into_bytes(), 0..len);
+            }
         }
     }
 

@@ -182,6 +182,7 @@ pub fn build(o: &Options, env: &[(OsString, OsString)]) -> Result<job::Plan, Pla
         report_vars: report.is_some(),
         restart: 0,
         max_restarts: o.max_restarts,
+        goes_on: o.goes_on,
     };
     let spares = spares(&o.spare_hosts, &lists.hosts, &node_hosts);
     Ok(job::Plan {
@@ -372,13 +373,9 @@ fn pmix_job(
 /// of the job's lists that no rank was placed on, each once, none that runs ranks.
 fn spares(asked: &[String], lists: &[Vec<Host>], used: &[String]) -> Vec<String> {
     let listed = lists.iter().flatten().map(|h| &h.name);
-    let mut spares: Vec<String> = Vec::new();
-    for host in asked.iter().chain(listed) {
-        if !used.contains(host) && !spares.contains(host) {
-            spares.push(host.clone());
-        }
-    }
-    spares
+    // Sets: a hostfile of 12,000 hosts and `-n 1` has 11,999 spares.
+    let mut seen: std::collections::HashSet<&String> = used.iter().collect();
+    asked.iter().chain(listed).filter(|host| seen.insert(host)).cloned().collect()
 }
 
 /// The host lists the segments draw on, and how many ranks each segment takes from which.

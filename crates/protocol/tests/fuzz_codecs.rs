@@ -122,7 +122,7 @@ fn corpus() -> Vec<Vec<u8>> {
             unfinalized: false,
             usage: Default::default(),
         },
-        Up::ProxyLost { host: "n2".into(), reason: "ssh died".into() },
+        Up::ProxyLost { host: "n2".into(), reason: "ssh died".into(), came_up: true },
         Up::FenceIn { epoch: 1, pairs: vec![("k".into(), "v".into())] },
     ];
     for msg in up {
@@ -162,6 +162,7 @@ fn corpus() -> Vec<Vec<u8>> {
             report_vars: false,
             restart: 1,
             max_restarts: 2,
+            goes_on: true,
         },
         node: NodePlan {
             index: rlaunch_protocol::ids::NodeId(0),

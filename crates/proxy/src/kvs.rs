@@ -55,6 +55,9 @@ pub struct Kvs {
     /// PMI-2 node attributes, and the ranks waiting for one to appear.
     node_attrs: HashMap<String, String>,
     attr_waiters: Vec<(Local, String, Option<String>)>,
+    /// Local ranks that failed with the job going on without them (`--on-failure
+    /// continue`): no fence counts them any more.
+    departed: Vec<Local>,
 }
 
 impl Kvs {
@@ -63,14 +66,17 @@ impl Kvs {
     /// start: a child subtree's entry may come before this node's ranks are running (they
     /// wait for the node's PMIx server), and must not complete the fence without them.
     pub fn new(scope: FenceScope, ranks: usize, preput: impl IntoIterator<Item = Pair>) -> Kvs {
+        // No process has failed yet: the key reads empty, as Hydra's does.
+        let none_dead = (crate::pmi::DEAD_PROCESSES.to_string(), String::new());
         Kvs {
             scope,
             ranks,
-            visible: preput.into_iter().collect(),
+            visible: [none_dead].into_iter().chain(preput).collect(),
             fold: FenceFold::default(),
             waiting: Vec::new(),
             node_attrs: HashMap::new(),
             attr_waiters: Vec::new(),
+            departed: Vec::new(),
         }
     }
 
@@ -134,6 +140,36 @@ impl Kvs {
             .into_iter()
             .map(|(local, tag)| (local, PmiAnswer::Fence { tag }))
             .collect()
+    }
+
+    /// A value every rank sees from now on, set by rlaunch rather than put by a rank (it
+    /// replaces the last one): `PMI_dead_processes`.
+    pub fn set_visible(&mut self, key: &str, value: String) {
+        self.visible.insert(key.to_string(), value);
+    }
+
+    /// Local rank `local` failed and the job goes on without it: no fence waits for it from
+    /// now on, and if it was in the fence under way, it leaves it. Returns where that fence
+    /// stands: it may be complete without the rank. Said twice, the same.
+    pub fn depart(&mut self, local: Local, children: usize) -> FenceStep {
+        if !self.departed.contains(&local) {
+            self.departed.push(local);
+            self.ranks = self.ranks.saturating_sub(1);
+            if let Some(at) = self.waiting.iter().position(|&(l, _)| l == local) {
+                self.waiting.remove(at);
+                self.fold.leave();
+            }
+        }
+        self.step(children)
+    }
+
+    /// After a fence completed, with ranks departed: a node that has no party left to wait
+    /// for (every rank here failed, no child) is in the next fence at once.
+    pub fn go_on(&mut self, children: usize) -> FenceStep {
+        match self.departed.is_empty() {
+            true => FenceStep::Waiting,
+            false => self.step(children),
+        }
     }
 
     /// A node attribute is set: the ranks waiting for it get its value.
@@ -236,6 +272,27 @@ mod tests {
         let released = kvs.complete(0, vec![pair("k0", "v"), pair("k9", "w")]);
         assert_eq!(fence_tags(&released), [(0, None), (1, None)]);
         assert_eq!(kvs.get("k9").as_deref(), Some("w"));
+    }
+
+    #[test]
+    fn a_departed_rank_is_no_party_even_if_it_had_entered() {
+        let mut kvs = Kvs::new(FenceScope::Tree, 3, []);
+        assert!(matches!(kvs.enter(0, None, 0), FenceStep::Waiting));
+        // Rank 0 entered and failed: it leaves the fence; ranks 1 and 2 complete it.
+        assert!(matches!(kvs.depart(0, 0), FenceStep::Waiting));
+        assert!(matches!(kvs.depart(0, 0), FenceStep::Waiting), "said twice, the same");
+        assert!(matches!(kvs.enter(1, None, 0), FenceStep::Waiting));
+        let step = kvs.enter(2, None, 0);
+        assert!(matches!(step, FenceStep::GoUp { epoch: 0, .. }), "{step:?}");
+        let released = fence_tags(&kvs.complete(0, vec![]));
+        assert_eq!(released, [(1, None), (2, None)]);
+        // Every rank here gone, no child: in each next fence at once.
+        kvs.depart(1, 0);
+        assert!(matches!(kvs.depart(2, 0), FenceStep::GoUp { epoch: 1, .. }));
+        kvs.complete(1, vec![]);
+        assert!(matches!(kvs.go_on(0), FenceStep::GoUp { epoch: 2, .. }));
+        kvs.set_visible("PMI_dead_processes", "0-2".into());
+        assert_eq!(kvs.get("PMI_dead_processes").as_deref(), Some("0-2"));
     }
 
     #[test]

@@ -31,6 +31,9 @@ pub struct Placement<'a> {
     pub nodes: u32,
     /// Where it may write why it failed (`TORCHELASTIC_ERROR_FILE`).
     pub error_file: Option<String>,
+    /// Where this node lists the ranks that failed while the job goes on
+    /// (`RLAUNCH_DEAD_RANKS_FILE`, `--on-failure continue`).
+    pub dead_file: Option<String>,
     /// Its GPU visibility variables (`CUDA_VISIBLE_DEVICES`, ...), if its job has GPUs.
     pub gpu_vars: Vec<(&'static str, String)>,
     /// It leads a session of its own: where the node's ranks are no more than its CPUs
@@ -91,6 +94,7 @@ pub const RANK_VARS: &[&str] = &[
     "TORCHELASTIC_ERROR_FILE",
     // Which attempt of the job this is (`--max-restarts`), as rlaunch spells it.
     "RLAUNCH_RESTART_COUNT",
+    "RLAUNCH_DEAD_RANKS_FILE",
 ];
 
 /// Set per rank only when the job has a rendezvous: otherwise what the user's environment
@@ -263,6 +267,9 @@ fn framework_vars(job: &Job, at: &Placement, env: &mut Vec<(&'static str, String
     if let Some(path) = &at.error_file {
         env.push(("TORCHELASTIC_ERROR_FILE", path.clone()));
     }
+    if let Some(path) = &at.dead_file {
+        env.push(("RLAUNCH_DEAD_RANKS_FILE", path.clone()));
+    }
     if let Some(r) = &job.rendezvous {
         env.push(("MASTER_ADDR", r.addr.clone()));
         env.push(("MASTER_PORT", r.port.to_string()));
@@ -321,6 +328,16 @@ pub fn error_dir() -> Option<std::path::PathBuf> {
         }
     }
     Some(dir)
+}
+
+/// The file in `dir` where node `node` of job `jobid` lists the ranks that failed while the
+/// job goes on (`--on-failure continue`).
+pub fn dead_file(
+    dir: &std::path::Path,
+    jobid: &str,
+    node: rlaunch_protocol::ids::NodeId,
+) -> std::path::PathBuf {
+    dir.join(format!("{jobid}.{node}.dead"))
 }
 
 /// The error file of the rank with global id `gid` of job `jobid`, in `dir`.
@@ -449,6 +466,7 @@ mod tests {
             node_id,
             nodes: 3,
             error_file: None,
+            dead_file: None,
             gpu_vars: Vec::new(),
             own_session: false,
         }

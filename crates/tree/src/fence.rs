@@ -51,6 +51,12 @@ impl<T> FenceFold<T> {
         self.arrived += 1;
     }
 
+    /// A party that arrived leaves before the fence completed (a rank that failed inside it,
+    /// the job going on without it): it no longer counts.
+    pub fn leave(&mut self) {
+        self.arrived = self.arrived.saturating_sub(1);
+    }
+
     /// Once `parties` have arrived, and only once per epoch: the epoch and every pair it
     /// brought. The count of parties is the caller's, asked at each call.
     pub fn complete(&mut self, parties: usize) -> Option<(u64, Vec<T>)> {

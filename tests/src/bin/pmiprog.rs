@@ -8,6 +8,8 @@
 //! v1|v2 visibility        two rounds: put, get every key, fence, get them again
 //! v1|v2 get KEY           v1: a KVS get; v2: a job attribute
 //! v1|v2 fence             init, fence, finalize
+//! v1|v2 survive           rank 1 exits 3 after init; the others fence, read
+//!                         PMI_dead_processes, fence again, finalize (--on-failure continue)
 //! v1|v2 quit              init, then exit 0 without finalize
 //! v1|v2 flood-puts BYTES  put 800-byte values under new keys until BYTES are put, no fence
 //! raw [--init] BYTES      write BYTES on PMI_FD (after a PMI-1 init with --init), then
@@ -29,6 +31,7 @@
 //! | `visibility` | per round E (1, 2): `round E before <R> found=<ranks>` and `round E after <R> found=<ranks>`: the ranks whose key of that round a get found, comma-separated, `-` for none |
 //! | `get KEY`    | `get <R> KEY=VALUE` or `get <R> KEY not-found`                          |
 //! | `fence`      | `fenced <R>`                                                            |
+//! | `survive`    | `survived <R> dead=<value>` (rank 1: nothing)                           |
 //! | `quit`       | `quitting <R>`                                                          |
 //! | `flood-puts` | `flooded <R> <bytes>` once every put was answered                       |
 //! | `raw`        | `init ok` (with --init), `sent <n> bytes` (or `send failed: ...`), a line `reply <bytes>` per read, then `eof` |
@@ -73,6 +76,7 @@ enum Command {
     Visibility,
     Get(String),
     Fence,
+    Survive,
     Quit,
     /// Put this many bytes of values, fences none.
     FloodPuts(u64),
@@ -148,6 +152,7 @@ fn parse(args: &[String]) -> Result<Script, String> {
                 Some("allgather") => Command::Allgather,
                 Some("visibility") => Command::Visibility,
                 Some("fence") => Command::Fence,
+                Some("survive") => Command::Survive,
                 Some("quit") => Command::Quit,
                 Some("flood-puts") => {
                     let n = words.next().ok_or("flood-puts: missing BYTES")?;
@@ -278,6 +283,16 @@ fn with_client(version: Version, command: Command, role: Role) -> Result<(), Str
             }
             pmi.fence().map_err(|e| fail("fence", e))?;
             say(&format!("fenced {rank}"));
+        }
+        Command::Survive => {
+            if rank == 1 {
+                process::exit(3);
+            }
+            // Completes once rank 1 is gone and the job goes on without it.
+            pmi.fence().map_err(|e| fail("fence", e))?;
+            let dead = pmi.get("PMI_dead_processes").map_err(|e| fail("get", e))?;
+            say(&format!("survived {rank} dead={}", dead.as_deref().unwrap_or("-")));
+            pmi.fence().map_err(|e| fail("second fence", e))?;
         }
         Command::Quit => {
             say(&format!("quitting {rank}"));

@@ -21,6 +21,7 @@ use super::report::AttemptFacts;
 use super::roll::Roll;
 use super::teardown::Teardown;
 use super::{dial, names, pmix_fence, spawn, Root, Tracker};
+use crate::output::Chunk;
 
 impl Root {
     /// The policy restarts the job as attempt `attempt`, `after` from now: the attempt that
@@ -56,7 +57,12 @@ impl Root {
             false => format!(" in {} s", after.as_secs_f64()),
         };
         let line = format!("{why}; restarting the job{with}{when} (restart {attempt} of {max})");
-        self.say(&line);
+        // Through the writer, after the attempt's output and on a line of its own.
+        let written = !*self.drop_output.borrow()
+            && self.links.as_ref().is_some_and(|(_, feed)| feed.send(Chunk::Say(line.clone())));
+        if !written {
+            self.say(&line);
+        }
         self.restart_at = Some(Instant::now() + after);
     }
 
@@ -86,6 +92,7 @@ impl Root {
         self.names = names::Names::default();
         self.spawns = spawn::Spawns::default();
         self.stdin.pending.clear();
+        self.dead = Default::default();
         self.survey = None;
         self.surveyed_for.clear();
         self.survey_next.clear();
@@ -95,7 +102,6 @@ impl Root {
         self.dial_deadline = None;
         self.dial_tree = dial::DialTree::default();
         self.ending.send_replace(false);
-        self.attempt_started = false;
         self.attempt_began = record::now_us();
         if let Some(tracker) = self.tracker.take() {
             tracker.task.abort();

@@ -29,6 +29,8 @@ pub(crate) enum Cause {
     LostProxy {
         host: String,
         reason: String,
+        /// Its proxy had said hello (a node lost while up, not one that never came up).
+        came_up: bool,
     },
     /// A node's ranks do not fit on it as asked (`--gpus-per-rank`, `ppr:N:socket`).
     Unplaceable {
@@ -102,17 +104,18 @@ pub(crate) fn rank_end(
 
 impl Cause {
     /// Whether a new attempt of the job may not meet this again (`--max-restarts`): a rank
-    /// that failed, aborted or broke PMI, a node lost, a worker's error. Not what the user or
-    /// the job's limits ended (a signal, the timeout, a closed stdout, an output file), nor
-    /// what would fail the same way again (a program that could not start, a layout that
-    /// does not fit, a singleton, a spawn or fence too large).
+    /// that failed, aborted or broke PMI, a node lost once it was up, a worker's error. Not
+    /// what the user or the job's limits ended (a signal, the timeout, a closed stdout, an
+    /// output file), nor what would fail the same way again (a program that could not start,
+    /// a host that never came up, a layout that does not fit, a singleton, a spawn or fence
+    /// too large).
     pub(crate) fn restartable(&self) -> bool {
         match self {
             Cause::RankFailed { how: RankFailure::Ended(outcome), .. } => {
                 !matches!(outcome, ExitOutcome::SpawnFailed { .. } | ExitOutcome::NoWorkdir { .. })
             }
+            Cause::LostProxy { came_up, .. } => *came_up,
             Cause::RankFailed { how: RankFailure::Unfinalized, .. }
-            | Cause::LostProxy { .. }
             | Cause::Aborted { .. }
             | Cause::PmiFault { .. }
             | Cause::TrackerError { .. }
@@ -174,7 +177,9 @@ impl Cause {
             // Said when it happened.
             Cause::Interrupted | Cause::StdoutClosed => None,
             Cause::Forwarded(sig) => Some(format!("interrupted by {sig}")),
-            Cause::LostProxy { host, reason } => Some(format!("lost proxy on {host} ({reason})")),
+            Cause::LostProxy { host, reason, .. } => {
+                Some(format!("lost proxy on {host} ({reason})"))
+            }
             Cause::Unplaceable { host, why } => {
                 Some(format!("cannot place the ranks on {host}: {why}"))
             }
@@ -257,7 +262,7 @@ mod tests {
         assert_eq!(Cause::Forwarded(nix::sys::signal::Signal::SIGINT).exit_code(), 130);
         assert_eq!(Cause::Forwarded(nix::sys::signal::Signal::SIGTERM).exit_code(), 143);
         assert_eq!(Cause::StdoutClosed.exit_code(), 141);
-        let lost = Cause::LostProxy { host: "n1".into(), reason: "gone".into() };
+        let lost = Cause::LostProxy { host: "n1".into(), reason: "gone".into(), came_up: true };
         assert_eq!(lost.exit_code(), 255);
         let fault = Cause::PmiFault { rank: Gid(0), pid: 1, what: "x".into() };
         assert_eq!(fault.exit_code(), 255);

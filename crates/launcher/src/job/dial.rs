@@ -338,7 +338,7 @@ impl Root {
     ) -> Result<usize, Lost> {
         let (Some(dial_plan), Some(listening)) = (&self.plan.dial, &self.listening) else {
             let reason = "rlaunch does not listen for proxies (its launcher failed)".to_string();
-            return Err(Lost { host: plan.host.clone(), reason });
+            return Err(Lost { host: plan.host.clone(), reason, came_up: false });
         };
         let name = dial_plan.launcher.first().cloned().unwrap_or_default();
         let launched = self.proxies.dial_late(dial_plan, &plan.host, &listening.back);

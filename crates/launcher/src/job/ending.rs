@@ -33,11 +33,7 @@ impl Root {
 
     /// Has the policy decide what `event` means, and carries its actions out.
     pub(super) fn decide(&mut self, event: Event) {
-        let now = Now {
-            at: Instant::now(),
-            all_ended: self.roll.all_ended(),
-            started: self.attempt_started,
-        };
+        let now = Now { at: Instant::now(), all_ended: self.roll.all_ended() };
         for action in self.policy.on(event, now) {
             tracing::debug!(?action, "policy");
             self.act(action);
@@ -78,6 +74,10 @@ impl Root {
             Action::Restart { attempt, after, lost } => self.restart(attempt, after, &lost),
             Action::StartAttempt => self.start_attempt(),
             Action::CancelRestart => self.restart_at = None,
+            Action::RankGone(rank) => {
+                self.dead.add(&rlaunch_protocol::stacks::RankSet::of(rank));
+                self.children.broadcast(&Down::Dead { ranks: self.dead.clone() });
+            }
         }
     }
 

@@ -160,14 +160,14 @@ struct Root {
     roll: Roll,
     /// What the job does about failures and signals, and why it ends.
     policy: Policy,
-    /// Some node of this attempt has started its ranks.
-    attempt_started: bool,
     /// When this attempt began (rlaunch's start for the first).
     attempt_began: Micros,
     /// The attempts that ended in a restart, for `--report` and the timeline.
     attempts: Vec<report::AttemptFacts>,
     /// When the next attempt starts, while the job waits to restart.
     restart_at: Option<Instant>,
+    /// The ranks that failed while the job went on (`--on-failure continue`).
+    dead: rlaunch_protocol::stacks::RankSet,
     /// Where proxies that dial in are handed, for each attempt's launcher.
     dialed: Option<mpsc::UnboundedSender<Dialed>>,
     /// `--tracker rabit`: its listener (each attempt is served afresh on it), where its news
@@ -244,12 +244,16 @@ impl Root {
             children: Children::default(),
             policy: Policy::new(
                 Duration::from_millis(plan.job.kill_grace_ms),
-                policy::Restarts { max: plan.job.max_restarts, backoff: plan.restart_backoff },
+                policy::Restarts {
+                    max: plan.job.max_restarts,
+                    backoff: plan.restart_backoff,
+                    goes_on: plan.job.goes_on,
+                },
             ),
-            attempt_started: false,
             attempt_began: plan.started_us,
             attempts: Vec::new(),
             restart_at: None,
+            dead: Default::default(),
             dialed: None,
             tracker: None,
             teardown: Teardown::default(),
@@ -470,14 +474,15 @@ impl Root {
                     }
                 }
             }
-            Up::ProxyLost { host, reason } => self.fail(Cause::LostProxy { host, reason }),
+            Up::ProxyLost { host, reason, came_up } => {
+                self.fail(Cause::LostProxy { host, reason, came_up })
+            }
             Up::Unplaceable { host, why } => self.fail(Cause::Unplaceable { host, why }),
             Up::StdoutClosed => self.fail(Cause::StdoutClosed),
             Up::Singleton { rank, pid } => self.fail(Cause::Singleton { rank, pid }),
             Up::Notice { host, text } => eprintln!("rlaunch: note: on {host}: {text}"),
             Up::Started { node } => {
                 tracing::debug!(%node, "node started its ranks");
-                self.attempt_started = true;
                 if let Some(progress) = self.progress.as_mut() {
                     progress.node_started(node);
                 }

@@ -14,8 +14,8 @@
 //! ```
 //!
 //! By default the first failure ends the job. With `--max-restarts N`, a failure that a new
-//! attempt may not meet again (a rank failed or aborted, a node was lost, once some rank had
-//! started) tears the attempt down as a failure would, and once every proxy of it is done
+//! attempt may not meet again (a rank failed or aborted, a node was lost once it was up)
+//! tears the attempt down as a failure would, and once every proxy of it is done
 //! the whole job starts again after the backoff, up to N times. What the user or the job's
 //! limits end (a signal, the timeout, a closed stdout) ends the job, restart or not, and
 //! decides its status.
@@ -77,14 +77,19 @@ pub(super) enum Action {
     StartAttempt,
     /// The restart that was waiting will not come.
     CancelRestart,
+    /// `rank` failed and the job goes on without it: every node is told (`--on-failure
+    /// continue`).
+    RankGone(rlaunch_protocol::ids::Gid),
 }
 
-/// `--max-restarts` and `--restart-backoff`.
+/// What a failure does to the job: `--max-restarts`, `--restart-backoff`, `--on-failure`.
 #[derive(Debug, Clone, Copy, Default)]
 pub(super) struct Restarts {
     pub(super) max: u32,
     /// The wait before the first restart, doubled before each next.
     pub(super) backoff: Duration,
+    /// `--on-failure continue`: a failed rank ends alone and the others run on.
+    pub(super) goes_on: bool,
 }
 
 /// What the Root knows when the event comes.
@@ -93,8 +98,6 @@ pub(super) struct Now {
     pub(super) at: Instant,
     /// Every rank of the launched job has ended.
     pub(super) all_ended: bool,
-    /// Some node of this attempt has started its ranks.
-    pub(super) started: bool,
 }
 
 #[derive(Debug)]
@@ -115,6 +118,8 @@ pub(super) struct Policy {
     restarting: bool,
     /// Between attempts: the next waits for its backoff.
     between: bool,
+    /// The job is being torn down (for its end or a restart).
+    torn: bool,
 }
 
 impl Policy {
@@ -129,6 +134,7 @@ impl Policy {
             past: Vec::new(),
             restarting: false,
             between: false,
+            torn: false,
         }
     }
 
@@ -168,6 +174,7 @@ impl Policy {
                 let mut lost: Vec<String> = lost.collect();
                 lost.dedup();
                 self.past.extend(self.causes.drain(..).next());
+                self.torn = false;
                 self.forwarded = Forwarded::default();
                 self.attempt += 1;
                 let doubling = 1u32.checked_shl(self.attempt - 1).unwrap_or(u32::MAX);
@@ -221,8 +228,16 @@ impl Policy {
     /// may. A cause the restart must not outlive (see [`Cause::restartable`]) calls it off
     /// and decides the job's status.
     fn fail(&mut self, cause: Cause, now: Now) -> Vec<Action> {
+        // `--on-failure continue`: a rank's failure is its own; the job's status still says
+        // the first one at the end.
+        if let Cause::RankFailed { rank, .. } = cause {
+            if self.restarts.goes_on && !self.torn {
+                self.causes.push(cause);
+                return vec![Action::RankGone(rank)];
+            }
+        }
         // Between attempts nothing runs that a restart would be for.
-        let restartable = cause.restartable() && now.started && !self.between;
+        let restartable = cause.restartable() && !self.between;
         let (first, mut actions) = self.record(cause.clone(), restartable);
         if !first {
             return actions;
@@ -255,19 +270,25 @@ impl Policy {
             let cancel = std::mem::take(&mut self.between).then_some(Action::CancelRestart);
             // It ends the job, rather than the failure the restart was for.
             self.causes.insert(0, cause);
+            self.torn = true;
             return (true, cancel.into_iter().collect());
         }
         self.causes.push(cause);
-        (self.causes.len() == 1, Vec::new())
+        // The first cause that ends the job tears it down (after failed ranks that did not,
+        // with the job going on).
+        (!std::mem::replace(&mut self.torn, true), Vec::new())
     }
 
     /// A signal came to rlaunch: forwarded to the ranks; a second Ctrl-C within
     /// [`DOUBLE_INTERRUPT`] kills the job, and Ctrl-Z stops rlaunch too.
     fn signal(&mut self, sig: Signal, now: Now) -> Vec<Action> {
         self.forwarded.sent(sig, now.at);
-        // No rank runs to be ended by it: a signal that would end them ends the job.
-        if self.between && Forwarded::ends_ranks(sig) {
-            return self.fail(Cause::Forwarded(sig), now);
+        // Restarting, the job is ending anyway: a signal that would end the ranks ends it
+        // (between attempts, with no rank to end).
+        if (self.restarting || self.between) && Forwarded::ends_ranks(sig) {
+            let mut actions = self.fail(Cause::Forwarded(sig), now);
+            actions.push(Action::Forward(sig));
+            return actions;
         }
         match sig {
             Signal::SIGINT => {
@@ -300,7 +321,7 @@ mod tests {
     const GRACE: Duration = Duration::from_secs(1);
 
     fn now(at: Instant) -> Now {
-        Now { at, all_ended: false, started: true }
+        Now { at, all_ended: false }
     }
 
     fn failed(rank: u32, outcome: ExitOutcome) -> Event {
@@ -321,7 +342,7 @@ mod tests {
         assert!(policy.first().is_none());
         let first = policy.on(failed(1, ExitOutcome::Exited(3)), now(t0));
         assert_eq!(first, tear_down(GRACE, OUTPUT_GRACE, true));
-        let lost = Cause::LostProxy { host: "n1".into(), reason: "gone".into() };
+        let lost = Cause::LostProxy { host: "n1".into(), reason: "gone".into(), came_up: true };
         assert_eq!(policy.on(Event::Failed(lost), now(t0)), []);
         assert!(matches!(policy.first(), Some(Cause::RankFailed { rank: Gid(1), .. })));
         assert_eq!(policy.causes.len(), 2);
@@ -351,7 +372,7 @@ mod tests {
     fn every_rank_ended_of_the_signal_ends_the_job_before_the_grace_is_over() {
         let (t0, mut policy) = (Instant::now(), Policy::new(GRACE, Restarts::default()));
         policy.on(Event::Signal(Signal::SIGTERM), now(t0));
-        let last = Now { at: t0 + GRACE / 10, all_ended: true, started: true };
+        let last = Now { at: t0 + GRACE / 10, all_ended: true };
         let actions = policy.on(failed(0, ExitOutcome::Signaled(15)), last);
         assert_eq!(actions, tear_down(Duration::ZERO, Duration::ZERO, true));
         assert_eq!(policy.first().map(Cause::exit_code), Some(143));
@@ -395,7 +416,7 @@ mod tests {
     }
 
     fn restarts(max: u32, backoff: Duration) -> Policy {
-        Policy::new(GRACE, Restarts { max, backoff })
+        Policy::new(GRACE, Restarts { max, backoff, goes_on: false })
     }
 
     #[test]
@@ -426,14 +447,17 @@ mod tests {
     #[test]
     fn what_the_user_or_a_limit_ends_or_a_start_that_would_fail_again_is_not_restarted() {
         let t0 = Instant::now();
-        let never_started = Now { at: t0, all_ended: false, started: false };
         for (event, at) in [
             (Event::Failed(Cause::TimedOut(GRACE)), now(t0)),
             (Event::Failed(Cause::StdoutClosed), now(t0)),
             (failed(0, ExitOutcome::SpawnFailed { errno: 2 }), now(t0)),
             (
-                Event::Failed(Cause::LostProxy { host: "n1".into(), reason: "no route".into() }),
-                never_started,
+                Event::Failed(Cause::LostProxy {
+                    host: "n1".into(),
+                    reason: "no route".into(),
+                    came_up: false,
+                }),
+                now(t0),
             ),
         ] {
             let mut policy = restarts(3, Duration::ZERO);
@@ -441,9 +465,13 @@ mod tests {
             assert!(!policy.on(event, at).is_empty(), "{what}: torn down");
             assert_eq!(policy.on(Event::Settled, now(t0)), [], "{what}: not restarted");
         }
-        // A node lost once ranks ran is restarted, the hosts lost said for spares.
+        // A node lost once it was up is restarted, the hosts lost said for spares.
         let mut policy = restarts(3, Duration::ZERO);
-        let lost = |host: &str| Cause::LostProxy { host: host.into(), reason: "gone".into() };
+        let lost = |host: &str| Cause::LostProxy {
+            host: host.into(),
+            reason: "gone".into(),
+            came_up: true,
+        };
         policy.on(Event::Failed(lost("n1")), now(t0));
         policy.on(failed(0, ExitOutcome::Signaled(15)), now(t0));
         policy.on(Event::Failed(lost("n3")), now(t0));
@@ -469,12 +497,13 @@ mod tests {
         assert_eq!(actions[0], Action::CancelRestart, "{actions:?}");
         assert_eq!(policy.on(Event::BackoffOver, now(t0)), [], "no attempt after it");
         assert_eq!(policy.first().map(Cause::exit_code), Some(130));
-        // A second Ctrl-C during the teardown: no restart, interrupted.
+        // Ctrl-C during the teardown for a restart: no restart, interrupted.
         let mut policy = restarts(1, Duration::ZERO);
         policy.on(failed(1, ExitOutcome::Exited(3)), now(t0));
-        policy.on(Event::Signal(Signal::SIGINT), now(t0 + GRACE / 10));
-        policy.on(Event::Signal(Signal::SIGINT), now(t0 + GRACE / 5));
+        let actions = policy.on(Event::Signal(Signal::SIGINT), now(t0 + GRACE / 10));
+        let kill = tear_down(Duration::ZERO, Duration::ZERO, false).remove(0);
+        assert_eq!(actions, [kill, Action::Forward(Signal::SIGINT)]);
         assert_eq!(policy.on(Event::Settled, now(t0)), []);
-        assert!(matches!(policy.first(), Some(Cause::Interrupted)), "{:?}", policy.causes);
+        assert_eq!(policy.first().map(Cause::exit_code), Some(130));
     }
 }

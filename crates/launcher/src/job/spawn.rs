@@ -280,7 +280,7 @@ impl Root {
 
     /// A proxy is lost. One started for a spawn that has not started its ranks yet fails
     /// that spawn (the spawner hears why); any other fails the job.
-    pub(super) fn proxy_lost(&mut self, Lost { host, reason }: Lost) {
+    pub(super) fn proxy_lost(&mut self, Lost { host, reason, came_up }: Lost) {
         let late = self.spawns.late.iter().map(|(&node, h)| (node, h)).filter(|(_, h)| **h == host);
         let late: Vec<NodeId> = late.map(|(node, _)| node).collect();
         let pending = self.spawns.pending.iter().find_map(|(&job, p)| {
@@ -292,7 +292,7 @@ impl Root {
                 self.spawns.late.remove(&node);
                 self.spawn_started(job, node, Some(why));
             }
-            None => self.fail(Cause::LostProxy { host, reason }),
+            None => self.fail(Cause::LostProxy { host, reason, came_up }),
         }
     }
 }

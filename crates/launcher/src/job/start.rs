@@ -69,8 +69,8 @@ impl Root {
             },
         );
         self.children = children;
-        for Lost { host, reason } in lost {
-            self.fail(Cause::LostProxy { host, reason });
+        for Lost { host, reason, came_up } in lost {
+            self.fail(Cause::LostProxy { host, reason, came_up });
         }
         if let Some(dial_plan) = &self.plan.dial {
             self.dial_tree = dial::DialTree::new(&self.plan.roots);

@@ -114,6 +114,7 @@ impl<'a> Fold<'a> {
             max_restarts: 0,
             restart_backoff: Duration::ZERO,
             spare_hosts: Vec::new(),
+            goes_on: false,
             liveness: Liveness::default(),
             timeout: None,
             hang_report: HangReport::default(),
@@ -169,6 +170,7 @@ impl<'a> Fold<'a> {
             | Key::MaxRestarts
             | Key::RestartBackoff
             | Key::SpareHosts
+            | Key::OnFailure
             | Key::KillGrace => self.tree(item),
             Key::Pmi | Key::PmiPort | Key::Pset | Key::Tracker => self.services(item),
             Key::Genv
@@ -320,6 +322,14 @@ impl<'a> Fold<'a> {
                     value.trim().parse().map_err(|_| expected(item, "a number of restarts"))?
             }
             Key::RestartBackoff => o.restart_backoff = parse_seconds(item.name, &value)?,
+            Key::OnFailure => {
+                o.goes_on = match value.as_str() {
+                    "end" => false,
+                    // Hydra's flag comes as its spelling.
+                    "continue" | "--disable-auto-cleanup" | "-disable-auto-cleanup" => true,
+                    _ => return Err(expected(item, "end or continue")),
+                }
+            }
             Key::SpareHosts => {
                 let hosts = crate::hosts::parse_host_list(&value)
                     .map_err(|_| expected(item, "a host list, e.g. a,b"))?;

@@ -169,6 +169,8 @@ pub struct Options {
     pub(crate) restart_backoff: Duration,
     /// `--spare-hosts`: hosts that take a lost node's ranks on a restart.
     pub(crate) spare_hosts: Vec<String>,
+    /// `--on-failure continue`: a failed rank ends alone and the others run on.
+    pub(crate) goes_on: bool,
     /// Heartbeat and silence timeout of the tree's links.
     pub(crate) liveness: Liveness,
     pub(crate) timeout: Option<Duration>,

@@ -39,6 +39,9 @@ pub(crate) enum Chunk {
         output: Spliced,
         debt: Debt,
     },
+    /// A line of rlaunch's own for its stderr while the job runs on (a restart): after the
+    /// output queued before it, on a line of its own.
+    Say(String),
 }
 
 impl Chunk {

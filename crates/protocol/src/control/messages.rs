@@ -69,6 +69,10 @@ pub enum Down {
     /// children's, merged, within `within_ms` of hearing it; a child silent for longer is
     /// named as such. `stacks`: with every live rank's stacks, merged.
     Survey { id: u32, within_ms: u64, stacks: bool },
+    /// These ranks (global ids, every one so far) failed and the job goes on without them
+    /// (`--on-failure continue`): fences no longer wait for them, and every node tells its
+    /// ranks (the `PMI_dead_processes` key, the file of `RLAUNCH_DEAD_RANKS_FILE`).
+    Dead { ranks: crate::stacks::RankSet },
 }
 
 /// The link's own business, parent to child: consumed by the link's far end, never routed.
@@ -145,7 +149,7 @@ pub enum Up {
     /// ahead of its `RankExited`.
     RankError { rank: Gid, report: Vec<u8> },
     /// A proxy below lost one of its children.
-    ProxyLost { host: String, reason: String },
+    ProxyLost { host: String, reason: String, came_up: bool },
     /// Every rank of this node has ended and its output has been sent. `record`: what the
     /// node saw (its launch, its ranks' output and PMI), its children's nested in it.
     NodeDone { node: NodeId, record: Box<NodeRecord> },

@@ -85,6 +85,9 @@ pub struct Job {
     /// restarts it may have: `TORCHELASTIC_RESTART_COUNT`, `TORCHELASTIC_MAX_RESTARTS`.
     pub restart: u32,
     pub max_restarts: u32,
+    /// A failed rank ends alone and the others run on (`--on-failure continue`): they are
+    /// told through [`super::Down::Dead`].
+    pub goes_on: bool,
 }
 
 impl Job {
@@ -117,6 +120,7 @@ impl Job {
             report_vars: false,
             restart: 0,
             max_restarts: 0,
+            goes_on: false,
         }
     }
 }

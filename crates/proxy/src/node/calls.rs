@@ -6,6 +6,7 @@
 use rlaunch_protocol::control::{Down, NameAnswer, SpawnOutcome, Up};
 use rlaunch_protocol::ids::Gid;
 use rlaunch_protocol::record;
+use rlaunch_protocol::stacks::RankSet;
 
 use super::{pmix, Node};
 use crate::kvs::{FenceStep, Kvs, Reply};
@@ -107,11 +108,45 @@ impl Node {
             job => Down::JobFenceOut { job, epoch, pairs: pairs.clone() },
         };
         self.children.broadcast(&down);
+        let children = self.children.fence_parties();
         let Some(kvs) = self.kvs(job) else { return };
         let released = kvs.complete(epoch, pairs);
+        // A node whose every rank failed (the job going on) is in the next fence at once.
+        let next = kvs.go_on(children);
         self.send_replies(released);
         if job == 0 {
             self.fences.complete(record::now_us());
+        }
+        self.fence_step(job, Some(next));
+    }
+
+    /// Ranks failed and the job goes on without them (`--on-failure continue`): the subtree
+    /// hears; this node's fences stop waiting for its own, and its ranks are told, by the
+    /// `PMI_dead_processes` key (as Hydra's `-disable-auto-cleanup` does) and by the file of
+    /// `RLAUNCH_DEAD_RANKS_FILE`, rewritten whole.
+    pub(super) fn ranks_dead(&mut self, dead: RankSet) {
+        self.children.broadcast(&Down::Dead { ranks: dead.clone() });
+        let children = self.children.fence_parties();
+        let here: Vec<(Local, u32)> = (0..self.ranks.iter().count())
+            .filter(|&local| dead.contains(self.ranks.get(local).gid))
+            .map(|local| (local, self.ranks.get(local).job))
+            .collect();
+        for (local, job) in here {
+            let step = self.kvs(job).map(|kvs| kvs.depart(local, children));
+            self.fence_step(job, step);
+        }
+        let list = dead.to_string();
+        if let Some(kvs) = self.kvs(0) {
+            kvs.set_visible("PMI_dead_processes", list.clone());
+        }
+        if let Some(dir) = self.error_dir.as_deref() {
+            let file = crate::rank::dead_file(dir, &self.job.jobid, self.plan.index);
+            let tmp = file.with_extension("dead.tmp");
+            let written = std::fs::write(&tmp, format!("{list}\n"))
+                .and_then(|()| std::fs::rename(&tmp, &file));
+            if let Err(e) = written {
+                tracing::warn!(file = %file.display(), "cannot list the failed ranks: {e}");
+            }
         }
     }
 

@@ -188,6 +188,10 @@ impl Node {
                 let error_file = self.error_dir.as_deref().map(|dir| {
                     rank::error_file(dir, &job.jobid, gid).to_string_lossy().into_owned()
                 });
+                let dead_file = self.error_dir.as_deref().filter(|_| job.goes_on).map(|dir| {
+                    let file = rank::dead_file(dir, &self.job.jobid, self.plan.index);
+                    file.to_string_lossy().into_owned()
+                });
                 let at = Placement {
                     rank,
                     local_id,
@@ -196,6 +200,7 @@ impl Node {
                     node_id,
                     nodes,
                     error_file,
+                    dead_file,
                     gpu_vars: place.vars.clone(),
                     own_session,
                 };

@@ -246,6 +246,10 @@ impl Node {
         }
         // Nothing of this node outlives it, whatever was left waiting.
         self.kill_leftovers(&HashSet::new());
+        if let Some(dir) = self.error_dir.as_deref().filter(|_| self.job.goes_on) {
+            let _ =
+                std::fs::remove_file(crate::rank::dead_file(dir, &self.job.jobid, self.plan.index));
+        }
         if !self.parent.orphaned() {
             // The parent stamps this node's record with its clock's offset when the record
             // comes: a node done before the parent's probes were answered (a parent slow to
@@ -390,6 +394,7 @@ impl Node {
             Down::Spawn(sj) => self.spawn_came(*sj),
             Down::SpawnAnswer { rank, tag, outcome } => self.spawn_answer(rank, tag, outcome),
             Down::NameReply { rank, tag, answer } => self.name_reply(rank, tag, answer),
+            Down::Dead { ranks } => self.ranks_dead(ranks),
             Down::Survey { id, within_ms, stacks } => {
                 self.survey_asked(id, Duration::from_millis(within_ms), stacks)
             }
@@ -544,8 +549,8 @@ impl Node {
         self.terminate(Duration::from_millis(self.job.kill_grace_ms));
     }
 
-    fn report_lost(&self, Lost { host, reason }: Lost) {
-        let _ = self.up.control.send(Up::ProxyLost { host, reason });
+    fn report_lost(&self, Lost { host, reason, came_up }: Lost) {
+        let _ = self.up.control.send(Up::ProxyLost { host, reason, came_up });
     }
 
     fn finished(&self) -> bool {

@@ -27,7 +27,7 @@ impl Node {
             if let Err(why) = self.listen_for_children() {
                 for plan in &plans {
                     let reason = format!("its parent cannot listen for it: {why}");
-                    self.report_lost(Lost { host: plan.host.clone(), reason });
+                    self.report_lost(Lost { host: plan.host.clone(), reason, came_up: false });
                 }
                 return;
             }

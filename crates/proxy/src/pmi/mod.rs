@@ -27,6 +27,7 @@ use rlaunch_tree::mailbox;
 mod conn;
 mod fault;
 mod route;
+pub(crate) use route::DEAD_PROCESSES;
 
 use conn::{Mode, PmiConn};
 use fault::Fault;

@@ -62,7 +62,8 @@ pub(crate) fn route(
                 Protocol::Pmi2 => "a kvs-get",
             };
             check_kvsname(job, kvsname, what)?;
-            match special_key(job, &key) {
+            // The failed ranks are the node's to say (`--on-failure continue`).
+            match special_key(job, &key).filter(|_| key != DEAD_PROCESSES) {
                 Some(value) => Route::Reply(Reply::Get { key, value }),
                 None => Route::Call(PmiCall::Get { key, tag }),
             }
@@ -110,12 +111,16 @@ fn check_kvsname(job: &PmiJob, kvsname: Option<String>, what: &'static str) -> R
     }
 }
 
+/// The key Hydra lists failed processes under (`0-2,5`), empty while there is none: MPICH
+/// reads it (`MPIR_pmi_get_failed_procs`) to learn which processes failed.
+pub(crate) const DEAD_PROCESSES: &str = "PMI_dead_processes";
+
 /// Keys served without any put: `Some(value)` (`None` inside: known to be absent) for them,
 /// `None` for ordinary keys.
 fn special_key(job: &PmiJob, key: &str) -> Option<Option<String>> {
     match key {
         "PMI_process_mapping" => Some(job.process_mapping.clone()),
-        "PMI_dead_processes" => Some(Some(String::new())),
+        DEAD_PROCESSES => Some(Some(String::new())),
         _ => None,
     }
 }
@@ -213,7 +218,7 @@ mod tests {
             (
                 Pmi2,
                 get(None, "PMI_dead_processes"),
-                here(Reply::Get { key: s("PMI_dead_processes"), value: Some(String::new()) }),
+                node(PmiCall::Get { key: s("PMI_dead_processes"), tag: t() }),
             ),
             (Pmi1, get(Some("x"), "k"), Err(foreign("a get"))),
             (Pmi2, get(Some("x"), "k"), Err(foreign("a kvs-get"))),

@@ -40,6 +40,8 @@ use state::ChildState;
 pub struct Lost {
     pub host: String,
     pub reason: String,
+    /// Its proxy had said hello: the node was lost while up, not while it started.
+    pub came_up: bool,
 }
 
 /// What a child's link brought that is the owner's to handle.
@@ -188,18 +190,21 @@ impl Children {
                 ChildState::without_process(plan.host.clone())
             }
             Ok(Some(process)) => {
-                let state = if process.pid > 0 {
+                let mut state = if process.pid > 0 {
                     self.by_pid.insert(process.pid, index);
                     ChildState::new(plan.host.clone(), process.pid, &process.what)
                 } else {
                     ChildState::without_process(plan.host.clone())
                 };
+                // A proxy forked with its launch (or one that greeted already) is up: its death
+                // may be reaped before its link delivers the greeting.
+                state.greeted = process.greeted.is_some() || process.launched;
                 self.run_link(&link, (link_rx, down_rx), &credit, process, job, deliver);
                 state
             }
             Err(e) => {
                 let reason = format!("cannot start its launcher: {e}");
-                lost = Err(Lost { host: plan.host.clone(), reason });
+                lost = Err(Lost { host: plan.host.clone(), reason, came_up: false });
                 ChildState::failed(plan.host.clone())
             }
         };
@@ -287,7 +292,7 @@ impl Children {
             child.state.lost = true;
             child.state.link_closed = true;
             let host = child.state.host.clone();
-            lost.push((index, Lost { host, reason: reason.to_string() }));
+            lost.push((index, Lost { host, reason: reason.to_string(), came_up: false }));
         }
         lost
     }
@@ -298,6 +303,7 @@ impl Children {
         match event {
             LinkEvent::Greeted(g) => {
                 tracing::debug!(host = %g.host, pid = g.pid, "proxy up");
+                state.greeted = true;
                 let now = record::now_us();
                 clock.hello = Some(now);
                 let _ = link.send(LinkDown::ClockProbe { sent: now });

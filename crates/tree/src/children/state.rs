@@ -34,6 +34,8 @@ pub(super) struct ChildState {
     pub(super) lingers_since: Option<Instant>,
     /// The last bytes the remote launcher (ssh) printed on stderr.
     pub(super) stderr_tail: Vec<u8>,
+    /// Its proxy said hello: a loss from now on is of a node that was up.
+    pub(super) greeted: bool,
 }
 
 impl ChildState {
@@ -50,6 +52,7 @@ impl ChildState {
             link_error: None,
             lingers_since: None,
             stderr_tail: Vec::new(),
+            greeted: false,
         }
     }
 
@@ -145,6 +148,6 @@ impl ChildState {
         if let Some(last) = tail.lines().rev().find(|l| !l.trim().is_empty()) {
             reason = format!("{reason}: {}", last.trim());
         }
-        Some(Lost { host: self.host.clone(), reason })
+        Some(Lost { host: self.host.clone(), reason, came_up: self.greeted })
     }
 }

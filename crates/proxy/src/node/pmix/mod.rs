@@ -245,7 +245,9 @@ impl Node {
         let required = wanted || self.job.pmix.as_ref().is_some_and(|p| p.required);
         if required {
             let reason = format!("it cannot serve PMIx, which the program needs: {why}");
-            let _ = self.up.control.send(Up::ProxyLost { host: self.plan.host.clone(), reason });
+            // A node that cannot serve PMIx would not in a new attempt either.
+            let host = self.plan.host.clone();
+            let _ = self.up.control.send(Up::ProxyLost { host, reason, came_up: false });
         } else {
             self.notice(format!("PMIx is not served on this node: {why}"));
         }
