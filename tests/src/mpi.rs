@@ -85,6 +85,10 @@ pub enum CProgram {
     /// `unreadable vfork|nodump`: rank 0 in D state (waiting for its vfork child) or made
     /// non-dumpable; every rank prints `ready R` and then waits in `wait_readably`. No MPI.
     Unreadable,
+    /// A client of libpmix: every rank but 1 registers a handler for `PMIX_ERR_PROC_ABORTED`,
+    /// all fence, rank 1 exits 3, and the others print `rank R told rank F failed` once told
+    /// (or `rank R not told` and exit 3 after 10 s), then finalize.
+    Dead,
 }
 
 enum Compiler {
@@ -99,7 +103,7 @@ enum Compiler {
 }
 
 impl CProgram {
-    const COUNT: usize = 23;
+    const COUNT: usize = 24;
 
     /// The executable's name.
     fn name(self) -> &'static str {
@@ -127,6 +131,7 @@ impl CProgram {
             CProgram::HangNoDebug => "hang-nodebug",
             CProgram::Unreadable => "unreadable",
             CProgram::HangSplit => "hang-split",
+            CProgram::Dead => "dead",
         }
     }
 
@@ -139,9 +144,11 @@ impl CProgram {
     fn compiler(self) -> Compiler {
         match self {
             CProgram::Pmi2 => Compiler::CcPmi2,
-            CProgram::Psets | CProgram::Dmodex | CProgram::Names | CProgram::Fence => {
-                Compiler::CcPmix
-            }
+            CProgram::Psets
+            | CProgram::Dmodex
+            | CProgram::Names
+            | CProgram::Fence
+            | CProgram::Dead => Compiler::CcPmix,
             CProgram::OmpiHello
             | CProgram::OmpiRing
             | CProgram::OmpiAbort

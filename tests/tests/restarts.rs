@@ -281,3 +281,25 @@ fn with_on_failure_continue_the_failed_ranks_are_in_a_file_every_rank_can_read()
     let said = rlaunch_lines(&out.stderr_str()).join("\n");
     assert!(said.contains("rlaunch: 2 ranks failed:"), "{out}");
 }
+
+/// `--on-failure continue` and PMIx: the other ranks' handlers for `PMIX_ERR_PROC_ABORTED`
+/// hear that rank 1 failed (each node's server tells its own clients), and they finalize.
+#[test]
+fn with_on_failure_continue_pmix_clients_are_told_by_an_event() {
+    let program = rlaunch_tests::mpi::CProgram::Dead.path_str();
+    for options in [vec![], vec!["--launcher", "fork", "--hosts", "a,b"]] {
+        let out = Run::new(&options)
+            .args(["-n", "4", "--pmi", "pmix", "--on-failure", "continue", &program])
+            .timeout(WAIT)
+            .run();
+        out.assert_code(3);
+        let told: BTreeSet<String> = out.lines().into_iter().collect();
+        let want: BTreeSet<String> =
+            [0, 2, 3].iter().map(|r| format!("rank {r} told rank 1 failed")).collect();
+        assert_eq!(told, want, "{options:?}: {out}");
+        let said: Vec<String> =
+            rlaunch_lines(&out.stderr_str()).into_iter().map(without_pid).collect();
+        assert_eq!(said.len(), 1, "{options:?}: {out}");
+        assert!(said[0].ends_with(") exited with code 3"), "{options:?}: {out}");
+    }
+}

@@ -55,6 +55,7 @@ enum {
     CMD_DMODEX_ASK = 7,
     CMD_SPAWN_DONE = 8,
     CMD_SYNC = 9,
+    CMD_DEAD = 10,
 };
 
 /* Events, host -> proxy. */
@@ -859,6 +860,35 @@ static void dmodex_ask(struct reader *r)
         dmodex_answer(rc, NULL, 0, (void *)(uintptr_t)id);
 }
 
+/* DEAD: nspace, count, ranks: these processes failed and the job goes on without them
+ * (--on-failure continue). Each local client of the namespace with a handler registered for
+ * PMIX_ERR_PROC_ABORTED hears of each, the failed process as PMIX_EVENT_AFFECTED_PROC; not
+ * default handlers (PMIX_EVENT_NON_DEFAULT): Open MPI's would abort the survivors. */
+static void dead(struct reader *r)
+{
+    char *ns = get_str(r);
+    uint32_t n = get_count(r, 4, "dead ranks");
+    for (uint32_t i = 0; i < n; i++) {
+        pmix_proc_t gone;
+        PMIX_PROC_LOAD(&gone, ns, get_u32(r));
+        pmix_info_t info[2];
+        bool non_default = true;
+        PMIX_INFO_LOAD(&info[0], PMIX_EVENT_AFFECTED_PROC, &gone, PMIX_PROC);
+        PMIX_INFO_LOAD(&info[1], PMIX_EVENT_NON_DEFAULT, &non_default, PMIX_BOOL);
+        struct waiter w;
+        waiter_init(&w);
+        pmix_status_t rc = PMIx_Notify_event(PMIX_ERR_PROC_ABORTED, &gone, PMIX_RANGE_LOCAL, info,
+                                             2, op_wakeup, &w);
+        rc = waiter_wait(&w, rc);
+        if (rc != PMIX_SUCCESS)
+            notice("cannot tell the clients that rank %u failed: %s", gone.rank,
+                   PMIx_Error_string(rc));
+        PMIX_INFO_DESTRUCT(&info[0]);
+        PMIX_INFO_DESTRUCT(&info[1]);
+    }
+    free(ns);
+}
+
 /* ---- the server module: libpmix's thread -------------------------------------------------- */
 
 static pmix_status_t on_connected(const pmix_proc_t *proc, void *obj, pmix_op_cbfunc_t cbfunc,
@@ -1341,6 +1371,7 @@ int main(int argc, char **argv)
         case CMD_LOOKUP_DONE: lookup_done(&r); break;
         case CMD_DMODEX_ASK: dmodex_ask(&r); break;
         case CMD_SPAWN_DONE: spawn_done(&r); break;
+        case CMD_DEAD: dead(&r); break;
         case CMD_SYNC: {
             /* Answered after everything sent before it: a client's finalize reaches the
              * proxy ahead of this, so the proxy can tell a finalized client that exited

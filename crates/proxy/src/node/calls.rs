@@ -135,6 +135,7 @@ impl Node {
             let step = self.kvs(job).map(|kvs| kvs.depart(local, children));
             self.fence_step(job, step);
         }
+        self.pmix_ranks_dead(&dead);
         let list = dead.to_string();
         if let Some(kvs) = self.kvs(0) {
             kvs.set_visible("PMI_dead_processes", list.clone());

@@ -392,6 +392,23 @@ impl Node {
     }
 }
 
+impl Node {
+    /// Ranks failed and the job goes on (`--on-failure continue`): the local PMIx clients
+    /// with a handler for `PMIX_ERR_PROC_ABORTED` hear of each launched rank not told yet.
+    pub(super) fn pmix_ranks_dead(&mut self, dead: &rlaunch_protocol::stacks::RankSet) {
+        let size = self.job.size;
+        let Some(pmix) = self.pmix.server.as_mut() else { return };
+        let told = &mut pmix.state.told_dead;
+        let all = dead.0.iter().flat_map(|&(first, last)| first..=last);
+        let ranks: Vec<u32> = all.filter(|&r| r < size && !told.contains(&r)).collect();
+        if ranks.is_empty() {
+            return;
+        }
+        told.extend(&ranks);
+        pmix.host.send(Command::Dead { nspace: self.job.jobid.clone(), ranks });
+    }
+}
+
 impl PmixService {
     /// A server with no process behind it (see [`Host::detached`]), for a test: the
     /// commands sent it come out of the receiver.

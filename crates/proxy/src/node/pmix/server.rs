@@ -66,6 +66,8 @@ pub(super) struct State {
     pub(super) heard: Instant,
     /// Direct modex requests of other nodes that the server is answering.
     pub(super) asks: Asks,
+    /// Ranks of the launched job the clients were told failed (`--on-failure continue`).
+    pub(super) told_dead: Vec<u32>,
 }
 
 /// What of the node the reactions depend on.
@@ -122,6 +124,7 @@ impl State {
             next_sync: 0,
             heard: now,
             asks: Asks::default(),
+            told_dead: Vec::new(),
         }
     }
 

@@ -4,7 +4,7 @@
 //!
 //! ```text
 //!   proxy ──Command──► host: Setup, Clients, ModexDone, OpDone, LookupDone, SpawnDone,
-//!                            DmodexAsk
+//!                            DmodexAsk, Sync, Dead
 //!   proxy ◄──Event──── host: Ready, Env, Fence, Abort, Publish, Lookup, Spawn, Dmodex,
 //!                            DmodexData, ...
 //! ```
@@ -63,6 +63,9 @@ pub enum Command {
     /// Another node wants what a local client committed: answered by
     /// [`Event::DmodexData`] with the same `id`.
     DmodexAsk { id: u32, nspace: String, rank: u32 },
+    /// These ranks of `nspace` failed and the job goes on (`--on-failure continue`): each
+    /// local client with a handler for `PMIX_ERR_PROC_ABORTED` is told, one event a rank.
+    Dead { nspace: String, ranks: Vec<u32> },
 }
 
 /// A client of the server: its namespace and its rank there.
@@ -315,6 +318,13 @@ impl Command {
                 o.u32(*id);
                 o.str(nspace);
                 o.u32(*rank);
+                o.done()
+            }
+            Command::Dead { nspace, ranks } => {
+                let mut o = Out::new(10);
+                o.str(nspace);
+                o.u32(ranks.len() as u32);
+                ranks.iter().for_each(|r| o.u32(*r));
                 o.done()
             }
         }

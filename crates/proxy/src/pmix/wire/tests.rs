@@ -207,6 +207,10 @@ fn direct_modex_requests_name_the_process_and_answers_carry_the_blob() {
     let m = Command::DmodexAsk { id: 4, nspace: "job".into(), rank: 1 }.encode();
     assert_eq!(m[4], 7);
     assert_eq!(&m[5..], &[&u32le(4)[..], &blob(b"job"), &u32le(1)].concat()[..]);
+    // As host.c's dead() reads it: the namespace, a count, the ranks.
+    let m = Command::Dead { nspace: "job".into(), ranks: vec![1, 5] }.encode();
+    assert_eq!(m[4], 10);
+    assert_eq!(&m[5..], &[&blob(b"job")[..], &u32le(2), &u32le(1), &u32le(5)].concat()[..]);
 }
 
 #[test]
