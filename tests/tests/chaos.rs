@@ -42,3 +42,28 @@ fn forty_random_faults_leave_no_orphan_no_hang_and_the_right_culprit() {
     let trials: u32 = TRIALS.parse().unwrap();
     assert!(missed * 3 <= trials, "{missed} of {trials} faults missed: {text}");
 }
+
+/// The restart policy's bounded run (`--policy restart`: every job with `--max-restarts 1`),
+/// on this machine and seven fake nodes: every column zero, and every restart the faults
+/// called for happened (about a minute on two cores: a stopped rlaunch alone takes 13 s).
+#[test]
+fn twenty_random_faults_under_restarts_end_in_completed_jobs() {
+    let trials = "20";
+    let options = ["--trials", trials, "--policy", "restart", "--topologies", "local,lone,tree"];
+    let out =
+        Run::program(rlaunch_tests::chaos(), &options).timeout(Duration::from_secs(300)).run();
+    println!("{}", out.stdout_str());
+    out.assert_code(0);
+    let text = out.stdout_str();
+    let all = text.lines().find(|l| l.starts_with("all ")).expect("the table's last row");
+    let failures: Vec<&str> =
+        all.split('|').nth(1).expect("failure columns").split_whitespace().collect();
+    assert_eq!(failures, ["0", "0", "0", "0", "0"], "{text}");
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("restarts that should have happened and did: "))
+        .expect("the restarts' line");
+    let counts: Vec<&str> = line.rsplit(": ").next().unwrap().split(" of ").collect();
+    assert_eq!(counts[0], counts[1], "{text}");
+    assert!(counts[1].parse::<u32>().unwrap() > 0, "no restart was called for: {text}");
+}

@@ -24,6 +24,10 @@
 //! | `ready.R`   | after the first fence                                          |
 //! | `lines.R`   | after each write to stdout: lines written so far (20 digits)   |
 //!
+//! In a later attempt of the job (`RLAUNCH_RESTART_COUNT` above 0, the runner's restart
+//! policy) a rank only inits, fences and finalizes: no fault, no output, no side file (they
+//! stay the first attempt's, which the runner judges).
+//!
 //! Faults: `exit:C` exits with C; `signal:S` dies by signal S (no core file); `abort:C` sends
 //! PMI-1 `abort` with code C and waits to be killed; `pmi-close` shuts the PMI socket down and
 //! exits 0 without finalize. Exit codes of its own: 2 bad arguments, 1 a PMI call failed.
@@ -114,6 +118,13 @@ fn main() {
         if target == rank {
             fault = Some((kind, at_start));
         }
+    }
+    let attempt = std::env::var("RLAUNCH_RESTART_COUNT").ok().and_then(|a| a.parse().ok());
+    if attempt.unwrap_or(0u32) > 0 {
+        let mut pmi = connect(Version::Pmi1).unwrap_or_else(|e| pmi_failed("init", &e));
+        pmi.fence().unwrap_or_else(|e| pmi_failed("fence", &e));
+        pmi.finalize().unwrap_or_else(|e| pmi_failed("finalize", &e));
+        return;
     }
     side_file(&dir, "pid", rank, getpid().to_string().as_bytes());
     // No core files from the faults, whatever the machine's core pattern.

@@ -1,7 +1,8 @@
 //! `chaos`: randomized fault injection against real rlaunch jobs, counted in one table.
 //!
 //! ```text
-//! chaos [--trials N] [--seed S] [--topologies local,lone,tree,ssh] [--trial K] [--cluster DIR] [-v]
+//! chaos [--trials N] [--seed S] [--topologies local,lone,tree,ssh] [--trial K] [--cluster DIR]
+//!       [--policy end|restart] [-v]
 //! ```
 //!
 //! Each trial starts a job of `chaosrank` ranks on one topology (this machine; one rank on
@@ -21,6 +22,13 @@
 //!   the node the fault struck;
 //! * **lost output**: every line intact and in order, and every line written by a rank that
 //!   was not cut off with its node arrived.
+//!
+//! With `--policy restart` every job runs with `--max-restarts 1`: a fault that a new
+//! attempt does not meet (a rank's failure, a proxy or ssh client killed or stopped) must end
+//! in a job that completes (exit 0), its first line the restart's, naming the culprit as the
+//! end would; the rest is judged as without it. `chaosrank` does nothing in a later attempt
+//! but init, fence and finalize. The ssh topology is left out (a cut link's host stays down,
+//! and the cluster has no spare host).
 //!
 //! The ssh topology brings up its own cluster of 7 nodes (tests/cluster/cluster.sh), or uses
 //! the one in `--cluster DIR` (brought up by the caller, who takes it down: a runner killed
@@ -49,12 +57,14 @@ struct Options {
     topologies: Vec<Topology>,
     only: Option<u32>,
     verbose: bool,
+    /// `--policy restart`: every job runs with `--max-restarts 1`.
+    restart: bool,
 }
 
 fn usage(what: &str) -> ! {
     eprintln!(
         "chaos: {what}\nusage: chaos [--trials N] [--seed S] [--topologies local,tree,ssh] \
-         [--trial K] [--cluster DIR] [-v]"
+         [--trial K] [--cluster DIR] [--policy end|restart] [-v]"
     );
     std::process::exit(2);
 }
@@ -67,6 +77,7 @@ fn options() -> Options {
         topologies: Topology::ALL.to_vec(),
         only: None,
         verbose: false,
+        restart: false,
     };
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
@@ -90,8 +101,21 @@ fn options() -> Options {
                     .collect();
             }
             "--cluster" => o.cluster = Some(value("--cluster").into()),
+            "--policy" => {
+                o.restart = match value("--policy").as_str() {
+                    "end" => false,
+                    "restart" => true,
+                    other => usage(&format!("unknown policy {other:?} (end or restart)")),
+                }
+            }
             "-v" => o.verbose = true,
             other => usage(&format!("unknown argument {other:?}")),
+        }
+    }
+    if o.restart {
+        o.topologies.retain(|&t| t != Topology::Ssh);
+        if o.topologies.is_empty() {
+            usage("the restart policy runs on local, lone and tree");
         }
     }
     o
@@ -156,16 +180,19 @@ fn main() {
         work: work.path().to_path_buf(),
         cluster,
         netns,
+        restart: o.restart,
     };
     let names: Vec<&str> = o.topologies.iter().map(|t| t.name()).collect();
     let count = o.only.map_or(o.trials, |_| 1);
-    println!("chaos: seed {}, {count} trials over {}", o.seed, names.join(","));
+    let policy = if o.restart { "restart (--max-restarts 1)" } else { "end" };
+    println!("chaos: seed {}, {count} trials over {}, policy {policy}", o.seed, names.join(","));
 
     let started = Instant::now();
     let mut counts: BTreeMap<(Fault, Phase), u32> = BTreeMap::new();
     let mut failures: BTreeMap<Fault, Failures> = BTreeMap::new();
     let mut by_topology: BTreeMap<&str, u32> = BTreeMap::new();
     let (mut ran, mut missed) = (0, 0);
+    let (mut restarts_due, mut restarted) = (0, 0);
     let indices: Vec<u32> = match o.only {
         Some(k) => vec![k],
         None => (0..o.trials).collect(),
@@ -175,6 +202,8 @@ fn main() {
         let verdict = context.run(&trial);
         ran += 1;
         missed += u32::from(!verdict.landed);
+        restarts_due += u32::from(verdict.restart_due);
+        restarted += u32::from(verdict.restart_due && verdict.restarted);
         *counts.entry((trial.fault, trial.phase)).or_default() += 1;
         *by_topology.entry(trial.topology.name()).or_default() += 1;
         failures.entry(trial.fault).or_default().add(&verdict);
@@ -197,7 +226,10 @@ fn main() {
         topo.join(", "),
         started.elapsed().as_secs_f64()
     );
-    if total.sum() > 0 {
+    if o.restart {
+        println!("restarts that should have happened and did: {restarted} of {restarts_due}");
+    }
+    if total.sum() > 0 || restarted < restarts_due {
         println!("chaos: {} trials failed a check (seed {})", total.sum(), o.seed);
         // exit() runs no destructor: the work directory goes first.
         drop(work);
