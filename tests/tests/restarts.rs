@@ -232,14 +232,20 @@ fn an_xgboost_job_whose_worker_dies_trains_the_same_model_in_the_next_attempt() 
 
 /// `--on-failure continue` (Hydra's `-disable-auto-cleanup`): rank 1 of a PMI job exits 3
 /// after init; the others' fence completes without it, they read `PMI_dead_processes` (PMI-1
-/// get, PMI-2 kvs-get), fence again and finalize. On one node and over two fake nodes; the
-/// job's status is still rank 1's.
+/// get, PMI-2 kvs-get), fence again and finalize. On one node, over two fake nodes, and over
+/// four with rank 1 alone on its node; the job's status is still rank 1's.
 #[test]
 fn with_on_failure_continue_pmi_ranks_fence_without_the_failed_one_and_are_told() {
     let pmiprog = rlaunch_tests::pmiprog_str();
+    // The last: rank 1 alone on its node, which stays a party of the others' fences.
     for (spelling, version, options) in [
         ("--on-failure=continue", "v1", vec![]),
         ("-disable-auto-cleanup", "v2", vec!["--launcher", "fork", "--hosts", "a,b"]),
+        (
+            "--on-failure=continue",
+            "v1",
+            vec!["--launcher", "fork", "--hosts", "a,b,c,d", "--ppn", "1"],
+        ),
     ] {
         let out = Run::new(&options)
             .args(["-n", "4", spelling, &pmiprog, version, "survive"])

@@ -102,6 +102,11 @@ impl Root {
         self.dial_deadline = None;
         self.dial_tree = dial::DialTree::default();
         self.ending.send_replace(false);
+        // Output dropped behind a slow reader at the last attempt's end: this one's is
+        // written again.
+        self.drop_output.send_replace(false);
+        // Launchers that ended are the last attempt's: a pid of theirs may come again.
+        self.launchers.retain(|l| l.ended.is_none());
         self.attempt_began = record::now_us();
         if let Some(tracker) = self.tracker.take() {
             tracker.task.abort();

@@ -132,6 +132,19 @@ impl Cause {
         }
     }
 
+    /// Whether this ends the job even while it is torn down to start again: the user's
+    /// wish or the job's limits, not what the teardown itself brings about.
+    pub(crate) fn calls_off_restart(&self) -> bool {
+        matches!(
+            self,
+            Cause::TimedOut(_)
+                | Cause::Interrupted
+                | Cause::Forwarded(_)
+                | Cause::StdoutClosed
+                | Cause::OutputFile(_)
+        )
+    }
+
     /// rlaunch's exit status when this cause decides it.
     pub(crate) fn exit_code(&self) -> i32 {
         match self {

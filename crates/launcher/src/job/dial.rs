@@ -287,10 +287,10 @@ impl Root {
             Arrival::Redirect(proxy, address) => return redirect(proxy, address),
             Arrival::Waits => return,
         };
-        let job = &self.plan.job;
+        let (job, attempt) = (&self.plan.job, self.policy.attempt());
         let attached = self.children.attach(proxy.process, proxy.greeting, job, |child| {
             let (output, events) = (output.clone(), events.clone());
-            move |event| route(child, event, output.clone(), events.clone(), report)
+            move |event| route(child, attempt, event, output.clone(), events.clone(), report)
         });
         match attached {
             Ok(_) if self.children.dialing() == 0 => self.dial_deadline = None,
@@ -344,10 +344,10 @@ impl Root {
         let launched = self.proxies.dial_late(dial_plan, &plan.host, &listening.back);
         let process =
             launched.as_ref().map(|_| None).map_err(|e| io::Error::new(e.kind(), io_error(e)));
-        let report = self.plan.report_bindings;
+        let (report, attempt) = (self.plan.report_bindings, self.policy.attempt());
         let index = self.children.start_late(&self.plan.job, plan, window, process, |child| {
             let (output, events) = (output.clone(), events.clone());
-            move |event| route(child, event, output.clone(), events.clone(), report)
+            move |event| route(child, attempt, event, output.clone(), events.clone(), report)
         })?;
         let pid = launched.expect("started, or the child is lost");
         self.launchers.push(Launcher { pid, name, ended: None, late: Some(index) });

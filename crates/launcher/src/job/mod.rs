@@ -133,6 +133,9 @@ pub struct Plan {
 /// What a link to a top proxy reports (its output goes straight to the writer thread).
 struct Event {
     child: usize,
+    /// The attempt whose link it is: a link of an earlier one may still speak (its end, its
+    /// last stderr) after the next attempt's children took its place.
+    attempt: u32,
     event: LinkEvent,
 }
 
@@ -426,7 +429,10 @@ impl Root {
         self.children.settled() && self.launchers.iter().all(|l| l.ended.is_some())
     }
 
-    fn handle(&mut self, Event { child, event }: Event) {
+    fn handle(&mut self, Event { child, attempt, event }: Event) {
+        if attempt != self.policy.attempt() {
+            return tracing::debug!(attempt, child, "news from an earlier attempt's link");
+        }
         match self.children.on_link(child, event) {
             Some(ChildNews::Up(Up::Survey { id, survey })) => {
                 self.survey_answered(child, id, *survey)

@@ -120,6 +120,8 @@ pub(super) struct Policy {
     between: bool,
     /// The job is being torn down (for its end or a restart).
     torn: bool,
+    /// The cause the attempt being torn down restarts for.
+    restart_cause: Option<Cause>,
 }
 
 impl Policy {
@@ -135,6 +137,7 @@ impl Policy {
             restarting: false,
             between: false,
             torn: false,
+            restart_cause: None,
         }
     }
 
@@ -155,6 +158,12 @@ impl Policy {
                         actions.extend(self.fail(Cause::Forwarded(sig), now));
                     }
                 }
+                // Going on after failures, the nodes wait to be told that the job is over.
+                if now.all_ended && self.restarts.goes_on && !self.torn {
+                    self.torn = true;
+                    let (grace, output_wait) = (Duration::ZERO, OUTPUT_GRACE);
+                    actions.push(Action::TearDown { grace, output_wait, only_if_behind: true });
+                }
                 actions
             }
             Event::Failed(cause) => self.fail(cause, now),
@@ -172,8 +181,10 @@ impl Policy {
                     _ => None,
                 });
                 let mut lost: Vec<String> = lost.collect();
+                lost.sort();
                 lost.dedup();
-                self.past.extend(self.causes.drain(..).next());
+                self.past.extend(self.restart_cause.take());
+                self.causes.clear();
                 self.torn = false;
                 self.forwarded = Forwarded::default();
                 self.attempt += 1;
@@ -236,14 +247,17 @@ impl Policy {
                 return vec![Action::RankGone(rank)];
             }
         }
-        // Between attempts nothing runs that a restart would be for.
-        let restartable = cause.restartable() && !self.between;
+        // Between attempts nothing runs that a restart would be for; after the user's signal
+        // the failures are its doing (an MPI_Abort in a Ctrl-C handler, say).
+        let signalled = self.forwarded.recent(now.at, self.grace);
+        let restartable = cause.restartable() && !self.between && !signalled;
         let (first, mut actions) = self.record(cause.clone(), restartable);
         if !first {
             return actions;
         }
         if restartable && self.attempt < self.restarts.max {
             self.restarting = true;
+            self.restart_cause = Some(cause.clone());
         }
         // A forwarded signal ends the job when the grace after it is over, or when every
         // rank has ended before that: the ranks have had their grace, and what is still
@@ -265,7 +279,9 @@ impl Policy {
     /// or one that calls a coming restart off), and the action that calls off a restart
     /// waiting for its backoff.
     fn record(&mut self, cause: Cause, restartable: bool) -> (bool, Vec<Action>) {
-        if (self.restarting || self.between) && !restartable {
+        // What the teardown itself brings (a proxy that had not dialed in yet, a rank it
+        // ended) is no reason to call the restart off: only the user's and the limits' are.
+        if (self.restarting || self.between) && !restartable && cause.calls_off_restart() {
             self.restarting = false;
             let cancel = std::mem::take(&mut self.between).then_some(Action::CancelRestart);
             // It ends the job, rather than the failure the restart was for.
@@ -505,5 +521,45 @@ mod tests {
         assert_eq!(actions, [kill, Action::Forward(Signal::SIGINT)]);
         assert_eq!(policy.on(Event::Settled, now(t0)), []);
         assert_eq!(policy.first().map(Cause::exit_code), Some(130));
+    }
+
+    #[test]
+    fn going_on_a_failed_rank_is_told_and_the_job_ends_when_every_rank_has() {
+        let t0 = Instant::now();
+        let mut policy = Policy::new(GRACE, Restarts { goes_on: true, ..Restarts::default() });
+        let gone = policy.on(failed(1, ExitOutcome::Exited(3)), now(t0));
+        assert_eq!(gone, [Action::RankGone(Gid(1))]);
+        let lost = Cause::LostProxy { host: "n1".into(), reason: "gone".into(), came_up: true };
+        assert_eq!(policy.on(Event::Failed(lost), now(t0)), tear_down(GRACE, OUTPUT_GRACE, true));
+        assert_eq!(policy.first().map(Cause::exit_code), Some(3), "the first failure's status");
+
+        // With no failure but the one: every rank's end tells the nodes the job is over.
+        let mut policy = Policy::new(GRACE, Restarts { goes_on: true, ..Restarts::default() });
+        policy.on(failed(1, ExitOutcome::Exited(3)), now(t0));
+        let clean = Event::RankEnded { outcome: ExitOutcome::Exited(0), failure: None };
+        let last = Now { at: t0, all_ended: true };
+        let over = tear_down(Duration::ZERO, OUTPUT_GRACE, true);
+        assert_eq!(policy.on(clean, last), over);
+    }
+
+    #[test]
+    fn failures_after_the_users_signal_or_of_the_teardown_itself_restart_nothing() {
+        let t0 = Instant::now();
+        // Ctrl-C, and the handler calls MPI_Abort: the user's wish, not a restart.
+        let mut policy = restarts(1, Duration::ZERO);
+        policy.on(Event::Signal(Signal::SIGINT), now(t0));
+        let abort = Cause::Aborted { rank: Gid(0), pid: 100, code: 7, msg: String::new() };
+        policy.on(Event::Failed(abort), now(t0 + GRACE / 2));
+        assert_eq!(policy.on(Event::Settled, now(t0)), []);
+        assert_eq!(policy.first().map(Cause::exit_code), Some(7));
+        // A proxy that had not come up, lost in the teardown for a restart: it goes on.
+        let mut policy = restarts(1, Duration::ZERO);
+        policy.on(failed(1, ExitOutcome::Exited(3)), now(t0));
+        let late = Cause::LostProxy { host: "n2".into(), reason: "srun".into(), came_up: false };
+        assert_eq!(policy.on(Event::Failed(late), now(t0)), []);
+        let restart =
+            Action::Restart { attempt: 1, after: Duration::ZERO, lost: vec!["n2".into()] };
+        assert_eq!(policy.on(Event::Settled, now(t0)), [restart]);
+        assert!(matches!(policy.past(), [Cause::RankFailed { rank: Gid(1), .. }]));
     }
 }

@@ -101,6 +101,14 @@ impl Forwarded {
         explained
     }
 
+    /// Whether a signal that asks the ranks to stop (not USR1/2) was forwarded less than
+    /// `grace` + [`LATE_NEWS`] before `now`: what fails meanwhile is likely its doing.
+    pub(crate) fn recent(&self, now: Instant, grace: Duration) -> bool {
+        use Signal::*;
+        let asks_to_stop = |sig| matches!(sig, SIGINT | SIGTERM | SIGHUP | SIGQUIT);
+        self.last.is_some_and(|(sig, at)| asks_to_stop(sig) && now < at + grace + LATE_NEWS)
+    }
+
     /// When the held ends must be acted on: the grace after their signal, if any are held.
     pub(crate) fn deadline(&self, grace: Duration) -> Option<Instant> {
         self.held.map(|(_, at)| at + grace)

@@ -218,9 +218,9 @@ impl Root {
                 Some(splicer) => process.map(|p| splicer.attach(p)),
                 None => process,
             };
-            let report = self.plan.report_bindings;
+            let (report, attempt) = (self.plan.report_bindings, self.policy.attempt());
             self.children.start_late(job, &plan, window, process.map(Some), |child| {
-                move |event| route(child, event, output.clone(), events.clone(), report)
+                move |event| route(child, attempt, event, output.clone(), events.clone(), report)
             })
         };
         self.spawns.late.insert(node, host);

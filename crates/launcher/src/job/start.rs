@@ -49,7 +49,7 @@ impl Root {
         output: &Feed,
         dialed: mpsc::UnboundedSender<Dialed>,
     ) {
-        let report = self.plan.report_bindings;
+        let (report, attempt) = (self.plan.report_bindings, self.policy.attempt());
         self.links = Some((events.clone(), output.clone()));
         let splicer = output.splicer();
         let (children, lost) = Children::start(
@@ -65,7 +65,7 @@ impl Root {
             },
             |child| {
                 let (output, events) = (output.clone(), events.clone());
-                move |event| route(child, event, output.clone(), events.clone(), report)
+                move |event| route(child, attempt, event, output.clone(), events.clone(), report)
             },
         );
         self.children = children;
@@ -96,10 +96,11 @@ impl Root {
 }
 
 /// Output goes to the writer thread (its link's window bounds it: that is the backpressure),
-/// everything else to the root. With `report_bindings`, the
+/// everything else to the root, marked with the attempt (`--max-restarts`) the link is of. With `report_bindings`, the
 /// root gets each RankStarted too: it knows every rank's name and host, spawned ones included.
 pub(super) async fn route(
     child: usize,
+    attempt: u32,
     event: LinkEvent,
     output: Feed,
     events: mpsc::UnboundedSender<Event>,
@@ -118,11 +119,11 @@ pub(super) async fn route(
         LinkEvent::Up(Up::RankStarted { rank, pid, cpus, gpus }) => {
             if report_bindings {
                 let up = Up::RankStarted { rank, pid, cpus, gpus };
-                let _ = events.send(Event { child, event: LinkEvent::Up(up) });
+                let _ = events.send(Event { child, attempt, event: LinkEvent::Up(up) });
             }
             output.send(Chunk::Started { rank, pid })
         }
         LinkEvent::Up(Up::OutputEnd { rank, stream }) => output.send(Chunk::End { rank, stream }),
-        event => events.send(Event { child, event }).is_ok(),
+        event => events.send(Event { child, attempt, event }).is_ok(),
     }
 }

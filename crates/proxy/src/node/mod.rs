@@ -554,11 +554,15 @@ impl Node {
     }
 
     fn finished(&self) -> bool {
+        // With the job going on after failures, a node whose ranks all ended is still a
+        // party of the survivors' fences: it waits to be told the job is over.
+        let released = !self.job.goes_on || self.kill.started();
         self.kill.gave_up()
             || (!self.awaiting_spawn
                 && !self.holding_ranks()
                 && self.ranks.finished()
-                && self.children.settled())
+                && self.children.settled()
+                && released)
     }
 }
 

@@ -43,7 +43,11 @@ impl Node {
     /// kernel, frozen by a cgroup) are not waited for any longer: each is said so, and the
     /// node finishes without it. It ends when the kernel lets it, its SIGKILL pending.
     pub(super) fn abandon_unkilled_ranks(&mut self) {
-        let left: Vec<(Local, i32)> = self.ranks.running().collect();
+        // A zombie's reap is on its way (with its status): not abandoned.
+        let unreaped = |&(_, pid): &(Local, i32)| {
+            procs::snapshot(pid).is_none_or(|(state, _, _)| state != 'Z')
+        };
+        let left: Vec<(Local, i32)> = self.ranks.running().filter(unreaped).collect();
         if !left.is_empty() {
             // Their pipes would never end (they hold them), nor the link's data with them:
             // what is left of every pipe goes now, 3 s after the others' SIGKILL.
@@ -57,7 +61,6 @@ impl Node {
                               frozen)"
                 }
                 Some('T' | 't') => "it is stopped",
-                Some('Z') => "it is a zombie not yet reaped",
                 Some(_) => "it is still running",
                 None => "it is gone but was not reaped",
             };
