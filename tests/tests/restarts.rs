@@ -37,9 +37,12 @@ fn without_pid(line: &str) -> String {
 fn a_rank_that_fails_once_restarts_the_job_which_then_completes() {
     let tmp = rlaunch_tests::tempdir();
     let report = tmp.path().join("report.json");
+    let timeline = tmp.path().join("timeline.json");
     let host = rlaunch_tests::hosts::hostname();
     let out = Run::new(&["-n", "3", "--max-restarts", "2", "--report"])
         .arg(report.to_str().unwrap())
+        .arg("--timeline")
+        .arg(timeline.to_str().unwrap())
         .args(["sh", "-c", &attempt_script(1)])
         .timeout(WAIT)
         .run();
@@ -71,6 +74,17 @@ fn a_rank_that_fails_once_restarts_the_job_which_then_completes() {
     assert_eq!(cause, format!("rank 1 (pid P on {host}) exited with code 3"));
     let ranks = json["ranks"].as_array().unwrap();
     assert!(ranks.iter().all(|r| r["exit_code"] == 0), "the last attempt's ranks: {text}");
+    // The timeline marks the restart where the first attempt ended, with its cause.
+    let trace: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&timeline).unwrap()).unwrap();
+    let events = trace["traceEvents"].as_array().unwrap();
+    let marks: Vec<&serde_json::Value> =
+        events.iter().filter(|e| e["name"] == "restart 1").collect();
+    assert_eq!(marks.len(), 1, "{trace}");
+    assert_eq!(marks[0]["args"]["exit_code"], 3);
+    let ended_us =
+        restarts[0]["end_us"].as_u64().unwrap() - json["job"]["start_us"].as_u64().unwrap();
+    assert_eq!(marks[0]["ts"].as_f64(), Some(ended_us as f64), "{trace}");
     out.tag.wait_until_none(Duration::from_secs(2)).unwrap();
 }
 

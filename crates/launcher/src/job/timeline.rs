@@ -182,6 +182,21 @@ fn build(facts: &JobFacts, roll: &Roll, records: &[NodeRecord]) -> Trace {
             }
         }
     }
+    // Each attempt that ended in a restart (`--max-restarts`): a mark across the whole
+    // trace, with its cause; the ranks and nodes drawn are the last attempt's.
+    for (n, attempt) in facts.attempts.iter().enumerate() {
+        instants.push(Event {
+            name: format!("restart {}", n + 1),
+            cat: "job",
+            ph: "i",
+            ts: rel(attempt.ended),
+            dur: None,
+            pid: 0,
+            tid: 0,
+            s: Some("g"),
+            args: json!({ "cause": attempt.cause, "exit_code": attempt.exit_code }),
+        });
+    }
     // The hang report made at the timeout: a mark across the whole trace.
     if let Some(hang) = facts.hang {
         instants.push(Event {
