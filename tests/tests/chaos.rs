@@ -11,6 +11,14 @@ use rlaunch_tests::Run;
 /// Trials in the bounded run: about a minute and a half on two cores.
 const TRIALS: &str = "40";
 
+/// The table's last row (`all`): no orphan, hang, wrong exit, wrong culprit or lost output.
+fn assert_every_column_zero(text: &str) {
+    let all = text.lines().find(|l| l.starts_with("all ")).expect("the table's last row");
+    let failures: Vec<&str> =
+        all.split('|').nth(1).expect("failure columns").split_whitespace().collect();
+    assert_eq!(failures, ["0", "0", "0", "0", "0"], "{text}");
+}
+
 #[test]
 fn forty_random_faults_leave_no_orphan_no_hang_and_the_right_culprit() {
     assert!(
@@ -26,10 +34,7 @@ fn forty_random_faults_leave_no_orphan_no_hang_and_the_right_culprit() {
     println!("{}", out.stdout_str());
     out.assert_code(0);
     let text = out.stdout_str();
-    let all = text.lines().find(|l| l.starts_with("all ")).expect("the table's last row");
-    let failures: Vec<&str> =
-        all.split('|').nth(1).expect("failure columns").split_whitespace().collect();
-    assert_eq!(failures, ["0", "0", "0", "0", "0"], "{text}");
+    assert_every_column_zero(&text);
     assert!(text.contains(&format!("{TRIALS} trials (")), "{text}");
     // A fault that finds the job already gone proves nothing: they must stay few (a broken
     // injector would miss them all, and pass).
@@ -55,10 +60,7 @@ fn twenty_random_faults_under_restarts_end_in_completed_jobs() {
     println!("{}", out.stdout_str());
     out.assert_code(0);
     let text = out.stdout_str();
-    let all = text.lines().find(|l| l.starts_with("all ")).expect("the table's last row");
-    let failures: Vec<&str> =
-        all.split('|').nth(1).expect("failure columns").split_whitespace().collect();
-    assert_eq!(failures, ["0", "0", "0", "0", "0"], "{text}");
+    assert_every_column_zero(&text);
     let line = text
         .lines()
         .find(|l| l.starts_with("restarts that should have happened and did: "))

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use nix::sys::signal::Signal;
 use rlaunch_tests::output::rlaunch_lines;
-use rlaunch_tests::{torch_job, venv_python, xgboost_job, Run};
+use rlaunch_tests::{torch_job, venv_python, xgboost_job, Outcome, Run};
 
 const WAIT: Duration = Duration::from_secs(30);
 
@@ -33,6 +33,11 @@ fn without_pid(line: &str) -> String {
     }
 }
 
+/// rlaunch's own lines on the job's stderr, pids cut out.
+fn said(out: &Outcome) -> Vec<String> {
+    rlaunch_lines(&out.stderr_str()).into_iter().map(without_pid).collect()
+}
+
 #[test]
 fn a_rank_that_fails_once_restarts_the_job_which_then_completes() {
     let tmp = rlaunch_tests::tempdir();
@@ -47,7 +52,7 @@ fn a_rank_that_fails_once_restarts_the_job_which_then_completes() {
         .timeout(WAIT)
         .run();
     out.assert_code(0);
-    let said: Vec<String> = rlaunch_lines(&out.stderr_str()).into_iter().map(without_pid).collect();
+    let said = said(&out);
     let restart = format!(
         "rlaunch: rank 1 (pid P on {host}) exited with code 3; restarting the job (restart 1 of 2)"
     );
@@ -102,7 +107,7 @@ fn restarts_used_up_end_the_job_with_the_last_attempts_status_after_doubling_wai
     let took = started.elapsed();
     out.assert_code(7);
     let host = rlaunch_tests::hosts::hostname();
-    let said: Vec<String> = rlaunch_lines(&out.stderr_str()).into_iter().map(without_pid).collect();
+    let said = said(&out);
     let ended = |code: u32| format!("rlaunch: rank 0 (pid P on {host}) exited with code {code}");
     assert_eq!(
         said,
@@ -139,7 +144,7 @@ fn ctrl_c_while_the_job_waits_to_restart_ends_it_at_once() {
     let out = job.wait(WAIT);
     assert!(sent.elapsed() < Duration::from_secs(10), "did not wait out the backoff");
     out.assert_code(130);
-    let said: Vec<String> = rlaunch_lines(&out.stderr_str()).into_iter().map(without_pid).collect();
+    let said = said(&out);
     let host = rlaunch_tests::hosts::hostname();
     let restart = format!(
         "rlaunch: rank 0 (pid P on {host}) exited with code 4; restarting the job in 20 s \
@@ -166,7 +171,7 @@ fn a_torch_ddp_job_whose_rank_dies_resumes_from_its_checkpoint_to_the_same_param
         .run();
     out.assert_code(0);
     let host = rlaunch_tests::hosts::hostname();
-    let said: Vec<String> = rlaunch_lines(&out.stderr_str()).into_iter().map(without_pid).collect();
+    let said = said(&out);
     let restart = format!(
         "rlaunch: rank 1 (pid P on {host}) exited with code 1; restarting the job (restart 1 of 1)"
     );
@@ -231,8 +236,7 @@ fn an_xgboost_job_whose_worker_dies_trains_the_same_model_in_the_next_attempt() 
         let out = job("restart", &["--max-restarts", "1"]);
         out.assert_code(0);
         let host = rlaunch_tests::hosts::hostname();
-        let stderr = out.stderr_str();
-        let said: Vec<String> = rlaunch_lines(&stderr).into_iter().map(without_pid).collect();
+        let said = said(&out);
         let restart = format!(
             "rlaunch: rank 1 (pid P on {host}) was killed by signal 9 (SIGKILL); restarting the \
              job (restart 1 of 1)"
@@ -266,8 +270,7 @@ fn with_on_failure_continue_pmi_ranks_fence_without_the_failed_one_and_are_told(
             .timeout(WAIT)
             .run();
         out.assert_code(3);
-        let said: Vec<String> =
-            rlaunch_lines(&out.stderr_str()).into_iter().map(without_pid).collect();
+        let said = said(&out);
         assert_eq!(said.len(), 1, "{spelling}: {out}");
         assert!(said[0].starts_with("rlaunch: rank 1 (pid P on "), "{spelling}: {out}");
         assert!(said[0].ends_with(") exited with code 3"), "{spelling}: {out}");
@@ -317,8 +320,7 @@ fn with_on_failure_continue_pmix_clients_are_told_by_an_event() {
         let want: BTreeSet<String> =
             [0, 2, 3].iter().map(|r| format!("rank {r} told rank 1 failed")).collect();
         assert_eq!(told, want, "{options:?}: {out}");
-        let said: Vec<String> =
-            rlaunch_lines(&out.stderr_str()).into_iter().map(without_pid).collect();
+        let said = said(&out);
         assert_eq!(said.len(), 1, "{options:?}: {out}");
         assert!(said[0].ends_with(") exited with code 3"), "{options:?}: {out}");
     }

@@ -69,7 +69,7 @@ impl Root {
                 if let Some(progress) = self.progress.as_mut() {
                     progress.clear();
                 }
-                eprintln!("rlaunch: {line}");
+                self.say(line);
             }
             Action::Restart { attempt, after, lost } => self.restart(attempt, after, &lost),
             Action::StartAttempt => self.start_attempt(),
