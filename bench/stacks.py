@@ -19,6 +19,11 @@ Commands, interleaved round by round:
   all bt" on the pid)
 - with --fake-nodes K: rlaunch over K fake nodes (fork), N/K ranks each (mpirun cannot)
 
+With `--bytes`, one more run of rlaunch's last case under `RLAUNCH_LOG=debug`
+counts the stacks' bytes sent up the tree: each proxy's merged answer (what is sent) against
+the sum of every rank's stack encoded alone, times the hops from its proxy to rlaunch (what
+one stack a rank, unmerged, would send).
+
 Each run's time is its wall time less T: what the report and the teardown take. Quoted as
 median (min-max) with the lines printed (stderr and stdout, the ranks' `pid` lines left out).
 Results go to bench/results/<date>-<commit>-stacks.txt.
@@ -75,6 +80,20 @@ def once(argv, timeout, env):
     return seconds, lines, p.returncode
 
 
+def stack_bytes(argv, timeout, env):
+    """Runs argv once with the proxies' debug log; returns (bytes of stacks sent up, merged in
+    the tree; bytes one stack a rank would have sent up the same hops)."""
+    env = dict(env, RLAUNCH_LOG="debug")
+    _, lines, _ = once(argv, timeout, env)
+    field = lambda line, name: int(line.split(name + "=")[1].split()[0])
+    sent = [field(l, "stack_bytes") for l in lines if "survey answered up" in l]
+    alone = [field(l, "one_per_rank_bytes") for l in lines if "merged the ranks' stacks" in l]
+    if not sent or not alone:
+        sys.exit("stacks.py: the proxies' debug log has no stack sizes:\n" + "\n".join(lines[-20:]))
+    # Over fork and within one tree width every proxy is rlaunch's child: one hop each.
+    return sum(sent), sum(alone)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=5)
@@ -84,6 +103,8 @@ def main():
     ap.add_argument("--no-mpirun", action="store_true")
     ap.add_argument("--late", action="store_true",
                     help="the last rank never calls MPI_Init: the others wait, asleep, in its fence")
+    ap.add_argument("--bytes", action="store_true",
+                    help="one more run that counts the stacks' bytes up the tree, merged and not")
     ap.add_argument("--mpi", choices=["ompi", "mpich"], default="ompi",
                     help="the MPI the job is built with (mpirun needs Open MPI's)")
     args = ap.parse_args()
@@ -130,6 +151,11 @@ def main():
     for label, _, _ in cases:
         s = times[label]
         rows.append(f"| {label} | {statistics.median(s):.2f} s ({min(s):.2f}-{max(s):.2f}) | {lines[label]} |")
+    if args.bytes:
+        label, argv, _ = [c for c in cases if c[0].startswith("rlaunch (stacks)")][-1]
+        merged, alone = stack_bytes(argv, args.timeout, env)
+        rows += ["", f"Stacks' bytes up the tree ({label}): merged in the tree {merged}, "
+                     f"one stack a rank {alone} ({alone / max(merged, 1):.1f}x)"]
     text = "\n".join(head + rows) + "\n"
     print(text)
     os.makedirs(RESULTS, exist_ok=True)

@@ -6,6 +6,7 @@
 
 use std::time::Instant;
 
+use rlaunch_protocol::control::wire_len;
 use rlaunch_protocol::ids::Gid;
 use rlaunch_protocol::stacks::{FrameKind, StackFrame, StackTree};
 use rlaunch_stacks::{Frame, Process, Reader};
@@ -42,9 +43,21 @@ fn read(ranks: &[(Gid, i32)], until: Instant) -> StackTree {
         "read the ranks' stacks"
     );
     let mut tree = StackTree::default();
+    let mut one_per_rank = 0;
     for (&(rank, _), process) in ranks.iter().zip(processes) {
+        if tracing::enabled!(tracing::Level::DEBUG) {
+            // What this rank's stack alone would take on the wire: the unmerged alternative.
+            let mut alone = StackTree::default();
+            put(&mut alone, rank, process.clone());
+            one_per_rank += wire_len(&alone);
+        }
         put(&mut tree, rank, process);
     }
+    tracing::debug!(
+        merged_bytes = wire_len(&tree),
+        one_per_rank_bytes = one_per_rank,
+        "merged the ranks' stacks"
+    );
     tree
 }
 

@@ -158,6 +158,27 @@ fn bincode_config() -> impl bincode::config::Config {
     bincode::config::standard().with_limit::<MAX_FRAME_LEN>()
 }
 
+/// How many bytes `msg` takes in a frame's body (for logs and measurements).
+pub fn wire_len<T: Serialize>(msg: &T) -> usize {
+    let mut count = Count(0);
+    let _ = bincode::serde::encode_into_std_write(msg, &mut count, bincode_config());
+    count.0
+}
+
+/// A writer that only counts what it is given.
+struct Count(usize);
+
+impl std::io::Write for Count {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0 += buf.len();
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
 fn encode_msg<T: Serialize>(msg: &T, out: &mut Vec<u8>) {
     let start = out.len();
     out.extend_from_slice(&[0, 0, 0, 0, TAG_MSG]);

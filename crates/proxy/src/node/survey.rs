@@ -73,6 +73,12 @@ impl Node {
         let Some(gather) = self.survey.take() else { return };
         let id = gather.id;
         let survey = Box::new(gather.finish());
+        tracing::debug!(
+            id,
+            bytes = rlaunch_protocol::control::wire_len(&survey),
+            stack_bytes = rlaunch_protocol::control::wire_len(&survey.stacks),
+            "survey answered up"
+        );
         let _ = self.up.control.send(Up::Survey { id, survey });
     }
 
