@@ -1,7 +1,8 @@
 /* dead: a PMIx client for --on-failure continue. Every rank but 1 registers a handler for
  * PMIX_ERR_PROC_ABORTED; all fence; then rank 1 exits 3, and every other rank waits (10 s at
- * most) to be told, prints `rank R told rank F failed` (or `rank R not told`, exit 3) and
- * finalizes. */
+ * most) to be told, fences again over the whole job (the failed rank included: the fence
+ * must not wait for it), prints `rank R told rank F failed` (or `rank R not told`, exit 3)
+ * and finalizes. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -45,6 +46,7 @@ int main(void)
         printf("rank %u not told\n", me.rank);
         return 3;
     }
+    client_fence("dead", &job, false);
     printf("rank %u told rank %d failed\n", me.rank, told);
     fflush(stdout);
     PMIx_Finalize(NULL, 0);

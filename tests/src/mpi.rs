@@ -86,9 +86,15 @@ pub enum CProgram {
     /// non-dumpable; every rank prints `ready R` and then waits in `wait_readably`. No MPI.
     Unreadable,
     /// A client of libpmix: every rank but 1 registers a handler for `PMIX_ERR_PROC_ABORTED`,
-    /// all fence, rank 1 exits 3, and the others print `rank R told rank F failed` once told
-    /// (or `rank R not told` and exit 3 after 10 s), then finalize.
+    /// all fence, rank 1 exits 3, and the others, once told, fence again over the whole job
+    /// and print `rank R told rank F failed` (or `rank R not told` and exit 3 after 10 s),
+    /// then finalize.
     Dead,
+    /// Open MPI, with OpenPMIx's client too: every rank registers a handler for
+    /// `PMIX_ERR_PROC_ABORTED`; after a barrier rank 1 exits 3 and the others, once told,
+    /// sum their ranks over a communicator of the survivors, print `rank R told rank F
+    /// failed, survivors' sum S`, finalize and print `rank R finalized`.
+    OmpiSurvive,
 }
 
 enum Compiler {
@@ -103,7 +109,7 @@ enum Compiler {
 }
 
 impl CProgram {
-    const COUNT: usize = 24;
+    const COUNT: usize = 25;
 
     /// The executable's name.
     fn name(self) -> &'static str {
@@ -132,6 +138,7 @@ impl CProgram {
             CProgram::Unreadable => "unreadable",
             CProgram::HangSplit => "hang-split",
             CProgram::Dead => "dead",
+            CProgram::OmpiSurvive => "ompi-survive",
         }
     }
 
@@ -157,7 +164,8 @@ impl CProgram {
             | CProgram::OmpiDie
             | CProgram::OmpiSpawn
             | CProgram::OmpiConnect
-            | CProgram::OmpiHang => Compiler::MpiccOpenmpi,
+            | CProgram::OmpiHang
+            | CProgram::OmpiSurvive => Compiler::MpiccOpenmpi,
             _ => Compiler::Mpicc,
         }
     }
@@ -217,7 +225,7 @@ fn compile(program: CProgram) -> PathBuf {
     if let Compiler::CcPmi2 = program.compiler() {
         command.arg("-lpmi2");
     }
-    if let Compiler::CcPmix = program.compiler() {
+    if matches!(program.compiler(), Compiler::CcPmix) || program == CProgram::OmpiSurvive {
         // Debian keeps libpmix out of the default search paths: pkg-config knows where.
         let flags = Command::new("pkg-config").args(["--cflags", "--libs", "pmix"]).output();
         let flags = flags.ok().filter(|o| o.status.success()).unwrap_or_else(|| {

@@ -306,11 +306,16 @@ fn with_on_failure_continue_the_failed_ranks_are_in_a_file_every_rank_can_read()
 }
 
 /// `--on-failure continue` and PMIx: the other ranks' handlers for `PMIX_ERR_PROC_ABORTED`
-/// hear that rank 1 failed (each node's server tells its own clients), and they finalize.
+/// hear that rank 1 failed (each node's server tells its own clients), a fence over the
+/// whole job completes without it, and they finalize.
 #[test]
 fn with_on_failure_continue_pmix_clients_are_told_by_an_event() {
     let program = rlaunch_tests::mpi::CProgram::Dead.path_str();
-    for options in [vec![], vec!["--launcher", "fork", "--hosts", "a,b"]] {
+    for options in [
+        vec![],
+        vec!["--launcher", "fork", "--hosts", "a,b"],
+        vec!["--launcher", "fork", "--hosts", "a,b,c,d"],
+    ] {
         let out = Run::new(&options)
             .args(["-n", "4", "--pmi", "pmix", "--on-failure", "continue", &program])
             .timeout(WAIT)
@@ -320,6 +325,39 @@ fn with_on_failure_continue_pmix_clients_are_told_by_an_event() {
         let want: BTreeSet<String> =
             [0, 2, 3].iter().map(|r| format!("rank {r} told rank 1 failed")).collect();
         assert_eq!(told, want, "{options:?}: {out}");
+        let said = said(&out);
+        assert_eq!(said.len(), 1, "{options:?}: {out}");
+        assert!(said[0].ends_with(") exited with code 3"), "{options:?}: {out}");
+    }
+}
+
+/// `--on-failure continue` and Open MPI: rank 1 exits after a barrier; the others hear it by
+/// their PMIx handlers, compute over a communicator without it (1 rank a node too, where
+/// the failed rank's node has no live client), and `MPI_Finalize` returns.
+#[test]
+fn with_on_failure_continue_an_open_mpi_program_is_told_and_its_survivors_finish() {
+    let program = rlaunch_tests::mpi::CProgram::OmpiSurvive.path_str();
+    for options in [
+        vec![],
+        vec!["--launcher", "fork", "--hosts", "a:2,b:2"],
+        vec!["--launcher", "fork", "--hosts", "a,b,c,d"],
+    ] {
+        let out = Run::new(&options)
+            .args(["-n", "4", "--on-failure", "continue", &program])
+            .timeout(WAIT)
+            .run();
+        out.assert_code(3);
+        let lines: BTreeSet<String> = out.lines().into_iter().collect();
+        let want: BTreeSet<String> = [0, 2, 3]
+            .iter()
+            .flat_map(|r| {
+                [
+                    format!("rank {r} told rank 1 failed, survivors' sum 5"),
+                    format!("rank {r} finalized"),
+                ]
+            })
+            .collect();
+        assert_eq!(lines, want, "{options:?}: {out}");
         let said = said(&out);
         assert_eq!(said.len(), 1, "{options:?}: {out}");
         assert!(said[0].ends_with(") exited with code 3"), "{options:?}: {out}");

@@ -9,7 +9,8 @@
 //! v1|v2 get KEY           v1: a KVS get; v2: a job attribute
 //! v1|v2 fence             init, fence, finalize
 //! v1|v2 survive           rank 1 exits 3 after init; the others fence, read
-//!                         PMI_dead_processes, fence again, finalize (--on-failure continue)
+//!                         PMI_dead_processes (v2: as a KVS key and a job attribute, which
+//!                         must agree), fence again, finalize (--on-failure continue)
 //! v1|v2 quit              init, then exit 0 without finalize
 //! v1|v2 flood-puts BYTES  put 800-byte values under new keys until BYTES are put, no fence
 //! raw [--init] BYTES      write BYTES on PMI_FD (after a PMI-1 init with --init), then
@@ -291,8 +292,13 @@ fn with_client(version: Version, command: Command, role: Role) -> Result<(), Str
             // Completes once rank 1 is gone and the job goes on without it.
             pmi.fence().map_err(|e| fail("fence", e))?;
             let dead = pmi.get("PMI_dead_processes").map_err(|e| fail("get", e))?;
+            // PMI-2 has it as a job attribute too (MPICH asks info-getjobattr): the same list.
+            let attr = client.attribute("PMI_dead_processes").map_err(|e| fail("get", e))?;
+            if attr != dead {
+                return Err(format!("PMI_dead_processes: a get says {dead:?}, an attribute {attr:?}"));
+            }
             say(&format!("survived {rank} dead={}", dead.as_deref().unwrap_or("-")));
-            pmi.fence().map_err(|e| fail("second fence", e))?;
+            client.pmi().fence().map_err(|e| fail("second fence", e))?;
         }
         Command::Quit => {
             say(&format!("quitting {rank}"));

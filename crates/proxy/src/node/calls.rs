@@ -45,6 +45,11 @@ impl Node {
                     self.answer(local, PmiAnswer::Get { key, value, tag });
                 }
             }
+            PmiCall::JobAttr { key, tag } => {
+                if let Some(value) = self.kvs(peer.job).map(|kvs| kvs.get(&key)) {
+                    self.answer(local, PmiAnswer::JobAttr { value, tag });
+                }
+            }
             PmiCall::Fence { tag } => {
                 let launched = peer.job == 0;
                 if launched {

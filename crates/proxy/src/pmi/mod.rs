@@ -65,6 +65,11 @@ pub enum PmiCall {
         key: String,
         tag: Option<String>,
     },
+    /// A PMI-2 job attribute that only the node knows (the failed ranks).
+    JobAttr {
+        key: String,
+        tag: Option<String>,
+    },
     Fence {
         tag: Option<String>,
     },
@@ -106,6 +111,7 @@ pub enum PmiCall {
 #[derive(Debug)]
 pub enum PmiAnswer {
     Get { key: String, value: Option<String>, tag: Option<String> },
+    JobAttr { value: Option<String>, tag: Option<String> },
     Fence { tag: Option<String> },
     GetNodeAttr { value: Option<String>, tag: Option<String> },
     Name { answer: rlaunch_protocol::control::NameAnswer, tag: Option<String> },

@@ -49,6 +49,10 @@ pub(crate) fn route(
         Request::GetAppnum => Route::Reply(Reply::Appnum(peer.appnum)),
         Request::GetKvsname => Route::Reply(Reply::Kvsname(job.kvsname.clone())),
         Request::GetUniverseSize => Route::Reply(Reply::UniverseSize(job.size)),
+        // The failed ranks are the node's to say (`--on-failure continue`).
+        Request::GetJobAttr { key } if key == DEAD_PROCESSES => {
+            Route::Call(PmiCall::JobAttr { key, tag })
+        }
         Request::GetJobAttr { key } => {
             Route::Reply(Reply::JobAttr(special_key(job, &key).flatten()))
         }
@@ -89,6 +93,7 @@ pub(crate) fn route(
 pub(crate) fn reply_to(answer: PmiAnswer) -> (Reply, Option<String>) {
     match answer {
         PmiAnswer::Get { key, value, tag } => (Reply::Get { key, value }, tag),
+        PmiAnswer::JobAttr { value, tag } => (Reply::JobAttr(value), tag),
         PmiAnswer::Fence { tag } => (Reply::Fence, tag),
         PmiAnswer::GetNodeAttr { value, tag } => (Reply::NodeAttr(value), tag),
         PmiAnswer::Name { answer, tag } => (Reply::Name(answer), tag),
@@ -202,7 +207,7 @@ mod tests {
             (
                 Pmi2,
                 Request::GetJobAttr { key: s("PMI_dead_processes") },
-                here(Reply::JobAttr(Some(String::new()))),
+                node(PmiCall::JobAttr { key: s("PMI_dead_processes"), tag: t() }),
             ),
             (Pmi2, Request::GetJobAttr { key: s("other") }, here(Reply::JobAttr(None))),
             (Pmi1, put(Some("kvs_1")), put_ok()),
