@@ -23,6 +23,13 @@
 //! | `pid.R`     | at start: the pid                                              |
 //! | `ready.R`   | after the first fence                                          |
 //! | `lines.R`   | after each write to stdout: lines written so far (20 digits)   |
+//! | `told.R`    | under continue, once told that ranks failed: their list        |
+//!
+//! Under `--on-failure continue` (the runner's continue policy; `RLAUNCH_DEAD_RANKS_FILE` is
+//! set) the phases that run forever end once a rank has failed: the fence phase reads
+//! `PMI_dead_processes` after each fence, the output and stdin phases look for the file of
+//! failed ranks before each write (rank 0 of the stdin phase every 20 ms while stdin is
+//! quiet); a rank that learns of a failure writes `told.R` (the list), finalizes and exits 0.
 //!
 //! In a later attempt of the job (`RLAUNCH_RESTART_COUNT` above 0, the runner's restart
 //! policy) a rank only inits, fences and finalizes: no fault, no output, no side file (they
@@ -158,6 +165,7 @@ fn main() {
     side_file(&dir, "ready", rank, b"");
 
     let mut out = Output::new(&dir, rank);
+    let told = Told::new(&dir, rank);
     match phase {
         Phase::Launch => {}
         Phase::Fence => {
@@ -166,6 +174,14 @@ fn main() {
                 let value = |r: u32| format!("{r}.{epoch}");
                 pmi.put(&key(rank), &value(rank)).unwrap_or_else(|e| pmi_failed("put", &e));
                 pmi.fence().unwrap_or_else(|e| pmi_failed("fence", &e));
+                if told.watching() {
+                    // Set on this node before any fence completes without the failed rank.
+                    let dead =
+                        pmi.get("PMI_dead_processes").unwrap_or_else(|e| pmi_failed("get", &e));
+                    if told.heard(dead.as_deref().unwrap_or_default()) {
+                        break;
+                    }
+                }
                 let neighbour = (rank + 1) % size;
                 let got = pmi.get(&key(neighbour)).unwrap_or_else(|e| pmi_failed("get", &e));
                 if got != Some(value(neighbour)) {
@@ -176,12 +192,18 @@ fn main() {
                 std::thread::sleep(Duration::from_millis(2));
             }
         }
-        Phase::Output => loop {
-            out.lines(LINES_PER_WRITE);
-        },
-        Phase::Stdin if rank == 0 => out.copy_stdin(),
+        Phase::Output => {
+            while !told.by_file() {
+                out.lines(LINES_PER_WRITE);
+            }
+        }
+        Phase::Stdin if rank == 0 => out.copy_stdin(&told),
         Phase::Stdin => loop {
-            std::thread::sleep(Duration::from_secs(3600));
+            match told.watching() {
+                true if told.by_file() => break,
+                true => std::thread::sleep(Duration::from_millis(20)),
+                false => std::thread::sleep(Duration::from_secs(3600)),
+            }
         },
         Phase::Exit => {
             out.lines(8);
@@ -216,12 +238,30 @@ impl Output {
         self.write(&block);
     }
 
-    /// Copies stdin to stdout, whole lines at a time, until EOF.
-    fn copy_stdin(&mut self) {
+    /// Copies stdin to stdout, whole lines at a time, until EOF (or, under continue, until
+    /// told that a rank failed).
+    fn copy_stdin(&mut self, told: &Told) {
         let mut stdin = std::io::stdin().lock();
         let mut buf = vec![0; WRITE];
         let mut filled = 0;
         loop {
+            if told.watching() {
+                use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+                let quiet = loop {
+                    if told.by_file() {
+                        return;
+                    }
+                    let mut fds = [PollFd::new(stdin.as_fd(), PollFlags::POLLIN)];
+                    match poll(&mut fds, PollTimeout::from(20u16)) {
+                        Ok(0) | Err(nix::errno::Errno::EINTR) => continue,
+                        Ok(_) => break false,
+                        Err(_) => break true,
+                    }
+                };
+                if quiet {
+                    return;
+                }
+            }
             let n = match stdin.read(&mut buf[filled..]) {
                 Ok(0) => return,
                 Ok(n) => n,
@@ -252,6 +292,40 @@ impl Output {
         }
         self.written += (block.len() / FLOOD_LINE_LEN) as u64;
         let _ = self.count.write_all_at(format!("{:020}", self.written).as_bytes(), 0);
+    }
+}
+
+/// Under `--on-failure continue`: whether ranks failed, from the node's file of them or
+/// from `PMI_dead_processes`, said once in `told.R`.
+struct Told {
+    file: Option<PathBuf>,
+    side: (PathBuf, u32),
+}
+
+impl Told {
+    fn new(dir: &Path, rank: u32) -> Told {
+        let file = std::env::var_os("RLAUNCH_DEAD_RANKS_FILE").map(PathBuf::from);
+        Told { file, side: (dir.to_path_buf(), rank) }
+    }
+
+    /// The job goes on past a failed rank: this rank watches for one.
+    fn watching(&self) -> bool {
+        self.file.is_some()
+    }
+
+    /// The node's file lists failed ranks (it is written whole, then renamed into place).
+    fn by_file(&self) -> bool {
+        let listed = self.file.as_deref().and_then(|f| std::fs::read_to_string(f).ok());
+        self.heard(listed.as_deref().unwrap_or_default().trim())
+    }
+
+    /// `dead` (ranges) names failed ranks: said in `told.R`.
+    fn heard(&self, dead: &str) -> bool {
+        if dead.is_empty() {
+            return false;
+        }
+        side_file(&self.side.0, "told", self.side.1, dead.as_bytes());
+        true
     }
 }
 

@@ -295,7 +295,9 @@ fn with_client(version: Version, command: Command, role: Role) -> Result<(), Str
             // PMI-2 has it as a job attribute too (MPICH asks info-getjobattr): the same list.
             let attr = client.attribute("PMI_dead_processes").map_err(|e| fail("get", e))?;
             if attr != dead {
-                return Err(format!("PMI_dead_processes: a get says {dead:?}, an attribute {attr:?}"));
+                return Err(format!(
+                    "PMI_dead_processes: a get says {dead:?}, an attribute {attr:?}"
+                ));
             }
             say(&format!("survived {rank} dead={}", dead.as_deref().unwrap_or("-")));
             client.pmi().fence().map_err(|e| fail("second fence", e))?;

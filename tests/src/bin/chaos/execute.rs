@@ -48,8 +48,18 @@ pub struct Context {
     pub cluster: Option<Cluster>,
     /// The ssh hosts' network namespaces.
     pub netns: Vec<u64>,
-    /// Every job runs with `--max-restarts 1` (`--policy restart`).
-    pub restart: bool,
+    pub policy: Policy,
+}
+
+/// What every job of the run is asked to do when a rank or node fails (`--policy`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Policy {
+    /// rlaunch's default: the job ends.
+    End,
+    /// `--max-restarts 1`.
+    Restart,
+    /// `--on-failure continue`.
+    Continue,
 }
 
 /// What went wrong in a trial; all empty is a pass.
@@ -62,6 +72,10 @@ pub struct Verdict {
     pub wrong_exit: Option<String>,
     pub wrong_culprit: Option<String>,
     pub lost_output: Option<String>,
+    /// With the continue policy: a survivor not told of the failed rank.
+    pub untold: Option<String>,
+    /// With the continue policy: the survivors had to be told of a failed rank.
+    pub told_due: bool,
     pub seconds: f64,
     pub stderr: String,
     /// With the restart policy: the fault called for a restart, and one happened.
@@ -76,6 +90,7 @@ impl Verdict {
             || self.wrong_exit.is_some()
             || self.wrong_culprit.is_some()
             || self.lost_output.is_some()
+            || self.untold.is_some()
     }
 }
 
@@ -103,8 +118,10 @@ impl Context {
         ]
         .map(String::from)
         .to_vec();
-        if self.restart {
-            args.extend(["--max-restarts", "1"].map(String::from));
+        match self.policy {
+            Policy::End => {}
+            Policy::Restart => args.extend(["--max-restarts", "1"].map(String::from)),
+            Policy::Continue => args.extend(["--on-failure", "continue"].map(String::from)),
         }
         let slots: Vec<String> = self.hosts(t).iter().map(|h| format!("{h}:2")).collect();
         match t {
@@ -135,12 +152,12 @@ impl Context {
 
     /// The job's `--timeout`: with the restart policy, room for the second attempt too.
     fn timeout(&self, t: Topology) -> Duration {
-        t.timeout() + if self.restart { RESTART_BOUND } else { Duration::ZERO }
+        t.timeout() + if self.policy == Policy::Restart { RESTART_BOUND } else { Duration::ZERO }
     }
 
     /// The time rlaunch may take after the fault's end of the attempt: the restart's too.
     fn end_bound(&self, bound: Duration) -> Duration {
-        bound + if self.restart { RESTART_BOUND } else { Duration::ZERO }
+        bound + if self.policy == Policy::Restart { RESTART_BOUND } else { Duration::ZERO }
     }
 
     /// Every live process of the job: tagged ones here, and anything on the ssh hosts.
@@ -417,14 +434,15 @@ impl Context {
                 | Fault::StopProxy
                 | Fault::KillSsh
         );
+        let restart = self.policy == Policy::Restart;
         verdict.restarted = verdict.stderr.contains("; restarting the job (restart 1 of 1)");
         let restarted_rlaunch =
-            trial.fault == Fault::StopRlaunch && self.restart && status.code() == Some(0);
+            trial.fault == Fault::StopRlaunch && restart && status.code() == Some(0);
         let (code, culprit) = match code {
-            Some(_) if self.restart && (restartable || restarted_rlaunch) => (Some(0), culprit),
+            Some(_) if restart && (restartable || restarted_rlaunch) => (Some(0), culprit),
             code => (code, culprit),
         };
-        verdict.restart_due = self.restart && restartable && !may_succeed;
+        verdict.restart_due = restart && restartable && !may_succeed;
         // A job that timed out says where it was first (its hang report), then why it ended.
         let hang_report =
             |l: &str| l.starts_with("rlaunch:   ") || l.starts_with("rlaunch: where the job was");
@@ -458,6 +476,26 @@ impl Context {
             }
         }
 
+        // With the continue policy, a rank's own failure in an endless phase is told to every
+        // other rank, which then ends by itself.
+        let survivable = matches!(
+            trial.fault,
+            Fault::KillRank | Fault::RankExit | Fault::RankSignal | Fault::RankPmiClose
+        );
+        let endless = matches!(trial.phase, Phase::Fence | Phase::Output | Phase::Stdin);
+        verdict.told_due = self.policy == Policy::Continue && survivable && endless && !may_succeed;
+        if verdict.told_due {
+            let want = trial.rank.to_string();
+            let untold = (0..t.ranks())
+                .filter(|&r| r != trial.rank)
+                .find(|&r| files.told(r).as_deref() != Some(want.as_str()));
+            if let Some(r) = untold {
+                verdict.untold = Some(format!(
+                    "rank {r} was told {:?}, not rank {want}",
+                    files.told(r).unwrap_or_default()
+                ));
+            }
+        }
         if trial.fault == Fault::KillRlaunch && verdict.landed {
             return;
         }

@@ -177,6 +177,11 @@ impl RankFiles {
         self.dir.join(format!("ready.{rank}")).exists()
     }
 
+    /// The failed ranks the rank was told of (continue policy), if it was.
+    pub fn told(&self, rank: u32) -> Option<String> {
+        std::fs::read_to_string(self.dir.join(format!("told.{rank}"))).ok()
+    }
+
     /// Lines the rank wrote to its stdout, by its own count.
     pub fn lines(&self, rank: u32) -> u64 {
         std::fs::read_to_string(self.dir.join(format!("lines.{rank}")))

@@ -2,7 +2,7 @@
 //!
 //! ```text
 //! chaos [--trials N] [--seed S] [--topologies local,lone,tree,ssh] [--trial K] [--cluster DIR]
-//!       [--policy end|restart] [-v]
+//!       [--policy end|restart|continue] [-v]
 //! ```
 //!
 //! Each trial starts a job of `chaosrank` ranks on one topology (this machine; one rank on
@@ -30,6 +30,14 @@
 //! but init, fence and finalize. The ssh topology is left out (a cut link's host stays down,
 //! and the cluster has no spare host).
 //!
+//! With `--policy continue` every job runs with `--on-failure continue`: a rank's own failure
+//! (killed, exit 3, SIGSEGV, PMI closed) ends that rank alone, and the others, told, end the
+//! job by themselves with the failure's code and culprit line, as the end policy's job would
+//! (`chaosrank` stops its endless phases once told); the fifth column counts survivors of an
+//! endless phase (fence, output, stdin) that were not told of the failed rank (its `told.R`
+//! must name it). Abort, a stopped rank, a lost node and rlaunch's own faults are judged as
+//! without it.
+//!
 //! The ssh topology brings up its own cluster of 7 nodes (tests/cluster/cluster.sh), or uses
 //! the one in `--cluster DIR` (brought up by the caller, who takes it down: a runner killed
 //! by a harness's timeout leaves nothing then).
@@ -46,7 +54,7 @@ mod trial;
 use std::collections::BTreeMap;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
-use execute::{Context, Verdict};
+use execute::{Context, Policy, Verdict};
 use trial::{Fault, Phase, Topology, Trial, TREE_NODES};
 
 struct Options {
@@ -57,14 +65,13 @@ struct Options {
     topologies: Vec<Topology>,
     only: Option<u32>,
     verbose: bool,
-    /// `--policy restart`: every job runs with `--max-restarts 1`.
-    restart: bool,
+    policy: Policy,
 }
 
 fn usage(what: &str) -> ! {
     eprintln!(
         "chaos: {what}\nusage: chaos [--trials N] [--seed S] [--topologies local,tree,ssh] \
-         [--trial K] [--cluster DIR] [--policy end|restart] [-v]"
+         [--trial K] [--cluster DIR] [--policy end|restart|continue] [-v]"
     );
     std::process::exit(2);
 }
@@ -77,7 +84,7 @@ fn options() -> Options {
         topologies: Topology::ALL.to_vec(),
         only: None,
         verbose: false,
-        restart: false,
+        policy: Policy::End,
     };
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
@@ -102,17 +109,18 @@ fn options() -> Options {
             }
             "--cluster" => o.cluster = Some(value("--cluster").into()),
             "--policy" => {
-                o.restart = match value("--policy").as_str() {
-                    "end" => false,
-                    "restart" => true,
-                    other => usage(&format!("unknown policy {other:?} (end or restart)")),
+                o.policy = match value("--policy").as_str() {
+                    "end" => Policy::End,
+                    "restart" => Policy::Restart,
+                    "continue" => Policy::Continue,
+                    other => usage(&format!("unknown policy {other:?} (end, restart or continue)")),
                 }
             }
             "-v" => o.verbose = true,
             other => usage(&format!("unknown argument {other:?}")),
         }
     }
-    if o.restart {
+    if o.policy == Policy::Restart {
         o.topologies.retain(|&t| t != Topology::Ssh);
         if o.topologies.is_empty() {
             usage("the restart policy runs on local, lone and tree");
@@ -129,6 +137,7 @@ struct Failures {
     wrong_exit: u32,
     wrong_culprit: u32,
     lost_output: u32,
+    untold: u32,
 }
 
 impl Failures {
@@ -138,10 +147,16 @@ impl Failures {
         self.wrong_exit += u32::from(v.wrong_exit.is_some());
         self.wrong_culprit += u32::from(v.wrong_culprit.is_some());
         self.lost_output += u32::from(v.lost_output.is_some());
+        self.untold += u32::from(v.untold.is_some());
     }
 
     fn sum(&self) -> u32 {
-        self.orphans + self.hangs + self.wrong_exit + self.wrong_culprit + self.lost_output
+        self.orphans
+            + self.hangs
+            + self.wrong_exit
+            + self.wrong_culprit
+            + self.lost_output
+            + self.untold
     }
 }
 
@@ -180,11 +195,15 @@ fn main() {
         work: work.path().to_path_buf(),
         cluster,
         netns,
-        restart: o.restart,
+        policy: o.policy,
     };
     let names: Vec<&str> = o.topologies.iter().map(|t| t.name()).collect();
     let count = o.only.map_or(o.trials, |_| 1);
-    let policy = if o.restart { "restart (--max-restarts 1)" } else { "end" };
+    let policy = match o.policy {
+        Policy::End => "end",
+        Policy::Restart => "restart (--max-restarts 1)",
+        Policy::Continue => "continue (--on-failure continue)",
+    };
     println!("chaos: seed {}, {count} trials over {}, policy {policy}", o.seed, names.join(","));
 
     let started = Instant::now();
@@ -193,6 +212,7 @@ fn main() {
     let mut by_topology: BTreeMap<&str, u32> = BTreeMap::new();
     let (mut ran, mut missed) = (0, 0);
     let (mut restarts_due, mut restarted) = (0, 0);
+    let (mut told_due, mut told) = (0, 0);
     let indices: Vec<u32> = match o.only {
         Some(k) => vec![k],
         None => (0..o.trials).collect(),
@@ -204,6 +224,8 @@ fn main() {
         missed += u32::from(!verdict.landed);
         restarts_due += u32::from(verdict.restart_due);
         restarted += u32::from(verdict.restart_due && verdict.restarted);
+        told_due += u32::from(verdict.told_due);
+        told += u32::from(verdict.told_due && verdict.untold.is_none());
         *counts.entry((trial.fault, trial.phase)).or_default() += 1;
         *by_topology.entry(trial.topology.name()).or_default() += 1;
         failures.entry(trial.fault).or_default().add(&verdict);
@@ -226,8 +248,11 @@ fn main() {
         topo.join(", "),
         started.elapsed().as_secs_f64()
     );
-    if o.restart {
+    if o.policy == Policy::Restart {
         println!("restarts that should have happened and did: {restarted} of {restarts_due}");
+    }
+    if o.policy == Policy::Continue {
+        println!("failures every survivor was told of: {told} of {told_due}");
     }
     if total.sum() > 0 || restarted < restarts_due {
         println!("chaos: {} trials failed a check (seed {})", total.sum(), o.seed);
@@ -245,6 +270,7 @@ fn report_failure(trial: &Trial, verdict: &Verdict, seed: u64, verbose: bool) {
         ("wrong exit", &verdict.wrong_exit),
         ("wrong culprit", &verdict.wrong_culprit),
         ("lost output", &verdict.lost_output),
+        ("survivors not told", &verdict.untold),
     ];
     for (name, what) in checks {
         if let Some(what) = what {
@@ -265,7 +291,7 @@ fn print_table(
     for phase in Phase::ALL {
         print!("{:>7}", phase.name());
     }
-    println!(" | orphans  hangs  wrong-exit  wrong-culprit  lost-output");
+    println!(" | orphans  hangs  wrong-exit  wrong-culprit  lost-output  untold");
     let mut total = Failures::default();
     let mut phase_totals = [0u32; 5];
     for fault in Fault::ALL {
@@ -286,6 +312,7 @@ fn print_table(
         total.wrong_exit += f.wrong_exit;
         total.wrong_culprit += f.wrong_culprit;
         total.lost_output += f.lost_output;
+        total.untold += f.untold;
     }
     print!("{:<24}", "all");
     for n in phase_totals {
@@ -297,7 +324,7 @@ fn print_table(
 
 fn columns(f: &Failures) -> String {
     format!(
-        "{:>7}  {:>5}  {:>10}  {:>13}  {:>11}",
-        f.orphans, f.hangs, f.wrong_exit, f.wrong_culprit, f.lost_output
+        "{:>7}  {:>5}  {:>10}  {:>13}  {:>11}  {:>6}",
+        f.orphans, f.hangs, f.wrong_exit, f.wrong_culprit, f.lost_output, f.untold
     )
 }
