@@ -32,7 +32,7 @@ fn slurm_runs_steps_allocations_batch_jobs_and_mpi_and_cancels_cleanly() {
     let cluster = SlurmCluster::up(NODES);
     eprintln!("slurm cluster up in {:?}", started.elapsed());
     assert_eq!(cluster.running_daemons().len(), 2 + NODES, "munged, slurmctld, a slurmd a node");
-    let steps: [Step; 18] = [
+    let steps: [Step; 19] = [
         ("srun", srun_runs_a_task_on_each_node),
         ("salloc", salloc_exports_the_allocation),
         ("sbatch", sbatch_wait_runs_a_batch_script_on_the_first_node),
@@ -51,6 +51,7 @@ fn slurm_runs_steps_allocations_batch_jobs_and_mpi_and_cancels_cleanly() {
         ("rlaunch-strangers", strangers_at_the_listener_get_nothing_and_never_disturb_the_job),
         ("rlaunch-tree", the_proxies_srun_starts_form_a_tree_not_a_star),
         ("rlaunch-lost", a_killed_proxy_in_an_allocation_ends_the_job_naming_its_node),
+        ("rlaunch-restart", a_failed_rank_in_an_allocation_restarts_the_job_with_a_new_srun),
     ];
     for (name, step) in steps {
         let step_started = Instant::now();
@@ -639,4 +640,44 @@ fn a_killed_proxy_in_an_allocation_ends_the_job_naming_its_node(cluster: &SlurmC
     out.tag.wait_until_none(Duration::from_secs(10)).unwrap_or_else(|left| {
         panic!("left on the nodes {:?} after its proxy was killed: {left:?}", killed.elapsed())
     });
+}
+
+/// `--max-restarts` inside an allocation: rank 3 (on n2) fails in the first attempt; the job
+/// is torn down, a new srun starts the second attempt's proxies, which dial in afresh, and
+/// every rank runs again on its node, told it is restart 1 (`srun N`: its proxy's step).
+fn a_failed_rank_in_an_allocation_restarts_the_job_with_a_new_srun(cluster: &SlurmCluster) {
+    let rlaunch = rlaunch_tests::rlaunch().to_string_lossy().into_owned();
+    let script = r#"if [ "$RLAUNCH_RESTART_COUNT" = 0 ] && [ "$PMI_RANK" = 3 ]; then exit 3; fi
+        echo "rank $PMI_RANK attempt $RLAUNCH_RESTART_COUNT on $(hostname) srun $(tr '\0' '\n' < /proc/$PPID/environ | sed -n 's/^SLURM_STEP_ID=//p')""#;
+    let options = ["--launcher", "slurm", "--max-restarts", "1"];
+    let args = [&["-N3", "-n6", rlaunch.as_str()][..], &options, &["sh", "-c", script]].concat();
+    let out = cluster.run("salloc", &args).timeout(WAIT).run();
+    out.assert_code(0);
+    let err = out.stderr_str();
+    let said = rlaunch_lines(&err);
+    assert_eq!(said.len(), 1, "{out}");
+    let culprit = regex_free_pid(said[0], "rlaunch: rank 3 (pid ", " on n2) exited with code 3");
+    assert!(culprit, "{out}");
+    assert!(said[0].ends_with("; restarting the job (restart 1 of 1)"), "{out}");
+    // The second attempt: every rank on its node of the first, from a step of its own.
+    let second: Vec<String> =
+        sorted(out.lines().into_iter().filter(|l| l.contains(" attempt 1 on ")));
+    let steps: std::collections::BTreeSet<&str> =
+        second.iter().filter_map(|l| l.rsplit(" srun ").next()).collect();
+    assert_eq!(steps.len(), 1, "one step for the second attempt's proxies: {out}");
+    let step = steps.into_iter().next().unwrap();
+    let want: Vec<String> =
+        (0..6).map(|r| format!("rank {r} attempt 1 on n{} srun {step}", r / 2 + 1)).collect();
+    assert_eq!(second, want, "{out}");
+    // The first attempt's ranks that printed did so from an earlier step.
+    for line in out.lines().iter().filter(|l| l.contains(" attempt 0 on ")) {
+        assert!(!line.ends_with(&format!(" srun {step}")), "{out}");
+    }
+}
+
+/// `line` is `head`, a number, then `tail`.
+fn regex_free_pid(line: &str, head: &str, tail: &str) -> bool {
+    let Some(rest) = line.strip_prefix(head) else { return false };
+    let digits = rest.chars().take_while(char::is_ascii_digit).count();
+    digits > 0 && rest[digits..].starts_with(tail)
 }
