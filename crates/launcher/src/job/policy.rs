@@ -240,8 +240,10 @@ impl Policy {
     /// and decides the job's status.
     fn fail(&mut self, cause: Cause, now: Now) -> Vec<Action> {
         // `--on-failure continue`: a rank's failure is its own; the job's status still says
-        // the first one at the end.
-        if let Cause::RankFailed { rank, .. } = cause {
+        // the first one at the end. A rank that closed its PMI connection before finalize
+        // while still running has failed as surely as one that exited so (which of the two
+        // the node sees first is a race): the others are told, and it ends when it ends.
+        if let Cause::RankFailed { rank, .. } | Cause::PmiFault { rank, .. } = cause {
             if self.restarts.goes_on && !self.torn {
                 self.causes.push(cause);
                 return vec![Action::RankGone(rank)];
@@ -529,6 +531,9 @@ mod tests {
         let mut policy = Policy::new(GRACE, Restarts { goes_on: true, ..Restarts::default() });
         let gone = policy.on(failed(1, ExitOutcome::Exited(3)), now(t0));
         assert_eq!(gone, [Action::RankGone(Gid(1))]);
+        let what = "closed its PMI connection before calling finalize".to_string();
+        let closed = Cause::PmiFault { rank: Gid(2), pid: 102, what };
+        assert_eq!(policy.on(Event::Failed(closed), now(t0)), [Action::RankGone(Gid(2))]);
         let lost = Cause::LostProxy { host: "n1".into(), reason: "gone".into(), came_up: true };
         assert_eq!(policy.on(Event::Failed(lost), now(t0)), tear_down(GRACE, OUTPUT_GRACE, true));
         assert_eq!(policy.first().map(Cause::exit_code), Some(3), "the first failure's status");
