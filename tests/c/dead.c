@@ -7,35 +7,16 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include "aborted.h"
 #include "pmix_client.h"
-
-static volatile int told = -1;
-
-static void on_aborted(size_t id, pmix_status_t status, const pmix_proc_t *source,
-                       pmix_info_t info[], size_t ninfo, pmix_info_t *results, size_t nresults,
-                       pmix_event_notification_cbfunc_fn_t cbfunc, void *cbdata)
-{
-    (void)id, (void)status, (void)source, (void)results, (void)nresults;
-    for (size_t i = 0; i < ninfo; i++)
-        if (PMIX_CHECK_KEY(&info[i], PMIX_EVENT_AFFECTED_PROC))
-            told = (int)info[i].value.data.proc->rank;
-    if (cbfunc)
-        cbfunc(PMIX_EVENT_ACTION_COMPLETE, NULL, 0, NULL, NULL, cbdata);
-}
 
 int main(void)
 {
     pmix_proc_t me = client_init("dead");
     pmix_proc_t job;
     client_job_size("dead", &me, &job);
-    if (me.rank != 1) {
-        pmix_status_t code = PMIX_ERR_PROC_ABORTED;
-        pmix_status_t rc = PMIx_Register_event_handler(&code, 1, NULL, 0, on_aborted, NULL, NULL);
-        if (rc < 0) {
-            fprintf(stderr, "dead: PMIx_Register_event_handler: %s\n", PMIx_Error_string(rc));
-            return 1;
-        }
-    }
+    if (me.rank != 1)
+        hear_aborted("dead");
     /* Every handler is in before rank 1 goes. */
     client_fence("dead", &job, false);
     if (me.rank == 1)

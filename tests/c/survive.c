@@ -2,26 +2,13 @@
  * rank registers a PMIx handler for PMIX_ERR_PROC_ABORTED; after a barrier rank 1 exits 3;
  * the others wait (10 s at most) to be told, sum their ranks over a communicator of the
  * survivors (MPI_Comm_create_group: collective over its group only), print
- * `rank R told rank F failed, survivors' sum S`, and finalize. */
+ * `rank R told rank F failed, survivors' sum S`, finalize, and print `rank R finalized`. */
 #include <mpi.h>
-#include <pmix.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <unistd.h>
 
-static volatile int told = -1;
-
-static void on_aborted(size_t id, pmix_status_t status, const pmix_proc_t *source,
-                       pmix_info_t info[], size_t ninfo, pmix_info_t *results, size_t nresults,
-                       pmix_event_notification_cbfunc_fn_t cbfunc, void *cbdata)
-{
-    (void)id, (void)status, (void)source, (void)results, (void)nresults;
-    for (size_t i = 0; i < ninfo; i++)
-        if (PMIX_CHECK_KEY(&info[i], PMIX_EVENT_AFFECTED_PROC))
-            told = (int)info[i].value.data.proc->rank;
-    if (cbfunc)
-        cbfunc(PMIX_EVENT_ACTION_COMPLETE, NULL, 0, NULL, NULL, cbdata);
-}
+#include "aborted.h"
 
 int main(int argc, char **argv)
 {
@@ -35,12 +22,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "survive: PMIx_Init: %s\n", PMIx_Error_string(rc));
         return 1;
     }
-    pmix_status_t code = PMIX_ERR_PROC_ABORTED;
-    rc = PMIx_Register_event_handler(&code, 1, NULL, 0, on_aborted, NULL, NULL);
-    if (rc < 0) {
-        fprintf(stderr, "survive: PMIx_Register_event_handler: %s\n", PMIx_Error_string(rc));
-        return 1;
-    }
+    hear_aborted("survive");
     MPI_Barrier(MPI_COMM_WORLD);
     if (rank == 1)
         exit(3);

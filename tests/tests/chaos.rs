@@ -19,6 +19,14 @@ fn assert_every_column_zero(text: &str) {
     assert_eq!(failures, ["0", "0", "0", "0", "0", "0"], "{text}");
 }
 
+/// The runner's `LABEL: N of M` line: (N, M).
+fn counted(text: &str, label: &str) -> (u32, u32) {
+    let line = text.lines().find_map(|l| l.strip_prefix(label));
+    let line = line.unwrap_or_else(|| panic!("no line {label:?}: {text}"));
+    let (n, m) = line.split_once(" of ").unwrap_or_else(|| panic!("{line:?}: {text}"));
+    (n.parse().expect("a count"), m.parse().expect("a count"))
+}
+
 #[test]
 fn forty_random_faults_leave_no_orphan_no_hang_and_the_right_culprit() {
     assert!(
@@ -61,13 +69,9 @@ fn twenty_random_faults_under_restarts_end_in_completed_jobs() {
     out.assert_code(0);
     let text = out.stdout_str();
     assert_every_column_zero(&text);
-    let line = text
-        .lines()
-        .find(|l| l.starts_with("restarts that should have happened and did: "))
-        .expect("the restarts' line");
-    let counts: Vec<&str> = line.rsplit(": ").next().unwrap().split(" of ").collect();
-    assert_eq!(counts[0], counts[1], "{text}");
-    assert!(counts[1].parse::<u32>().unwrap() > 0, "no restart was called for: {text}");
+    let (did, due) = counted(&text, "restarts that should have happened and did: ");
+    assert_eq!(did, due, "{text}");
+    assert!(due > 0, "no restart was called for: {text}");
 }
 
 /// The continue policy's bounded run (`--policy continue`: every job with `--on-failure
@@ -92,11 +96,7 @@ fn twenty_random_faults_under_continue_tell_the_survivors() {
     out.assert_code(0);
     let text = out.stdout_str();
     assert_every_column_zero(&text);
-    let line = text
-        .lines()
-        .find(|l| l.starts_with("failures every survivor was told of: "))
-        .expect("the survivors' line");
-    let counts: Vec<&str> = line.rsplit(": ").next().unwrap().split(" of ").collect();
-    assert_eq!(counts[0], counts[1], "{text}");
-    assert!(counts[1].parse::<u32>().unwrap() > 0, "no survivor had to be told: {text}");
+    let (told, due) = counted(&text, "failures every survivor was told of: ");
+    assert_eq!(told, due, "{text}");
+    assert!(due > 0, "no survivor had to be told: {text}");
 }
