@@ -61,17 +61,8 @@ fn forty_random_faults_leave_no_orphan_no_hang_and_the_right_culprit() {
 /// called for happened (about a minute on two cores: a stopped rlaunch alone takes 13 s).
 #[test]
 fn twenty_random_faults_under_restarts_end_in_completed_jobs() {
-    let trials = "20";
-    let options = ["--trials", trials, "--policy", "restart", "--topologies", "local,lone,tree"];
-    let out =
-        Run::program(rlaunch_tests::chaos(), &options).timeout(Duration::from_secs(300)).run();
-    println!("{}", out.stdout_str());
-    out.assert_code(0);
-    let text = out.stdout_str();
-    assert_every_column_zero(&text);
-    let (did, due) = counted(&text, "restarts that should have happened and did: ");
-    assert_eq!(did, due, "{text}");
-    assert!(due > 0, "no restart was called for: {text}");
+    let options = ["--trials", "20", "--policy", "restart"];
+    policy_run(&options, "restarts that should have happened and did: ");
 }
 
 /// The continue policy's bounded run (`--policy continue`: every job with `--on-failure
@@ -80,23 +71,21 @@ fn twenty_random_faults_under_restarts_end_in_completed_jobs() {
 /// 20 trials have such failures; the 1000-trial runs in docs/reliability.md draw afresh).
 #[test]
 fn twenty_random_faults_under_continue_tell_the_survivors() {
-    let options = [
-        "--trials",
-        "20",
-        "--seed",
-        "20261207",
-        "--policy",
-        "continue",
-        "--topologies",
-        "local,lone,tree",
-    ];
+    let options = ["--trials", "20", "--seed", "20261207", "--policy", "continue"];
+    policy_run(&options, "failures every survivor was told of: ");
+}
+
+/// Runs the chaos runner with `options` on this machine and the fake nodes; every column
+/// must be zero, and the count its line `label` gives must be all that was due, and some.
+fn policy_run(options: &[&str], label: &str) {
+    let options = [options, &["--topologies", "local,lone,tree"]].concat();
     let out =
         Run::program(rlaunch_tests::chaos(), &options).timeout(Duration::from_secs(300)).run();
     println!("{}", out.stdout_str());
     out.assert_code(0);
     let text = out.stdout_str();
     assert_every_column_zero(&text);
-    let (told, due) = counted(&text, "failures every survivor was told of: ");
-    assert_eq!(told, due, "{text}");
-    assert!(due > 0, "no survivor had to be told: {text}");
+    let (done, due) = counted(&text, label);
+    assert_eq!(done, due, "{text}");
+    assert!(due > 0, "nothing was due ({label}): {text}");
 }
