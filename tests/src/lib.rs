@@ -84,9 +84,9 @@ pub use procs::{
     TaggedProcess, TAG_VAR,
 };
 pub use programs::{
-    chaos, fake_scheduler_launchers, fakessh, jax_job, mpi4py_hang, pmiprog, pmiprog_str, proxy,
-    proxy_str, python_hang, rankprog, rankprog_str, rlaunch, rlaunch_without_pmix, spawn_client,
-    torch_job, venv_python, xgboost_job,
+    chaos, chaosrank, fake_scheduler_launchers, fakessh, jax_job, mpi4py_hang, pmiprog,
+    pmiprog_str, proxy, proxy_str, python_hang, rankprog, rankprog_str, rlaunch,
+    rlaunch_without_pmix, spawn_client, torch_job, venv_python, xgboost_job,
 };
 pub use run::{Job, Outcome, Run, DEFAULT_TIMEOUT};
 pub use tempdir::{tempdir, TempDir};

@@ -55,6 +55,12 @@ pub fn chaos() -> PathBuf {
     built_binary("chaos", "cargo build -p rlaunch-tests")
 }
 
+/// The chaos runner's rank program (`src/bin/chaosrank.rs`): a PMI-1 rank that does one
+/// phase's work for ever, and under `--on-failure continue` stops once told of a failure.
+pub fn chaosrank() -> PathBuf {
+    built_binary("chaosrank", "cargo build -p rlaunch-tests")
+}
+
 /// [`proxy`] as a string, for argument lists.
 pub fn proxy_str() -> String {
     path_str(proxy())

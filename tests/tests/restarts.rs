@@ -363,3 +363,36 @@ fn with_on_failure_continue_an_open_mpi_program_is_told_and_its_survivors_finish
         assert!(said[0].ends_with(") exited with code 3"), "{options:?}: {out}");
     }
 }
+
+/// `--on-failure continue` and a lost node: n2's proxy, an interior one (n4 and n5 are its
+/// children in a tree of width 2), is killed while every rank fences in a loop. The ranks of
+/// n2, n4 and n5 have failed: the others' fences complete without them, they read which in
+/// `PMI_dead_processes` and end by themselves, and the job's status is the lost node's.
+#[test]
+fn with_on_failure_continue_a_lost_node_fails_its_ranks_and_those_under_it() {
+    let dir = rlaunch_tests::tempdir();
+    let files = dir.path().to_str().expect("a UTF-8 temporary directory").to_owned();
+    let chaosrank = rlaunch_tests::chaosrank().to_string_lossy().into_owned();
+    let hosts = "n1,n2,n3,n4,n5,n6,n7";
+    let options = ["--on-failure", "continue", "--launcher", "fork", "--hosts", hosts];
+    let tree = ["--tree-width", "2", "-n", "7", &chaosrank, &files, "fence"];
+    let job = Run::new(&[&options[..], &tree].concat()).timeout(WAIT).spawn();
+    // Every rank is past its first fence, and fencing in its loop.
+    let ready = Instant::now() + WAIT;
+    while !(0..7).all(|r| dir.path().join(format!("ready.{r}")).exists()) {
+        assert!(Instant::now() < ready, "the ranks never got ready");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let read = |name: String| std::fs::read_to_string(dir.path().join(name)).unwrap_or_default();
+    let rank1: i32 = read("pid.1".into()).trim().parse().expect("rank 1's pid");
+    let proxy = rlaunch_tests::procfs::parent_pid(rank1);
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(proxy), Signal::SIGKILL).unwrap();
+    let out = job.wait(WAIT);
+    out.assert_code(255);
+    let said = said(&out);
+    assert_eq!(said, ["rlaunch: lost proxy on n2 (its proxy was killed by signal 9 (SIGKILL))"]);
+    for rank in [0, 2, 3, 6] {
+        assert_eq!(read(format!("told.{rank}")), "1,4-5", "rank {rank}: {out}");
+    }
+    out.tag.wait_until_none(Duration::from_secs(5)).unwrap();
+}

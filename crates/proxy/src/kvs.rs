@@ -89,6 +89,11 @@ impl Kvs {
         self.visible.get(key).cloned()
     }
 
+    /// The fence in progress (counted from 0).
+    pub fn epoch(&self) -> u64 {
+        self.fold.epoch()
+    }
+
     /// The fence in progress (counted from 0), and whether local rank `local` is in it.
     pub fn fence_of(&self, local: Local) -> (u64, bool) {
         (self.fold.epoch(), self.waiting.iter().any(|&(l, _)| l == local))
@@ -160,6 +165,12 @@ impl Kvs {
                 self.fold.leave();
             }
         }
+        self.step(children)
+    }
+
+    /// The child subtrees to wait for are now `children` (one was lost, the job going on):
+    /// where the fence under way stands.
+    pub fn recount(&mut self, children: usize) -> FenceStep {
         self.step(children)
     }
 

@@ -26,8 +26,10 @@
 //! | `told.R`    | under continue, once told that ranks failed: their list        |
 //!
 //! Under `--on-failure continue` (the runner's continue policy; `RLAUNCH_DEAD_RANKS_FILE` is
-//! set) the phases that run forever end once a rank has failed: the fence phase reads
-//! `PMI_dead_processes` after each fence, the output and stdin phases look for the file of
+//! set) the phases that run forever end once a rank has failed: in the fence phase each rank
+//! puts whether `PMI_dead_processes` lists a rank yet, and all stop after the first fence in
+//! which one did (the same fence for all: a rank that stopped earlier would leave the others
+//! in a fence for ever); the output and stdin phases look for the file of
 //! failed ranks before each write (rank 0 of the stdin phase every 20 ms while stdin is
 //! quiet); a rank that learns of a failure writes `told.R` (the list), finalizes and exits 0.
 //!
@@ -50,7 +52,7 @@ use std::time::Duration;
 use nix::sys::signal::{kill, signal, SigHandler, SigSet, Signal};
 use nix::sys::socket::{shutdown, Shutdown};
 use nix::unistd::{getpid, write};
-use pmi_wire::client::{connect, Version};
+use pmi_wire::client::{connect, PmiClient, Version};
 use rlaunch_tests::{flood_line, FLOOD_LINE_LEN};
 
 /// Bytes written at once: `PIPE_BUF`, so that a write is all or nothing.
@@ -169,17 +171,35 @@ fn main() {
     match phase {
         Phase::Launch => {}
         Phase::Fence => {
+            let dead = |pmi: &mut Box<dyn PmiClient + Send>| {
+                let list = pmi.get("PMI_dead_processes").unwrap_or_else(|e| pmi_failed("get", &e));
+                list.unwrap_or_default()
+            };
             for epoch in 1u64.. {
                 let key = |r: u32| format!("k{r}.{epoch}");
                 let value = |r: u32| format!("{r}.{epoch}");
+                // Under continue the survivors must stop after the same fence, or those still
+                // fencing wait for ever for those that stopped: each says in this epoch's
+                // pairs whether it has heard of a failure, and all read the same pairs.
+                let heard = told.watching() && !dead(&mut pmi).is_empty();
                 pmi.put(&key(rank), &value(rank)).unwrap_or_else(|e| pmi_failed("put", &e));
+                if told.watching() {
+                    let flag = if heard { "1" } else { "0" };
+                    pmi.put(&format!("h{rank}.{epoch}"), flag)
+                        .unwrap_or_else(|e| pmi_failed("put", &e));
+                }
                 pmi.fence().unwrap_or_else(|e| pmi_failed("fence", &e));
                 if told.watching() {
-                    // Set on this node before any fence completes without the failed rank.
-                    let dead =
-                        pmi.get("PMI_dead_processes").unwrap_or_else(|e| pmi_failed("get", &e));
-                    if told.heard(dead.as_deref().unwrap_or_default()) {
+                    let flag = |r: u32| pmi.get(&format!("h{r}.{epoch}"));
+                    let any = (0..size).map(flag).any(|f| matches!(f, Ok(Some(f)) if f == "1"));
+                    // The failure is known on this node before the fence that shows it ends.
+                    let list = dead(&mut pmi);
+                    if any && told.heard(&list) {
                         break;
+                    }
+                    if !list.is_empty() {
+                        // The neighbour may be the failed rank, with no key of this epoch.
+                        continue;
                     }
                 }
                 let neighbour = (rank + 1) % size;

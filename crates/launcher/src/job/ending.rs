@@ -2,13 +2,15 @@
 //! grace, then SIGKILL, with a deadline for the output a slow reader has not taken), and at
 //! the end one line says why, with the exit status of [`crate::exit`].
 
+use std::collections::HashSet;
 use std::io;
 use std::time::Duration;
 
 use rlaunch_protocol::record;
 use tokio::time::Instant;
 
-use rlaunch_protocol::control::Down;
+use rlaunch_protocol::control::{Down, NodePlan};
+use rlaunch_protocol::ids::NodeId;
 
 use super::cause::Cause;
 use super::policy::{Action, Event, Now};
@@ -78,7 +80,37 @@ impl Root {
                 self.dead.add(&rlaunch_protocol::stacks::RankSet::of(rank));
                 self.children.broadcast(&Down::Dead { ranks: self.dead.clone() });
             }
+            Action::NodeGone(host) => self.node_gone(&host),
         }
+    }
+
+    /// The proxy on `host` was lost and the job goes on: the ranks of its node and of every
+    /// node under it in the tree (their proxies end with their lost parent) have failed.
+    /// Every node is told; the fences under way stop waiting for them (a lost top proxy is
+    /// no party of them now, see `Children::fence_parties`).
+    fn node_gone(&mut self, host: &str) {
+        fn under(node: &NodePlan, host: &str, lost: bool, nodes: &mut HashSet<NodeId>) {
+            let lost = lost || node.host == host;
+            if lost {
+                nodes.insert(node.index);
+            }
+            for child in &node.children {
+                under(child, host, lost, nodes);
+            }
+        }
+        let mut nodes = HashSet::new();
+        for root in &self.plan.roots {
+            under(root, host, false, &mut nodes);
+        }
+        let gone = self.roll.gone_with(&nodes);
+        tracing::debug!(%host, nodes = nodes.len(), ranks = gone.len(), "a lost node's ranks are gone");
+        for rank in gone {
+            self.dead.add(&rlaunch_protocol::stacks::RankSet::of(rank));
+        }
+        self.children.broadcast(&Down::Dead { ranks: self.dead.clone() });
+        self.pmi_fence_step();
+        self.pmix_fence_step();
+        self.decide(Event::Gone);
     }
 
     /// Has every proxy tear its subtree down, drops the output not written `output_wait`

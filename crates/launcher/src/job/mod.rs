@@ -48,7 +48,7 @@ use std::time::Duration;
 use rlaunch_protocol::control::{
     DmodexAnswer, DmodexData, Down, Job, NameOp, NodePlan, StdinTarget, Up,
 };
-use rlaunch_tree::children::{ChildNews, Children};
+use rlaunch_tree::children::{ChildNews, Children, Fence};
 use rlaunch_tree::dialin::Dialed;
 use rlaunch_tree::fence::FenceFold;
 use rlaunch_tree::link::{ForkedProxy, LinkEvent};
@@ -505,11 +505,7 @@ impl Root {
                     tracing::warn!(epoch, expected, "fence entry for another epoch");
                 }
                 self.fence.arrive(pairs);
-                if let Some((epoch, pairs)) = self.fence.complete(self.children.fence_parties()) {
-                    tracing::debug!(epoch, pairs = pairs.len(), "fence complete");
-                    self.children.broadcast(&Down::FenceOut { epoch, pairs });
-                    self.fence.finish(epoch);
-                }
+                self.pmi_fence_step();
             }
             Up::PmixFencePart { epoch, node, data } => {
                 if let Err(too_large) = self.pmix_fence.part(epoch, node, &data) {
@@ -565,10 +561,21 @@ impl Root {
         }
     }
 
+    /// Once every top proxy is in the launched job's PMI fence, its pairs go down.
+    pub(super) fn pmi_fence_step(&mut self) {
+        let parties = self.children.fence_parties(Fence::Pmi, self.fence.epoch());
+        if let Some((epoch, pairs)) = self.fence.complete(parties) {
+            tracing::debug!(epoch, pairs = pairs.len(), "fence complete");
+            self.children.broadcast(&Down::FenceOut { epoch, pairs });
+            self.fence.finish(epoch);
+        }
+    }
+
     /// Once every live top proxy is in the launched job's PMIx fence, every node's data goes
     /// down in parts.
-    fn pmix_fence_step(&mut self) {
-        if let Some((epoch, mut parts)) = self.pmix_fence.complete(self.children.fence_parties()) {
+    pub(super) fn pmix_fence_step(&mut self) {
+        let parties = self.children.fence_parties(Fence::Pmix, self.pmix_fence.epoch());
+        if let Some((epoch, mut parts)) = self.pmix_fence.complete(parties) {
             let bytes: usize = parts.iter().map(Vec::len).sum();
             tracing::debug!(epoch, bytes, "PMIx fence complete");
             let data = parts.pop().unwrap_or_default();

@@ -59,6 +59,11 @@ impl PmixFence {
     }
 
     /// The PMIx fences the ranks asked for that completed so far.
+    /// The epoch being folded.
+    pub(crate) fn epoch(&self) -> u64 {
+        self.fold.epoch()
+    }
+
     pub(crate) fn completed(&self) -> u64 {
         self.served_epochs
     }

@@ -54,6 +54,8 @@ pub(super) enum Event {
     /// Every link is closed and the output written: the held ends are judged, and `late`
     /// (an output file that failed with the last lines) recorded. Nothing is acted on.
     After { late: Vec<Cause> },
+    /// Ranks ended with their lost node ([`Action::NodeGone`]), and are counted as ended.
+    Gone,
 }
 
 /// What the Root does about it.
@@ -80,6 +82,9 @@ pub(super) enum Action {
     /// `rank` failed and the job goes on without it: every node is told (`--on-failure
     /// continue`).
     RankGone(rlaunch_protocol::ids::Gid),
+    /// The proxy on `host` was lost after it came up, and the job goes on without it: its
+    /// ranks and those of the subtree under it have failed, and every node is told.
+    NodeGone(String),
 }
 
 /// What a failure does to the job: `--max-restarts`, `--restart-backoff`, `--on-failure`.
@@ -158,14 +163,10 @@ impl Policy {
                         actions.extend(self.fail(Cause::Forwarded(sig), now));
                     }
                 }
-                // Going on after failures, the nodes wait to be told that the job is over.
-                if now.all_ended && self.restarts.goes_on && !self.torn {
-                    self.torn = true;
-                    let (grace, output_wait) = (Duration::ZERO, OUTPUT_GRACE);
-                    actions.push(Action::TearDown { grace, output_wait, only_if_behind: true });
-                }
+                actions.extend(self.over_if_all_ended(now));
                 actions
             }
+            Event::Gone => self.over_if_all_ended(now).into_iter().collect(),
             Event::Failed(cause) => self.fail(cause, now),
             Event::Signal(sig) => self.signal(sig, now),
             Event::GraceOver => match self.forwarded.take() {
@@ -209,6 +210,17 @@ impl Policy {
         }
     }
 
+    /// Going on after failures, the nodes wait to be told that the job is over: once every
+    /// rank has ended.
+    fn over_if_all_ended(&mut self, now: Now) -> Option<Action> {
+        if !(now.all_ended && self.restarts.goes_on && !self.torn) {
+            return None;
+        }
+        self.torn = true;
+        let (grace, output_wait) = (Duration::ZERO, OUTPUT_GRACE);
+        Some(Action::TearDown { grace, output_wait, only_if_behind: true })
+    }
+
     /// Why the job ends, in the order things happened.
     #[cfg(test)]
     pub(super) fn causes(&self) -> &[Cause] {
@@ -247,6 +259,15 @@ impl Policy {
             if self.restarts.goes_on && !self.torn {
                 self.causes.push(cause);
                 return vec![Action::RankGone(rank)];
+            }
+        }
+        // A node lost once up is its ranks' failure, and its subtree's (their proxies end
+        // with their lost parent). One that never came up: the job could not start.
+        if let Cause::LostProxy { host, came_up: true, .. } = &cause {
+            if self.restarts.goes_on && !self.torn {
+                let host = host.clone();
+                self.causes.push(cause);
+                return vec![Action::NodeGone(host)];
             }
         }
         // Between attempts nothing runs that a restart would be for; after the user's signal
@@ -534,9 +555,24 @@ mod tests {
         let what = "closed its PMI connection before calling finalize".to_string();
         let closed = Cause::PmiFault { rank: Gid(2), pid: 102, what };
         assert_eq!(policy.on(Event::Failed(closed), now(t0)), [Action::RankGone(Gid(2))]);
+        // A node lost once up: its ranks have failed, the job goes on.
         let lost = Cause::LostProxy { host: "n1".into(), reason: "gone".into(), came_up: true };
-        assert_eq!(policy.on(Event::Failed(lost), now(t0)), tear_down(GRACE, OUTPUT_GRACE, true));
+        assert_eq!(
+            policy.on(Event::Failed(lost.clone()), now(t0)),
+            [Action::NodeGone("n1".into())]
+        );
+        // One that never came up: the job could not start as asked, and ends.
+        let never = Cause::LostProxy { host: "n2".into(), reason: "ssh".into(), came_up: false };
+        assert_eq!(policy.on(Event::Failed(never), now(t0)), tear_down(GRACE, OUTPUT_GRACE, true));
         assert_eq!(policy.first().map(Cause::exit_code), Some(3), "the first failure's status");
+
+        // The lost node's ranks were the last running: the job is over.
+        let mut policy = Policy::new(GRACE, Restarts { goes_on: true, ..Restarts::default() });
+        policy.on(Event::Failed(lost), now(t0));
+        assert_eq!(policy.on(Event::Gone, now(t0)), []);
+        let over = tear_down(Duration::ZERO, OUTPUT_GRACE, true);
+        assert_eq!(policy.on(Event::Gone, Now { at: t0, all_ended: true }), over);
+        assert_eq!(policy.first().map(Cause::exit_code), Some(255));
 
         // With no failure but the one: every rank's end tells the nodes the job is over.
         let mut policy = Policy::new(GRACE, Restarts { goes_on: true, ..Restarts::default() });

@@ -22,6 +22,9 @@ struct Proc {
     usage: RankUsage,
     /// It ended after the teardown began, by the signal that ends what still runs.
     torn_down: bool,
+    /// It ended with its node's lost proxy, the job going on (`--on-failure continue`): no
+    /// end of it was reported.
+    gone: bool,
     /// Why it failed, as it wrote it in its error file (`TORCHELASTIC_ERROR_FILE`).
     error: Option<RankError>,
 }
@@ -97,6 +100,7 @@ impl Roll {
                     outcome: None,
                     usage: RankUsage::default(),
                     torn_down: false,
+                    gone: false,
                     error: None,
                 });
             }
@@ -140,7 +144,7 @@ impl Roll {
 
     /// Node `node` runs a process that has not ended: its proxy is there for a while yet.
     pub(crate) fn node_busy(&self, node: NodeId) -> bool {
-        self.procs.iter().any(|p| p.node == node && p.outcome.is_none())
+        self.procs.iter().any(|p| p.node == node && p.outcome.is_none() && !p.gone)
     }
 
     /// Adds a job of `request`'s processes, process r on node `nodes[r]`; returns its index
@@ -160,6 +164,7 @@ impl Roll {
                 outcome: None,
                 usage: RankUsage::default(),
                 torn_down: false,
+                gone: false,
                 error: None,
             });
         }
@@ -177,7 +182,21 @@ impl Roll {
 
     /// Process `gid` has ended (its end is recorded).
     pub(crate) fn ended(&self, gid: Gid) -> bool {
-        self.procs.get(gid.index()).is_some_and(|p| p.outcome.is_some())
+        self.procs.get(gid.index()).is_some_and(|p| p.outcome.is_some() || p.gone)
+    }
+
+    /// The processes on `nodes` not ended yet ended with their lost node: returned, and
+    /// counted as ended from now on.
+    pub(crate) fn gone_with(&mut self, nodes: &std::collections::HashSet<NodeId>) -> Vec<Gid> {
+        let mut gone = Vec::new();
+        for (index, p) in self.procs.iter_mut().enumerate() {
+            if nodes.contains(&p.node) && p.outcome.is_none() && !p.gone {
+                p.gone = true;
+                self.ends += 1;
+                gone.push(Gid(index as u32));
+            }
+        }
+        gone
     }
 
     /// Every process of the run has ended, spawned ones included.
@@ -197,7 +216,7 @@ impl Roll {
     ) -> bool {
         match self.procs.get_mut(gid.index()) {
             Some(p) => {
-                self.ends += usize::from(p.outcome.is_none());
+                self.ends += usize::from(p.outcome.is_none() && !p.gone);
                 p.outcome = Some((pid, outcome));
                 p.usage = usage;
                 let teardown_signal = [nix::libc::SIGTERM, nix::libc::SIGKILL]

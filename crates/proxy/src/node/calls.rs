@@ -12,10 +12,18 @@ use super::{pmix, Node};
 use crate::kvs::{FenceStep, Kvs, Reply};
 use crate::pmi::{PmiAnswer, PmiCall, PmiPeer};
 use crate::ranks::Local;
+use rlaunch_tree::children::Fence;
 
 impl Node {
     pub(super) fn kvs(&mut self, job: u32) -> Option<&mut Kvs> {
         self.jobs.get_mut(&job).map(|j| &mut j.kvs)
+    }
+
+    /// The child subtrees the launched job's PMI fence under way waits for (only its fences
+    /// span the tree).
+    pub(super) fn child_parties(&self) -> usize {
+        let epoch = self.jobs.get(&0).map_or(0, |j| j.kvs.epoch());
+        self.children.fence_parties(Fence::Pmi, epoch)
     }
 
     /// A request from a rank's PMI connection.
@@ -25,7 +33,7 @@ impl Node {
             let rank = self.ranks.get(local);
             (rank.gid, rank.pid as u32)
         };
-        let child_parties = self.children.fence_parties();
+        let child_parties = self.child_parties();
         match call {
             PmiCall::Closed { clean } => {
                 // Only an early close needs to know whether the rank is on its way out.
@@ -113,11 +121,11 @@ impl Node {
             job => Down::JobFenceOut { job, epoch, pairs: pairs.clone() },
         };
         self.children.broadcast(&down);
-        let children = self.children.fence_parties();
         let Some(kvs) = self.kvs(job) else { return };
         let released = kvs.complete(epoch, pairs);
         // A node whose every rank failed (the job going on) is in the next fence at once.
-        let next = kvs.go_on(children);
+        let children = self.child_parties();
+        let next = self.kvs(job).expect("just seen").go_on(children);
         self.send_replies(released);
         if job == 0 {
             self.fences.complete(record::now_us());
@@ -131,7 +139,7 @@ impl Node {
     /// `RLAUNCH_DEAD_RANKS_FILE`, rewritten whole.
     pub(super) fn ranks_dead(&mut self, dead: RankSet) {
         self.children.broadcast(&Down::Dead { ranks: dead.clone() });
-        let children = self.children.fence_parties();
+        let children = self.child_parties();
         let here: Vec<(Local, u32)> = (0..self.ranks.iter().count())
             .filter(|&local| dead.contains(self.ranks.get(local).gid))
             .map(|local| (local, self.ranks.get(local).job))

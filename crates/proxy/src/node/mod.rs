@@ -342,7 +342,7 @@ impl Node {
             Event::Child { child, event } => {
                 match self.children.on_link(child, event) {
                     Some(ChildNews::Up(Up::FenceIn { pairs, .. })) => {
-                        let parties = self.children.fence_parties();
+                        let parties = self.child_parties();
                         let step = self.kvs(0).map(|kvs| kvs.child_entered(pairs, parties));
                         self.fence_step(0, step);
                     }
@@ -549,8 +549,18 @@ impl Node {
         self.terminate(Duration::from_millis(self.job.kill_grace_ms));
     }
 
-    fn report_lost(&self, Lost { host, reason, came_up }: Lost) {
+    fn report_lost(&mut self, Lost { host, reason, came_up }: Lost) {
         let _ = self.up.control.send(Up::ProxyLost { host, reason, came_up });
+        if self.job.goes_on {
+            // Its subtree's ranks have failed, and the job goes on: the fences under way no
+            // longer wait for it, and may be complete now.
+            let parties = self.child_parties();
+            let step = self.kvs(0).map(|kvs| kvs.recount(parties));
+            self.fence_step(0, step);
+            if self.job.pmix.is_some() && !self.late {
+                self.pmix_fence_recount();
+            }
+        }
     }
 
     fn finished(&self) -> bool {

@@ -68,6 +68,15 @@ struct Child {
     /// Started during the run for spawned ranks (`Launch::late`): no party of the launched
     /// job's fences.
     late: bool,
+    /// The last epoch of the launched job's PMI and PMIx fences it entered.
+    entered: [Option<u64>; 2],
+}
+
+/// The launched job's two fences a child proxy enters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fence {
+    Pmi = 0,
+    Pmix = 1,
 }
 
 #[derive(Default)]
@@ -100,6 +109,8 @@ pub struct Children {
     /// Direct modex requests sent down and not answered yet: (asking node, its id), and the
     /// child they went to.
     asks: HashMap<(NodeId, u32), usize>,
+    /// The job goes on after failures (`Job::goes_on`): a lost child is no party of fences.
+    goes_on: bool,
 }
 
 impl Children {
@@ -217,9 +228,11 @@ impl Children {
             }
         }
         let clock = ChildClock { started: record::now_us(), ..Default::default() };
+        let (record, entered) = (None, [None; 2]);
         let child =
-            Child { state, down, link, credit, dialing, stdin_ranks, clock, record: None, late };
+            Child { state, down, link, credit, dialing, stdin_ranks, clock, record, late, entered };
         self.list.push(child);
+        self.goes_on = job.goes_on;
         lost
     }
 
@@ -299,7 +312,7 @@ impl Children {
 
     /// Takes what child `child`'s link reports: returns what is the owner's to handle.
     pub fn on_link(&mut self, child: usize, event: LinkEvent) -> Option<ChildNews> {
-        let Child { state, clock, link, record: kept, .. } = &mut self.list[child];
+        let Child { state, clock, link, record: kept, entered, .. } = &mut self.list[child];
         match event {
             LinkEvent::Greeted(g) => {
                 tracing::debug!(host = %g.host, pid = g.pid, "proxy up");
@@ -332,7 +345,14 @@ impl Children {
                 *kept = Some(clock.stamp(*record));
                 None
             }
-            LinkEvent::Up(up) => Some(ChildNews::Up(up)),
+            LinkEvent::Up(up) => {
+                match up {
+                    Up::FenceIn { epoch, .. } => entered[Fence::Pmi as usize] = Some(epoch),
+                    Up::PmixFenceIn { epoch, .. } => entered[Fence::Pmix as usize] = Some(epoch),
+                    _ => {}
+                }
+                Some(ChildNews::Up(up))
+            }
             // The owner's delivery takes output before its link events get here.
             LinkEvent::Output { .. } | LinkEvent::Spliced { .. } => None,
             LinkEvent::Stderr(text) => {
@@ -451,8 +471,16 @@ impl Children {
     /// without its subtree would hand the surviving ranks a key space with holes, and the
     /// errors they then report race the true culprit to the launcher (found by the chaos
     /// runner).
-    pub fn fence_parties(&self) -> usize {
-        self.list.iter().filter(|c| !c.late).count()
+    ///
+    /// When the job goes on after failures, a lost child's ranks are failed ones: it is no
+    /// party, and if it had entered fence `epoch` of `fence` it counts as there, so that the
+    /// arrivals its entry added are matched (the caller's fold counts arrivals, not who).
+    pub fn fence_parties(&self, fence: Fence, epoch: u64) -> usize {
+        let gone = |c: &Child| self.goes_on && c.state.lost;
+        let parties = self.list.iter().filter(|c| !c.late && !gone(c)).count();
+        let entered = |c: &&Child| c.entered[fence as usize] == Some(epoch);
+        let lost_in = self.list.iter().filter(|c| !c.late && gone(c)).filter(entered).count();
+        parties + lost_in
     }
 
     /// Sends `down` to every child that is neither lost nor finished; returns those it went

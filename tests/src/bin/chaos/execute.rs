@@ -476,22 +476,33 @@ impl Context {
             }
         }
 
-        // With the continue policy, a rank's own failure in an endless phase is told to every
-        // other rank, which then ends by itself.
-        let survivable = matches!(
-            trial.fault,
-            Fault::KillRank | Fault::RankExit | Fault::RankSignal | Fault::RankPmiClose
-        );
+        // With the continue policy, a rank's own failure, or a lost node's (its ranks', and
+        // those under it), in an endless phase is told to every other rank, which then ends by
+        // itself.
+        let failed: Vec<u32> = match trial.fault {
+            Fault::KillRank | Fault::RankExit | Fault::RankSignal | Fault::RankPmiClose => {
+                vec![trial.rank]
+            }
+            f if f.aims_at_node() => {
+                (0..t.ranks()).filter(|&r| t.under(t.node_of(r), trial.node)).collect()
+            }
+            _ => Vec::new(),
+        };
         let endless = matches!(trial.phase, Phase::Fence | Phase::Output | Phase::Stdin);
-        verdict.told_due = self.policy == Policy::Continue && survivable && endless && !may_succeed;
+        verdict.told_due =
+            self.policy == Policy::Continue && !failed.is_empty() && endless && !may_succeed;
         if verdict.told_due {
-            let want = trial.rank.to_string();
+            let mut want = rlaunch_protocol::stacks::RankSet::default();
+            for &r in &failed {
+                want.add(&rlaunch_protocol::stacks::RankSet(vec![(r, r)]));
+            }
+            let want = want.to_string();
             let untold = (0..t.ranks())
-                .filter(|&r| r != trial.rank)
+                .filter(|r| !failed.contains(r))
                 .find(|&r| files.told(r).as_deref() != Some(want.as_str()));
             if let Some(r) = untold {
                 verdict.untold = Some(format!(
-                    "rank {r} was told {:?}, not rank {want}",
+                    "rank {r} was told {:?}, not ranks {want}",
                     files.told(r).unwrap_or_default()
                 ));
             }

@@ -31,12 +31,13 @@
 //! and the cluster has no spare host).
 //!
 //! With `--policy continue` every job runs with `--on-failure continue`: a rank's own failure
-//! (killed, exit 3, SIGSEGV, PMI closed) ends that rank alone, and the others, told, end the
-//! job by themselves with the failure's code and culprit line, as the end policy's job would
-//! (`chaosrank` stops its endless phases once told); the fifth column counts survivors of an
-//! endless phase (fence, output, stdin) that were not told of the failed rank (its `told.R`
-//! must name it). Abort, a stopped rank, a lost node and rlaunch's own faults are judged as
-//! without it.
+//! (killed, exit 3, SIGSEGV, PMI closed) ends that rank alone, a lost node (its proxy killed
+//! or stopped, its ssh client killed, its link cut) its ranks and those under it in the tree,
+//! and the others, told, end the job by themselves with the failure's code and culprit line,
+//! as the end policy's job would (`chaosrank` stops its endless phases once told); the last
+//! column counts survivors of an endless phase (fence, output, stdin) that were not told
+//! exactly which ranks failed (their `told.R`). Abort, a stopped rank and rlaunch's own
+//! faults are judged as without it.
 //!
 //! The ssh topology brings up its own cluster of 7 nodes (tests/cluster/cluster.sh), or uses
 //! the one in `--cluster DIR` (brought up by the caller, who takes it down: a runner killed

@@ -138,7 +138,13 @@ impl Node {
 
     fn pmix_fence_arrive(&mut self) {
         self.pmix.fence.fold.arrive([]);
-        let parties = 1 + self.children.fence_parties();
+        self.pmix_fence_recount();
+    }
+
+    /// Goes up once this node and every child subtree it waits for are in.
+    pub(in crate::node) fn pmix_fence_recount(&mut self) {
+        let epoch = self.pmix.fence.fold.epoch();
+        let parties = 1 + self.children.fence_parties(rlaunch_tree::children::Fence::Pmix, epoch);
         if let Some((epoch, _)) = self.pmix.fence.fold.complete(parties) {
             let served = self.pmix.fence.served;
             let _ = self.up.control.send(Up::PmixFenceIn { epoch, served });
