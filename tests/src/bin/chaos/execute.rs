@@ -60,6 +60,18 @@ pub enum Policy {
     Restart,
     /// `--on-failure continue`.
     Continue,
+    /// `--max-restarts 1 --spare-hosts n8`: a lost node's ranks restart on n8.
+    Spare,
+}
+
+/// The host `--policy spare` gives its jobs.
+pub const SPARE: &str = "n8";
+
+impl Policy {
+    /// Jobs restart once.
+    pub fn restarts(self) -> bool {
+        matches!(self, Policy::Restart | Policy::Spare)
+    }
 }
 
 /// What went wrong in a trial; all empty is a pass.
@@ -76,6 +88,10 @@ pub struct Verdict {
     pub untold: Option<String>,
     /// With the continue policy: the survivors had to be told of a failed rank.
     pub told_due: bool,
+    /// With the spare policy: a lost node whose ranks had to restart on the spare, and why
+    /// they did not.
+    pub spare_due: bool,
+    pub unspared: Option<String>,
     pub seconds: f64,
     pub stderr: String,
     /// With the restart policy: the fault called for a restart, and one happened.
@@ -91,6 +107,7 @@ impl Verdict {
             || self.wrong_culprit.is_some()
             || self.lost_output.is_some()
             || self.untold.is_some()
+            || self.unspared.is_some()
     }
 }
 
@@ -122,6 +139,9 @@ impl Context {
             Policy::End => {}
             Policy::Restart => args.extend(["--max-restarts", "1"].map(String::from)),
             Policy::Continue => args.extend(["--on-failure", "continue"].map(String::from)),
+            Policy::Spare => {
+                args.extend(["--max-restarts", "1", "--spare-hosts", SPARE].map(String::from))
+            }
         }
         let slots: Vec<String> = self.hosts(t).iter().map(|h| format!("{h}:2")).collect();
         match t {
@@ -152,12 +172,12 @@ impl Context {
 
     /// The job's `--timeout`: with the restart policy, room for the second attempt too.
     fn timeout(&self, t: Topology) -> Duration {
-        t.timeout() + if self.policy == Policy::Restart { RESTART_BOUND } else { Duration::ZERO }
+        t.timeout() + if self.policy.restarts() { RESTART_BOUND } else { Duration::ZERO }
     }
 
     /// The time rlaunch may take after the fault's end of the attempt: the restart's too.
     fn end_bound(&self, bound: Duration) -> Duration {
-        bound + if self.policy == Policy::Restart { RESTART_BOUND } else { Duration::ZERO }
+        bound + if self.policy.restarts() { RESTART_BOUND } else { Duration::ZERO }
     }
 
     /// Every live process of the job: tagged ones here, and anything on the ssh hosts.
@@ -322,7 +342,7 @@ impl Context {
             // Cut before its proxy said hello, a node is given up only after the hello wait
             // (an ssh session on a dead link hangs; 30 s allow for slow logins).
             Fault::LinkDown if in_launch => fault_at + HELLO_WAIT + END_BOUND,
-            Fault::LinkDown => fault_at + LINK_DOWN_BOUND,
+            Fault::LinkDown => fault_at + self.end_bound(LINK_DOWN_BOUND),
             _ => fault_at + self.end_bound(END_BOUND),
         };
         let status = match job.wait_until(deadline) {
@@ -422,20 +442,34 @@ impl Context {
         // With the restart policy, a fault the second attempt does not meet ends in a job
         // that completes, its first line the restart's, which names the culprit as the end
         // would. rlaunch stopped may find its proxies gone when it resumes, and restart.
-        let restartable = matches!(
-            trial.fault,
-            Fault::KillRank
-                | Fault::RankExit
-                | Fault::RankSignal
-                | Fault::RankAbort
-                | Fault::RankPmiClose
-                | Fault::KillLeafProxy
-                | Fault::KillInteriorProxy
-                | Fault::StopProxy
-                | Fault::KillSsh
-        );
-        let restart = self.policy == Policy::Restart;
-        verdict.restarted = verdict.stderr.contains("; restarting the job (restart 1 of 1)");
+        let restartable =
+            matches!(
+                trial.fault,
+                Fault::KillRank
+                    | Fault::RankExit
+                    | Fault::RankSignal
+                    | Fault::RankAbort
+                    | Fault::RankPmiClose
+                    | Fault::KillLeafProxy
+                    | Fault::KillInteriorProxy
+                    | Fault::StopProxy
+                    | Fault::KillSsh
+            ) || (self.policy == Policy::Spare && trial.fault == Fault::LinkDown && !in_launch);
+        let restart = self.policy.restarts();
+        verdict.restarted = verdict.stderr.contains("; restarting the job")
+            && verdict.stderr.contains(" (restart 1 of 1)");
+        // With a spare, a lost node's ranks go there.
+        verdict.spare_due = self.policy == Policy::Spare
+            && restartable
+            && trial.fault.aims_at_node()
+            && !may_succeed;
+        if verdict.spare_due {
+            let moved =
+                format!("; restarting the job with {SPARE} for {node_host} (restart 1 of 1)");
+            if !verdict.stderr.contains(&moved) {
+                verdict.unspared = Some(format!("no line saying {moved:?}"));
+            }
+        }
         let restarted_rlaunch =
             trial.fault == Fault::StopRlaunch && restart && status.code() == Some(0);
         let (code, culprit) = match code {

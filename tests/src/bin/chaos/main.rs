@@ -2,7 +2,7 @@
 //!
 //! ```text
 //! chaos [--trials N] [--seed S] [--topologies local,lone,tree,ssh] [--trial K] [--cluster DIR]
-//!       [--policy end|restart|continue] [-v]
+//!       [--policy end|restart|continue|spare] [-v]
 //! ```
 //!
 //! Each trial starts a job of `chaosrank` ranks on one topology (this machine; one rank on
@@ -39,6 +39,11 @@
 //! exactly which ranks failed (their `told.R`). Abort, a stopped rank and rlaunch's own
 //! faults are judged as without it.
 //!
+//! With `--policy spare` (tree and ssh only) every job runs with `--max-restarts 1
+//! --spare-hosts n8` (the ssh topology's cluster has an eighth host for it): as the restart
+//! policy, and a lost node (a cut link too, once the node was up) must restart on n8, its
+//! restart line saying `with n8 for HOST`.
+//!
 //! The ssh topology brings up its own cluster of 7 nodes (tests/cluster/cluster.sh), or uses
 //! the one in `--cluster DIR` (brought up by the caller, who takes it down: a runner killed
 //! by a harness's timeout leaves nothing then).
@@ -55,7 +60,7 @@ mod trial;
 use std::collections::BTreeMap;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
-use execute::{Context, Policy, Verdict};
+use execute::{Context, Policy, Verdict, SPARE};
 use trial::{Fault, Phase, Topology, Trial, TREE_NODES};
 
 struct Options {
@@ -72,7 +77,7 @@ struct Options {
 fn usage(what: &str) -> ! {
     eprintln!(
         "chaos: {what}\nusage: chaos [--trials N] [--seed S] [--topologies local,tree,ssh] \
-         [--trial K] [--cluster DIR] [--policy end|restart|continue] [-v]"
+         [--trial K] [--cluster DIR] [--policy end|restart|continue|spare] [-v]"
     );
     std::process::exit(2);
 }
@@ -114,7 +119,10 @@ fn options() -> Options {
                     "end" => Policy::End,
                     "restart" => Policy::Restart,
                     "continue" => Policy::Continue,
-                    other => usage(&format!("unknown policy {other:?} (end, restart or continue)")),
+                    "spare" => Policy::Spare,
+                    other => usage(&format!(
+                        "unknown policy {other:?} (end, restart, continue or spare)"
+                    )),
                 }
             }
             "-v" => o.verbose = true,
@@ -125,6 +133,12 @@ fn options() -> Options {
         o.topologies.retain(|&t| t != Topology::Ssh);
         if o.topologies.is_empty() {
             usage("the restart policy runs on local, lone and tree");
+        }
+    }
+    if o.policy == Policy::Spare {
+        o.topologies.retain(|&t| matches!(t, Topology::Tree | Topology::Ssh));
+        if o.topologies.is_empty() {
+            usage("the spare policy runs on tree and ssh");
         }
     }
     o
@@ -177,12 +191,14 @@ fn main() {
         path
     };
     let (rlaunch, chaosrank) = (built("rlaunch"), built("chaosrank"));
+    // The spare policy's spare is one more host of the cluster.
+    let hosts = TREE_NODES + usize::from(o.policy == Policy::Spare);
     let (netns, cluster) = if o.topologies.contains(&Topology::Ssh) {
         let cluster = match &o.cluster {
             Some(dir) => rlaunch_tests::cluster::Cluster::attach(dir),
-            None => rlaunch_tests::cluster::Cluster::up(TREE_NODES),
+            None => rlaunch_tests::cluster::Cluster::up(hosts),
         };
-        let netns = (1..=TREE_NODES)
+        let netns = (1..=hosts)
             .map(|i| job::netns_inode(&format!("rl-n{i}")).expect("the cluster's namespaces exist"))
             .collect();
         (netns, Some(cluster))
@@ -204,6 +220,7 @@ fn main() {
         Policy::End => "end",
         Policy::Restart => "restart (--max-restarts 1)",
         Policy::Continue => "continue (--on-failure continue)",
+        Policy::Spare => "spare (--max-restarts 1 --spare-hosts n8)",
     };
     println!("chaos: seed {}, {count} trials over {}, policy {policy}", o.seed, names.join(","));
 
@@ -214,6 +231,7 @@ fn main() {
     let (mut ran, mut missed) = (0, 0);
     let (mut restarts_due, mut restarted) = (0, 0);
     let (mut told_due, mut told) = (0, 0);
+    let (mut spares_due, mut spared) = (0, 0);
     let indices: Vec<u32> = match o.only {
         Some(k) => vec![k],
         None => (0..o.trials).collect(),
@@ -227,6 +245,8 @@ fn main() {
         restarted += u32::from(verdict.restart_due && verdict.restarted);
         told_due += u32::from(verdict.told_due);
         told += u32::from(verdict.told_due && verdict.untold.is_none());
+        spares_due += u32::from(verdict.spare_due);
+        spared += u32::from(verdict.spare_due && verdict.unspared.is_none());
         *counts.entry((trial.fault, trial.phase)).or_default() += 1;
         *by_topology.entry(trial.topology.name()).or_default() += 1;
         failures.entry(trial.fault).or_default().add(&verdict);
@@ -249,13 +269,16 @@ fn main() {
         topo.join(", "),
         started.elapsed().as_secs_f64()
     );
-    if o.policy == Policy::Restart {
+    if o.policy.restarts() {
         println!("restarts that should have happened and did: {restarted} of {restarts_due}");
     }
     if o.policy == Policy::Continue {
         println!("failures every survivor was told of: {told} of {told_due}");
     }
-    if total.sum() > 0 || restarted < restarts_due {
+    if o.policy == Policy::Spare {
+        println!("lost nodes whose ranks restarted on {SPARE}: {spared} of {spares_due}");
+    }
+    if total.sum() > 0 || restarted < restarts_due || spared < spares_due {
         println!("chaos: {} trials failed a check (seed {})", total.sum(), o.seed);
         // exit() runs no destructor: the work directory goes first.
         drop(work);
@@ -272,6 +295,7 @@ fn report_failure(trial: &Trial, verdict: &Verdict, seed: u64, verbose: bool) {
         ("wrong culprit", &verdict.wrong_culprit),
         ("lost output", &verdict.lost_output),
         ("survivors not told", &verdict.untold),
+        ("not on the spare", &verdict.unspared),
     ];
     for (name, what) in checks {
         if let Some(what) = what {
