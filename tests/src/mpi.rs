@@ -95,6 +95,9 @@ pub enum CProgram {
     /// sum their ranks over a communicator of the survivors, print `rank R told rank F
     /// failed, survivors' sum S`, finalize and print `rank R finalized`.
     OmpiSurvive,
+    /// The chaos runner's rank program for PMIx (`chaos --ranks pmix`): `chaosrank`'s
+    /// phases, faults and side files, as a libpmix client.
+    ChaosPmix,
 }
 
 enum Compiler {
@@ -109,7 +112,7 @@ enum Compiler {
 }
 
 impl CProgram {
-    const COUNT: usize = 25;
+    const COUNT: usize = 26;
 
     /// The executable's name.
     fn name(self) -> &'static str {
@@ -139,6 +142,7 @@ impl CProgram {
             CProgram::HangSplit => "hang-split",
             CProgram::Dead => "dead",
             CProgram::OmpiSurvive => "ompi-survive",
+            CProgram::ChaosPmix => "chaospmix",
         }
     }
 
@@ -155,7 +159,8 @@ impl CProgram {
             | CProgram::Dmodex
             | CProgram::Names
             | CProgram::Fence
-            | CProgram::Dead => Compiler::CcPmix,
+            | CProgram::Dead
+            | CProgram::ChaosPmix => Compiler::CcPmix,
             CProgram::OmpiHello
             | CProgram::OmpiRing
             | CProgram::OmpiAbort

@@ -2,7 +2,7 @@
 //!
 //! ```text
 //! chaos [--trials N] [--seed S] [--topologies local,lone,tree,ssh] [--trial K] [--cluster DIR]
-//!       [--policy end|restart|continue|spare] [-v]
+//!       [--policy end|restart|continue|spare] [--ranks pmi|pmix] [-v]
 //! ```
 //!
 //! Each trial starts a job of `chaosrank` ranks on one topology (this machine; one rank on
@@ -44,6 +44,10 @@
 //! policy, and a lost node (a cut link too, once the node was up) must restart on n8, its
 //! restart line saying `with n8 for HOST`.
 //!
+//! With `--ranks pmix` the ranks are `chaospmix` (tests/c/chaospmix.c), libpmix clients of
+//! each node's PMIx server doing what `chaosrank` does with PMI-1 (abort is `PMIx_Abort`,
+//! closing PMI an exit without `PMIx_Finalize`), and the same checks apply.
+//!
 //! The ssh topology brings up its own cluster of 7 nodes (tests/cluster/cluster.sh), or uses
 //! the one in `--cluster DIR` (brought up by the caller, who takes it down: a runner killed
 //! by a harness's timeout leaves nothing then).
@@ -72,12 +76,14 @@ struct Options {
     only: Option<u32>,
     verbose: bool,
     policy: Policy,
+    /// `--ranks pmix`: the ranks are `chaospmix`, libpmix clients, not `chaosrank` (PMI-1).
+    pmix: bool,
 }
 
 fn usage(what: &str) -> ! {
     eprintln!(
         "chaos: {what}\nusage: chaos [--trials N] [--seed S] [--topologies local,tree,ssh] \
-         [--trial K] [--cluster DIR] [--policy end|restart|continue|spare] [-v]"
+         [--trial K] [--cluster DIR] [--policy end|restart|continue|spare] [--ranks pmi|pmix] [-v]"
     );
     std::process::exit(2);
 }
@@ -91,6 +97,7 @@ fn options() -> Options {
         only: None,
         verbose: false,
         policy: Policy::End,
+        pmix: false,
     };
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
@@ -123,6 +130,13 @@ fn options() -> Options {
                     other => usage(&format!(
                         "unknown policy {other:?} (end, restart, continue or spare)"
                     )),
+                }
+            }
+            "--ranks" => {
+                o.pmix = match value("--ranks").as_str() {
+                    "pmi" => false,
+                    "pmix" => true,
+                    other => usage(&format!("unknown ranks {other:?} (pmi or pmix)")),
                 }
             }
             "-v" => o.verbose = true,
@@ -190,7 +204,11 @@ fn main() {
         }
         path
     };
-    let (rlaunch, chaosrank) = (built("rlaunch"), built("chaosrank"));
+    let rlaunch = built("rlaunch");
+    let chaosrank = match o.pmix {
+        true => rlaunch_tests::mpi::CProgram::ChaosPmix.path().to_path_buf(),
+        false => built("chaosrank"),
+    };
     // The spare policy's spare is one more host of the cluster.
     let hosts = TREE_NODES + usize::from(o.policy == Policy::Spare);
     let (netns, cluster) = if o.topologies.contains(&Topology::Ssh) {
@@ -222,7 +240,12 @@ fn main() {
         Policy::Continue => "continue (--on-failure continue)",
         Policy::Spare => "spare (--max-restarts 1 --spare-hosts n8)",
     };
-    println!("chaos: seed {}, {count} trials over {}, policy {policy}", o.seed, names.join(","));
+    let ranks = if o.pmix { "chaospmix (PMIx)" } else { "chaosrank (PMI-1)" };
+    println!(
+        "chaos: seed {}, {count} trials over {}, policy {policy}, ranks {ranks}",
+        o.seed,
+        names.join(",")
+    );
 
     let started = Instant::now();
     let mut counts: BTreeMap<(Fault, Phase), u32> = BTreeMap::new();

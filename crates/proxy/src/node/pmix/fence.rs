@@ -20,6 +20,7 @@ use rlaunch_protocol::ids::{Gid, NodeId};
 
 use super::server::{Act, Nspace, State};
 use crate::node::Node;
+use crate::ranks::RankState;
 use crate::pmix::wire::{self, Proc};
 use crate::pmix::Command;
 use rlaunch_tree::fence::{in_parts, FenceFold};
@@ -104,6 +105,14 @@ impl Node {
     /// Every local client entered the launched job's fence (the server waits for its
     /// completion): this node's `data` goes up.
     pub(super) fn pmix_fence_entered(&mut self, data: Vec<u8>) {
+        // libpmix completes a node's part without a client whose connection it lost: a rank
+        // that died inside the fence. Unless the job goes on without failed ranks, that part
+        // stays here: the others would leave the fence without the rank's data, fail on it,
+        // and race the true culprit to rlaunch (found by the chaos runner's PMIx ranks, as
+        // PMI's fences found it once). The job is ending; its teardown ends the ranks held.
+        if !self.job.goes_on && self.pmix_rank_died_connected() {
+            return tracing::debug!("a PMIx fence held: a rank here died in it");
+        }
         self.fences.enter(rlaunch_protocol::record::now_us());
         let (epoch, node) = (self.pmix.fence.fold.epoch(), self.plan.index);
         for data in in_parts([data], PMIX_FENCE_PART).into_iter().filter(|d| !d.is_empty()) {
@@ -112,6 +121,18 @@ impl Node {
         self.pmix.fence.own_in = true;
         self.pmix.fence.served = true;
         self.pmix_fence_arrive();
+    }
+
+    /// A rank of the launched job here died (or is dying) connected to the PMIx server and
+    /// not finalized.
+    fn pmix_rank_died_connected(&self) -> bool {
+        self.ranks.iter().filter(|r| r.job == 0).any(|r| {
+            let dead = match r.state {
+                RankState::Running => r.pid > 0 && rlaunch_tree::procs::is_exiting(r.pid),
+                _ => true,
+            };
+            dead && self.pmix.left_unfinalized(r.gid)
+        })
     }
 
     /// A child subtree entered PMIx fence `epoch` (its nodes' data went ahead).
