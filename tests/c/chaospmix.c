@@ -81,10 +81,7 @@ static void strike(void)
     atomic_store(&faulting, true);
     switch (fault) {
     case EXIT:
-        /* At once, as a crash would: exit()'s handlers (libpmix's among them) may close the
-         * connection to the server well before the process ends, and a fence the server then
-         * completes without the rank is not held by its proxy, which sees no rank ending yet
-         * (docs/reliability.md, *Chaos with PMIx ranks*). */
+        /* At once, as a crash would: no exit handler runs on libpmix's behalf meanwhile. */
         _exit(fault_value);
     case SIGNAL: {
         signal(fault_value, SIG_DFL);

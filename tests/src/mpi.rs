@@ -98,6 +98,10 @@ pub enum CProgram {
     /// The chaos runner's rank program for PMIx (`chaos --ranks pmix`): `chaosrank`'s
     /// phases, faults and side files, as a libpmix client.
     ChaosPmix,
+    /// A libpmix client whose rank 1 dies by SIGALRM inside a fence that collects data; a
+    /// rank that comes out of it prints `rank R has every key` or `rank R lacks P's key: S`
+    /// (and exits 4).
+    DieFence,
 }
 
 enum Compiler {
@@ -112,7 +116,7 @@ enum Compiler {
 }
 
 impl CProgram {
-    const COUNT: usize = 26;
+    const COUNT: usize = 27;
 
     /// The executable's name.
     fn name(self) -> &'static str {
@@ -143,6 +147,7 @@ impl CProgram {
             CProgram::Dead => "dead",
             CProgram::OmpiSurvive => "ompi-survive",
             CProgram::ChaosPmix => "chaospmix",
+            CProgram::DieFence => "diefence",
         }
     }
 
@@ -160,7 +165,8 @@ impl CProgram {
             | CProgram::Names
             | CProgram::Fence
             | CProgram::Dead
-            | CProgram::ChaosPmix => Compiler::CcPmix,
+            | CProgram::ChaosPmix
+            | CProgram::DieFence => Compiler::CcPmix,
             CProgram::OmpiHello
             | CProgram::OmpiRing
             | CProgram::OmpiAbort

@@ -516,3 +516,24 @@ fn pmix_files_a_killed_proxy_left_are_swept_by_the_next_server() {
         .collect();
     assert_eq!(mine.len(), 1, "the job's own directory went with it: {mine:?}");
 }
+
+/// A rank that dies inside a PMIx fence (rank 1 of `diefence`, by SIGALRM, before the others
+/// come in, which ignore the teardown's SIGTERM): libpmix completes its node's part without
+/// it, and the proxy holds that part, so the others stay in the fence until the kill grace
+/// is over: none comes out of it without rank 1's data, to fail on it and race the true
+/// culprit. Rank 0 shares rank 1's node; one node and two.
+#[test]
+fn a_rank_that_dies_inside_a_pmix_fence_leaves_the_others_in_it_until_the_end() {
+    let program = CProgram::DieFence.path_str();
+    for hosts in ["a:4", "a:2,b:2"] {
+        let args = ["--launcher", "fork", "--hosts", hosts, "--kill-grace", "3", "-n", "4"];
+        let out = Run::new(&args).arg(&program).timeout(Duration::from_secs(30)).run();
+        out.assert_code(128 + 14);
+        assert_eq!(out.lines(), Vec::<String>::new(), "{hosts}: {out}");
+        let err = out.stderr_str();
+        let said = rlaunch_lines(&err);
+        let first = said.first().copied().unwrap_or_default();
+        assert!(first.starts_with("rlaunch: rank 1 (pid "), "{hosts}: {out}");
+        assert!(first.ends_with(" was killed by signal 14 (SIGALRM)"), "{hosts}: {out}");
+    }
+}

@@ -20,9 +20,9 @@ use rlaunch_protocol::ids::{Gid, NodeId};
 
 use super::server::{Act, Nspace, State};
 use crate::node::Node;
-use crate::ranks::RankState;
 use crate::pmix::wire::{self, Proc};
 use crate::pmix::Command;
+use crate::ranks::RankState;
 use rlaunch_tree::fence::{in_parts, FenceFold};
 
 /// This node's share of the launched job's PMIx fences.
