@@ -58,6 +58,10 @@ impl Root {
                 self.dial_tree.drop_waiting();
                 self.terminate(grace, output_wait, only_if_behind);
             }
+            Action::Over => {
+                self.ending.send_replace(true);
+                self.children.terminate(Duration::ZERO);
+            }
             Action::Forward(sig) => self.children.broadcast(&Down::Signal { signo: sig as i32 }),
             Action::StopSelf => {
                 // Stopped with the ranks, as the shell expects (SIGCONT resumes us and them),

@@ -65,6 +65,10 @@ pub(super) enum Action {
     /// output not written `output_wait` after it is dropped (`only_if_behind`: only while
     /// the writer is behind).
     TearDown { grace: Duration, output_wait: Duration, only_if_behind: bool },
+    /// Every rank has ended, the job going on after failures: the nodes, which wait to be
+    /// told, may finish. Nothing is killed or dropped: it ends as a job whose ranks all
+    /// succeeded does, a proxy that does not finish found by its silence.
+    Over,
     /// Send `sig` to every rank.
     Forward(Signal),
     /// Stop rlaunch itself (after Ctrl-Z, as the shell expects).
@@ -217,8 +221,7 @@ impl Policy {
             return None;
         }
         self.torn = true;
-        let (grace, output_wait) = (Duration::ZERO, OUTPUT_GRACE);
-        Some(Action::TearDown { grace, output_wait, only_if_behind: true })
+        Some(Action::Over)
     }
 
     /// Why the job ends, in the order things happened.
@@ -570,7 +573,7 @@ mod tests {
         let mut policy = Policy::new(GRACE, Restarts { goes_on: true, ..Restarts::default() });
         policy.on(Event::Failed(lost), now(t0));
         assert_eq!(policy.on(Event::Gone, now(t0)), []);
-        let over = tear_down(Duration::ZERO, OUTPUT_GRACE, true);
+        let over = [Action::Over];
         assert_eq!(policy.on(Event::Gone, Now { at: t0, all_ended: true }), over);
         assert_eq!(policy.first().map(Cause::exit_code), Some(255));
 
@@ -579,7 +582,7 @@ mod tests {
         policy.on(failed(1, ExitOutcome::Exited(3)), now(t0));
         let clean = Event::RankEnded { outcome: ExitOutcome::Exited(0), failure: None };
         let last = Now { at: t0, all_ended: true };
-        let over = tear_down(Duration::ZERO, OUTPUT_GRACE, true);
+        let over = [Action::Over];
         assert_eq!(policy.on(clean, last), over);
     }
 
