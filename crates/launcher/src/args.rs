@@ -179,8 +179,9 @@ pub const OPTIONS: &[Opt] = &[
     opt(&["--restart-backoff"], Value("SECONDS"), Key::RestartBackoff, Global, Job, false,
         "wait SECONDS before the first restart, twice as long before each next (default 0)"),
     opt(&["--on-failure"], Value("WHAT"), Key::OnFailure, Global, Job, false,
-        "what a failed rank does to the job: end it (the default), or continue: it ends alone \
-         and the others run on, told (PMI_dead_processes, RLAUNCH_DEAD_RANKS_FILE)"),
+        "what a failed rank or lost node does to the job: end it (the default), or continue: \
+         its ranks end alone and the others run on, told (PMI_dead_processes, \
+         RLAUNCH_DEAD_RANKS_FILE, a PMIx event)"),
     opt(&["--disable-auto-cleanup", "-disable-auto-cleanup"], Flag, Key::OnFailure, Global, Job,
         false, "same as --on-failure continue (Hydra's spelling)"),
     opt(&["--spare-hosts"], Value("LIST"), Key::SpareHosts, Global, Job, false,
