@@ -106,6 +106,10 @@ impl Root {
         for root in &self.plan.roots {
             under(root, host, false, &mut nodes);
         }
+        // A proxy started during the run for spawned ranks is in no plan: by its host.
+        let late =
+            (0..self.roll.node_count()).map(NodeId).filter(|&n| self.roll.node_host(n) == host);
+        nodes.extend(late);
         let gone = self.roll.gone_with(&nodes);
         tracing::debug!(%host, nodes = nodes.len(), ranks = gone.len(), "a lost node's ranks are gone");
         for rank in gone {
