@@ -60,7 +60,7 @@ impl Root {
             }
             Action::Over => {
                 self.ending.send_replace(true);
-                self.children.terminate(Duration::ZERO);
+                self.children.broadcast(&Down::Over);
             }
             Action::Forward(sig) => self.children.broadcast(&Down::Signal { signo: sig as i32 }),
             Action::StopSelf => {

@@ -73,6 +73,10 @@ pub enum Down {
     /// (`--on-failure continue`): fences no longer wait for them, and every node tells its
     /// ranks (the `PMI_dead_processes` key, the file of `RLAUNCH_DEAD_RANKS_FILE`).
     Dead { ranks: crate::stacks::RankSet },
+    /// Every rank of the job has ended, which went on after failures: a node that waited to
+    /// be told (a party of the survivors' fences) finishes once its own work is done, as
+    /// after any job. Not a teardown: nothing is killed.
+    Over,
 }
 
 /// The link's own business, parent to child: consumed by the link's far end, never routed.

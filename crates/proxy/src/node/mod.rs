@@ -179,6 +179,8 @@ pub(crate) struct Node {
     late: bool,
     /// A late node before the spawn it was started for: not finished, whatever it runs.
     awaiting_spawn: bool,
+    /// The job went on after failures and rlaunch said it is over (`Down::Over`).
+    over: bool,
     /// Where the ranks write why they failed (`TORCHELASTIC_ERROR_FILE`).
     error_dir: Option<std::path::PathBuf>,
     /// rlaunch's question of where every rank is, while the children's answers come.
@@ -395,6 +397,10 @@ impl Node {
             Down::SpawnAnswer { rank, tag, outcome } => self.spawn_answer(rank, tag, outcome),
             Down::NameReply { rank, tag, answer } => self.name_reply(rank, tag, answer),
             Down::Dead { ranks } => self.ranks_dead(ranks),
+            Down::Over => {
+                self.children.broadcast(&Down::Over);
+                self.over = true;
+            }
             Down::Survey { id, within_ms, stacks } => {
                 self.survey_asked(id, Duration::from_millis(within_ms), stacks)
             }
@@ -566,7 +572,7 @@ impl Node {
     fn finished(&self) -> bool {
         // With the job going on after failures, a node whose ranks all ended is still a
         // party of the survivors' fences: it waits to be told the job is over.
-        let released = !self.job.goes_on || self.kill.started();
+        let released = !self.job.goes_on || self.over || self.kill.started();
         self.kill.gave_up()
             || (!self.awaiting_spawn
                 && !self.holding_ranks()

@@ -231,6 +231,7 @@ impl Node {
             pmix: Default::default(),
             late: launch.late,
             awaiting_spawn: launch.late,
+            over: false,
             survey: None,
             pmi_activity: 0,
             error_dir: None,
