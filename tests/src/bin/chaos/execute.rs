@@ -455,6 +455,10 @@ impl Context {
                     | Fault::StopProxy
                     | Fault::KillSsh
             ) || (self.policy == Policy::Spare && trial.fault == Fault::LinkDown && !in_launch);
+        // Over ssh, a node struck during the launch may not have come up yet (its proxy's
+        // hello not read): that is a host the job could not start on, not retried (README).
+        let before_up = in_launch && t == Topology::Ssh && trial.fault.aims_at_node();
+        let restartable = restartable && !before_up;
         let restart = self.policy.restarts();
         verdict.restarted = verdict.stderr.contains("; restarting the job")
             && verdict.stderr.contains(" (restart 1 of 1)");
