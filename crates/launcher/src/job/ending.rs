@@ -10,7 +10,7 @@ use rlaunch_protocol::record;
 use tokio::time::Instant;
 
 use rlaunch_protocol::control::{Down, NodePlan};
-use rlaunch_protocol::ids::NodeId;
+use rlaunch_protocol::ids::{Gid, NodeId};
 
 use super::cause::Cause;
 use super::policy::{Action, Event, Now};
@@ -80,12 +80,17 @@ impl Root {
             Action::Restart { attempt, after, lost } => self.restart(attempt, after, &lost),
             Action::StartAttempt => self.start_attempt(),
             Action::CancelRestart => self.restart_at = None,
-            Action::RankGone(rank) => {
-                self.dead.add(&rlaunch_protocol::stacks::RankSet::of(rank));
-                self.children.broadcast(&Down::Dead { ranks: self.dead.clone() });
-            }
+            Action::RankGone(rank) => self.tell_dead([rank]),
             Action::NodeGone(host) => self.node_gone(&host),
         }
+    }
+
+    /// `ranks` failed and the job goes on: every node hears of all the failed ranks so far.
+    fn tell_dead(&mut self, ranks: impl IntoIterator<Item = Gid>) {
+        for rank in ranks {
+            self.dead.add(&rlaunch_protocol::stacks::RankSet::of(rank));
+        }
+        self.children.broadcast(&Down::Dead { ranks: self.dead.clone() });
     }
 
     /// The proxy on `host` was lost and the job goes on: the ranks of its node and of every
@@ -112,10 +117,7 @@ impl Root {
         nodes.extend(late);
         let gone = self.roll.gone_with(&nodes);
         tracing::debug!(%host, nodes = nodes.len(), ranks = gone.len(), "a lost node's ranks are gone");
-        for rank in gone {
-            self.dead.add(&rlaunch_protocol::stacks::RankSet::of(rank));
-        }
-        self.children.broadcast(&Down::Dead { ranks: self.dead.clone() });
+        self.tell_dead(gone);
         self.pmi_fence_step();
         self.pmix_fence_step();
         self.decide(Event::Gone);

@@ -58,12 +58,12 @@ impl PmixFence {
         PmixFence { fold, data, bytes: 0, limit, too_large: false, served: false, served_epochs: 0 }
     }
 
-    /// The PMIx fences the ranks asked for that completed so far.
     /// The epoch being folded.
     pub(crate) fn epoch(&self) -> u64 {
         self.fold.epoch()
     }
 
+    /// The PMIx fences the ranks asked for that completed so far.
     pub(crate) fn completed(&self) -> u64 {
         self.served_epochs
     }

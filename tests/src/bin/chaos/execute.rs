@@ -530,9 +530,10 @@ impl Context {
         verdict.told_due =
             self.policy == Policy::Continue && !failed.is_empty() && endless && !may_succeed;
         if verdict.told_due {
-            let mut want = rlaunch_protocol::stacks::RankSet::default();
+            use rlaunch_protocol::{ids::Gid, stacks::RankSet};
+            let mut want = RankSet::default();
             for &r in &failed {
-                want.add(&rlaunch_protocol::stacks::RankSet(vec![(r, r)]));
+                want.add(&RankSet::of(Gid(r)));
             }
             let want = want.to_string();
             let untold = (0..t.ranks())
