@@ -77,7 +77,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 pub use flood::{
     check_flood, check_ragged, flood_line, flood_lines, ragged_line, scan_flood, scan_flood_stream,
-    FloodReport, FloodScanner, FLOOD_LINE_LEN,
+    scan_flood_stream_with, FloodReport, FloodScanner, FLOOD_LINE_LEN,
 };
 pub use procs::{
     tagged_processes, wait_until_empty, wait_until_no_tagged, wait_until_tagged, Tag,

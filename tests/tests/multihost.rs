@@ -53,6 +53,7 @@ fn jobs_run_across_hosts_over_ssh_and_failures_leave_nothing() {
     a_killed_node_proxy_aborts_the_job(&cluster);
     a_stopped_node_proxy_is_lost_and_its_guard_leaves_nothing(&cluster);
     a_node_whose_link_goes_down_is_lost_and_cleans_up_alone(&cluster);
+    an_interior_node_cut_off_under_continue_leaves_its_children_adopted(&cluster);
     a_node_lost_mid_job_is_replaced_by_a_spare_host_on_restart(&cluster);
     killing_rlaunch_leaves_nothing_on_any_host(&cluster);
 }
@@ -351,6 +352,45 @@ fn a_node_lost_mid_job_is_replaced_by_a_spare_host_on_restart(cluster: &Cluster)
     out.tag.wait_until_none(Duration::from_secs(20)).unwrap();
     wait_no_remote_proxies(cluster, Duration::from_secs(10));
     cluster.ctl("link-up", 5);
+}
+
+/// `--on-failure continue`, a tree of width 2 over seven hosts (n5 and n6 are n2's
+/// children), every rank fencing in a loop: n2's network link goes down. Its children hear
+/// nothing from it, dial rlaunch and are adopted; only n2's rank fails, the others are told
+/// so, finish their fences without it and end. n2, cut off from everyone, ends its rank
+/// itself.
+fn an_interior_node_cut_off_under_continue_leaves_its_children_adopted(cluster: &Cluster) {
+    let dir = rlaunch_tests::tempdir();
+    let files = dir.path().to_str().expect("a UTF-8 temporary directory").to_owned();
+    let chaosrank = rlaunch_tests::chaosrank().to_string_lossy().into_owned();
+    let liveness = ["--heartbeat", "0.5", "--silence-timeout", "3", "--on-failure", "continue"];
+    let job = cluster
+        .run(&liveness)
+        .args(["--hosts", &node_list(7), "--tree-width", "2", "-n", "7", &chaosrank, &files])
+        .arg("fence")
+        .timeout(WAIT)
+        .spawn();
+    let ready = Instant::now() + WAIT;
+    while !(0..7).all(|r| dir.path().join(format!("ready.{r}")).exists()) {
+        assert!(Instant::now() < ready, "the ranks never got ready");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let cut = Instant::now();
+    cluster.ctl("link-down", 2);
+    let out = job.wait(WAIT);
+    out.assert_code(255);
+    let stderr = out.stderr_str();
+    let said = rlaunch_lines(&stderr);
+    assert_eq!(said, ["rlaunch: lost proxy on n2 (no word from it for 3 s)"], "{out}");
+    let read = |name: String| std::fs::read_to_string(dir.path().join(name)).unwrap_or_default();
+    for rank in [0, 2, 3, 4, 5, 6] {
+        assert_eq!(read(format!("told.{rank}")), "1", "rank {rank}: {out}");
+    }
+    // The silence twice (n2's children's, then rlaunch's), and the rest.
+    assert!(cut.elapsed() < Duration::from_secs(15), "took {:?}", cut.elapsed());
+    out.tag.wait_until_none(Duration::from_secs(20)).unwrap();
+    wait_no_remote_proxies(cluster, Duration::from_secs(10));
+    cluster.ctl("link-up", 2);
 }
 
 fn a_node_whose_link_goes_down_is_lost_and_cleans_up_alone(cluster: &Cluster) {

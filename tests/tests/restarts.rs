@@ -365,35 +365,70 @@ fn rank_1_failed_alone(out: &Outcome, options: &[&str], want: BTreeSet<String>) 
     assert!(said[0].ends_with(") exited with code 3"), "{options:?}: {out}");
 }
 
-/// `--on-failure continue` and a lost node: n2's proxy, an interior one (n4 and n5 are its
-/// children in a tree of width 2), is killed while every rank fences in a loop. The ranks of
-/// n2, n4 and n5 have failed: the others' fences complete without them, they read which in
-/// `PMI_dead_processes` and end by themselves, and the job's status is the lost node's.
-#[test]
-fn with_on_failure_continue_a_lost_node_fails_its_ranks_and_those_under_it() {
+/// `--on-failure continue` and lost nodes: interior proxies are killed while every rank
+/// fences in a loop, in a tree of width 2 over 15 fake nodes (n1 and n2 rlaunch's; n3, n4
+/// n1's; n5, n6 n2's; n7, n8 n3's; ...; n15 n7's). Their children dial rlaunch and are
+/// adopted, with the nodes under them: only the lost nodes' own ranks fail. The others'
+/// fences complete without them, they read which in `PMI_dead_processes` and end by
+/// themselves, and the job's status is the lost node's. `kill` are the ranks whose proxies
+/// are killed; `failed`, what the others are told.
+fn lost_interior_nodes(kill: &[u32], failed: &str, said: &str) {
     let dir = rlaunch_tests::tempdir();
     let files = dir.path().to_str().expect("a UTF-8 temporary directory").to_owned();
     let chaosrank = rlaunch_tests::chaosrank().to_string_lossy().into_owned();
-    let hosts = "n1,n2,n3,n4,n5,n6,n7";
-    let options = ["--on-failure", "continue", "--launcher", "fork", "--hosts", hosts];
-    let tree = ["--tree-width", "2", "-n", "7", &chaosrank, &files, "fence"];
-    let job = Run::new(&[&options[..], &tree].concat()).timeout(WAIT).spawn();
+    let hosts: Vec<String> = (1..=15).map(|n| format!("n{n}")).collect();
+    let hosts = hosts.join(",");
+    // A node that never calls (its proxy was killed too) is given up two heartbeats and 5 s
+    // after rlaunch hears of its parent's loss.
+    let liveness = ["--heartbeat", "0.25", "--silence-timeout", "2"];
+    let options = ["--on-failure", "continue", "--launcher", "fork", "--hosts", &hosts];
+    let tree = ["--tree-width", "2", "-n", "15", &chaosrank, &files, "fence"];
+    let job = Run::new(&[&liveness[..], &options, &tree].concat()).timeout(WAIT).spawn();
     // Every rank is past its first fence, and fencing in its loop.
     let ready = Instant::now() + WAIT;
-    while !(0..7).all(|r| dir.path().join(format!("ready.{r}")).exists()) {
+    while !(0..15).all(|r| dir.path().join(format!("ready.{r}")).exists()) {
         assert!(Instant::now() < ready, "the ranks never got ready");
         std::thread::sleep(Duration::from_millis(20));
     }
     let read = |name: String| std::fs::read_to_string(dir.path().join(name)).unwrap_or_default();
-    let rank1: i32 = read("pid.1".into()).trim().parse().expect("rank 1's pid");
-    let proxy = rlaunch_tests::procfs::parent_pid(rank1);
-    nix::sys::signal::kill(nix::unistd::Pid::from_raw(proxy), Signal::SIGKILL).unwrap();
+    for rank in kill {
+        let pid: i32 = read(format!("pid.{rank}")).trim().parse().expect("the rank's pid");
+        let proxy = rlaunch_tests::procfs::parent_pid(pid);
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(proxy), Signal::SIGKILL).unwrap();
+    }
     let out = job.wait(WAIT);
     out.assert_code(255);
-    let said = said(&out);
-    assert_eq!(said, ["rlaunch: lost proxy on n2 (its proxy was killed by signal 9 (SIGKILL))"]);
-    for rank in [0, 2, 3, 6] {
-        assert_eq!(read(format!("told.{rank}")), "1,4-5", "rank {rank}: {out}");
+    assert_eq!(self::said(&out), [said], "{out}");
+    let dead: Vec<u32> = failed_ranks(failed);
+    for rank in (0..15).filter(|r| !dead.contains(r)) {
+        assert_eq!(read(format!("told.{rank}")), failed, "rank {rank}: {out}");
     }
     out.tag.wait_until_none(Duration::from_secs(5)).unwrap();
+}
+
+/// The ranks of a list such as `1-2,6`.
+fn failed_ranks(list: &str) -> Vec<u32> {
+    let range = |part: &str| -> Vec<u32> {
+        match part.split_once('-') {
+            Some((a, b)) => (a.parse().unwrap()..=b.parse().unwrap()).collect(),
+            None => vec![part.parse().unwrap()],
+        }
+    };
+    list.split(',').flat_map(range).collect()
+}
+
+/// n2 (rlaunch's own child) and n3 (below n1) are lost: n5, n6 (each with a subtree) and
+/// n7, n8 (n7 with n15 under it) are adopted.
+#[test]
+fn with_on_failure_continue_the_children_of_lost_interior_nodes_are_adopted() {
+    let killed = "rlaunch: lost proxy on n2 (its proxy was killed by signal 9 (SIGKILL))";
+    lost_interior_nodes(&[1, 2], "1-2", killed);
+}
+
+/// n3 and its child n7 are lost together: n8 is adopted, and so is n15, n7's child, which
+/// calls once its own parent is gone; n7 never calls, and its rank fails after the wait.
+#[test]
+fn with_on_failure_continue_a_lost_node_under_a_lost_node_fails_alone() {
+    let killed = "rlaunch: lost proxy on n3 (its proxy was killed by signal 9 (SIGKILL))";
+    lost_interior_nodes(&[2, 6], "2,6", killed);
 }

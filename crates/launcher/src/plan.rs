@@ -183,6 +183,7 @@ pub fn build(o: &Options, env: &[(OsString, OsString)]) -> Result<job::Plan, Pla
         restart: 0,
         max_restarts: o.max_restarts,
         goes_on: o.goes_on,
+        adoption: None,
     };
     let spares = spares(&o.spare_hosts, &lists.hosts, &node_hosts);
     Ok(job::Plan {
@@ -210,6 +211,7 @@ pub fn build(o: &Options, env: &[(OsString, OsString)]) -> Result<job::Plan, Pla
         tracker,
         restart_backoff: o.restart_backoff,
         spares,
+        orphan_listener: None,
     })
 }
 

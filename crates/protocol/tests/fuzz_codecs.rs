@@ -163,6 +163,10 @@ fn corpus() -> Vec<Vec<u8>> {
             restart: 1,
             max_restarts: 2,
             goes_on: true,
+            adoption: Some(rlaunch_protocol::control::Adoption {
+                address: "127.0.0.1:9".into(),
+                secret: [7; 32],
+            }),
         },
         node: NodePlan {
             index: rlaunch_protocol::ids::NodeId(0),
@@ -172,12 +176,14 @@ fn corpus() -> Vec<Vec<u8>> {
             children: vec![],
         },
         late: false,
+        top: false,
     };
     let down = [
         Down::Launch(Box::new(launch)),
         Down::Stdin { seq: 1, data: b"input".to_vec() },
         Down::Signal { signo: 15 },
         Down::Terminate { grace_ms: 100 },
+        Down::Resend,
     ];
     for msg in down {
         let mut buf = Vec::new();

@@ -111,7 +111,8 @@ pub unsafe fn fork_proxy(
         });
         match set_up {
             Ok((input, stdout)) => {
-                let launch = Launch { job: job.clone(), node: node.clone(), late: false };
+                let launch =
+                    Launch { job: job.clone(), node: node.clone(), late: false, top: true };
                 let forked = node::Forked { launch, stdout };
                 run(input, theirs, proxy_exe.to_owned(), Some(forked))
             }

@@ -42,6 +42,16 @@ pub fn pid() -> Option<i32> {
     }
 }
 
+/// Ends the guard: the proxy's channel is gone and it goes on over another link (rlaunch
+/// adopted it, see `Job::adoption`); the guard would kill it once its patience is over.
+pub fn dismiss() {
+    let pid = GUARD.swap(0, Ordering::Relaxed);
+    if pid > 0 {
+        // SAFETY: a plain kill(2) of the guard, this process's own child.
+        unsafe { libc::kill(pid, libc::SIGKILL) };
+    }
+}
+
 /// Starts the guard of this proxy, watching the control channel `input`/`output`.
 pub fn start(input: RawFd, output: RawFd, patience: Duration) {
     let proxy = nix::unistd::getpid().as_raw();

@@ -252,6 +252,20 @@ fn has_children() -> bool {
 
 /// SIGKILLs every descendant outside `spare`.
 pub fn kill_descendants(spare: &HashSet<i32>) {
+    kill_descendants_but(spare, None)
+}
+
+/// A proxy's sweep: SIGKILLs every descendant outside `spare` and outside the subtrees of
+/// other proxies (processes of `proxy_exe`, the executable child proxies run, or of this
+/// process's own). A proxy cleans up its own subtree, and one below this proxy's that is no
+/// child of its may be a proxy whose parent was lost and that rlaunch adopted
+/// (`Job::adoption`): on this machine (fork-started nodes) it was re-parented to this
+/// proxy, the nearest subreaper, and lives on for the job.
+pub fn kill_descendants_but_proxies(spare: &HashSet<i32>, proxy_exe: &std::ffi::OsStr) {
+    kill_descendants_but(spare, Some(proxy_exe))
+}
+
+fn kill_descendants_but(spare: &HashSet<i32>, proxy_exe: Option<&std::ffi::OsStr>) {
     // Every descendant hangs below a child. Without children there is nothing to find, and
     // no reason to read all of /proc (which, with a thousand proxies on one machine, each
     // doing it, costs seconds).
@@ -260,7 +274,20 @@ pub fn kill_descendants(spare: &HashSet<i32>) {
     }
     // The guard lives as long as the proxy, to kill it should it stop (see crate::guard).
     let guard = crate::guard::pid();
-    for pid in descendants(spare).into_iter().filter(|&pid| Some(pid) != guard) {
+    let mut spare = spare.clone();
+    if let Some(proxy_exe) = proxy_exe {
+        let proxies: Vec<std::path::PathBuf> = [std::fs::read_link("/proc/self/exe").ok()]
+            .into_iter()
+            .chain([std::fs::canonicalize(proxy_exe).ok()])
+            .flatten()
+            .collect();
+        let proxy = |pid: &i32| {
+            std::fs::read_link(format!("/proc/{pid}/exe")).is_ok_and(|exe| proxies.contains(&exe))
+        };
+        let found: Vec<i32> = descendants(&spare).into_iter().filter(proxy).collect();
+        spare.extend(found);
+    }
+    for pid in descendants(&spare).into_iter().filter(|&pid| Some(pid) != guard) {
         signal_pid(pid, Signal::SIGKILL);
     }
 }

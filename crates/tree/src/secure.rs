@@ -64,6 +64,15 @@ impl Secret {
         Ok(Secret(bytes))
     }
 
+    /// The secret as it travels inside the tree's own links (`Job::adoption`).
+    pub fn bytes(&self) -> [u8; 32] {
+        self.0
+    }
+
+    pub fn from_bytes(bytes: [u8; 32]) -> Secret {
+        Secret(bytes)
+    }
+
     pub fn to_hex(&self) -> String {
         self.0.iter().map(|b| format!("{b:02x}")).collect()
     }

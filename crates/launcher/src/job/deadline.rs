@@ -35,6 +35,8 @@ pub(super) enum Deadline {
     Proxy,
     /// The wait before the job starts again is over (`--restart-backoff`).
     Restart,
+    /// Nodes below a lost one did not call to be adopted in time.
+    Orphans,
 }
 
 impl Root {
@@ -52,6 +54,7 @@ impl Root {
             (self.children.linger_deadline(PROXY_GRACE), Deadline::Linger),
             (self.teardown.proxy_deadline(), Deadline::Proxy),
             (self.restart_at, Deadline::Restart),
+            (self.orphans_deadline(), Deadline::Orphans),
         ])
     }
 
@@ -66,6 +69,7 @@ impl Root {
                 self.give_up_dialing(&why, |_, _| true);
             }
             Deadline::Held => self.decide(policy::Event::GraceOver),
+            Deadline::Orphans => self.orphans_late(),
             Deadline::Restart => {
                 self.restart_at = None;
                 self.decide(policy::Event::BackoffOver);

@@ -86,7 +86,7 @@ impl Root {
     }
 
     /// `ranks` failed and the job goes on: every node hears of all the failed ranks so far.
-    fn tell_dead(&mut self, ranks: impl IntoIterator<Item = Gid>) {
+    pub(super) fn tell_dead(&mut self, ranks: impl IntoIterator<Item = Gid>) {
         for rank in ranks {
             self.dead.add(&rlaunch_protocol::stacks::RankSet::of(rank));
         }
@@ -97,6 +97,10 @@ impl Root {
     /// node under it in the tree (their proxies end with their lost parent) have failed.
     /// Every node is told; the fences under way stop waiting for them (a lost top proxy is
     /// no party of them now, see `Children::fence_parties`).
+    ///
+    /// While rlaunch adopts orphaned proxies, only the lost node's own ranks have failed:
+    /// the nodes below it are due to call (see [`super::adopt`]), and fail only if they do
+    /// not.
     fn node_gone(&mut self, host: &str) {
         fn under(node: &NodePlan, host: &str, lost: bool, nodes: &mut HashSet<NodeId>) {
             let lost = lost || node.host == host;
@@ -110,6 +114,12 @@ impl Root {
         let mut nodes = HashSet::new();
         for root in &self.plan.roots {
             under(root, host, false, &mut nodes);
+        }
+        if self.adopting.is_some() {
+            let due = self.orphans_due(host);
+            let own = self.plan.roots.iter().flat_map(|r| r.walk()).find(|n| n.host == host);
+            nodes.retain(|n| own.is_some_and(|own| own.index == *n));
+            tracing::debug!(%host, due = due.len(), "the nodes below a lost one may be adopted");
         }
         // A proxy started during the run for spawned ranks is in no plan: by its host.
         let late =

@@ -16,6 +16,7 @@
 //! [`names`] (publish and lookup), [`spawn`], [`signals`]. The loop runs in a [`World`]: this
 //! process's in [`run`], one of in-memory links in a test.
 
+mod adopt;
 mod attempt;
 mod bindings;
 mod cause;
@@ -48,7 +49,7 @@ use std::time::Duration;
 use rlaunch_protocol::control::{
     DmodexAnswer, DmodexData, Down, Job, NameOp, NodePlan, StdinTarget, Up,
 };
-use rlaunch_tree::children::{ChildNews, Children, Fence};
+use rlaunch_tree::children::{Answered, ChildNews, Children, Fence};
 use rlaunch_tree::dialin::Dialed;
 use rlaunch_tree::fence::FenceFold;
 use rlaunch_tree::link::{ForkedProxy, LinkEvent};
@@ -128,6 +129,9 @@ pub struct Plan {
     pub restart_backoff: Duration,
     /// Hosts that take a lost node's ranks on a restart, in the order they are used.
     pub spares: Vec<String>,
+    /// The listener for orphaned proxies and the secret they prove, bound before the local
+    /// proxies were forked (see [`adopt`]).
+    pub(crate) orphan_listener: Option<(std::net::TcpListener, rlaunch_tree::secure::Secret)>,
 }
 
 /// What a link to a top proxy reports (its output goes straight to the writer thread).
@@ -173,6 +177,10 @@ struct Root {
     dead: rlaunch_protocol::stacks::RankSet,
     /// Where proxies that dial in are handed, for each attempt's launcher.
     dialed: Option<mpsc::UnboundedSender<Dialed>>,
+    /// Where orphaned proxies that dial in are handed (see [`adopt`]).
+    orphans: Option<mpsc::UnboundedSender<Dialed>>,
+    /// rlaunch listens for orphaned proxies: who was adopted, who may still call.
+    adopting: Option<adopt::Adopting>,
     /// `--tracker rabit`: its listener (each attempt is served afresh on it), where its news
     /// goes, and the task serving this attempt.
     tracker: Option<Tracker>,
@@ -258,6 +266,8 @@ impl Root {
             restart_at: None,
             dead: Default::default(),
             dialed: None,
+            orphans: None,
+            adopting: None,
             tracker: None,
             teardown: Teardown::default(),
             drop_output,
@@ -334,6 +344,8 @@ async fn run_in(mut plan: Plan, world: World) -> i32 {
     }
     let (dialed_tx, mut dialed) = mpsc::unbounded_channel();
     root.dialed = Some(dialed_tx.clone());
+    let (orphans_tx, mut orphans) = mpsc::unbounded_channel();
+    root.orphans = Some(orphans_tx);
     root.start_proxies(&events_tx, &output_tx, dialed_tx);
     if stdin.is_none() && root.stdin.open {
         root.stdin.open = false;
@@ -363,6 +375,7 @@ async fn run_in(mut plan: Plan, world: World) -> i32 {
                 None => break,
             },
             Some(proxy) = dialed.recv() => root.attach(proxy, &events_tx, &output_tx),
+            Some(proxy) = orphans.recv() => root.adopt(proxy, &events_tx, &output_tx),
             Some(news) = tracker_news.recv() => root.tracker_news(news),
             Some(event) = output_events.recv() => match event {
                 OutputEvent::StdoutClosed => root.fail(Cause::StdoutClosed),
@@ -385,6 +398,9 @@ async fn run_in(mut plan: Plan, world: World) -> i32 {
 
     if let Some(listening) = &root.listening {
         listening.acceptor.abort();
+    }
+    if let Some(adopting) = &root.adopting {
+        adopting.stop();
     }
     // The tracker's port closes with the job.
     if let Some(tracker) = root.tracker.take() {
@@ -437,6 +453,15 @@ impl Root {
             Some(ChildNews::Up(Up::Survey { id, survey })) => {
                 self.survey_answered(child, id, *survey)
             }
+            // An adopted orphan's entry of a fence that completed while it was on its way.
+            Some(ChildNews::Up(Up::FenceIn { epoch, .. })) if epoch < self.fence.epoch() => {
+                self.answer_late_entry(child, false, epoch)
+            }
+            Some(ChildNews::Up(Up::PmixFenceIn { epoch, .. }))
+                if epoch < self.pmix_fence.epoch() =>
+            {
+                self.answer_late_entry(child, true, epoch)
+            }
             Some(ChildNews::Up(up)) => self.handle_up(up),
             Some(ChildNews::Lost(lost)) => self.proxy_lost(lost),
             None => {}
@@ -448,14 +473,22 @@ impl Root {
     /// Direct modex requests sent to a subtree that finished or was lost without answering
     /// them (it ended as they went down) fail now, rather than leave their rank waiting.
     fn dmodex_unanswerable(&mut self) {
-        for answer in self.children.unanswerable() {
-            self.children.send_toward_node(answer.asker, Down::DmodexAnswer(answer));
+        for ask in self.children.unanswerable() {
+            if !self.park_ask(ask.clone()) {
+                let answer =
+                    DmodexAnswer { asker: ask.asker, id: ask.id, data: DmodexData::Missing };
+                self.children.send_toward_node(ask.asker, Down::DmodexAnswer(answer));
+            }
         }
     }
 
     fn handle_up(&mut self, up: Up) {
         match up {
             Up::RankExited { rank, pid, outcome, unfinalized, usage } => {
+                if self.adopting.is_some() && self.roll.ended(rank) {
+                    // Sent again by an adopted orphan's subtree, or its node's end came first.
+                    return tracing::debug!(%rank, "a rank's end heard already");
+                }
                 if !self.roll.record(rank, pid, outcome, usage, self.teardown.started()) {
                     tracing::warn!(%rank, "exit report for an unknown rank");
                     return;
@@ -479,6 +512,10 @@ impl Root {
                         self.stdin.pending.remove(&seq);
                     }
                 }
+            }
+            // The old link of a proxy rlaunch adopted since: it lives on.
+            Up::ProxyLost { host, .. } if self.adopted_host(&host) => {
+                tracing::debug!(%host, "an adopted proxy's old link is gone")
             }
             Up::ProxyLost { host, reason, came_up } => {
                 self.fail(Cause::LostProxy { host, reason, came_up })
@@ -549,7 +586,15 @@ impl Root {
                 }
             }
             Up::DmodexAnswer(answer) => {
-                self.children.answered(answer.asker, answer.id);
+                let Answered::Settled(ask) = self.children.answered(&answer) else {
+                    return tracing::debug!(asker = %answer.asker, "a direct modex request asked again");
+                };
+                // Missing in a subtree that lost the rank's node's parent: it may be adopted.
+                if let Some(ask) = ask.filter(|_| matches!(answer.data, DmodexData::Missing)) {
+                    if self.park_ask(ask) {
+                        return;
+                    }
+                }
                 self.children.send_toward_node(answer.asker, Down::DmodexAnswer(answer));
             }
             Up::RankStarted { rank, pid, cpus, gpus } => self.report_binding(rank, pid, cpus, gpus),
@@ -562,10 +607,17 @@ impl Root {
     }
 
     /// Once every top proxy is in the launched job's PMI fence, its pairs go down.
+    /// While nodes below a lost one may still be adopted, no fence completes (see [`adopt`]).
     pub(super) fn pmi_fence_step(&mut self) {
+        if self.orphans_pending() {
+            return;
+        }
         let parties = self.children.fence_parties(Fence::Pmi, self.fence.epoch());
         if let Some((epoch, pairs)) = self.fence.complete(parties) {
             tracing::debug!(epoch, pairs = pairs.len(), "fence complete");
+            if let Some(adopting) = self.adopting.as_mut() {
+                adopting.last_pmi = Some((epoch, pairs.clone()));
+            }
             self.children.broadcast(&Down::FenceOut { epoch, pairs });
             self.fence.finish(epoch);
         }
@@ -574,10 +626,16 @@ impl Root {
     /// Once every live top proxy is in the launched job's PMIx fence, every node's data goes
     /// down in parts.
     pub(super) fn pmix_fence_step(&mut self) {
+        if self.orphans_pending() {
+            return;
+        }
         let parties = self.children.fence_parties(Fence::Pmix, self.pmix_fence.epoch());
         if let Some((epoch, mut parts)) = self.pmix_fence.complete(parties) {
             let bytes: usize = parts.iter().map(Vec::len).sum();
             tracing::debug!(epoch, bytes, "PMIx fence complete");
+            if let Some(adopting) = self.adopting.as_mut() {
+                adopting.last_pmix = Some((epoch, parts.clone()));
+            }
             let data = parts.pop().unwrap_or_default();
             for data in parts {
                 self.children.broadcast(&Down::PmixFencePart { epoch, data });

@@ -19,7 +19,11 @@ use crate::output::{Chunk, Feed, Spliced};
 /// [`rlaunch_proxy::fork_proxy`]); the others are started by [`run`]. Must be called while rlaunch has
 /// one thread: before the runtime, the writer and the stdin threads.
 pub fn fork_local_proxies(plan: &mut Plan) {
-    let mut channels = Vec::new();
+    // Before the forks: their launches carry where orphans call (see `adopt`).
+    super::adopt::prepare(plan);
+    // The forked proxies keep none of rlaunch's sockets.
+    let mut channels: Vec<i32> =
+        plan.orphan_listener.iter().map(|(listener, _)| listener.as_raw_fd()).collect();
     let lone = crate::output::lone_rank_stdout(&plan.output, plan.rank_node.len());
     plan.forked = plan
         .roots
@@ -49,12 +53,14 @@ impl Root {
         output: &Feed,
         dialed: mpsc::UnboundedSender<Dialed>,
     ) {
-        let (report, attempt) = (self.plan.report_bindings, self.policy.attempt());
         self.links = Some((events.clone(), output.clone()));
         let splicer = output.splicer();
+        self.listen_for_orphans();
+        let (report, attempt) = (self.plan.report_bindings, self.policy.attempt());
         let (children, lost) = Children::start(
             &self.plan.job,
             &self.plan.roots,
+            true,
             credit::ROOT_BUDGET,
             |index, node| {
                 let process = self.proxies.top(index, node)?;

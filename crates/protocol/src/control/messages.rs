@@ -77,6 +77,10 @@ pub enum Down {
     /// be told (a party of the survivors' fences) finishes once its own work is done, as
     /// after any job. Not a teardown: nothing is killed.
     Over,
+    /// A proxy above lost its parent and rlaunch adopted it: what was on its way up through
+    /// the lost parent may be lost, so every node below sends its ranks' ends again (rlaunch
+    /// keeps the first of each).
+    Resend,
 }
 
 /// The link's own business, parent to child: consumed by the link's far end, never routed.

@@ -33,8 +33,8 @@ mod services;
 
 pub use messages::{Down, DownFrame, LinkDown, LinkUp, Up, UpFrame};
 pub use plan::{
-    Binding, Bootstrap, CpuUnit, GpuBind, Gpus, Job, Launch, Liveness, Mapping, NodePlan, PmixJob,
-    RankPlan, Rendezvous, Segment, StdinTarget,
+    Adoption, Binding, Bootstrap, CpuUnit, GpuBind, Gpus, Job, Launch, Liveness, Mapping, NodePlan,
+    PmixJob, RankPlan, Rendezvous, Segment, StdinTarget, ADOPTION_DIAL,
 };
 pub use pmi_wire::services::{LookupWait, NameAnswer, NameOp, NameValue, SpawnCmd, SpawnRequest};
 pub use services::{DmodexAnswer, DmodexAsk, DmodexData, SpawnJob, SpawnOutcome};
@@ -42,7 +42,7 @@ pub use services::{DmodexAnswer, DmodexAsk, DmodexData, SpawnJob, SpawnOutcome};
 /// First bytes on every control channel, in both directions.
 pub const MAGIC: [u8; 8] = *b"\x7fRLAUNCH";
 /// Bumped whenever a frame changes meaning.
-pub const PROTOCOL_VERSION: u32 = 25;
+pub const PROTOCOL_VERSION: u32 = 26;
 /// Length of the raw hello: magic + u32 BE version.
 pub const HELLO_LEN: usize = MAGIC.len() + 4;
 /// Largest frame either side accepts; checked before any allocation.

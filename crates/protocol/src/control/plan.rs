@@ -15,6 +15,9 @@ pub struct Launch {
     /// (MPI_Comm_spawn): it runs none of the launched job's ranks, takes no part in its
     /// fences, and waits for its first [`super::Down::Spawn`].
     pub late: bool,
+    /// Started by rlaunch itself: a top proxy, whose parent is rlaunch. Only a proxy below
+    /// the top seeks adoption ([`Job::adoption`]) when its parent is lost.
+    pub top: bool,
 }
 
 /// The parts of a job that every proxy needs.
@@ -88,6 +91,28 @@ pub struct Job {
     /// A failed rank ends alone and the others run on (`--on-failure continue`): they are
     /// told through [`super::Down::Dead`].
     pub goes_on: bool,
+    /// Where a proxy below the top whose parent is lost dials rlaunch to be adopted, while
+    /// the job goes on (`goes_on`, with interior proxies); `None`: its subtree goes with it.
+    pub adoption: Option<Adoption>,
+}
+
+/// How long a proxy whose parent is lost tries to reach rlaunch to be adopted: one cut off
+/// from the network with its parent must not outlive the job by much (rlaunch ends it soon
+/// after it finds the node lost).
+pub const ADOPTION_DIAL: std::time::Duration = std::time::Duration::from_secs(3);
+
+/// rlaunch's listener for orphaned proxies, and the job's secret they prove. Travels only in
+/// the `Launch`, over the tree's own links; never printed.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Adoption {
+    pub address: String,
+    pub secret: [u8; 32],
+}
+
+impl std::fmt::Debug for Adoption {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Adoption").field("address", &self.address).finish_non_exhaustive()
+    }
 }
 
 impl Job {
@@ -121,6 +146,7 @@ impl Job {
             restart: 0,
             max_restarts: 0,
             goes_on: false,
+            adoption: None,
         }
     }
 }

@@ -103,9 +103,13 @@ impl Node {
     pub(super) fn fence_step(&mut self, job: u32, step: Option<FenceStep>) {
         match step {
             Some(FenceStep::GoUp { epoch, pairs }) if job == 0 => {
+                if self.job.adoption.is_some() {
+                    self.fence_entry = Some((epoch, pairs.clone()));
+                }
                 let _ = self.up.control.send(Up::FenceIn { epoch, pairs });
             }
             Some(FenceStep::GoUp { epoch, pairs }) => {
+                self.job_fences_up.insert(job);
                 let _ = self.up.control.send(Up::JobFenceIn { job, epoch, pairs });
             }
             Some(FenceStep::Done(released)) => self.send_replies(released),
@@ -121,6 +125,10 @@ impl Node {
             job => Down::JobFenceOut { job, epoch, pairs: pairs.clone() },
         };
         self.children.broadcast(&down);
+        match job {
+            0 => self.fence_entry = self.fence_entry.take().filter(|(e, _)| *e > epoch),
+            job => _ = self.job_fences_up.remove(&job),
+        }
         let Some(kvs) = self.kvs(job) else { return };
         let released = kvs.complete(epoch, pairs);
         // A node whose every rank failed (the job going on) is in the next fence at once.

@@ -132,7 +132,7 @@ impl Node {
         for rp in self.plan.ranks.clone() {
             let outcome = ExitOutcome::Signaled(nix::libc::SIGTERM);
             let verdict = self.ranks.add_failed(Gid(rp.rank), 0, outcome, Vec::new());
-            let _ = self.up.control.send(verdict);
+            self.send_end(verdict);
         }
         let _ = self.up.control.send(Up::Started { node: self.plan.index });
     }
@@ -289,7 +289,7 @@ impl Node {
             Ok(started) => started,
             Err(outcome) => {
                 let verdict = self.ranks.add_failed(gid, job_index, outcome, vars());
-                let _ = self.up.control.send(verdict);
+                self.send_end(verdict);
                 return None;
             }
         };

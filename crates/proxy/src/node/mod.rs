@@ -16,6 +16,7 @@
 //! [`subtree`]; starting ranks (the launched job's and spawned jobs') in [`launch`]; what a
 //! rank's PMI connection asks of the node, in [`calls`].
 
+mod adoption;
 mod calls;
 mod deadline;
 mod gate;
@@ -30,9 +31,11 @@ mod subtree;
 mod survey;
 #[cfg(test)]
 mod tests;
+mod upstream;
 mod world;
 
 use crate::spawn::Spawner;
+use adoption::Orphan;
 use deadline::Deadline;
 use gate::{Gate, Wait};
 use parent::Parent;
@@ -70,7 +73,10 @@ pub(crate) enum Event {
     Down(Down),
     /// The parent's heartbeat (the link's own): it is alive.
     Heard,
-    UpstreamClosed(String),
+    /// The link up (its number: 0, then one more at each adoption) closed, and why.
+    UpstreamClosed(u32, String),
+    /// rlaunch answered this orphan's call with a link, or could not be reached.
+    Adopted(Result<Box<adoption::Rehomed>, String>),
     /// One of a rank's output streams ended, and its end went upstream.
     OutputClosed(StreamEnd),
     Child {
@@ -127,6 +133,8 @@ pub(super) struct Upstream {
     /// Set when rlaunch drops the job's output: the pump throws away the output queued for
     /// it (this node's ranks' and its child proxies') instead of writing it.
     shed_output: tokio::sync::watch::Sender<bool>,
+    /// How the link up moves to rlaunch if this proxy is adopted; `None` in a unit test.
+    rehome: Option<adoption::Rehome>,
 }
 
 pub(crate) struct Node {
@@ -188,6 +196,23 @@ pub(crate) struct Node {
     /// PMI-1/PMI-2 requests and PMIx server news so far: the ranks' PMI activity, for
     /// `--stall-report`.
     pmi_activity: u64,
+    /// Started by rlaunch itself (`Launch::top`): it never seeks adoption.
+    top: bool,
+    /// Whether its parent is lost and rlaunch asked to adopt it.
+    orphan: Orphan,
+    /// The number of the link up now: 0, then one more at each adoption.
+    upstream_link: u32,
+    /// The ranks' ends sent up, kept (only while rlaunch adopts orphans) to be sent again.
+    ends_sent: Vec<Up>,
+    /// The launched job's PMI fence entry sent up and not yet answered, kept likewise.
+    fence_entry: Option<(u64, Vec<(String, String)>)>,
+    /// The launched job's PMIx fence entry sent up and not yet answered (epoch, served).
+    pmix_entry: Option<(u64, bool)>,
+    /// This node's direct modex requests not answered yet, by id (kept only while rlaunch
+    /// adopts orphans: sent again on adoption).
+    asks_out: HashMap<u32, rlaunch_protocol::control::DmodexAsk>,
+    /// Spawned jobs whose fence entry went up and is not answered yet.
+    job_fences_up: HashSet<u32>,
 }
 
 /// How long a finished node waits for its parent's clock probes before it reports.
@@ -324,7 +349,11 @@ impl Node {
                 self.handle_down(down);
             }
             Event::Heard => self.parent.heard(Instant::now()),
-            Event::UpstreamClosed(why) => self.lose_upstream(&why, true),
+            Event::UpstreamClosed(link, why) if link == self.upstream_link => {
+                self.lose_upstream(&why, true)
+            }
+            Event::UpstreamClosed(..) => {}
+            Event::Adopted(dialed) => self.adopted(dialed),
             Event::Pmix(news) => {
                 self.pmi_activity += 1;
                 self.pmix_news(news)
@@ -397,6 +426,7 @@ impl Node {
             Down::SpawnAnswer { rank, tag, outcome } => self.spawn_answer(rank, tag, outcome),
             Down::NameReply { rank, tag, answer } => self.name_reply(rank, tag, answer),
             Down::Dead { ranks } => self.ranks_dead(ranks),
+            Down::Resend => self.resend(),
             Down::Over => {
                 self.children.broadcast(&Down::Over);
                 self.over = true;
@@ -543,6 +573,13 @@ impl Node {
     /// socket that will never drain. A signalled proxy keeps sending: its parent wants the
     /// ranks' ends (a scheduler signals every task of a job at once).
     fn lose_upstream(&mut self, why: &str, unreachable: bool) {
+        if unreachable && self.may_seek_adoption() {
+            return self.seek_adoption(why);
+        }
+        if unreachable && self.orphan == Orphan::Seeking {
+            // The lost parent's link, closing after its silence: already acted on.
+            return;
+        }
         if unreachable {
             // Replaced, not sent: the node reads the switch itself (its parent is watched no
             // more), whether or not the pump still listens.
@@ -552,6 +589,10 @@ impl Node {
             return;
         }
         tracing::debug!("lost upstream: {why}");
+        if unreachable && self.job.goes_on && self.job.adoption.is_some() {
+            // Its children may be adopted by rlaunch: they are let go, not taken down.
+            self.children.release();
+        }
         self.terminate(Duration::from_millis(self.job.kill_grace_ms));
     }
 

@@ -57,6 +57,18 @@ impl Parent {
         self.last_heard + silence <= now
     }
 
+    /// The parent is gone and this proxy asks rlaunch to adopt it: the lost parent is
+    /// watched no more, and the node does not go down (yet).
+    pub(super) fn detach(&mut self) {
+        self.unreachable = true;
+    }
+
+    /// rlaunch adopted this proxy at `now`: its new parent, watched from now on.
+    pub(super) fn adopted(&mut self, now: Instant) {
+        self.unreachable = false;
+        self.last_heard = now;
+    }
+
     /// The parent is gone (`unreachable`: it cannot read any more), or this proxy was told
     /// to go. True the first time: the node goes down now.
     pub(super) fn lose(&mut self, unreachable: bool) -> bool {

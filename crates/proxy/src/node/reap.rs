@@ -79,7 +79,7 @@ impl Node {
     /// world where they are this node's.
     pub(super) fn kill_leftovers(&self, spare: &std::collections::HashSet<i32>) {
         if self.sweeps {
-            procs::kill_descendants(spare);
+            procs::kill_descendants_but_proxies(spare, &self.proxy_exe);
         }
     }
 
@@ -106,7 +106,7 @@ impl Node {
             let _ = self.up.control.send(Up::RankError { rank: gid, report });
         }
         if let Some(verdict) = self.ranks.reaped(local, outcome) {
-            let _ = self.up.control.send(verdict);
+            self.send_end(verdict);
         }
         self.dmodex_rank_ended(gid);
     }

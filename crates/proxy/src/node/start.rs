@@ -1,19 +1,21 @@
 //! How a proxy starts serving: its channel to the parent (the pump up, the reader down),
 //! the launch it is given, and the [`Node`] built from it, whose event loop then runs.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::ffi::OsString;
 use std::os::fd::OwnedFd;
 use std::sync::Arc;
 use std::time::Duration;
 
-use rlaunch_protocol::control::{Bootstrap, Down, DownFrame, Launch, LinkDown, LinkUp, Up};
+use rlaunch_protocol::control::{Bootstrap, Down, DownFrame, Launch, LinkUp, Up};
 use rlaunch_protocol::io::FrameReader;
 use rlaunch_protocol::record::{self, FenceTimes, Phase};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
-use super::{Event, Gate, JobState, Node, Parent, Upstream};
+use super::adoption::{Orphan, Rehome};
+use super::upstream::{read_upstream, LinkEnd, UpReader};
+use super::{Event, Gate, JobState, Node, Parent};
 use crate::kill::Escalation;
 use crate::kvs::{FenceScope, Kvs};
 use crate::outputs::{Carrying, Outputs};
@@ -98,8 +100,11 @@ pub async fn serve(
         .filter(|_| splice_to.is_some())
         .and_then(|c| splice::target(c.output))
         .map(|upstream| Carrying { carriers: Carriers::new(), upstream });
-    let pump =
-        link::pump_until_abandoned(up_out, true, link_rx, control_rx, outbox, splice_to, abandoned);
+    // Held until the pump ends: a proxy adopted by rlaunch hands the pump its new link.
+    let (rehome_tx, rehome_rx) = mpsc::unbounded_channel();
+    let pump = link::pump_until_abandoned(
+        up_out, true, link_rx, control_rx, outbox, splice_to, abandoned, rehome_rx,
+    );
     let pump = tokio::spawn(pump);
 
     // Down the tree come control messages and stdin, not output: small reads will do.
@@ -109,6 +114,7 @@ pub async fn serve(
         None => (None, None),
     };
     let (probed, probes) = tokio::sync::watch::channel(0);
+    let probed = Arc::new(probed);
     let launch = match launch {
         Some(launch) => Ok(Received::Launch(Box::new(launch))),
         None => {
@@ -143,7 +149,9 @@ pub async fn serve(
     let (events_tx, events_rx) = mpsc::unbounded_channel();
     // Weak: no echo goes up once the dispatcher is done (this function holds the sender).
     let link = link_tx.downgrade();
-    tokio::spawn(read_upstream(reader, window, link, probed, events_tx.clone()));
+    let upstream = UpReader { link: 0, events: events_tx.clone() };
+    let read = read_upstream(reader, window.clone(), link.clone(), probed.clone(), upstream);
+    let reader = Some(tokio::spawn(read));
 
     let closed = events_tx.clone();
     let outputs = Outputs::start(data_tx.clone(), carrying, direct_stdout, move |end| {
@@ -157,7 +165,15 @@ pub async fn serve(
         }
     };
     let (pmi_tx, pmi_rx) = mpsc::unbounded_channel();
-    let up = Upstream { control: control_tx, data: data_tx, abandon, shed_output };
+    let pmix_in_flight = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let rehome = Rehome { pump: rehome_tx.clone(), window, link, probed, reader, pmix_in_flight };
+    let up = super::Upstream {
+        control: control_tx,
+        data: data_tx,
+        abandon,
+        shed_output,
+        rehome: Some(rehome),
+    };
     let (spawner, outside) = super::world::this_process();
     let parts =
         Parts { up, outputs, events: events_tx, pmi_calls: pmi_tx, probes, spawner, sweeps: true };
@@ -167,6 +183,7 @@ pub async fn serve(
     // The pump drains the link's channel to its end before it ends.
     drop(link_tx);
     let _ = tokio::time::timeout(Duration::from_secs(5), pump).await;
+    drop(rehome_tx);
     Served::Exit(code)
 }
 
@@ -174,7 +191,7 @@ pub async fn serve(
 /// queue and its ranks' PMI calls' sender, the parent's clock probes answered, and how it
 /// starts and cleans up after processes.
 pub(super) struct Parts {
-    pub(super) up: Upstream,
+    pub(super) up: super::Upstream,
     pub(super) outputs: Outputs,
     pub(super) events: mpsc::UnboundedSender<Event>,
     pub(super) pmi_calls: mpsc::UnboundedSender<(crate::pmi::PmiPeer, crate::pmi::PmiCall)>,
@@ -238,32 +255,15 @@ impl Node {
             trap: Default::default(),
             probes,
             gate: Gate::default(),
+            top: launch.top,
+            orphan: Orphan::No,
+            upstream_link: 0,
+            ends_sent: Vec::new(),
+            fence_entry: None,
+            pmix_entry: None,
+            asks_out: HashMap::new(),
+            job_fences_up: HashSet::new(),
         }
-    }
-}
-
-/// This proxy's end of its link to its parent: what the link's own messages act on.
-struct LinkEnd<'a> {
-    window: &'a Window,
-    link: &'a mpsc::UnboundedSender<LinkUp>,
-    probed: &'a tokio::sync::watch::Sender<u32>,
-}
-
-impl LinkEnd<'_> {
-    /// Acts on one of the link's own messages from the parent: credit goes to the window, a
-    /// clock probe is answered at once (the dispatcher may be busy, and the probe's answer
-    /// must be prompt to be worth anything). A redirect is the caller's.
-    fn take(&self, link: LinkDown) -> Option<String> {
-        match link {
-            LinkDown::Credit { bytes } => self.window.grant(bytes),
-            LinkDown::ClockProbe { sent } => {
-                let _ = self.link.send(LinkUp::ClockEcho { sent, at: record::now_us() });
-                self.probed.send_modify(|n| *n += 1);
-            }
-            LinkDown::Ping => {}
-            LinkDown::Redirect { to } => return Some(to),
-        }
-        None
     }
 }
 
@@ -294,44 +294,6 @@ async fn receive_launch(
             }
             Ok(None) => return Err("the launcher closed the connection before the launch".into()),
             Err(e) => return Err(e.to_string()),
-        }
-    }
-}
-
-/// Hands every frame from the parent to the dispatcher, then how the connection ended;
-/// credit goes straight to the window and a clock probe is answered at once (the dispatcher
-/// may be busy, and the probe's answer must be prompt to be worth anything). Reads on after
-/// the dispatcher is gone: the pump still needs credit to send the last output up.
-async fn read_upstream(
-    mut reader: FrameReader<LinkRead>,
-    window: Arc<Window>,
-    link: mpsc::WeakUnboundedSender<LinkUp>,
-    probed: tokio::sync::watch::Sender<u32>,
-    events: mpsc::UnboundedSender<Event>,
-) {
-    loop {
-        let event = match reader.next::<DownFrame>().await {
-            Ok(Some(DownFrame::Link(message))) => {
-                if let LinkDown::Credit { bytes } = message {
-                    window.grant(bytes);
-                } else if message == LinkDown::Ping {
-                    let _ = events.send(Event::Heard);
-                } else if let Some(sender) = link.upgrade() {
-                    let end = LinkEnd { window: &window, link: &sender, probed: &probed };
-                    if let Some(to) = end.take(message) {
-                        tracing::debug!(to, "a redirect after the launch is ignored");
-                    }
-                }
-                continue;
-            }
-            Ok(Some(DownFrame::Job(down))) => Event::Down(down),
-            Ok(None) => Event::UpstreamClosed("its parent closed the connection".into()),
-            Err(e) => Event::UpstreamClosed(e.to_string()),
-        };
-        let last = matches!(event, Event::UpstreamClosed(_));
-        let _ = events.send(event);
-        if last {
-            return;
         }
     }
 }

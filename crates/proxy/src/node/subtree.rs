@@ -17,6 +17,7 @@ impl Node {
             data: self.up.data.clone(),
             control: self.up.control.clone(),
             events: self.events.clone(),
+            pmix_in_flight: self.pmix_data_flag(),
         }
     }
 
@@ -38,6 +39,7 @@ impl Node {
         let (children, lost) = Children::start(
             job,
             &plans,
+            false,
             credit::CHILDREN_BUDGET,
             |_, plan| match dialing {
                 true => Ok(None),
@@ -88,6 +90,8 @@ pub(super) struct Relay {
     data: mpsc::UnboundedSender<Queued>,
     control: mpsc::UnboundedSender<Up>,
     events: mpsc::UnboundedSender<Event>,
+    /// Raised when a child's PMIx fence data goes up (see `adoption::Rehome`).
+    pmix_in_flight: Option<std::sync::Arc<std::sync::atomic::AtomicBool>>,
 }
 
 /// Routes what a child proxy's link reports: its frames go up unchanged (see [`Relay`]),
@@ -117,6 +121,9 @@ pub(super) async fn relay_child(child: usize, event: LinkEvent, relay: Relay) ->
                     | Up::Survey { .. }
             ) =>
         {
+            if let (Up::PmixFencePart { .. }, Some(flag)) = (&up, &relay.pmix_in_flight) {
+                flag.store(true, std::sync::atomic::Ordering::Relaxed);
+            }
             let _ = relay.control.send(up);
             true
         }

@@ -59,7 +59,7 @@ fn node_in(spawner: Box<dyn Spawner>) -> (Node, Ends) {
         ranks,
         children: vec![],
     };
-    let launch = Launch { job, node: plan, late: false };
+    let launch = Launch { job, node: plan, late: false, top: true };
     let (control, up) = mpsc::unbounded_channel();
     let (data_tx, data) = mpsc::unbounded_channel();
     let (abandon, _) = tokio::sync::watch::channel(false);
@@ -72,7 +72,7 @@ fn node_in(spawner: Box<dyn Spawner>) -> (Node, Ends) {
     .expect("an epoll set");
     let (pmi_calls, pmi_rx) = mpsc::unbounded_channel();
     let (probes_tx, probes) = tokio::sync::watch::channel(0);
-    let up_channels = Upstream { control, data: data_tx, abandon, shed_output };
+    let up_channels = Upstream { control, data: data_tx, abandon, shed_output, rehome: None };
     let parts = Parts {
         up: up_channels,
         outputs,

@@ -72,6 +72,26 @@ struct Child {
     entered: [Option<u64>; 2],
 }
 
+/// How a child joins its parent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Joins {
+    /// Started as the plan says.
+    Planned,
+    /// Started during the run for a spawn's ranks (`Launch::late`).
+    Late,
+    /// A proxy whose parent was lost, launched already, taken on by rlaunch.
+    Adopted,
+}
+
+/// What becomes of an answer to a direct modex request ([`Children::answered`]).
+#[derive(Debug, PartialEq)]
+pub enum Answered {
+    /// It goes on toward its asker; the request it settles, if that went down from here.
+    Settled(Option<DmodexAsk>),
+    /// The request went to the rank's new subtree: this answer goes no further.
+    AskedAgain,
+}
+
 /// The launched job's two fences a child proxy enters.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Fence {
@@ -108,9 +128,11 @@ pub struct Children {
     links: Vec<JoinHandle<()>>,
     /// Direct modex requests sent down and not answered yet: (asking node, its id), and the
     /// child they went to.
-    asks: HashMap<(NodeId, u32), usize>,
+    asks: HashMap<(NodeId, u32), (usize, DmodexAsk)>,
     /// The job goes on after failures (`Job::goes_on`): a lost child is no party of fences.
     goes_on: bool,
+    /// These are rlaunch's own children, the top proxies (`Launch::top`).
+    top: bool,
 }
 
 impl Children {
@@ -118,11 +140,12 @@ impl Children {
     /// exec or the remote launcher), or returns `None` for a child that will dial in (see
     /// [`Children::attach`]); `deliver(i)` is what child `i`'s link hands its events to (see
     /// [`link::run_link`]). The children share `budget` bytes of output on the way, each in
-    /// proportion to the ranks behind it ([`credit::window`]). Returns the children and those
-    /// that could not start.
+    /// proportion to the ranks behind it ([`credit::window`]). `top`: the parent is rlaunch.
+    /// Returns the children and those that could not start.
     pub fn start<P, D, F, Fut>(
         job: &Job,
         plans: &[NodePlan],
+        top: bool,
         budget: u64,
         mut process: P,
         mut deliver: D,
@@ -133,14 +156,16 @@ impl Children {
         F: FnMut(LinkEvent) -> Fut + Send + 'static,
         Fut: std::future::Future<Output = bool> + Send + 'static,
     {
-        let mut children = Children::default();
+        let mut children = Children { top, ..Children::default() };
         let mut lost = Vec::new();
         let behind = |plan: &NodePlan| plan.walk().iter().map(|n| n.ranks.len()).sum::<usize>();
         let total: usize = plans.iter().map(behind).sum();
         for (index, plan) in plans.iter().enumerate() {
             let window = credit::window(budget, behind(plan), total);
             let started = process(index, plan);
-            if let Err(gone) = children.add(job, plan, false, window, started, deliver(index)) {
+            if let Err(gone) =
+                children.add(job, plan, Joins::Planned, window, started, deliver(index))
+            {
                 lost.push(gone);
             }
         }
@@ -164,7 +189,7 @@ impl Children {
         Fut: std::future::Future<Output = bool> + Send + 'static,
     {
         let index = self.list.len();
-        self.add(job, plan, true, window, process, deliver(index))?;
+        self.add(job, plan, Joins::Late, window, process, deliver(index))?;
         Ok(index)
     }
 
@@ -174,7 +199,7 @@ impl Children {
         &mut self,
         job: &Job,
         plan: &NodePlan,
-        late: bool,
+        joins: Joins,
         window: u64,
         started: io::Result<Option<ProxyProcess>>,
         deliver: F,
@@ -188,10 +213,12 @@ impl Children {
         let (link, link_rx) = mpsc::unbounded_channel();
         let mut dialing = None;
         let mut lost = Ok(());
-        // A child forked holding its launch is the one that needs none; a child that will
-        // dial in finds its launch queued when it does.
-        if started.as_ref().is_ok_and(|p| p.as_ref().is_none_or(|p| !p.launched)) {
-            let launch = Launch { job: job.clone(), node: plan.clone(), late };
+        let late = joins == Joins::Late;
+        // A child forked holding its launch is the one that needs none, as one adopted; a
+        // child that will dial in finds its launch queued when it does.
+        let launched = |p: &ProxyProcess| p.launched || joins == Joins::Adopted;
+        if started.as_ref().is_ok_and(|p| p.as_ref().is_none_or(|p| !launched(p))) {
+            let launch = Launch { job: job.clone(), node: plan.clone(), late, top: self.top };
             let _ = down.send(Down::Launch(Box::new(launch)));
         }
         let credit = ChildCredit::open(link.clone(), window);
@@ -260,6 +287,31 @@ impl Children {
         process.greeted = Some(greeting);
         self.run_link(&link, queued, &credit, process, job, deliver(index));
         Ok(index)
+    }
+
+    /// Takes on a proxy below the top whose parent was lost and that dialed rlaunch
+    /// (`Job::adoption`): the child of `plan`'s node from now on, already launched, with
+    /// `window` bytes of output on the way. Every rank and node of its subtree is routed to
+    /// it; it is a party of the fences from the epoch it enters. Returns its index.
+    pub fn adopt<F, Fut>(
+        &mut self,
+        mut process: ProxyProcess,
+        greeting: Greeting,
+        plan: &NodePlan,
+        job: &Job,
+        window: u64,
+        deliver: impl FnOnce(usize) -> F,
+    ) -> usize
+    where
+        F: FnMut(LinkEvent) -> Fut + Send + 'static,
+        Fut: std::future::Future<Output = bool> + Send + 'static,
+    {
+        let index = self.list.len();
+        // Its greeting reaches `on_link` first, which probes its clock.
+        process.greeted = Some(greeting);
+        let started = Ok(Some(process));
+        let _ = self.add(job, plan, Joins::Adopted, window, started, deliver(index));
+        index
     }
 
     /// Runs a child's link: its heartbeat, and the task that carries its frames both ways.
@@ -346,10 +398,18 @@ impl Children {
                 None
             }
             LinkEvent::Up(up) => {
-                match up {
-                    Up::FenceIn { epoch, .. } => entered[Fence::Pmi as usize] = Some(epoch),
-                    Up::PmixFenceIn { epoch, .. } => entered[Fence::Pmix as usize] = Some(epoch),
-                    _ => {}
+                let fence = match up {
+                    Up::FenceIn { epoch, .. } => Some((Fence::Pmi, epoch)),
+                    Up::PmixFenceIn { epoch, .. } => Some((Fence::Pmix, epoch)),
+                    _ => None,
+                };
+                if let Some((fence, epoch)) = fence {
+                    // An adopted proxy sends again the entry its lost parent may have dropped,
+                    // which may also have been waiting in its own queue: one arrival.
+                    if entered[fence as usize].replace(epoch) == Some(epoch) {
+                        tracing::debug!(host = %state.host, epoch, ?fence, "a fence entry again");
+                        return None;
+                    }
                 }
                 Some(ChildNews::Up(up))
             }
@@ -401,41 +461,51 @@ impl Children {
     pub fn send_ask(&mut self, ask: DmodexAsk) -> bool {
         let Some(&child) = self.rank_child.get(&ask.rank) else { return false };
         let key = (ask.asker, ask.id);
-        let sent = self.send_to(child, Down::DmodexAsk(ask));
+        let sent = self.send_to(child, Down::DmodexAsk(ask.clone()));
         if sent {
-            self.asks.insert(key, child);
+            self.asks.insert(key, (child, ask));
         }
         sent
     }
 
-    /// The answer to request `id` of node `asker` came up.
-    pub fn answered(&mut self, asker: NodeId, id: u32) {
-        self.asks.remove(&(asker, id));
+    /// `answer` to a request came up: what becomes of it. A `Missing` from a subtree that
+    /// no longer holds the rank (rlaunch adopted the proxy below a lost one since, see
+    /// [`Children::adopt`]) is not sent on: the request goes to the rank's new subtree.
+    pub fn answered(&mut self, answer: &DmodexAnswer) -> Answered {
+        let Some((child, ask)) = self.asks.remove(&(answer.asker, answer.id)) else {
+            return Answered::Settled(None);
+        };
+        let moved = self.rank_child.get(&ask.rank).is_some_and(|&now| now != child);
+        if matches!(answer.data, DmodexData::Missing) && moved && self.send_ask(ask.clone()) {
+            return Answered::AskedAgain;
+        }
+        Answered::Settled(Some(ask))
     }
 
-    /// The answers (`Missing`) to the requests sent to a child that finished or was lost
-    /// without answering them, for the owner to send toward their askers: a child's
-    /// `NodeDone` comes after every answer it sent (answers go up on the control path, ahead
-    /// of it), and a child that ended as a request went down never read it.
-    pub fn unanswerable(&mut self) -> Vec<DmodexAnswer> {
+    /// The requests sent to a child that finished or was lost without answering them, for
+    /// the owner to answer (`Missing`) toward their askers: a child's `NodeDone` comes after
+    /// every answer it sent (answers go up on the control path, ahead of it), and a child
+    /// that ended as a request went down never read it. One whose rank is held by another
+    /// child now (an adopted proxy's subtree) is asked there instead.
+    pub fn unanswerable(&mut self) -> Vec<DmodexAsk> {
         let list = &self.list;
         let gone: Vec<_> = self
             .asks
             .iter()
-            .filter(|(_, &c)| list[c].state.lost || list[c].state.done)
+            .filter(|(_, (c, _))| list[*c].state.lost || list[*c].state.done)
             .map(|(&key, _)| key)
             .collect();
-        gone.into_iter()
-            .map(|(asker, id)| {
-                self.asks.remove(&(asker, id));
-                tracing::debug!(
-                    %asker,
-                    id,
-                    "a direct modex request its subtree ended without answering"
-                );
-                DmodexAnswer { asker, id, data: DmodexData::Missing }
-            })
-            .collect()
+        let mut unanswered = Vec::new();
+        for key in gone {
+            let (_, ask) = self.asks.remove(&key).expect("just found");
+            // The rank's subtree moved to an adopted proxy: asked there.
+            if !self.send_ask(ask.clone()) {
+                let (asker, id) = key;
+                tracing::debug!(%asker, id, "a direct modex request its subtree ended unanswered");
+                unanswered.push(ask);
+            }
+        }
+        unanswered
     }
 
     /// A child's subtree holds `rank`.
@@ -450,7 +520,8 @@ impl Children {
         }
     }
 
-    fn send_to(&self, child: usize, down: Down) -> bool {
+    /// Sends `down` to child `child` alone, if it can still read it.
+    pub fn send_to(&self, child: usize, down: Down) -> bool {
         let child = &self.list[child];
         !child.state.lost && !child.state.done && child.down.send(down).is_ok()
     }
@@ -540,6 +611,21 @@ impl Children {
     /// Every child is finished one way or the other, and nothing more will come from it.
     pub fn settled(&self) -> bool {
         self.list.iter().all(|c| c.state.settled())
+    }
+
+    /// Lets every child go on without this proxy, which goes down having lost its own parent
+    /// while rlaunch adopts orphans (`Job::adoption`): their links close (each child sees
+    /// its parent gone and asks rlaunch to adopt it), and their processes are neither told
+    /// to end nor killed. They count as lost, with nothing to report.
+    pub fn release(&mut self) {
+        for link in &self.links {
+            link.abort();
+        }
+        self.by_pid.clear();
+        for c in &mut self.list {
+            c.state.lost = true;
+            c.state.own_process = false;
+        }
     }
 
     /// Stops reading the links (at the end of the run: what they still hold is not needed).

@@ -251,25 +251,66 @@ async fn splice_all(carried: &mut Carried, to: &AsyncFd<OwnedFd>) -> io::Result<
 
 /// [`pump`] until `abandon` turns true; from then on, and once the pump ends, what is still
 /// sent is dropped: with no one to deliver to, senders must never block (a proxy that lost
-/// its parent, whose socket will never drain).
+/// its parent, whose socket will never drain). A link that fails leaves what is queued
+/// waiting while `rehome` may still bring another: a proxy whose parent was lost and that
+/// rlaunch adopted (see `Job::adoption`) goes on on its new link, with no hello (the proxy
+/// wrote it, and its greeting, first) and no splicing (the new link is encrypted). What was
+/// being written when the old link failed, or when the new one came, is lost: the proxy
+/// sends again what matters (its ranks' ends, its fence entry).
+#[allow(clippy::too_many_arguments)]
 pub async fn pump_until_abandoned<L: Frame, M: Frame>(
-    out: impl AsyncWrite + Unpin,
+    out: crate::link::LinkWrite,
     hello: bool,
     mut link: mpsc::UnboundedReceiver<L>,
     mut control: mpsc::UnboundedReceiver<M>,
     mut data: Outbox,
-    splice_to: Option<AsyncFd<OwnedFd>>,
+    mut splice_to: Option<AsyncFd<OwnedFd>>,
     mut abandon: tokio::sync::watch::Receiver<bool>,
+    mut rehome: mpsc::UnboundedReceiver<crate::link::LinkWrite>,
 ) {
-    tokio::select! {
-        // Abandon first: what is sent once it is raised (a node's teardown right after it
-        // lost its parent) must not go out, even when the pump is ready too; polled in a
-        // random order, the ranks' ends of a node that took itself down reached a parent
-        // that resumed (chaos: kill -STOP rlaunch during an ssh launch).
-        biased;
-        _ = crate::raised(&mut abandon) => {}
-        // A dropped sender abandons nothing: the pump goes on to flush the last frames.
-        _ = pump(out, hello, &mut link, &mut control, Some(&mut data), splice_to.as_ref()) => {}
+    enum Next {
+        Abandoned,
+        Rehomed(Option<crate::link::LinkWrite>),
+        Pumped(io::Result<()>),
+    }
+    let (mut out, mut hello, mut rehome_open) = (Some(out), hello, true);
+    loop {
+        let current = out.as_mut();
+        let pumped = async {
+            match current {
+                Some(out) => {
+                    let to = splice_to.as_ref();
+                    pump(out, hello, &mut link, &mut control, Some(&mut data), to).await
+                }
+                None => std::future::pending().await,
+            }
+        };
+        let next = tokio::select! {
+            // Abandon first: what is sent once it is raised (a node's teardown right after it
+            // lost its parent) must not go out, even when the pump is ready too; polled in a
+            // random order, the ranks' ends of a node that took itself down reached a parent
+            // that resumed (chaos: kill -STOP rlaunch during an ssh launch).
+            biased;
+            _ = crate::raised(&mut abandon) => Next::Abandoned,
+            new = rehome.recv(), if rehome_open => Next::Rehomed(new),
+            // A dropped sender abandons nothing: the pump goes on to flush the last frames.
+            pumped = pumped => Next::Pumped(pumped),
+        };
+        match next {
+            Next::Abandoned | Next::Pumped(Ok(())) => break,
+            Next::Rehomed(Some(new)) => {
+                tracing::debug!("the link up goes to a new parent");
+                (out, hello, splice_to) = (Some(new), false, None);
+            }
+            // Nobody will bring another link (the proxy holds its sender until the pump
+            // ends, so this is a test's doing): the pump goes on with the one it has.
+            Next::Rehomed(None) => rehome_open = false,
+            Next::Pumped(Err(e)) if rehome_open => {
+                tracing::debug!("the link up failed: {e}");
+                (out, hello) = (None, false);
+            }
+            Next::Pumped(Err(_)) => break,
+        }
     }
     tokio::join!(
         async { while link.recv().await.is_some() {} },
@@ -282,5 +323,75 @@ async fn next_data(data: &mut Option<&mut Outbox>) -> Option<Queued> {
     match data {
         Some(outbox) => outbox.next().await,
         None => std::future::pending().await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::credit::Window;
+    use rlaunch_protocol::control::{LinkUp, UpFrame};
+    use rlaunch_protocol::io::FrameReader;
+    use std::sync::Arc;
+
+    /// The frames a link carried, read to its end.
+    async fn frames(read: tokio::io::DuplexStream, hello: bool) -> Vec<UpFrame> {
+        let mut reader = FrameReader::with_chunk(read, 4096);
+        if hello {
+            reader.read_hello().await.expect("a hello first");
+        }
+        let mut got = Vec::new();
+        while let Ok(Some(frame)) = reader.next::<UpFrame>().await {
+            got.push(frame);
+        }
+        got
+    }
+
+    #[tokio::test]
+    async fn a_pump_whose_link_fails_goes_on_on_the_next_one() {
+        let (link_tx, link_rx) = mpsc::unbounded_channel::<LinkUp>();
+        let (control_tx, control_rx) = mpsc::unbounded_channel::<Up>();
+        let (data_tx, data_rx) = mpsc::unbounded_channel();
+        let outbox = Outbox::new(data_rx, Arc::new(Window::default()), watch_false());
+        let (_abandon, abandoned) = tokio::sync::watch::channel(false);
+        let (rehome_tx, rehome_rx) = mpsc::unbounded_channel();
+        // The first link's far end is gone: the pump's first write fails.
+        let (first, first_far) = tokio::io::duplex(1 << 16);
+        drop(first_far);
+        let pump = tokio::spawn(pump_until_abandoned(
+            Box::new(first) as crate::link::LinkWrite,
+            true,
+            link_rx,
+            control_rx,
+            outbox,
+            None,
+            abandoned,
+            rehome_rx,
+        ));
+        control_tx.send(Up::StdoutClosed).unwrap();
+        // What comes while no link is there waits for the next.
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        control_tx.send(Up::StdinAck { seq: 7 }).unwrap();
+        let (second, second_far) = tokio::io::duplex(1 << 16);
+        rehome_tx.send(Box::new(second)).unwrap();
+        control_tx.send(Up::StdinAck { seq: 8 }).unwrap();
+        drop((control_tx, link_tx, data_tx));
+        let got = frames(second_far, false).await;
+        pump.await.unwrap();
+        // The frame being written when the first link failed is lost with it.
+        let acks: Vec<u64> = (got.iter())
+            .filter_map(|f| match f {
+                UpFrame::Job(Up::StdinAck { seq }) => Some(*seq),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(acks, [7, 8], "{got:?}");
+        drop(rehome_tx);
+    }
+
+    fn watch_false() -> tokio::sync::watch::Receiver<bool> {
+        let (tx, rx) = tokio::sync::watch::channel(false);
+        std::mem::forget(tx);
+        rx
     }
 }

@@ -216,8 +216,16 @@ impl Context {
         let t = trial.topology;
         let hosts = self.hosts(t);
         let files = RankFiles::new(dir.to_path_buf());
-        let mut job =
-            Job::start(&self.rlaunch, &self.args(trial, dir), trial.phase == Phase::Stdin);
+        // Under continue, the proxies below a lost node are adopted by rlaunch (and so may be
+        // the node itself, if only its ssh client was lost), and what their ranks wrote may
+        // lose a piece on its way through the lost one (README, *Survivors*).
+        let adopted = |r: &u32| t.under(t.node_of(*r), trial.node);
+        let lenient = match self.policy == Policy::Continue && trial.fault.aims_at_node() {
+            true => (0..t.ranks()).filter(adopted).collect(),
+            false => Vec::new(),
+        };
+        let stdin = trial.phase == Phase::Stdin;
+        let mut job = Job::start(&self.rlaunch, &self.args(trial, dir), stdin, lenient);
         let mut verdict = Verdict::default();
         let limit = job.started + Duration::from_secs(30);
 
@@ -335,8 +343,9 @@ impl Context {
         }
 
         let deadline = match trial.fault {
-            // A missed fault or a stopped rank: the job ends by itself, or at its timeout.
-            _ if !verdict.landed || trial.fault == Fault::StopRank => {
+            // A missed fault or a stopped rank: the job ends by itself, or at its timeout; so
+            // may one whose node's transport was mended (see `healable`).
+            _ if !verdict.landed || trial.fault == Fault::StopRank || self.healable(trial) => {
                 job.started + self.timeout(t) + KILL_GRACE + END_BOUND
             }
             // Cut before its proxy said hello, a node is given up only after the hello wait
@@ -383,6 +392,15 @@ impl Context {
         verdict
     }
 
+    /// Under continue, a proxy below the top whose ssh client is killed sees its link close
+    /// and dials rlaunch to be adopted (README, *Survivors*): if that call comes before its
+    /// parent's report of the loss, the node lives on and nothing failed (its parent's
+    /// report of the old link is no news); the job then runs as if the fault had missed.
+    fn healable(&self, trial: &Trial) -> bool {
+        let below_top = trial.topology.parent(trial.node).is_some();
+        self.policy == Policy::Continue && trial.fault == Fault::KillSsh && below_top
+    }
+
     /// Exit status, culprit line and output against what the fault calls for.
     fn judge(
         &self,
@@ -407,7 +425,9 @@ impl Context {
             "rlaunch: the job timed out after {} s and was killed",
             self.timeout(t).as_secs()
         );
+        let healed = self.healable(trial) && !verdict.stderr.contains(&lost);
         let (code, culprit): (Option<i32>, Option<String>) = match trial.fault {
+            _ if healed => (Some(124), Some(timed_out.clone())),
             Fault::KillRank => (Some(137), Some(rank_said("was killed by signal 9 (SIGKILL)"))),
             Fault::StopRank => (Some(124), Some(timed_out)),
             Fault::RankExit => (Some(3), Some(rank_said("exited with code 3"))),
@@ -437,8 +457,9 @@ impl Context {
         };
         // A job that ends by itself may beat the fault, unless the fault is a rank's own at its
         // start.
-        let may_succeed =
-            !verdict.landed || (trial.phase.ends_by_itself() && !trial.strikes_at_start());
+        let may_succeed = !verdict.landed
+            || healed
+            || (trial.phase.ends_by_itself() && !trial.strikes_at_start());
         // With the restart policy, a fault the second attempt does not meet ends in a job
         // that completes, its first line the restart's, which names the culprit as the end
         // would. rlaunch stopped may find its proxies gone when it resumes, and restart.
@@ -514,15 +535,15 @@ impl Context {
             }
         }
 
-        // With the continue policy, a rank's own failure, or a lost node's (its ranks', and
-        // those under it), in an endless phase is told to every other rank, which then ends by
-        // itself.
+        // With the continue policy, a rank's own failure, or a lost node's (its own ranks:
+        // the proxies below it are adopted by rlaunch), in an endless phase is told to every
+        // other rank, which then ends by itself.
         let failed: Vec<u32> = match trial.fault {
             Fault::KillRank | Fault::RankExit | Fault::RankSignal | Fault::RankPmiClose => {
                 vec![trial.rank]
             }
             f if f.aims_at_node() => {
-                (0..t.ranks()).filter(|&r| t.under(t.node_of(r), trial.node)).collect()
+                (0..t.ranks()).filter(|&r| t.node_of(r) == trial.node).collect()
             }
             _ => Vec::new(),
         };

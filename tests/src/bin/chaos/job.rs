@@ -12,7 +12,9 @@ use std::time::{Duration, Instant};
 
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
-use rlaunch_tests::{flood_line, procfs, scan_flood_stream, FloodReport, Tag, TAG_VAR};
+use rlaunch_tests::{
+    flood_line, procfs, scan_flood_stream_with, FloodReport, FloodScanner, Tag, TAG_VAR,
+};
 
 /// The rank number of the lines fed to stdin (`chaosrank` passes them through rank 0).
 pub const STDIN_RANK: u32 = 999_999;
@@ -32,7 +34,9 @@ pub struct Job {
 }
 
 impl Job {
-    pub fn start(rlaunch: &Path, args: &[String], feed_stdin: bool) -> Job {
+    /// Starts rlaunch with `args`; its stdout is checked as flood lines, `lenient` ranks' with
+    /// gaps allowed (see [`FloodScanner::lenient`]).
+    pub fn start(rlaunch: &Path, args: &[String], feed_stdin: bool, lenient: Vec<u32>) -> Job {
         let tag = Tag::new();
         let mut command = Command::new(rlaunch);
         command
@@ -46,7 +50,8 @@ impl Job {
             .spawn()
             .unwrap_or_else(|e| panic!("chaos: cannot start {}: {e}", rlaunch.display()));
         let out = child.stdout.take().expect("piped");
-        let stdout = std::thread::spawn(move || scan_flood_stream(out, None).1);
+        let scanner = FloodScanner::lenient(lenient);
+        let stdout = std::thread::spawn(move || scan_flood_stream_with(out, None, scanner).1);
         let mut err = child.stderr.take().expect("piped");
         let stderr = std::thread::spawn(move || {
             let mut kept = Vec::new();

@@ -32,12 +32,15 @@
 //!
 //! With `--policy continue` every job runs with `--on-failure continue`: a rank's own failure
 //! (killed, exit 3, SIGSEGV, PMI closed) ends that rank alone, a lost node (its proxy killed
-//! or stopped, its ssh client killed, its link cut) its ranks and those under it in the tree,
-//! and the others, told, end the job by themselves with the failure's code and culprit line,
+//! or stopped, its ssh client killed, its link cut) its own ranks (rlaunch adopts the proxies
+//! below it), and the others, told, end the job by themselves with the failure's code and
+//! culprit line,
 //! as the end policy's job would (`chaosrank` stops its endless phases once told); the last
 //! column counts survivors of an endless phase (fence, output, stdin) that were not told
-//! exactly which ranks failed (their `told.R`). Abort, a stopped rank and rlaunch's own
-//! faults are judged as without it.
+//! exactly which ranks failed (their `told.R`). A proxy below the top whose ssh client is
+//! killed may call rlaunch before its parent reports it lost, and be kept: then nothing
+//! failed, and the job runs on to its timeout, as after a missed fault. Abort, a stopped rank
+//! and rlaunch's own faults are judged as without it.
 //!
 //! With `--policy spare` (tree and ssh only) every job runs with `--max-restarts 1
 //! --spare-hosts n8` (the ssh topology's cluster has an eighth host for it): as the restart

@@ -70,6 +70,7 @@ fn plan_of(ranks: &[u32]) -> Plan {
         tracker: None,
         restart_backoff: Duration::ZERO,
         spares: Vec::new(),
+        orphan_listener: None,
     }
 }
 

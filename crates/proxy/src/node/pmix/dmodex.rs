@@ -117,6 +117,10 @@ impl Node {
             }
             return;
         }
+        if self.job.adoption.is_some() && self.asks_out.remove(&answer.id).is_none() {
+            // Asked again after an adoption, and answered twice.
+            return tracing::debug!(id = answer.id, "a second answer to a direct modex request");
+        }
         let (status, data) = status_of(answer.data);
         self.pmix_command(Command::ModexDone { id: answer.id, status, data });
     }
@@ -135,15 +139,16 @@ impl Node {
 
     /// A child's answer to a request sent down goes up, the request settled.
     pub(in crate::node) fn dmodex_child_answer(&mut self, answer: DmodexAnswer) {
-        self.children.answered(answer.asker, answer.id);
-        self.dmodex_up(answer);
+        if self.children.answered(&answer) != rlaunch_tree::children::Answered::AskedAgain {
+            self.dmodex_up(answer);
+        }
     }
 
     /// Requests sent to a child that finished or was lost without answering them fail now,
     /// rather than leave their rank waiting (the root does the same for its children).
     pub(in crate::node) fn dmodex_unanswerable(&mut self) {
-        for answer in self.children.unanswerable() {
-            self.dmodex_up(answer);
+        for ask in self.children.unanswerable() {
+            let _ = self.up.control.send(missing(ask));
         }
     }
 }

@@ -116,6 +116,7 @@ impl Node {
         self.fences.enter(rlaunch_protocol::record::now_us());
         let (epoch, node) = (self.pmix.fence.fold.epoch(), self.plan.index);
         for data in in_parts([data], PMIX_FENCE_PART).into_iter().filter(|d| !d.is_empty()) {
+            self.pmix_data_up();
             let _ = self.up.control.send(Up::PmixFencePart { epoch, node, data });
         }
         self.pmix.fence.own_in = true;
@@ -168,6 +169,9 @@ impl Node {
         let parties = 1 + self.children.fence_parties(rlaunch_tree::children::Fence::Pmix, epoch);
         if let Some((epoch, _)) = self.pmix.fence.fold.complete(parties) {
             let served = self.pmix.fence.served;
+            if self.job.adoption.is_some() {
+                self.pmix_entry = Some((epoch, served));
+            }
             let _ = self.up.control.send(Up::PmixFenceIn { epoch, served });
         }
     }
@@ -182,6 +186,8 @@ impl Node {
 
     /// PMIx fence `epoch` is complete tree-wide; `data` is the end of its data.
     pub(in crate::node) fn pmix_fence_out(&mut self, epoch: u64, data: Vec<u8>) {
+        // Before the children hear: their data of the next fence may follow at once.
+        self.pmix_data_answered();
         if let Some(pmix) = self.pmix.server.as_mut() {
             if let Some(done) = pmix.state.fence_out(&data) {
                 pmix.host.send(done);
@@ -196,6 +202,7 @@ impl Node {
         }
         self.pmix.fence.own_in = false;
         self.pmix.fence.served = false;
+        self.pmix_entry = self.pmix_entry.filter(|(e, _)| *e > epoch);
         self.pmix_fence_without_server();
     }
 

@@ -340,6 +340,9 @@ impl Node {
         match act {
             Act::Host(command) => self.pmix_command(command),
             Act::Up(up) => {
+                if let (Up::DmodexAsk(ask), Some(_)) = (&up, &self.job.adoption) {
+                    self.asks_out.insert(ask.id, ask.clone());
+                }
                 let _ = self.up.control.send(up);
             }
             Act::Notice(text) => self.notice(text),
