@@ -23,6 +23,8 @@ pub(super) enum Deadline {
     ParentSilent,
     /// Children have not answered rlaunch's survey in time: it goes up without them.
     Survey,
+    /// Failures that waited for a dying rank's end wait no longer.
+    Deferred,
 }
 
 impl Node {
@@ -35,6 +37,7 @@ impl Node {
             (self.pmix_silent_at(), Deadline::PmixSilent),
             (self.parent.silent_at(self.job.liveness.silence()), Deadline::ParentSilent),
             (self.survey.as_ref().map(|s| s.deadline), Deadline::Survey),
+            (self.deferred_until, Deadline::Deferred),
         ])
     }
 
@@ -58,6 +61,7 @@ impl Node {
             Deadline::Linger => self.children.kill_lingering(CHILD_PROXY_GRACE),
             Deadline::PmixSilent => self.pmix_silent(),
             Deadline::Survey => self.survey_send(),
+            Deadline::Deferred => self.judge_deferred(true),
             Deadline::ParentSilent => {
                 let silence = self.job.liveness.silence();
                 if self.parent.silent(Instant::now(), silence) {

@@ -211,6 +211,10 @@ pub(crate) struct Node {
     /// This node's direct modex requests not answered yet, by id (kept only while rlaunch
     /// adopts orphans: sent again on adoption).
     asks_out: HashMap<u32, rlaunch_protocol::control::DmodexAsk>,
+    /// Failures reaped while another rank here was dying, in order, and until when they
+    /// wait for it (see `reap.rs`).
+    deferred: Vec<(Local, rlaunch_protocol::ids::ExitOutcome)>,
+    deferred_until: Option<Instant>,
     /// Spawned jobs whose fence entry went up and is not answered yet.
     job_fences_up: HashSet<u32>,
 }

@@ -6,8 +6,16 @@ use rlaunch_protocol::ids::ExitOutcome;
 use rlaunch_protocol::record;
 use rlaunch_tree::procs;
 
+use std::time::Duration;
+
+use tokio::time::Instant;
+
 use super::Node;
 use crate::ranks::Local;
+
+/// How long a rank's failure waits for another rank here that is dying (see
+/// [`Node::rank_reaped`]): a dying process is reaped within milliseconds.
+const DEFERRED_WAIT: Duration = Duration::from_millis(200);
 
 impl Node {
     /// A process of this node ended: a rank, or a child proxy.
@@ -20,6 +28,7 @@ impl Node {
             usage.system_us = ended.system_us;
             usage.maxrss_kib = ended.maxrss_kib;
             self.rank_reaped(local, outcome);
+            self.judge_deferred(false);
         } else if let Some(lost) = self.children.reaped(pid, outcome) {
             self.report_lost(lost);
         }
@@ -84,11 +93,47 @@ impl Node {
     }
 
     /// A rank of this node was reaped: judged now, unless the PMIx server holds its verdict
-    /// until it has said all it heard of the rank.
+    /// until it has said all it heard of the rank. A failure while another rank here is
+    /// dying (exiting, not reaped yet) waits for that one's end, up to [`DEFERRED_WAIT`]:
+    /// its death may be the cause (libpmix answers a fence PARTIAL SUCCESS the moment a
+    /// member's connection drops, before the member is a zombie), and the first failure is
+    /// the job's culprit (found by the chaos runner's PMIx ranks: a rank's SIGSEGV was
+    /// reported after the exit 1 it caused).
     pub(super) fn rank_reaped(&mut self, local: Local, outcome: ExitOutcome) {
+        // Only where a PMIx server serves the ranks, and not in a teardown (every rank dies).
+        let pmix = self.pmix.serving() && !self.kill.started();
+        if pmix && !outcome.is_success() && self.rank_dying(Some(local)) {
+            self.deferred.push((local, outcome));
+            self.deferred_until.get_or_insert(Instant::now() + DEFERRED_WAIT);
+            return;
+        }
         if !self.pmix_holds_verdict(local, outcome) {
             self.judge_reaped(local, outcome);
         }
+    }
+
+    /// The failures that waited for a dying rank are judged once none is dying (or, `due`,
+    /// their wait is over), in the order they were reaped.
+    pub(super) fn judge_deferred(&mut self, due: bool) {
+        if self.deferred.is_empty() || (!due && self.rank_dying(None)) {
+            return;
+        }
+        self.deferred_until = None;
+        for (local, outcome) in std::mem::take(&mut self.deferred) {
+            if !self.pmix_holds_verdict(local, outcome) {
+                self.judge_reaped(local, outcome);
+            }
+        }
+        self.sweep_if_all_reaped();
+    }
+
+    /// Whether a rank here (other than `except`, and not waiting for its verdict) has begun
+    /// to exit and is not reaped yet.
+    fn rank_dying(&self, except: Option<Local>) -> bool {
+        let waiting =
+            |local: Local| except == Some(local) || self.deferred.iter().any(|d| d.0 == local);
+        let mut running = self.ranks.running().filter(|&(local, pid)| !waiting(local) && pid > 0);
+        running.any(|(_, pid)| procs::is_exiting(pid))
     }
 
     /// Rank `local`'s verdict, sent up once.

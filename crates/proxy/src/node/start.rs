@@ -262,6 +262,8 @@ impl Node {
             fence_entry: None,
             pmix_entry: None,
             asks_out: HashMap::new(),
+            deferred: Vec::new(),
+            deferred_until: None,
             job_fences_up: HashSet::new(),
         }
     }
