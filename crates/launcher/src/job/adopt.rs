@@ -21,7 +21,7 @@ use std::net::{IpAddr, Ipv4Addr};
 use std::time::Duration;
 
 use rlaunch_protocol::control::{
-    Adoption, Bootstrap, DmodexAnswer, DmodexAsk, DmodexData, Down, Liveness, NodePlan,
+    Adoption, Bootstrap, DmodexAnswer, DmodexAsk, DmodexData, Down, Liveness, NodePlan, Rendezvous,
     ADOPTION_DIAL,
 };
 use rlaunch_protocol::ids::NodeId;
@@ -49,6 +49,9 @@ pub(super) struct Adopting {
     /// answer died with its lost parent.
     pub(super) last_pmi: Option<(u64, Vec<(String, String)>)>,
     pub(super) last_pmix: Option<(u64, Vec<Vec<u8>>)>,
+    /// The rendezvous rank 0's proxy chose, which every node was sent (an orphan's lost
+    /// parent may not have passed it on).
+    pub(super) rendezvous: Option<Rendezvous>,
     /// Direct modex requests for ranks of due nodes, held until the node is adopted (asked
     /// again there) or given up (answered `Missing`).
     parked: Vec<DmodexAsk>,
@@ -163,6 +166,7 @@ impl Root {
             last_pmi: None,
             last_pmix: None,
             parked: Vec::new(),
+            rendezvous: None,
         });
     }
 
@@ -217,7 +221,18 @@ impl Root {
         for ask in parked {
             self.children.send_ask(ask);
         }
-        // What every node has been told so far that this one may have missed.
+        // What every node has been told so far that this one may have missed: its ranks may
+        // wait for the rendezvous or stdin's end, and survivors are told of the dead.
+        let rendezvous = self.adopting.as_ref().and_then(|a| a.rendezvous.clone());
+        if let Some(rendezvous) = rendezvous {
+            self.children.send_to(child, Down::Rendezvous(rendezvous));
+        }
+        if !self.stdin.open {
+            self.children.send_to(child, Down::StdinEof);
+        }
+        if *self.drop_output.borrow() {
+            self.children.send_to(child, Down::DropOutput);
+        }
         if !self.dead.is_empty() {
             self.children.send_to(child, Down::Dead { ranks: self.dead.clone() });
         }

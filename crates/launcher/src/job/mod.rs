@@ -569,6 +569,9 @@ impl Root {
             Up::Spawn { rank, tag, request } => self.spawn(rank, tag, request),
             Up::Rendezvous(rendezvous) => {
                 tracing::debug!(?rendezvous, "rank 0's proxy chose the rendezvous");
+                if let Some(adopting) = self.adopting.as_mut() {
+                    adopting.rendezvous = Some(rendezvous.clone());
+                }
                 self.children.broadcast(&Down::Rendezvous(rendezvous));
             }
             Up::SpawnStarted { job, node, refused } => self.spawn_started(job, node, refused),
