@@ -280,13 +280,14 @@ static void copy_stdin(void)
     char buf[WRITE];
     size_t filled = 0;
     for (;;) {
+        /* Told while stdin keeps coming, too (as chaosrank): before each read. */
         while (watching) {
+            if (told())
+                return;
             struct pollfd in = {.fd = 0, .events = POLLIN};
             int ready = poll(&in, 1, 20);
             if (ready > 0 || (ready < 0 && errno != EINTR))
                 break;
-            if (told())
-                return;
         }
         ssize_t n = read(0, buf + filled, sizeof buf - filled);
         if (n == 0)

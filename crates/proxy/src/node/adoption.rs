@@ -37,6 +37,8 @@ use super::{Event, Node};
 /// and what a new reader of the link shares with the first.
 pub(crate) struct Rehome {
     pub(super) pump: mpsc::UnboundedSender<LinkWrite>,
+    /// Whether the pump, its link failing, waits for the next (see `link::Rehoming`).
+    pub(super) wanted: watch::Sender<bool>,
     pub(super) window: Arc<Window>,
     pub(super) link: mpsc::WeakUnboundedSender<LinkUp>,
     pub(super) probed: Arc<watch::Sender<u32>>,
@@ -74,19 +76,22 @@ impl Node {
     /// goes on, rlaunch listens for orphans, this proxy is below the top, and nothing that
     /// cannot be sent again was on its way up (see [`Rehome::pmix_in_flight`]).
     pub(super) fn may_seek_adoption(&self) -> bool {
-        let wanted = self.job.goes_on && !self.top && !self.late && !self.over;
+        let wanted = self.adoptable() && !self.over;
         let free = self.orphan == Orphan::No && !self.kill.started();
         let Some(rehome) = self.up.rehome.as_ref().filter(|_| wanted && free) else {
             return false;
         };
-        if self.job.adoption.is_none() {
-            return false;
-        }
         if rehome.pmix_in_flight.load(Ordering::Relaxed) || !self.job_fences_up.is_empty() {
             tracing::debug!("a fence's data is on its way up: the node goes with its parent");
             return false;
         }
         true
+    }
+
+    /// Whether this proxy could ever be adopted (its launch says): then its pump waits for
+    /// a new link when the old one fails.
+    pub(super) fn adoptable(&self) -> bool {
+        self.job.goes_on && self.job.adoption.is_some() && !self.top && !self.late
     }
 
     /// The parent is lost (`why`): dials rlaunch, while the ranks run on.
@@ -118,6 +123,8 @@ impl Node {
         };
         tracing::debug!("adopted by rlaunch");
         self.orphan = Orphan::Adopted;
+        // Adopted once: a failure of this link is the end.
+        rehome.wanted.send_replace(false);
         if let Some(old) = rehome.reader.take() {
             old.abort();
         }

@@ -102,8 +102,10 @@ pub async fn serve(
         .map(|upstream| Carrying { carriers: Carriers::new(), upstream });
     // Held until the pump ends: a proxy adopted by rlaunch hands the pump its new link.
     let (rehome_tx, rehome_rx) = mpsc::unbounded_channel();
+    let (wanted, wanted_rx) = tokio::sync::watch::channel(false);
+    let rehoming = link::Rehoming { links: rehome_rx, wanted: wanted_rx };
     let pump = link::pump_until_abandoned(
-        up_out, true, link_rx, control_rx, outbox, splice_to, abandoned, rehome_rx,
+        up_out, true, link_rx, control_rx, outbox, splice_to, abandoned, rehoming,
     );
     let pump = tokio::spawn(pump);
 
@@ -166,7 +168,8 @@ pub async fn serve(
     };
     let (pmi_tx, pmi_rx) = mpsc::unbounded_channel();
     let pmix_in_flight = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let rehome = Rehome { pump: rehome_tx.clone(), window, link, probed, reader, pmix_in_flight };
+    let rehome =
+        Rehome { pump: rehome_tx.clone(), wanted, window, link, probed, reader, pmix_in_flight };
     let up = super::Upstream {
         control: control_tx,
         data: data_tx,
@@ -178,7 +181,14 @@ pub async fn serve(
     let parts =
         Parts { up, outputs, events: events_tx, pmi_calls: pmi_tx, probes, spawner, sweeps: true };
     let mut node = Node::new(launch, launched_at, proxy_exe, dial, parts);
+    if let Some(rehome) = node.up.rehome.as_ref() {
+        rehome.wanted.send_replace(node.adoptable());
+    }
     let code = node.run(events_rx, pmi_rx, outside).await;
+    // Its last frames go up on the link it has, or not at all.
+    if let Some(rehome) = node.up.rehome.as_ref() {
+        rehome.wanted.send_replace(false);
+    }
     drop(node);
     // The pump drains the link's channel to its end before it ends.
     drop(link_tx);

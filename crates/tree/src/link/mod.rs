@@ -33,7 +33,7 @@ use crate::splice::{self, Bulk};
 
 mod pump;
 
-pub use pump::{pump, pump_until_abandoned};
+pub use pump::{pump, pump_until_abandoned, Rehoming};
 
 /// The reading half of a control channel: a pipe or socketpair, or an encrypted TCP link.
 pub type LinkRead = Box<dyn AsyncRead + Send + Unpin>;

@@ -249,14 +249,23 @@ async fn splice_all(carried: &mut Carried, to: &AsyncFd<OwnedFd>) -> io::Result<
     Ok(())
 }
 
+/// Where a proxy's pump gets its next link up: one that rlaunch adopted (see
+/// `Job::adoption`) is handed the link to rlaunch. `wanted`: the proxy may be adopted, so
+/// a link that fails leaves what is queued waiting for the next; otherwise the pump ends
+/// with its link, as it always did (a parent gone at the very end must not hold it up).
+pub struct Rehoming {
+    pub links: mpsc::UnboundedReceiver<crate::link::LinkWrite>,
+    pub wanted: tokio::sync::watch::Receiver<bool>,
+}
+
 /// [`pump`] until `abandon` turns true; from then on, and once the pump ends, what is still
 /// sent is dropped: with no one to deliver to, senders must never block (a proxy that lost
-/// its parent, whose socket will never drain). A link that fails leaves what is queued
-/// waiting while `rehome` may still bring another: a proxy whose parent was lost and that
-/// rlaunch adopted (see `Job::adoption`) goes on on its new link, with no hello (the proxy
-/// wrote it, and its greeting, first) and no splicing (the new link is encrypted). What was
-/// being written when the old link failed, or when the new one came, is lost: the proxy
-/// sends again what matters (its ranks' ends, its fence entry).
+/// its parent, whose socket will never drain). A new link from `rehome` takes the old
+/// one's place: the proxy, adopted, goes on on it, with no hello (the proxy wrote it, and
+/// its greeting, first) and no splicing (the new link is encrypted). What was being written
+/// when the old link failed, or when the new one came, is lost: the proxy sends again what
+/// matters (its ranks' ends, its fence entries). The sender of `rehome.links` must live as
+/// long as the pump (its end would cut a write short).
 #[allow(clippy::too_many_arguments)]
 pub async fn pump_until_abandoned<L: Frame, M: Frame>(
     out: crate::link::LinkWrite,
@@ -266,15 +275,18 @@ pub async fn pump_until_abandoned<L: Frame, M: Frame>(
     mut data: Outbox,
     mut splice_to: Option<AsyncFd<OwnedFd>>,
     mut abandon: tokio::sync::watch::Receiver<bool>,
-    mut rehome: mpsc::UnboundedReceiver<crate::link::LinkWrite>,
+    rehome: Rehoming,
 ) {
+    let Rehoming { links: mut rehome, mut wanted } = rehome;
     enum Next {
         Abandoned,
+        Unwanted,
         Rehomed(Option<crate::link::LinkWrite>),
         Pumped(io::Result<()>),
     }
     let (mut out, mut hello, mut rehome_open) = (Some(out), hello, true);
     loop {
+        let linkless = out.is_none();
         let current = out.as_mut();
         let pumped = async {
             match current {
@@ -293,11 +305,13 @@ pub async fn pump_until_abandoned<L: Frame, M: Frame>(
             biased;
             _ = crate::raised(&mut abandon) => Next::Abandoned,
             new = rehome.recv(), if rehome_open => Next::Rehomed(new),
+            // Waiting for a link that will not come: the proxy is not adopted after all.
+            _ = wanted.wait_for(|w| !*w), if linkless => Next::Unwanted,
             // A dropped sender abandons nothing: the pump goes on to flush the last frames.
             pumped = pumped => Next::Pumped(pumped),
         };
         match next {
-            Next::Abandoned | Next::Pumped(Ok(())) => break,
+            Next::Abandoned | Next::Unwanted | Next::Pumped(Ok(())) => break,
             Next::Rehomed(Some(new)) => {
                 tracing::debug!("the link up goes to a new parent");
                 (out, hello, splice_to) = (Some(new), false, None);
@@ -305,7 +319,7 @@ pub async fn pump_until_abandoned<L: Frame, M: Frame>(
             // Nobody will bring another link (the proxy holds its sender until the pump
             // ends, so this is a test's doing): the pump goes on with the one it has.
             Next::Rehomed(None) => rehome_open = false,
-            Next::Pumped(Err(e)) if rehome_open => {
+            Next::Pumped(Err(e)) if rehome_open && *wanted.borrow() => {
                 tracing::debug!("the link up failed: {e}");
                 (out, hello) = (None, false);
             }
@@ -355,6 +369,7 @@ mod tests {
         let outbox = Outbox::new(data_rx, Arc::new(Window::default()), watch_false());
         let (_abandon, abandoned) = tokio::sync::watch::channel(false);
         let (rehome_tx, rehome_rx) = mpsc::unbounded_channel();
+        let (_wanted, wanted_rx) = tokio::sync::watch::channel(true);
         // The first link's far end is gone: the pump's first write fails.
         let (first, first_far) = tokio::io::duplex(1 << 16);
         drop(first_far);
@@ -366,7 +381,7 @@ mod tests {
             outbox,
             None,
             abandoned,
-            rehome_rx,
+            Rehoming { links: rehome_rx, wanted: wanted_rx },
         ));
         control_tx.send(Up::StdoutClosed).unwrap();
         // What comes while no link is there waits for the next.
