@@ -152,3 +152,47 @@ async fn the_earliest_deadline_is_next_and_the_timeout_ends_the_job() {
     // The teardown's own deadlines come next; the timeout is spent.
     assert!(root.next_deadline().is_none_or(|(_, next)| next != deadline::Deadline::Timeout));
 }
+
+/// Under continue, a lost interior node fails its own ranks only: the node under it is due
+/// (fences wait for it), and once it has not called within the wait it is a lost proxy too.
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn a_lost_nodes_child_is_due_and_given_up_if_it_never_calls() {
+    // n0 (ranks 0, 1) has n1 (rank 2) under it, which has n2 (rank 3).
+    let mut plan = plan_of(&[2, 1, 1]);
+    let n2 = plan.roots.pop().expect("n2");
+    let mut n1 = plan.roots.pop().expect("n1");
+    n1.children.push(n2);
+    plan.roots[0].children.push(n1);
+    plan.job.goes_on = true;
+    let mut root = root(plan);
+    let (orphans, _calls) = mpsc::unbounded_channel();
+    root.orphans = Some(orphans);
+    root.listen_for_orphans();
+    let adoption = root.plan.job.adoption.clone().expect("rlaunch listens for orphans");
+    assert!(adoption.address.starts_with("127.0.0.1:"), "{adoption:?}");
+
+    let (reason, came_up) = ("its proxy was killed by signal 9 (SIGKILL)".into(), true);
+    root.handle_up(Up::ProxyLost { host: "n1".into(), reason, came_up });
+    assert_eq!(root.dead.to_string(), "2", "n1's own rank");
+    assert!(root.orphans_pending(), "n2 may call");
+    let (at, which) = root.next_deadline().expect("the wait for n2");
+    assert_eq!(which, deadline::Deadline::Orphans);
+    // Two heartbeats, the orphan's 3 s of dialing, 2 s.
+    let wait =
+        rlaunch_protocol::control::Liveness::default().heartbeat() * 2 + Duration::from_secs(5);
+    assert_eq!(at.saturating_duration_since(Instant::now()), wait);
+
+    tokio::time::advance(wait).await;
+    root.on_deadline(which, false);
+    assert_eq!(root.dead.to_string(), "2-3", "n2 did not call");
+    assert!(!root.orphans_pending());
+    let lost: Vec<_> = (root.policy.causes().iter())
+        .filter_map(|c| match c {
+            Cause::LostProxy { host, reason, .. } => Some(format!("{host}: {reason}")),
+            _ => None,
+        })
+        .collect();
+    let late =
+        format!("n2: a proxy above it was lost, and it did not call within {} s", wait.as_secs());
+    assert_eq!(lost, ["n1: its proxy was killed by signal 9 (SIGKILL)".to_string(), late]);
+}
