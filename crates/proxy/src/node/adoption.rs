@@ -118,7 +118,7 @@ impl Node {
             Err(why) => {
                 self.orphan = Orphan::Refused;
                 let why = format!("its parent is lost, and rlaunch did not adopt it: {why}");
-                return self.lose_upstream(&why, true);
+                return self.lose_upstream(&why, super::Loss::Silent);
             }
         };
         tracing::debug!("adopted by rlaunch");

@@ -67,7 +67,7 @@ impl Node {
                 if self.parent.silent(Instant::now(), silence) {
                     let secs = silence.as_secs_f64();
                     let why = format!("it heard nothing from its parent for {secs} s");
-                    self.lose_upstream(&why, true);
+                    self.lose_upstream(&why, super::Loss::Silent);
                 }
             }
         }

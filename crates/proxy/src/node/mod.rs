@@ -101,6 +101,17 @@ pub(crate) enum Event {
     },
 }
 
+/// How a proxy lost its parent (see `Node::lose_upstream`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Loss {
+    /// A signal told the proxy to go.
+    Signalled,
+    /// Its link closed (or failed).
+    Closed,
+    /// Its parent fell silent, or rlaunch could not be reached to adopt it.
+    Silent,
+}
+
 /// One rank of a job to start here.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) struct JobRank {
@@ -261,7 +272,7 @@ impl Node {
                     }
                 }
                 Some(sig) = told_to_go.recv() => {
-                    self.lose_upstream(&format!("the proxy received {sig}"), false)
+                    self.lose_upstream(&format!("the proxy received {sig}"), Loss::Signalled)
                 }
                 _ = pmix_ping.tick(), if self.pmix.serving() => self.pmix.ping(),
                 _ = rlaunch_tree::sleep_until(next.map(|(at, _)| at)), if next.is_some() => {
@@ -354,7 +365,7 @@ impl Node {
             }
             Event::Heard => self.parent.heard(Instant::now()),
             Event::UpstreamClosed(link, why) if link == self.upstream_link => {
-                self.lose_upstream(&why, true)
+                self.lose_upstream(&why, Loss::Closed)
             }
             Event::UpstreamClosed(..) => {}
             Event::Adopted(dialed) => self.adopted(dialed),
@@ -572,11 +583,16 @@ impl Node {
     }
 
     /// The parent is gone, or this proxy was told to go (a signal): the node goes down.
-    /// `unreachable`: the parent cannot read any more (its link closed or went silent), so
-    /// what is still sent up is dropped rather than left to block the teardown behind a
-    /// socket that will never drain. A signalled proxy keeps sending: its parent wants the
-    /// ranks' ends (a scheduler signals every task of a job at once).
-    fn lose_upstream(&mut self, why: &str, unreachable: bool) {
+    /// `unreachable` (the loss is not a signal): the parent cannot read any more (its link
+    /// closed or went silent), so what is still sent up is dropped rather than left to block
+    /// the teardown behind a socket that will never drain. A signalled proxy keeps sending:
+    /// its parent wants the ranks' ends (a scheduler signals every task of a job at once).
+    /// A proxy below the top seeks adoption instead (see `adoption`); one going down lets
+    /// its children go, so that they may be adopted, if its link closed (its ssh client was
+    /// killed; rlaunch refused it): not if its parent fell silent (rlaunch stopped or cut
+    /// off, which no child could reach either) or rlaunch could not be reached.
+    fn lose_upstream(&mut self, why: &str, loss: Loss) {
+        let unreachable = loss != Loss::Signalled;
         if unreachable && self.may_seek_adoption() {
             return self.seek_adoption(why);
         }
@@ -593,7 +609,7 @@ impl Node {
             return;
         }
         tracing::debug!("lost upstream: {why}");
-        if unreachable && self.job.goes_on && self.job.adoption.is_some() {
+        if loss == Loss::Closed && self.job.goes_on && self.job.adoption.is_some() {
             // Its children may be adopted by rlaunch: they are let go, not taken down.
             self.children.release();
         }
