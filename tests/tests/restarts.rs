@@ -404,22 +404,12 @@ fn lost_interior_nodes(kill: &[u32], failed: &str, lost: &[&str]) {
     };
     let said = self::said(&out);
     assert!(said.len() == 1 && lost.iter().map(killed).any(|l| l == said[0]), "{out}");
-    let dead: Vec<u32> = failed_ranks(failed);
+    // The same ranges as a Linux cpulist: `1-2,6`.
+    let dead = rlaunch_topology::cpulist::parse(failed).expect("a list of ranks");
     for rank in (0..15).filter(|r| !dead.contains(r)) {
         assert_eq!(read(format!("told.{rank}")), failed, "rank {rank}: {out}");
     }
     out.tag.wait_until_none(Duration::from_secs(5)).unwrap();
-}
-
-/// The ranks of a list such as `1-2,6`.
-fn failed_ranks(list: &str) -> Vec<u32> {
-    let range = |part: &str| -> Vec<u32> {
-        match part.split_once('-') {
-            Some((a, b)) => (a.parse().unwrap()..=b.parse().unwrap()).collect(),
-            None => vec![part.parse().unwrap()],
-        }
-    };
-    list.split(',').flat_map(range).collect()
 }
 
 /// n2 (rlaunch's own child) and n3 (below n1) are lost: n5, n6 (each with a subtree) and

@@ -154,6 +154,12 @@ pub fn signal_pid(pid: i32, sig: Signal) {
 /// proxies, which clean up their own). Read from /proc, so it also finds processes that left
 /// their group and session.
 pub fn descendants(spare: &HashSet<i32>) -> Vec<i32> {
+    descendants_but(spare, |_| false)
+}
+
+/// [`descendants`], sparing also the subtree of each descendant `spared` picks: one read of
+/// /proc, and `spared` asked only of the descendants met.
+fn descendants_but(spare: &HashSet<i32>, spared: impl Fn(i32) -> bool) -> Vec<i32> {
     let mut children: HashMap<i32, Vec<i32>> = HashMap::new();
     let Ok(dir) = std::fs::read_dir("/proc") else {
         return Vec::new();
@@ -176,7 +182,7 @@ pub fn descendants(spare: &HashSet<i32>) -> Vec<i32> {
     let mut stack = vec![std::process::id() as i32];
     while let Some(pid) = stack.pop() {
         for &child in children.get(&pid).into_iter().flatten() {
-            if !spare.contains(&child) {
+            if !spare.contains(&child) && !spared(child) {
                 out.push(child);
                 stack.push(child);
             }
@@ -274,20 +280,17 @@ fn kill_descendants_but(spare: &HashSet<i32>, proxy_exe: Option<&std::ffi::OsStr
     }
     // The guard lives as long as the proxy, to kill it should it stop (see crate::guard).
     let guard = crate::guard::pid();
-    let mut spare = spare.clone();
-    if let Some(proxy_exe) = proxy_exe {
-        let proxies: Vec<std::path::PathBuf> = [std::fs::read_link("/proc/self/exe").ok()]
+    let proxies: Vec<std::path::PathBuf> = proxy_exe.map_or_else(Vec::new, |proxy_exe| {
+        [std::fs::read_link("/proc/self/exe").ok(), std::fs::canonicalize(proxy_exe).ok()]
             .into_iter()
-            .chain([std::fs::canonicalize(proxy_exe).ok()])
             .flatten()
-            .collect();
-        let proxy = |pid: &i32| {
-            std::fs::read_link(format!("/proc/{pid}/exe")).is_ok_and(|exe| proxies.contains(&exe))
-        };
-        let found: Vec<i32> = descendants(&spare).into_iter().filter(proxy).collect();
-        spare.extend(found);
-    }
-    for pid in descendants(&spare).into_iter().filter(|&pid| Some(pid) != guard) {
+            .collect()
+    });
+    let proxy = |pid: i32| {
+        !proxies.is_empty()
+            && std::fs::read_link(format!("/proc/{pid}/exe")).is_ok_and(|e| proxies.contains(&e))
+    };
+    for pid in descendants_but(spare, proxy).into_iter().filter(|&pid| Some(pid) != guard) {
         signal_pid(pid, Signal::SIGKILL);
     }
 }

@@ -21,8 +21,7 @@ use std::net::{IpAddr, Ipv4Addr};
 use std::time::Duration;
 
 use rlaunch_protocol::control::{
-    Adoption, Bootstrap, DmodexAnswer, DmodexAsk, DmodexData, Down, Liveness, NodePlan, Rendezvous,
-    ADOPTION_DIAL,
+    Adoption, Bootstrap, DmodexAsk, Down, Liveness, NodePlan, Rendezvous, ADOPTION_DIAL,
 };
 use rlaunch_protocol::ids::NodeId;
 use rlaunch_tree::credit;
@@ -112,13 +111,13 @@ fn orphans_ip(plan: &super::Plan) -> std::io::Result<IpAddr> {
         .map(|n| n.host.clone())
         .collect();
     let Some(first) = remote.first() else { return Ok(IpAddr::V4(Ipv4Addr::LOCALHOST)) };
-    let reached = dial::reaching(&remote);
     // A name only ssh knows (`HostName` in its configuration): where ssh goes.
-    let by_ssh = |_| match &plan.job.bootstrap {
+    let by_ssh = || match &plan.job.bootstrap {
         Bootstrap::Remote { argv, .. } => ssh_hostname(argv, first),
         _ => None,
     };
-    let reached = reached.or_else(|e| by_ssh(()).ok_or(e).and_then(|to| dial::reaching(&[to])));
+    let reached =
+        dial::reaching(&remote).or_else(|e| by_ssh().ok_or(e).and_then(|to| dial::reaching(&[to])));
     reached.map_err(|(host, e)| std::io::Error::new(e.kind(), format!("no route to {host}: {e}")))
 }
 
@@ -139,6 +138,11 @@ fn ssh_hostname(argv: &[String], host: &str) -> Option<String> {
     let text = String::from_utf8_lossy(&shown.stdout);
     let name = text.lines().find_map(|l| l.strip_prefix("hostname "))?.trim().to_string();
     (shown.status.success() && name != host).then_some(name)
+}
+
+/// The node of the tree under `roots` on `host` (a host has one proxy).
+pub(super) fn plan_node<'a>(roots: &'a [NodePlan], host: &str) -> Option<&'a NodePlan> {
+    roots.iter().flat_map(|r| r.walk()).find(|n| n.host == host)
 }
 
 impl Root {
@@ -181,9 +185,8 @@ impl Root {
     ) {
         let host = proxy.greeting.host.clone();
         let Some(adopting) = self.adopting.as_ref() else { return };
-        let plan = (self.plan.roots.iter().flat_map(|r| r.walk().into_iter().skip(1)))
-            .find(|n| n.host == host)
-            .cloned();
+        let top = |n: &&NodePlan| self.plan.roots.iter().any(|r| r.index == n.index);
+        let plan = plan_node(&self.plan.roots, &host).filter(|n| !top(n)).cloned();
         let refused = match &plan {
             None => Some("no node below the top has its name"),
             Some(_) if *self.ending.borrow() => Some("the job is ending"),
@@ -208,16 +211,17 @@ impl Root {
             });
         let adopting = self.adopting.as_mut().expect("seen above");
         adopting.adopted.insert(plan.index);
-        for node in plan.walk() {
-            adopting.due.remove(&node.index);
-        }
         tracing::debug!(%host, child, ranks = behind, "adopted an orphaned proxy");
-        // Requests for its ranks' data that waited for it.
+        // Its subtree is due no more; the requests for its ranks' data that waited go to it.
+        let subtree: HashSet<NodeId> = plan.walk().iter().map(|n| n.index).collect();
+        for node in &subtree {
+            adopting.due.remove(node);
+        }
         let (parked, waiting): (Vec<DmodexAsk>, Vec<DmodexAsk>) =
-            std::mem::take(&mut adopting.parked).into_iter().partition(|a| {
-                self.roll.node(a.rank).is_some_and(|n| plan.walk().iter().any(|p| p.index == n))
-            });
-        self.adopting.as_mut().expect("seen above").parked = waiting;
+            std::mem::take(&mut adopting.parked)
+                .into_iter()
+                .partition(|a| self.roll.node(a.rank).is_some_and(|n| subtree.contains(&n)));
+        adopting.parked = waiting;
         for ask in parked {
             self.children.send_ask(ask);
         }
@@ -240,11 +244,10 @@ impl Root {
         self.pmix_fence_step();
     }
 
-    /// Node `host` was lost: the nodes below it that may call to be adopted are due, and
-    /// returned. Empty while rlaunch does not adopt orphans.
-    pub(super) fn orphans_due(&mut self, host: &str) -> HashSet<NodeId> {
-        let Some(adopting) = self.adopting.as_mut() else { return HashSet::new() };
-        let lost = self.plan.roots.iter().flat_map(|r| r.walk()).find(|n| n.host == host);
+    /// Node `host` was lost: the nodes below it that may call to be adopted are due.
+    pub(super) fn orphans_due(&mut self, host: &str) {
+        let lost = plan_node(&self.plan.roots, host);
+        let Some(adopting) = self.adopting.as_mut() else { return };
         let mut below = Vec::new();
         let mut stack: Vec<&NodePlan> =
             lost.map(|n| n.children.iter().collect()).unwrap_or_default();
@@ -259,7 +262,7 @@ impl Root {
         for &node in &below {
             adopting.due.entry(node).or_insert(until);
         }
-        below.into_iter().collect()
+        tracing::debug!(%host, due = below.len(), "the nodes below a lost one may be adopted");
     }
 
     /// A direct modex request for a rank of a node that may yet be adopted: held (true).
@@ -298,8 +301,7 @@ impl Root {
                 .partition(|a| self.roll.node(a.rank).is_some_and(|n| late.contains(&n)));
         adopting.parked = waiting;
         for ask in missing {
-            let answer = DmodexAnswer { asker: ask.asker, id: ask.id, data: DmodexData::Missing };
-            self.children.send_toward_node(ask.asker, Down::DmodexAnswer(answer));
+            self.children.send_toward_node(ask.asker, Down::DmodexAnswer(ask.missing()));
         }
         for node in late {
             let host = self.roll.node_host(node).to_string();
@@ -313,10 +315,9 @@ impl Root {
     /// A proxy below reports the loss of `host`'s proxy, which rlaunch adopted since: the
     /// link that broke was the old one, and the node lives on.
     pub(super) fn adopted_host(&self, host: &str) -> bool {
-        self.adopting.as_ref().is_some_and(|a| {
-            let adopted = |n: &&NodePlan| a.adopted.contains(&n.index) && n.host == host;
-            self.plan.roots.iter().flat_map(|r| r.walk()).any(|n| adopted(&n))
-        })
+        let adopting = self.adopting.as_ref();
+        let node = plan_node(&self.plan.roots, host);
+        node.is_some_and(|n| adopting.is_some_and(|a| a.adopted.contains(&n.index)))
     }
 
     /// An adopted child sent again its entry of a fence complete already (`epoch`, before
@@ -329,12 +330,9 @@ impl Root {
                 self.children.send_to(child, Down::FenceOut { epoch, pairs });
             }
             (true, _, Some((last, parts))) if *last == epoch => {
-                let mut parts = parts.clone();
-                let data = parts.pop().unwrap_or_default();
-                for data in parts {
-                    self.children.send_to(child, Down::PmixFencePart { epoch, data });
+                for down in super::pmix_fence_downs(epoch, parts.clone()) {
+                    self.children.send_to(child, down);
                 }
-                self.children.send_to(child, Down::PmixFenceOut { epoch, data });
             }
             _ => tracing::warn!(child, epoch, pmix, "a fence entry from long ago"),
         }

@@ -112,14 +112,13 @@ impl Root {
             }
         }
         let mut nodes = HashSet::new();
-        for root in &self.plan.roots {
-            under(root, host, false, &mut nodes);
-        }
         if self.adopting.is_some() {
-            let due = self.orphans_due(host);
-            let own = self.plan.roots.iter().flat_map(|r| r.walk()).find(|n| n.host == host);
-            nodes.retain(|n| own.is_some_and(|own| own.index == *n));
-            tracing::debug!(%host, due = due.len(), "the nodes below a lost one may be adopted");
+            nodes.extend(super::adopt::plan_node(&self.plan.roots, host).map(|n| n.index));
+            self.orphans_due(host);
+        } else {
+            for root in &self.plan.roots {
+                under(root, host, false, &mut nodes);
+            }
         }
         // A proxy started during the run for spawned ranks is in no plan: by its host.
         let late =

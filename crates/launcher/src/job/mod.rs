@@ -46,9 +46,7 @@ use std::ffi::OsString;
 use std::io;
 use std::time::Duration;
 
-use rlaunch_protocol::control::{
-    DmodexAnswer, DmodexData, Down, Job, NameOp, NodePlan, StdinTarget, Up,
-};
+use rlaunch_protocol::control::{DmodexData, Down, Job, NameOp, NodePlan, StdinTarget, Up};
 use rlaunch_tree::children::{Answered, ChildNews, Children, Fence};
 use rlaunch_tree::dialin::Dialed;
 use rlaunch_tree::fence::FenceFold;
@@ -475,9 +473,7 @@ impl Root {
     fn dmodex_unanswerable(&mut self) {
         for ask in self.children.unanswerable() {
             if !self.park_ask(ask.clone()) {
-                let answer =
-                    DmodexAnswer { asker: ask.asker, id: ask.id, data: DmodexData::Missing };
-                self.children.send_toward_node(ask.asker, Down::DmodexAnswer(answer));
+                self.children.send_toward_node(ask.asker, Down::DmodexAnswer(ask.missing()));
             }
         }
     }
@@ -580,12 +576,11 @@ impl Root {
                 self.pmix_group_fence(node, members, data)
             }
             Up::DmodexAsk(ask) => {
-                let (asker, id) = (ask.asker, ask.id);
+                let (asker, missing) = (ask.asker, ask.missing());
                 if !self.children.send_ask(ask) {
                     // A rank of no subtree, or of one that is finished or lost: nothing will
                     // ever answer.
-                    let answer = DmodexAnswer { asker, id, data: DmodexData::Missing };
-                    self.children.send_toward_node(asker, Down::DmodexAnswer(answer));
+                    self.children.send_toward_node(asker, Down::DmodexAnswer(missing));
                 }
             }
             Up::DmodexAnswer(answer) => {
@@ -633,17 +628,15 @@ impl Root {
             return;
         }
         let parties = self.children.fence_parties(Fence::Pmix, self.pmix_fence.epoch());
-        if let Some((epoch, mut parts)) = self.pmix_fence.complete(parties) {
+        if let Some((epoch, parts)) = self.pmix_fence.complete(parties) {
             let bytes: usize = parts.iter().map(Vec::len).sum();
             tracing::debug!(epoch, bytes, "PMIx fence complete");
             if let Some(adopting) = self.adopting.as_mut() {
                 adopting.last_pmix = Some((epoch, parts.clone()));
             }
-            let data = parts.pop().unwrap_or_default();
-            for data in parts {
-                self.children.broadcast(&Down::PmixFencePart { epoch, data });
+            for down in pmix_fence_downs(epoch, parts) {
+                self.children.broadcast(&down);
             }
-            self.children.broadcast(&Down::PmixFenceOut { epoch, data });
         }
     }
 
@@ -720,4 +713,11 @@ impl Root {
         }
         self.dmodex_unanswerable();
     }
+}
+
+/// What goes down once PMIx fence `epoch` is complete: every node's data in `parts`, the
+/// last in the `PmixFenceOut`.
+fn pmix_fence_downs(epoch: u64, mut parts: Vec<Vec<u8>>) -> impl Iterator<Item = Down> {
+    let out = Down::PmixFenceOut { epoch, data: parts.pop().unwrap_or_default() };
+    parts.into_iter().map(move |data| Down::PmixFencePart { epoch, data }).chain([out])
 }

@@ -180,12 +180,12 @@ impl Roll {
         }
     }
 
-    /// Process `gid` has ended (its end is recorded).
     /// Rank `rank` of the launched job ended with its lost node.
     pub(crate) fn gone(&self, rank: u32) -> bool {
         self.procs.get(rank as usize).is_some_and(|p| p.gone)
     }
 
+    /// Process `gid` has ended (its end is recorded).
     pub(crate) fn ended(&self, gid: Gid) -> bool {
         self.procs.get(gid.index()).is_some_and(|p| p.outcome.is_some() || p.gone)
     }

@@ -86,6 +86,13 @@ pub struct DmodexAsk {
     pub nspace_rank: u32,
 }
 
+impl DmodexAsk {
+    /// The answer to this request when its data will never come.
+    pub fn missing(&self) -> DmodexAnswer {
+        DmodexAnswer { asker: self.asker, id: self.id, data: DmodexData::Missing }
+    }
+}
+
 /// The answer to a [`DmodexAsk`].
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DmodexAnswer {

@@ -178,9 +178,10 @@ impl Node {
         }
     }
 
-    /// Sends a rank's end up, kept to be sent again should this proxy be adopted.
+    /// Sends a rank's end up, kept to be sent again should this proxy (or one above it) be
+    /// adopted.
     pub(super) fn send_end(&mut self, end: Up) {
-        if self.job.adoption.is_some() {
+        if self.adoptable() {
             self.ends_sent.push(end.clone());
         }
         let _ = self.up.control.send(end);

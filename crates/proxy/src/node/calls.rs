@@ -103,7 +103,7 @@ impl Node {
     pub(super) fn fence_step(&mut self, job: u32, step: Option<FenceStep>) {
         match step {
             Some(FenceStep::GoUp { epoch, pairs }) if job == 0 => {
-                if self.job.adoption.is_some() {
+                if self.adoptable() {
                     self.fence_entry = Some((epoch, pairs.clone()));
                 }
                 let _ = self.up.control.send(Up::FenceIn { epoch, pairs });

@@ -213,14 +213,14 @@ pub(crate) struct Node {
     orphan: Orphan,
     /// The number of the link up now: 0, then one more at each adoption.
     upstream_link: u32,
-    /// The ranks' ends sent up, kept (only while rlaunch adopts orphans) to be sent again.
+    /// The ranks' ends sent up, kept (only in a proxy that may be adopted) to be sent again.
     ends_sent: Vec<Up>,
     /// The launched job's PMI fence entry sent up and not yet answered, kept likewise.
     fence_entry: Option<(u64, Vec<(String, String)>)>,
     /// The launched job's PMIx fence entry sent up and not yet answered (epoch, served).
     pmix_entry: Option<(u64, bool)>,
-    /// This node's direct modex requests not answered yet, by id (kept only while rlaunch
-    /// adopts orphans: sent again on adoption).
+    /// This node's direct modex requests not answered yet, by id (kept only in a proxy that
+    /// may be adopted: sent again on adoption).
     asks_out: HashMap<u32, rlaunch_protocol::control::DmodexAsk>,
     /// Failures reaped while another rank here was dying, in order, and until when they
     /// wait for it (see `reap.rs`).

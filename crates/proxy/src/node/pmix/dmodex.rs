@@ -87,7 +87,7 @@ impl State {
 
 /// The answer to a request for data that will never come.
 pub(super) fn missing(ask: DmodexAsk) -> Up {
-    Up::DmodexAnswer(DmodexAnswer { asker: ask.asker, id: ask.id, data: DmodexData::Missing })
+    Up::DmodexAnswer(ask.missing())
 }
 
 impl Node {
@@ -117,7 +117,7 @@ impl Node {
             }
             return;
         }
-        if self.job.adoption.is_some() && self.asks_out.remove(&answer.id).is_none() {
+        if self.adoptable() && self.asks_out.remove(&answer.id).is_none() {
             // Asked again after an adoption, and answered twice.
             return tracing::debug!(id = answer.id, "a second answer to a direct modex request");
         }

@@ -169,7 +169,7 @@ impl Node {
         let parties = 1 + self.children.fence_parties(rlaunch_tree::children::Fence::Pmix, epoch);
         if let Some((epoch, _)) = self.pmix.fence.fold.complete(parties) {
             let served = self.pmix.fence.served;
-            if self.job.adoption.is_some() {
+            if self.adoptable() {
                 self.pmix_entry = Some((epoch, served));
             }
             let _ = self.up.control.send(Up::PmixFenceIn { epoch, served });

@@ -340,7 +340,7 @@ impl Node {
         match act {
             Act::Host(command) => self.pmix_command(command),
             Act::Up(up) => {
-                if let (Up::DmodexAsk(ask), Some(_)) = (&up, &self.job.adoption) {
+                if let (Up::DmodexAsk(ask), true) = (&up, self.adoptable()) {
                     self.asks_out.insert(ask.id, ask.clone());
                 }
                 let _ = self.up.control.send(up);
