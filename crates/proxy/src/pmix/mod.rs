@@ -138,7 +138,7 @@ impl Late {
             format!("PMIX_RANK={rank}"),
             "PMIX_SECURITY_MODE=native".into(),
             "PMIX_BFROP_BUFFER_TYPE=PMIX_BFROP_BUFFER_NON_DESC".into(),
-            format!("PMIX_GDS_MODULE={LATE_GDS}"),
+            format!("PMIX_GDS_MODULE={GDS}"),
             format!("PMIX_SERVER_TMPDIR={dir}"),
             format!("PMIX_SYSTEM_TMPDIR={dir}"),
             format!("PMIX_HOSTNAME={host}"),
@@ -148,9 +148,10 @@ impl Late {
     }
 }
 
-/// The data store of a late server and its clients: libpmix's own `hash`, which needs no
-/// shared segment made before the ranks start.
-const LATE_GDS: &str = "hash";
+/// The data store of every server and its clients: libpmix's own `hash`, which needs no
+/// shared segment made before the ranks start (a late server's clients are told of it before
+/// their server exists), and which keeps every key (see `spawn_host`).
+const GDS: &str = "hash";
 
 /// What to install to have PMIx, for messages about a build without it.
 pub const GET_PMIX: &str = "rebuild rlaunch with OpenPMIx's development files installed \
@@ -320,10 +321,16 @@ fn spawn_host(
     let listener = late.as_ref().map(|late| late.listener.as_raw_fd()).unwrap_or(-1);
     if let Some(late) = &late {
         command.arg(LATE_LISTENER.to_string()).arg(&late.server);
-        // Its clients were told of this store alone; a user's own choice wins.
-        if std::env::var_os("PMIX_MCA_gds").is_none() {
-            command.env("PMIX_MCA_gds", LATE_GDS);
-        }
+    }
+    // Every server keeps its data in `hash` alone, and so its clients (setup_fork names them
+    // only the stores their server has; a late server's were told of this one): libpmix
+    // 4.2.2's shared-memory stores (ds21, ds12) lose a local rank's later keys once a key of
+    // exactly an extension slot's size (25 bytes in ds21, "k13"="0") is appended right after
+    // that rank's trimmed slot, and then spin in pmix_sm_store (dstore_base.c: no slot is
+    // reserved behind it, the next rank's data follows, the rank's chain runs on into it).
+    // A user's own choice wins.
+    if std::env::var_os("PMIX_MCA_gds").is_none() {
+        command.env("PMIX_MCA_gds", GDS);
     }
     // libpmix reads the node's topology with hwloc at start: with hwloc's I/O, PCI, OpenCL
     // and GL discovery that is three quarters of its 19 ms here, and the ranks need none of
