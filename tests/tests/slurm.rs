@@ -32,7 +32,7 @@ fn slurm_runs_steps_allocations_batch_jobs_and_mpi_and_cancels_cleanly() {
     let cluster = SlurmCluster::up(NODES);
     eprintln!("slurm cluster up in {:?}", started.elapsed());
     assert_eq!(cluster.running_daemons().len(), 2 + NODES, "munged, slurmctld, a slurmd a node");
-    let steps: [Step; 19] = [
+    let steps: [Step; 20] = [
         ("srun", srun_runs_a_task_on_each_node),
         ("salloc", salloc_exports_the_allocation),
         ("sbatch", sbatch_wait_runs_a_batch_script_on_the_first_node),
@@ -51,6 +51,7 @@ fn slurm_runs_steps_allocations_batch_jobs_and_mpi_and_cancels_cleanly() {
         ("rlaunch-strangers", strangers_at_the_listener_get_nothing_and_never_disturb_the_job),
         ("rlaunch-tree", the_proxies_srun_starts_form_a_tree_not_a_star),
         ("rlaunch-lost", a_killed_proxy_in_an_allocation_ends_the_job_naming_its_node),
+        ("rlaunch-stopped", a_stopped_proxy_in_an_allocation_is_ended_with_its_step),
         ("rlaunch-restart", a_failed_rank_in_an_allocation_restarts_the_job_with_a_new_srun),
     ];
     for (name, step) in steps {
@@ -450,10 +451,19 @@ fn rlaunch_inside_a_step_overlaps_it_instead_of_hanging(cluster: &SlurmCluster) 
 /// salloc running rlaunch over 3 nodes, a rank a node, each rank ready then waiting; the
 /// job (named `name`) and the ready ranks' pids.
 fn waiting_rlaunch_job(cluster: &SlurmCluster, name: &str) -> (rlaunch_tests::Job, Vec<i32>) {
+    waiting_rlaunch_job_with(cluster, name, &[])
+}
+
+/// [`waiting_rlaunch_job`], rlaunch given `options` too.
+fn waiting_rlaunch_job_with(
+    cluster: &SlurmCluster,
+    name: &str,
+    options: &[&str],
+) -> (rlaunch_tests::Job, Vec<i32>) {
     let rlaunch = rlaunch_tests::rlaunch().to_string_lossy().into_owned();
     let rankprog = rlaunch_tests::rankprog_str();
     let args = ["-N3", "-n3", "-J", name, &rlaunch];
-    let args = [&args[..], &[rankprog.as_str(), "ready", "sleep", "600"]].concat();
+    let args = [&args[..], options, &[rankprog.as_str(), "ready", "sleep", "600"]].concat();
     let mut job = cluster.run("salloc", &args).timeout(WAIT).spawn();
     let ready = job.wait_for_ready(3, WAIT);
     (job, ready.iter().map(|(_, pid)| pid.as_raw()).collect())
@@ -618,18 +628,23 @@ fn hello_over_2_2_1_of(n: u32) -> Vec<HelloLine> {
     hello_over_2_2_1(n)
 }
 
-fn a_killed_proxy_in_an_allocation_ends_the_job_naming_its_node(cluster: &SlurmCluster) {
-    let name = format!("rls-rlaunch-lost-{}", std::process::id());
-    let (job, ranks) = waiting_rlaunch_job(cluster, &name);
-    // The proxy of the rank on n2: the parent of one of the ready ranks.
-    let proxy = ranks
+/// The proxy of the ready rank on `node`: the parent of one of `ranks`.
+fn proxy_on(node: &str, ranks: &[i32]) -> i32 {
+    let var = format!("SLURMD_NODENAME={node}");
+    ranks
         .iter()
         .map(|&rank| rlaunch_tests::procfs::parent_pid(rank))
         .find(|&proxy| {
             let environ = std::fs::read(format!("/proc/{proxy}/environ")).unwrap_or_default();
-            environ.split(|&b| b == 0).any(|var| var == b"SLURMD_NODENAME=n2")
+            environ.split(|&b| b == 0).any(|v| v == var.as_bytes())
         })
-        .expect("a proxy on n2");
+        .unwrap_or_else(|| panic!("no proxy on {node} among the ranks' parents"))
+}
+
+fn a_killed_proxy_in_an_allocation_ends_the_job_naming_its_node(cluster: &SlurmCluster) {
+    let name = format!("rls-rlaunch-lost-{}", std::process::id());
+    let (job, ranks) = waiting_rlaunch_job(cluster, &name);
+    let proxy = proxy_on("n2", &ranks);
     let killed = Instant::now();
     nix::sys::signal::kill(nix::unistd::Pid::from_raw(proxy), nix::sys::signal::Signal::SIGKILL)
         .unwrap();
@@ -640,6 +655,28 @@ fn a_killed_proxy_in_an_allocation_ends_the_job_naming_its_node(cluster: &SlurmC
     out.tag.wait_until_none(Duration::from_secs(10)).unwrap_or_else(|left| {
         panic!("left on the nodes {:?} after its proxy was killed: {left:?}", killed.elapsed())
     });
+}
+
+/// A proxy stopped (SIGSTOP) is lost once silent, and the job ends naming its node; it is
+/// no child of rlaunch's, and srun's SIGKILL would leave the step, the stopped proxy and its
+/// rank with it: rlaunch has srun end the step (SIGTERM), which kills them.
+fn a_stopped_proxy_in_an_allocation_is_ended_with_its_step(cluster: &SlurmCluster) {
+    let name = format!("rls-rlaunch-stopped-{}", std::process::id());
+    let options = ["--heartbeat", "0.25", "--silence-timeout", "2"];
+    let (job, ranks) = waiting_rlaunch_job_with(cluster, &name, &options);
+    let proxy = proxy_on("n2", &ranks);
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(proxy), nix::sys::signal::Signal::SIGSTOP)
+        .unwrap();
+    let out = job.wait(WAIT);
+    out.assert_code(255);
+    assert!(
+        out.stderr_str().contains("rlaunch: lost proxy on n2 (no word from it for 2 s)"),
+        "{out}"
+    );
+    // srun ends the step at once (its KillWait here is 2 s); 3 s of margin for a busy machine.
+    out.tag
+        .wait_until_none(Duration::from_secs(5))
+        .unwrap_or_else(|left| panic!("left on the nodes after rlaunch ended: {left:?}"));
 }
 
 /// `--max-restarts` inside an allocation: rank 3 (on n2) fails in the first attempt; the job

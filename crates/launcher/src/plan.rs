@@ -119,6 +119,7 @@ pub fn build(o: &Options, env: &[(OsString, OsString)]) -> Result<job::Plan, Pla
             bind,
             // Inside a step, whatever said where the hosts are.
             overlap: getenv("SLURM_STEP_ID").is_some(),
+            silence: std::time::Duration::from_millis(o.liveness.silence_ms),
         })
     } else {
         None

@@ -131,6 +131,8 @@ pub unsafe fn fork_proxy(
 pub struct Dial {
     pub parent: std::net::SocketAddr,
     pub secret: secure::Secret,
+    /// How long it waits for its parent's answer (the job's silence timeout).
+    pub wait: std::time::Duration,
 }
 
 impl Dial {
@@ -140,22 +142,41 @@ impl Dial {
     pub fn from_env() -> Result<Option<Dial>, String> {
         let Some(parent) = std::env::var_os(PARENT_VAR) else { return Ok(None) };
         let secret = std::env::var_os(secure::SECRET_VAR);
+        let wait = std::env::var_os(secure::WAIT_VAR);
         // SAFETY: called from main before any other thread exists.
         unsafe {
             std::env::remove_var(PARENT_VAR);
             std::env::remove_var(secure::SECRET_VAR);
+            std::env::remove_var(secure::WAIT_VAR);
         }
+        let wait = match wait {
+            None => DIAL_WAIT,
+            Some(w) => w
+                .to_str()
+                .and_then(|w| w.parse::<f64>().ok())
+                .and_then(|w| std::time::Duration::try_from_secs_f64(w).ok())
+                .filter(|w| !w.is_zero())
+                .ok_or_else(|| {
+                    // Cut: the value is not ours to echo whole.
+                    format!(
+                        "{} is not a number of seconds: {:.64}",
+                        secure::WAIT_VAR,
+                        w.to_string_lossy()
+                    )
+                })?,
+        };
         let parent = parent.to_str().and_then(|p| p.parse().ok()).ok_or_else(|| {
             format!("{PARENT_VAR} is not an address:port: {:?}", parent.to_string_lossy())
         })?;
         let secret = secret
             .and_then(|s| s.to_str().and_then(secure::Secret::from_hex))
             .ok_or_else(|| format!("{} is missing or malformed", secure::SECRET_VAR))?;
-        Ok(Some(Dial { parent, secret }))
+        Ok(Some(Dial { parent, secret, wait }))
     }
 }
 
-/// How long a dialing proxy tries to reach its parent and prove itself.
+/// How long a dialing proxy tries to reach its parent and prove itself, unless its launcher
+/// says (`secure::WAIT_VAR`).
 const DIAL_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// Runs a proxy that dials its parent (started by a scheduler's launcher, whose stdio is
@@ -174,13 +195,13 @@ pub fn run_dialing(dial: Dial, proxy_exe: OsString) -> i32 {
                 stream.set_nodelay(true)?;
                 let ip = stream.local_addr()?.ip();
                 let (r, w) = stream.into_split();
-                let link = secure::connect(r, w, &dial.secret, DIAL_WAIT)
+                let link = secure::connect(r, w, &dial.secret, dial.wait)
                     .await
                     .map_err(io::Error::other)?;
                 Ok::<_, io::Error>((link, ip))
             };
             let whom = if parent == dial.parent { "rlaunch" } else { "its parent proxy" };
-            let (link, ip) = match tokio::time::timeout(DIAL_WAIT, connected).await {
+            let (link, ip) = match tokio::time::timeout(dial.wait, connected).await {
                 Ok(Ok(connected)) => connected,
                 Ok(Err(e)) => {
                     eprintln!("rlaunch-proxy on {host}: cannot reach {whom} at {parent}: {e}");

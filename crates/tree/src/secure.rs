@@ -45,6 +45,10 @@ const PROOF: &[u8] = b"rlaunch link proof v1";
 pub const PARENT_VAR: &str = "RLAUNCH_PARENT";
 /// The environment variable that carries the job's secret to the proxies, in hex.
 pub const SECRET_VAR: &str = "RLAUNCH_JOB_SECRET";
+/// The environment variable that says, in seconds, how long a dialing proxy waits for its
+/// parent to answer (the job's `--silence-timeout`: a parent stopped before the link is up
+/// is as lost as one that falls silent after).
+pub const WAIT_VAR: &str = "RLAUNCH_DIAL_WAIT";
 
 /// The job's shared secret: 32 random bytes, fresh per job. Never printed.
 #[derive(Clone, PartialEq, Eq)]

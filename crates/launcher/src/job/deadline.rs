@@ -31,8 +31,11 @@ pub(super) enum Deadline {
     Output,
     /// A child's link ended and its process lingers.
     Linger,
-    /// The proxies (and the scheduler's launcher) that have not finished are killed.
+    /// The proxies that have not finished are killed, the scheduler's launchers asked to
+    /// end their steps.
     Proxy,
+    /// The scheduler's launchers asked to end their steps and still there are killed.
+    Launcher,
     /// The wait before the job starts again is over (`--restart-backoff`).
     Restart,
     /// Nodes below a lost one did not call to be adopted in time.
@@ -53,6 +56,7 @@ impl Root {
             (self.teardown.output_deadline(), Deadline::Output),
             (self.children.linger_deadline(PROXY_GRACE), Deadline::Linger),
             (self.teardown.proxy_deadline(), Deadline::Proxy),
+            (self.teardown.launcher_deadline(), Deadline::Launcher),
             (self.restart_at, Deadline::Restart),
             (self.orphans_deadline(), Deadline::Orphans),
         ])
@@ -108,10 +112,20 @@ impl Root {
             }
             Deadline::Linger => self.children.kill_lingering(PROXY_GRACE),
             Deadline::Proxy => {
-                self.teardown.proxy_due();
+                self.teardown.proxy_due(Instant::now());
                 self.children.kill_unfinished();
+                // srun's SIGKILL would leave its step running: a proxy that is stopped or
+                // hung (lost, and no child of rlaunch's) with it, and its ranks. SIGTERM has
+                // srun end the step, every task killed by slurmstepd.
                 for launcher in self.launchers.iter().filter(|l| l.ended.is_none()) {
-                    tracing::warn!(launcher = %launcher.name, "did not finish; killing it");
+                    tracing::warn!(launcher = %launcher.name, "did not finish; ending its step");
+                    procs::signal_pid(launcher.pid, Signal::SIGTERM);
+                }
+            }
+            Deadline::Launcher => {
+                self.teardown.launcher_due();
+                for launcher in self.launchers.iter().filter(|l| l.ended.is_none()) {
+                    tracing::warn!(launcher = %launcher.name, "did not end; killing it");
                     procs::signal_pid(launcher.pid, Signal::SIGKILL);
                 }
             }

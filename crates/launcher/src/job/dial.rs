@@ -50,6 +50,8 @@ pub struct DialPlan {
     /// rlaunch runs inside a step: the proxies' step must overlap it (`srun --overlap`), or
     /// it waits for that step's resources for ever.
     pub overlap: bool,
+    /// `--silence-timeout`: how long a dialing proxy waits for an answer from its parent.
+    pub silence: std::time::Duration,
 }
 
 /// The launcher process, and the task that accepts the proxies.
@@ -101,9 +103,11 @@ fn launch(plan: &DialPlan, nodes: &[&str], back: &DialBack, overlap: bool) -> io
     srun.args(args)
         .args(["--nodes", &n, "--ntasks", &n, "--ntasks-per-node=1"])
         .args(["--nodelist", &nodes.join(",")])
-        // One failed proxy ends the step; the proxies are no MPI program; they and their
-        // ranks may use every CPU of the node, as the allocation gave them.
-        .args(["--kill-on-bad-exit=1", "--input=none", "--mpi=none", "--cpu-bind=none"])
+        // A failed proxy does not end the step: rlaunch ends the job itself, the survivors'
+        // output drained (srun's kill would cut it), or goes on without the node (srun would
+        // take the survivors' proxies down with it). The proxies are no MPI program; they
+        // and their ranks may use every CPU of the node, as the allocation gave them.
+        .args(["--kill-on-bad-exit=0", "--input=none", "--mpi=none", "--cpu-bind=none"])
         // The address and the secret travel in srun's environment: --export=NONE (often in
         // batch scripts, as SLURM_EXPORT_ENV) would leave the proxies without them.
         .arg("--export=ALL")
@@ -111,6 +115,7 @@ fn launch(plan: &DialPlan, nodes: &[&str], back: &DialBack, overlap: bool) -> io
         .arg(&plan.proxy_path)
         .env(secure::PARENT_VAR, back.address.to_string())
         .env(secure::SECRET_VAR, back.secret.to_hex())
+        .env(secure::WAIT_VAR, plan.silence.as_secs_f64().to_string())
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .process_group(0);

@@ -5,7 +5,10 @@
 //! ```text
 //!  fail(cause) / a second Ctrl-C ──begin(now, grace, output wait)──► Teardown
 //!      output deadline ──output_due(writer behind?)──► Recheck | Drop { note }
-//!      proxy deadline ──proxy_due──► the Root kills the proxies (and srun) left
+//!      proxy deadline ──proxy_due──► the Root kills the proxies left, asks srun to end
+//!                                     its step (SIGTERM: it kills every task, a stopped
+//!                                     proxy too)
+//!      launcher deadline ──launcher_due──► the Root kills the launchers left (SIGKILL)
 //! ```
 
 use std::time::Duration;
@@ -14,12 +17,19 @@ use tokio::time::Instant;
 
 use super::{OUTPUT_RECHECK, PROXY_GRACE};
 
+/// How long a scheduler's launcher asked to end its step (srun, SIGTERM) may take before
+/// it is killed: srun asks for the step's end at once, then waits for the step's tasks
+/// (slurm.conf's `KillWait` and more, 30 s by default), which rlaunch need not.
+const LAUNCHER_GRACE: Duration = Duration::from_secs(1);
+
 #[derive(Debug, Default)]
 pub(super) struct Teardown {
     /// The job is ending: ranks' ends from now on are the teardown's doing.
     started: bool,
     /// Kill the proxies themselves if they have not finished by then.
     proxy_deadline: Option<Instant>,
+    /// Kill the scheduler's launchers asked to end their steps if they are still there then.
+    launcher_deadline: Option<Instant>,
     /// When the teardown's grace is over: output not written by then is dropped.
     output_deadline: Option<Instant>,
     /// At the output deadline, drop only if the writer is behind (a failed job's teardown),
@@ -96,9 +106,21 @@ impl Teardown {
         OutputDue::Drop { note: self.note_drop }
     }
 
-    /// The proxy deadline came: the Root kills what is left; no other comes.
-    pub(super) fn proxy_due(&mut self) {
+    pub(super) fn launcher_deadline(&self) -> Option<Instant> {
+        self.launcher_deadline
+    }
+
+    /// The proxy deadline came at `now`: the Root kills the proxies left and asks the
+    /// launchers left to end their steps; those still there [`LAUNCHER_GRACE`] later are
+    /// killed. No other proxy deadline comes.
+    pub(super) fn proxy_due(&mut self, now: Instant) {
         self.proxy_deadline = None;
+        self.launcher_deadline = Some(now + LAUNCHER_GRACE);
+    }
+
+    /// The launcher deadline came: the Root kills the launchers left; no other comes.
+    pub(super) fn launcher_due(&mut self) {
+        self.launcher_deadline = None;
     }
 }
 
@@ -124,8 +146,11 @@ mod tests {
         // Behind: dropped, and said, since it was not the user's wish.
         assert_eq!(teardown.output_due(due + OUTPUT_RECHECK, true), OutputDue::Drop { note: true });
         assert!(teardown.output_deadline().is_none());
-        teardown.proxy_due();
+        teardown.proxy_due(due);
         assert!(teardown.proxy_deadline().is_none());
+        assert_eq!(teardown.launcher_deadline(), Some(due + LAUNCHER_GRACE));
+        teardown.launcher_due();
+        assert!(teardown.launcher_deadline().is_none());
     }
 
     #[test]

@@ -285,6 +285,7 @@ pub(super) fn dialing(plan: &mut Plan) {
         proxy_path: "rlaunch-proxy".into(),
         bind: std::net::Ipv4Addr::LOCALHOST.into(),
         overlap: false,
+        silence: std::time::Duration::from_secs(10),
     });
 }
 
