@@ -152,7 +152,7 @@ pub(crate) fn is_live(pid: i32) -> bool {
 }
 
 /// `KEY=VALUE` lines.
-fn parse_env(text: &str) -> Vec<(String, String)> {
+pub(crate) fn parse_env(text: &str) -> Vec<(String, String)> {
     text.lines()
         .filter_map(|l| l.split_once('='))
         .map(|(k, v)| (k.to_owned(), v.to_owned()))

@@ -51,6 +51,11 @@ impl SlurmCluster {
         self.0.env()
     }
 
+    /// What [`SlurmCluster::env`] gives, for a cluster another process brought up in `dir`.
+    pub fn env_in(dir: &Path) -> std::io::Result<Vec<(String, String)>> {
+        Ok(crate::scheduler::parse_env(&std::fs::read_to_string(dir.join("env"))?))
+    }
+
     /// The daemons `up` started (munged, slurmctld, one slurmd per node) that still run.
     pub fn running_daemons(&self) -> Vec<(i32, String)> {
         self.0.running_daemons()

@@ -1,11 +1,13 @@
 //! The chaos runner's bounded run: randomized faults against real jobs on this machine, on
-//! seven fake nodes in a tree, and on seven ssh hosts in network namespaces (needs root).
+//! seven fake nodes in a tree, on seven ssh hosts in network namespaces, and inside an
+//! allocation of the tests' real Slurm (needs root).
 //! Every column of failures must be zero. The long run (1000 trials) and its figures are in
 //! docs/reliability.md; a failing trial prints the command that replays it alone.
 
 use std::time::Duration;
 
 use rlaunch_tests::cluster::Cluster;
+use rlaunch_tests::slurm::SlurmCluster;
 use rlaunch_tests::Run;
 
 /// Trials in the bounded run: about a minute and a half on two cores.
@@ -56,6 +58,23 @@ fn forty_random_faults_leave_no_orphan_no_hang_and_the_right_culprit() {
     assert!(missed * 3 <= trials, "{missed} of {trials} faults missed: {text}");
 }
 
+/// The slurm topology's bounded run, under the continue policy (a lost node's proxies below
+/// it dial rlaunch to be adopted, as a scheduler's proxies dialed it at the start): seven
+/// nodes of a real Slurm, inside one allocation of eight (the runner's), every column zero and
+/// every survivor told. The cluster is the test's, taken down even if the runner is killed.
+#[test]
+fn random_faults_inside_a_slurm_allocation_tell_the_survivors() {
+    assert!(nix::unistd::geteuid().is_root(), "the Slurm cluster needs root");
+    let cluster = SlurmCluster::up(8);
+    let dir = cluster.dir().to_str().expect("a UTF-8 temporary directory").to_owned();
+    let options = ["--trials", "16", "--seed", "20261231", "--policy", "continue"];
+    let options = [&options[..], &["--topologies", "slurm", "--slurm-cluster", &dir]].concat();
+    // 52 s alone here; the other chaos tests run beside it.
+    let text = judged_run(&options, Duration::from_secs(400), TOLD);
+    assert!(text.contains("16 trials (slurm 16)"), "{text}");
+    cluster.down();
+}
+
 /// The restart policy's bounded run (`--policy restart`: every job with `--max-restarts 1`),
 /// on this machine and seven fake nodes: every column zero, and every restart the faults
 /// called for happened (about a minute on two cores: a stopped rlaunch alone takes 13 s).
@@ -72,7 +91,7 @@ fn twenty_random_faults_under_restarts_end_in_completed_jobs() {
 #[test]
 fn twenty_random_faults_under_continue_tell_the_survivors() {
     let options = ["--trials", "20", "--seed", "20261207", "--policy", "continue"];
-    policy_run(&options, "failures every survivor was told of: ");
+    policy_run(&options, TOLD);
 }
 
 /// The spare policy's bounded run (`--policy spare`: `--max-restarts 1 --spare-hosts n8`), on
@@ -97,12 +116,20 @@ fn twenty_random_faults_on_pmix_ranks_leave_no_orphan_no_hang_and_the_right_culp
     assert_every_column_zero(&out.stdout_str());
 }
 
-/// Runs the chaos runner with `options` on this machine and the fake nodes; every column
-/// must be zero, and the count its line `label` gives must be all that was due, and some.
+/// Runs the chaos runner with `options` on this machine and the fake nodes; see
+/// [`judged_run`].
 fn policy_run(options: &[&str], label: &str) {
     let options = [options, &["--topologies", "local,lone,tree"]].concat();
-    let out =
-        Run::program(rlaunch_tests::chaos(), &options).timeout(Duration::from_secs(300)).run();
+    judged_run(&options, Duration::from_secs(300), label);
+}
+
+/// The survivors' count under the continue policy.
+const TOLD: &str = "failures every survivor was told of: ";
+
+/// Runs the chaos runner with `options` for at most `timeout`: every column must be zero, and
+/// the count its line `label` gives must be all that was due, and some. Its output.
+fn judged_run(options: &[&str], timeout: Duration, label: &str) -> String {
+    let out = Run::program(rlaunch_tests::chaos(), options).timeout(timeout).run();
     println!("{}", out.stdout_str());
     out.assert_code(0);
     let text = out.stdout_str();
@@ -110,4 +137,5 @@ fn policy_run(options: &[&str], label: &str) {
     let (done, due) = counted(&text, label);
     assert_eq!(done, due, "{text}");
     assert!(due > 0, "nothing was due ({label}): {text}");
+    text
 }

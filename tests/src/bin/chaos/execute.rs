@@ -48,6 +48,8 @@ pub struct Context {
     pub cluster: Option<Cluster>,
     /// The ssh hosts' network namespaces.
     pub netns: Vec<u64>,
+    /// The slurm topology's allocation.
+    pub slurm: Option<crate::slurm::Allocation>,
     pub policy: Policy,
 }
 
@@ -115,7 +117,7 @@ impl Context {
     fn hosts(&self, topology: Topology) -> Vec<String> {
         match topology {
             Topology::Local | Topology::Lone => vec![self.hostname.clone()],
-            Topology::Tree | Topology::Ssh => {
+            Topology::Tree | Topology::Ssh | Topology::Slurm => {
                 (1..=topology.nodes()).map(|i| format!("n{i}")).collect()
             }
         }
@@ -145,7 +147,9 @@ impl Context {
         }
         let slots: Vec<String> = self.hosts(t).iter().map(|h| format!("{h}:2")).collect();
         match t {
-            Topology::Local | Topology::Lone => {}
+            // The allocation is the host list: n1..n7 hold the job's ranks, two each (n8 is
+            // left over: the spare policy's spare).
+            Topology::Local | Topology::Lone | Topology::Slurm => {}
             Topology::Tree => args.extend(["--launcher", "fork"].map(String::from)),
             Topology::Ssh => {
                 let cluster = self.cluster.as_ref().expect("the ssh topology has its cluster");
@@ -157,8 +161,11 @@ impl Context {
                 ]);
             }
         }
+        if t.nodes() > 1 && t != Topology::Slurm {
+            args.extend(["--hosts".into(), slots.join(",")]);
+        }
         if t.nodes() > 1 {
-            args.extend(["--hosts".into(), slots.join(","), "--tree-width".into(), "2".into()]);
+            args.extend(["--tree-width".into(), "2".into()]);
         }
         args.extend(["-n".into(), t.ranks().to_string()]);
         args.extend([self.chaosrank.display().to_string(), dir.display().to_string()]);
@@ -225,7 +232,11 @@ impl Context {
             false => Vec::new(),
         };
         let stdin = trial.phase == Phase::Stdin;
-        let mut job = Job::start(&self.rlaunch, &self.args(trial, dir), stdin, lenient);
+        let env = match (t, &self.slurm) {
+            (Topology::Slurm, Some(allocation)) => allocation.env(),
+            _ => &[],
+        };
+        let mut job = Job::start(&self.rlaunch, &self.args(trial, dir), env, stdin, lenient);
         let mut verdict = Verdict::default();
         let limit = job.started + Duration::from_secs(30);
 
@@ -318,15 +329,16 @@ impl Context {
         if trial.fault == Fault::StopRlaunch && verdict.landed {
             // Stopped, rlaunch sends no heartbeat: every proxy must take its node down.
             std::thread::sleep(RLAUNCH_STOPPED);
-            // rlaunch's own ssh clients wait for it to read what they carry: they are the
-            // wire, not the job, and go when it resumes.
+            // rlaunch's own ssh clients (and srun) wait for it to read what they carry: they
+            // are the wire, not the job, and go when it resumes.
             let rlaunch = job.pid().as_raw();
+            let wire = |comm: &str| comm == "ssh" || comm == "srun";
             let left: Vec<i32> = self
                 .job_processes(&job)
                 .into_iter()
                 .filter(|&p| {
                     procfs::stat(p).is_some_and(|s| {
-                        s.comm != "rlaunch" && !(s.comm == "ssh" && s.ppid == rlaunch)
+                        s.comm != "rlaunch" && !(wire(&s.comm) && s.ppid == rlaunch)
                     })
                 })
                 .collect();

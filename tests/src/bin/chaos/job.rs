@@ -34,13 +34,20 @@ pub struct Job {
 }
 
 impl Job {
-    /// Starts rlaunch with `args`; its stdout is checked as flood lines, `lenient` ranks' with
-    /// gaps allowed (see [`FloodScanner::lenient`]).
-    pub fn start(rlaunch: &Path, args: &[String], feed_stdin: bool, lenient: Vec<u32>) -> Job {
+    /// Starts rlaunch with `args` and `env` added to this environment; its stdout is checked
+    /// as flood lines, `lenient` ranks' with gaps allowed (see [`FloodScanner::lenient`]).
+    pub fn start(
+        rlaunch: &Path,
+        args: &[String],
+        env: &[(String, String)],
+        feed_stdin: bool,
+        lenient: Vec<u32>,
+    ) -> Job {
         let tag = Tag::new();
         let mut command = Command::new(rlaunch);
         command
             .args(args)
+            .envs(env.iter().map(|(k, v)| (k, v)))
             .env(TAG_VAR, tag.as_str())
             .stdin(if feed_stdin { Stdio::piped() } else { Stdio::null() })
             .stdout(Stdio::piped())

@@ -1,13 +1,16 @@
 //! `chaos`: randomized fault injection against real rlaunch jobs, counted in one table.
 //!
 //! ```text
-//! chaos [--trials N] [--seed S] [--topologies local,lone,tree,ssh] [--trial K] [--cluster DIR]
-//!       [--policy end|restart|continue|spare] [--ranks pmi|pmix] [-v]
+//! chaos [--trials N] [--seed S] [--topologies local,lone,tree,ssh,slurm] [--trial K]
+//!       [--cluster DIR] [--slurm-cluster DIR] [--policy end|restart|continue|spare]
+//!       [--ranks pmi|pmix] [-v]
 //! ```
 //!
 //! Each trial starts a job of `chaosrank` ranks on one topology (this machine; one rank on
 //! this machine, whose proxy writes rlaunch's stdout itself; seven fake nodes in a tree of
-//! width 2; seven ssh hosts in network namespaces, the same tree), waits
+//! width 2; seven ssh hosts in network namespaces, the same tree; seven nodes of a real Slurm
+//! cluster inside one allocation, whose proxies one srun starts and which dial back into the
+//! same tree; every topology but Slurm's unless `--topologies` names it), waits
 //! for one phase (launch, PMI fences, heavy output, stdin forwarding, exit), strikes one
 //! fault (kill -9 or -STOP of a rank, a leaf or interior proxy, rlaunch; an ssh client killed;
 //! a node's link down; a rank that exits 3, dies by SIGSEGV, aborts through PMI or closes its
@@ -42,8 +45,9 @@
 //! failed, and the job runs on to its timeout, as after a missed fault. Abort, a stopped rank
 //! and rlaunch's own faults are judged as without it.
 //!
-//! With `--policy spare` (tree and ssh only) every job runs with `--max-restarts 1
-//! --spare-hosts n8` (the ssh topology's cluster has an eighth host for it): as the restart
+//! With `--policy spare` (tree, ssh and slurm only) every job runs with `--max-restarts 1
+//! --spare-hosts n8` (the ssh topology's cluster and the Slurm allocation have an eighth host
+//! for it): as the restart
 //! policy, and a lost node (a cut link too, once the node was up) must restart on n8, its
 //! restart line saying `with n8 for HOST`.
 //!
@@ -53,7 +57,10 @@
 //!
 //! The ssh topology brings up its own cluster of 7 nodes (tests/cluster/cluster.sh), or uses
 //! the one in `--cluster DIR` (brought up by the caller, who takes it down: a runner killed
-//! by a harness's timeout leaves nothing then).
+//! by a harness's timeout leaves nothing then). The slurm topology likewise brings up its
+//! Slurm (tests/cluster/slurm.sh, 8 nodes) or uses `--slurm-cluster DIR`'s, and holds one
+//! allocation of 8 nodes for the run (`salloc --no-shell`, cancelled at the end); a node
+//! fault there is a proxy's (no ssh client, no link cut).
 //!
 //! Trials are drawn from the seed (printed first): `--seed S --trial K` replays trial K.
 //! With `-v`, passing trials are listed and a failing one shows all of rlaunch's stderr
@@ -62,6 +69,7 @@
 
 mod execute;
 mod job;
+mod slurm;
 mod trial;
 
 use std::collections::BTreeMap;
@@ -73,6 +81,8 @@ use trial::{Fault, Phase, Topology, Trial, TREE_NODES};
 struct Options {
     /// A cluster brought up by the caller, for the ssh topology.
     cluster: Option<std::path::PathBuf>,
+    /// A Slurm cluster brought up by the caller, for the slurm topology.
+    slurm_cluster: Option<std::path::PathBuf>,
     trials: u32,
     seed: u64,
     topologies: Vec<Topology>,
@@ -85,8 +95,9 @@ struct Options {
 
 fn usage(what: &str) -> ! {
     eprintln!(
-        "chaos: {what}\nusage: chaos [--trials N] [--seed S] [--topologies local,tree,ssh] \
-         [--trial K] [--cluster DIR] [--policy end|restart|continue|spare] [--ranks pmi|pmix] [-v]"
+        "chaos: {what}\nusage: chaos [--trials N] [--seed S] [--topologies \
+         local,lone,tree,ssh,slurm] [--trial K] [--cluster DIR] [--slurm-cluster DIR] \
+         [--policy end|restart|continue|spare] [--ranks pmi|pmix] [-v]"
     );
     std::process::exit(2);
 }
@@ -94,9 +105,10 @@ fn usage(what: &str) -> ! {
 fn options() -> Options {
     let mut o = Options {
         cluster: None,
+        slurm_cluster: None,
         trials: 1000,
         seed: SystemTime::now().duration_since(UNIX_EPOCH).map_or(1, |d| d.as_nanos() as u64),
-        topologies: Topology::ALL.to_vec(),
+        topologies: Topology::DEFAULT.to_vec(),
         only: None,
         verbose: false,
         policy: Policy::End,
@@ -124,6 +136,7 @@ fn options() -> Options {
                     .collect();
             }
             "--cluster" => o.cluster = Some(value("--cluster").into()),
+            "--slurm-cluster" => o.slurm_cluster = Some(value("--slurm-cluster").into()),
             "--policy" => {
                 o.policy = match value("--policy").as_str() {
                     "end" => Policy::End,
@@ -153,9 +166,9 @@ fn options() -> Options {
         }
     }
     if o.policy == Policy::Spare {
-        o.topologies.retain(|&t| matches!(t, Topology::Tree | Topology::Ssh));
+        o.topologies.retain(|&t| matches!(t, Topology::Tree | Topology::Ssh | Topology::Slurm));
         if o.topologies.is_empty() {
-            usage("the spare policy runs on tree and ssh");
+            usage("the spare policy runs on tree, ssh and slurm");
         }
     }
     o
@@ -226,6 +239,10 @@ fn main() {
     } else {
         (Vec::new(), None)
     };
+    let slurm = o
+        .topologies
+        .contains(&Topology::Slurm)
+        .then(|| slurm::Allocation::new(o.slurm_cluster.as_deref(), TREE_NODES + 1));
     let context = Context {
         rlaunch,
         chaosrank,
@@ -233,6 +250,7 @@ fn main() {
         work: work.path().to_path_buf(),
         cluster,
         netns,
+        slurm,
         policy: o.policy,
     };
     let names: Vec<&str> = o.topologies.iter().map(|t| t.name()).collect();

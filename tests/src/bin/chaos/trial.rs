@@ -16,10 +16,18 @@ pub enum Topology {
     Tree,
     /// Seven hosts in network namespaces over real ssh, the same tree.
     Ssh,
+    /// Seven nodes of the tests' real Slurm (network namespaces, a slurmd each), inside one
+    /// allocation: one srun starts the proxies, which dial back and form the same tree.
+    Slurm,
 }
 
 impl Topology {
-    pub const ALL: [Topology; 4] = [Topology::Local, Topology::Lone, Topology::Tree, Topology::Ssh];
+    pub const ALL: [Topology; 5] =
+        [Topology::Local, Topology::Lone, Topology::Tree, Topology::Ssh, Topology::Slurm];
+    /// A run's topologies unless `--topologies` says: Slurm's only when asked for (it brings
+    /// up a Slurm cluster, whose names are the machine's: one at a time).
+    pub const DEFAULT: [Topology; 4] =
+        [Topology::Local, Topology::Lone, Topology::Tree, Topology::Ssh];
 
     pub fn parse(word: &str) -> Option<Topology> {
         Topology::ALL.into_iter().find(|t| t.name() == word)
@@ -31,13 +39,14 @@ impl Topology {
             Topology::Lone => "lone",
             Topology::Tree => "tree",
             Topology::Ssh => "ssh",
+            Topology::Slurm => "slurm",
         }
     }
 
     pub fn nodes(self) -> usize {
         match self {
             Topology::Local | Topology::Lone => 1,
-            Topology::Tree | Topology::Ssh => TREE_NODES,
+            Topology::Tree | Topology::Ssh | Topology::Slurm => TREE_NODES,
         }
     }
 
@@ -45,7 +54,7 @@ impl Topology {
         match self {
             Topology::Local => 4,
             Topology::Lone => 1,
-            Topology::Tree | Topology::Ssh => TREE_NODES as u32 * RANKS_PER_NODE,
+            Topology::Tree | Topology::Ssh | Topology::Slurm => TREE_NODES as u32 * RANKS_PER_NODE,
         }
     }
 
@@ -53,7 +62,7 @@ impl Topology {
     pub fn node_of(self, rank: u32) -> usize {
         match self {
             Topology::Local | Topology::Lone => 0,
-            Topology::Tree | Topology::Ssh => (rank / RANKS_PER_NODE) as usize,
+            Topology::Tree | Topology::Ssh | Topology::Slurm => (rank / RANKS_PER_NODE) as usize,
         }
     }
 
@@ -61,7 +70,7 @@ impl Topology {
     pub fn first_rank(self, node: usize) -> u32 {
         match self {
             Topology::Local | Topology::Lone => 0,
-            Topology::Tree | Topology::Ssh => node as u32 * RANKS_PER_NODE,
+            Topology::Tree | Topology::Ssh | Topology::Slurm => node as u32 * RANKS_PER_NODE,
         }
     }
 
@@ -70,7 +79,7 @@ impl Topology {
     pub fn parent(self, node: usize) -> Option<usize> {
         match self {
             Topology::Local | Topology::Lone => None,
-            Topology::Tree | Topology::Ssh => {
+            Topology::Tree | Topology::Ssh | Topology::Slurm => {
                 (node >= TREE_WIDTH).then(|| (node - TREE_WIDTH) / TREE_WIDTH)
             }
         }
@@ -105,7 +114,9 @@ impl Topology {
     /// by its 5 s of silence; output written before it still drains: over ssh, seconds).
     pub fn timeout(self) -> Duration {
         match self {
-            Topology::Local | Topology::Lone | Topology::Tree => Duration::from_secs(12),
+            Topology::Local | Topology::Lone | Topology::Tree | Topology::Slurm => {
+                Duration::from_secs(12)
+            }
             Topology::Ssh => Duration::from_secs(18),
         }
     }
