@@ -374,16 +374,20 @@ fn rank_1_failed_alone(out: &Outcome, options: &[&str], want: BTreeSet<String>) 
 /// are killed; `failed`, what the others are told; rlaunch's one line names one of `lost`
 /// (killed together, either may be heard of first).
 fn lost_interior_nodes(kill: &[u32], failed: &str, lost: &[&str]) {
+    lost_interior_nodes_of(&rlaunch_tests::chaosrank().to_string_lossy(), kill, failed, lost)
+}
+
+/// [`lost_interior_nodes`] with the ranks `program` (`chaosrank`'s arguments and files).
+fn lost_interior_nodes_of(program: &str, kill: &[u32], failed: &str, lost: &[&str]) {
     let dir = rlaunch_tests::tempdir();
     let files = dir.path().to_str().expect("a UTF-8 temporary directory").to_owned();
-    let chaosrank = rlaunch_tests::chaosrank().to_string_lossy().into_owned();
     let hosts: Vec<String> = (1..=15).map(|n| format!("n{n}")).collect();
     let hosts = hosts.join(",");
     // A node that never calls (its proxy was killed too) is given up two heartbeats and 5 s
     // after rlaunch hears of its parent's loss.
     let liveness = ["--heartbeat", "0.25", "--silence-timeout", "2"];
     let options = ["--on-failure", "continue", "--launcher", "fork", "--hosts", &hosts];
-    let tree = ["--tree-width", "2", "-n", "15", &chaosrank, &files, "fence"];
+    let tree = ["--tree-width", "2", "-n", "15", program, &files, "fence"];
     let job = Run::new(&[&liveness[..], &options, &tree].concat()).timeout(WAIT).spawn();
     // Every rank is past its first fence, and fencing in its loop.
     let ready = Instant::now() + WAIT;
@@ -417,6 +421,15 @@ fn lost_interior_nodes(kill: &[u32], failed: &str, lost: &[&str]) {
 #[test]
 fn with_on_failure_continue_the_children_of_lost_interior_nodes_are_adopted() {
     lost_interior_nodes(&[1, 2], "1-2", &["n2", "n3"]);
+}
+
+/// PMIx ranks in a loop of fences that collect data: the nodes below n2 and n3 had their
+/// parts of the fence under way on their way up through them; adopted, they send them
+/// again, and the fences complete with every survivor's data.
+#[test]
+fn with_on_failure_continue_adopted_nodes_send_their_pmix_fence_data_again() {
+    let chaospmix = rlaunch_tests::mpi::CProgram::ChaosPmix.path_str();
+    lost_interior_nodes_of(&chaospmix, &[1, 2], "1-2", &["n2", "n3"]);
 }
 
 /// n3 and its child n7 are lost together: n8 is adopted, and so is n15, n7's child, which

@@ -545,6 +545,7 @@ impl Root {
                     self.fail(Cause::PmixFenceTooLarge(too_large));
                 }
             }
+            Up::PmixFenceAgain { epoch, node } => self.pmix_fence.again(epoch, node),
             Up::PmixFenceIn { epoch, served } => {
                 self.pmix_fence.arrive(epoch, served);
                 self.pmix_fence_step();

@@ -6,8 +6,12 @@
 //!
 //! ```text
 //!   PmixFencePart(node) ──part──► each node's data (over MAX_DATA: TooLarge)
+//!   PmixFenceAgain(node) ──again──► that node's data dropped: its parts come again
 //!   PmixFenceIn ──arrive──► every live top proxy in ──complete──► PmixFencePart × n, Out
 //! ```
+//!
+//! Parts sent again by a proxy rlaunch adopted may come for a fence completed meanwhile
+//! (its lost parent had passed them, and the subtree's entry, on): they are dropped.
 //!
 //! Pure: no I/O.
 
@@ -78,6 +82,10 @@ impl PmixFence {
     /// Part of node `node`'s data for fence `epoch`. Says once if the fence has gathered
     /// too much.
     pub(crate) fn part(&mut self, epoch: u64, node: NodeId, data: &[u8]) -> Result<(), TooLarge> {
+        if epoch < self.fold.epoch() {
+            tracing::debug!(epoch, %node, "PMIx fence data sent again for a completed fence");
+            return Ok(());
+        }
         self.check_epoch(epoch);
         if self.too_large {
             return Ok(());
@@ -90,6 +98,17 @@ impl PmixFence {
         }
         self.data.entry(node).or_default().extend_from_slice(data);
         Ok(())
+    }
+
+    /// Node `node`'s data for fence `epoch` comes again from its start: what came of it is
+    /// dropped (nothing, for a fence completed already).
+    pub(crate) fn again(&mut self, epoch: u64, node: NodeId) {
+        if epoch != self.fold.epoch() || self.too_large {
+            return;
+        }
+        if let Some(data) = self.data.remove(&node) {
+            self.bytes -= data.len();
+        }
     }
 
     /// A top proxy's subtree entered fence `epoch`; `served`: with a PMIx server somewhere.
@@ -116,6 +135,28 @@ impl PmixFence {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_node_sent_again_replaces_what_came_of_it_and_a_completed_fences_data_is_dropped() {
+        let mut fence = PmixFence::with_limit(100);
+        // An orphan's parent had passed n2's first part on; adopted, n2 sends all again.
+        for (node, data) in [(1, &b"a1"[..]), (2, b"c1")] {
+            assert_eq!(fence.part(0, NodeId(node), data), Ok(()));
+        }
+        fence.again(0, NodeId(2));
+        for data in [&b"c1"[..], b"c2"] {
+            assert_eq!(fence.part(0, NodeId(2), data), Ok(()));
+        }
+        fence.arrive(0, true);
+        assert_eq!(fence.complete(1), Some((0, vec![b"a1c1c2".to_vec()])));
+        // Sent again after the fence completed (the parent had entered for the subtree):
+        // nothing of it enters the next one.
+        fence.again(0, NodeId(2));
+        assert_eq!(fence.part(0, NodeId(2), b"c1"), Ok(()));
+        assert_eq!(fence.part(1, NodeId(1), b"a"), Ok(()));
+        fence.arrive(1, true);
+        assert_eq!(fence.complete(1), Some((1, vec![b"a".to_vec()])));
+    }
 
     #[test]
     fn each_nodes_parts_are_put_together_whatever_comes_between_them() {

@@ -177,6 +177,10 @@ pub enum Up {
     /// its subtree's [`Up::PmixFenceIn`]. Interior proxies pass parts on as they come; the
     /// root puts each node's together, so that every node's data stays whole.
     PmixFencePart { epoch: u64, node: NodeId, data: Vec<u8> },
+    /// Node `node`'s data for PMIx fence `epoch` comes again, from its first part: what came
+    /// of it before is dropped (sent by a proxy rlaunch adopted, whose lost parent may have
+    /// passed some of it on, or none).
+    PmixFenceAgain { epoch: u64, node: NodeId },
     /// A rank's publish, unpublish or lookup, for the job's name table at the root.
     Name { rank: Gid, tag: Option<String>, op: NameOp },
     /// A rank called PMI abort (MPI_Abort).

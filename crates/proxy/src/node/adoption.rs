@@ -5,23 +5,24 @@
 //!
 //! ```text
 //!  parent lost ──seek──► dial rlaunch, prove the secret, hello + greeting ──► Adopted
-//!      │ (in flight: a PMIx fence, a spawned job's fence)      │ no answer within the silence
+//!      │ (in flight: a spawned job's fence)                     │ no answer within the silence
 //!      ▼                                                        ▼
 //!  the node goes down, as before                           the node goes down
 //!  Adopted: the pump writes to the new link, a new reader reads it; this node's ranks' ends,
-//!  its unanswered fence entries and direct modex requests go up again, and every node below
-//!  sends its ends again
+//!  the PMIx fence data it sent up (its own and its children's, each node's announced by
+//!  `Up::PmixFenceAgain`), its unanswered fence entries and direct modex requests go up
+//!  again, and every node below sends its ends again
 //!  (`Down::Resend`): what the lost parent held may never have reached rlaunch.
 //! ```
 //!
 //! A proxy is adopted once: its new parent is rlaunch, whose loss is the job's end.
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use rlaunch_protocol::control::{Adoption, Down, Frame, LinkUp, Up, ADOPTION_DIAL};
+use rlaunch_protocol::ids::NodeId;
 use rlaunch_protocol::io::FrameReader;
 use rlaunch_tree::credit::Window;
 use rlaunch_tree::link::{LinkRead, LinkWrite};
@@ -44,11 +45,14 @@ pub(crate) struct Rehome {
     pub(super) probed: Arc<watch::Sender<u32>>,
     /// The task reading the current parent's link.
     pub(super) reader: Option<JoinHandle<()>>,
-    /// Some PMIx fence data went up (this node's or a child's) that the fence's end has not
-    /// answered: it may have been lost with the parent, and is not sent again (rlaunch puts
-    /// a node's parts together as they come: a second copy would be taken as more data).
-    pub(super) pmix_in_flight: Arc<AtomicBool>,
+    /// The PMIx fence data that went up (this node's and its children's) and that the
+    /// fence's end has not answered: it may have been lost with the parent.
+    pub(super) pmix_sent: PmixSent,
 }
+
+/// PMIx fence parts sent up for the fence under way, in order: (epoch, node, data). Shared
+/// with the relays of the child links, which send their nodes' parts on themselves.
+pub(crate) type PmixSent = Arc<Mutex<Vec<(u64, NodeId, Vec<u8>)>>>;
 
 /// The link to rlaunch, past its hello, once it adopted this proxy.
 pub(crate) type Rehomed = (FrameReader<LinkRead>, LinkWrite);
@@ -73,16 +77,18 @@ const DIAL_PAUSE: Duration = Duration::from_millis(200);
 
 impl Node {
     /// Whether this proxy, its parent lost, seeks adoption rather than going down: the job
-    /// goes on, rlaunch listens for orphans, this proxy is below the top, and nothing that
-    /// cannot be sent again was on its way up (see [`Rehome::pmix_in_flight`]).
+    /// goes on, rlaunch listens for orphans, this proxy is below the top, and no spawned
+    /// job's fence entry was on its way up (it is not kept to be sent again).
     pub(super) fn may_seek_adoption(&self) -> bool {
         let wanted = self.adoptable() && !self.over;
         let free = self.orphan == Orphan::No && !self.kill.started();
-        let Some(rehome) = self.up.rehome.as_ref().filter(|_| wanted && free) else {
+        if self.up.rehome.is_none() || !(wanted && free) {
             return false;
-        };
-        if rehome.pmix_in_flight.load(Ordering::Relaxed) || !self.job_fences_up.is_empty() {
-            tracing::debug!("a fence's data is on its way up: the node goes with its parent");
+        }
+        if !self.job_fences_up.is_empty() {
+            tracing::debug!(
+                "a spawned job's fence is on its way up: the node goes with its parent"
+            );
             return false;
         }
         true
@@ -139,6 +145,7 @@ impl Node {
         rehome.reader = Some(tokio::spawn(read));
         self.parent.adopted(Instant::now());
         self.resend();
+        self.resend_pmix_data();
         if let Some((epoch, pairs)) = self.fence_entry.clone() {
             let _ = self.up.control.send(Up::FenceIn { epoch, pairs });
         }
@@ -150,23 +157,41 @@ impl Node {
         }
     }
 
-    /// PMIx fence data (this node's, or a child's relayed) goes up.
-    pub(super) fn pmix_data_up(&self) {
-        if let Some(rehome) = &self.up.rehome {
-            rehome.pmix_in_flight.store(true, Ordering::Relaxed);
+    /// This node's part of PMIx fence `epoch` goes up, kept to be sent again.
+    pub(super) fn pmix_data_up(&self, epoch: u64, data: &[u8]) {
+        if let Some(rehome) = self.up.rehome.as_ref().filter(|_| self.adoptable()) {
+            let mut sent = rehome.pmix_sent.lock().expect("not poisoned");
+            sent.push((epoch, self.plan.index, data.to_vec()));
         }
     }
 
     /// The PMIx fence under way is complete: no data of it is on its way up any more.
     pub(super) fn pmix_data_answered(&self) {
         if let Some(rehome) = &self.up.rehome {
-            rehome.pmix_in_flight.store(false, Ordering::Relaxed);
+            rehome.pmix_sent.lock().expect("not poisoned").clear();
         }
     }
 
-    /// The flag a child's relayed PMIx fence data raises (see [`Rehome::pmix_in_flight`]).
-    pub(super) fn pmix_data_flag(&self) -> Option<Arc<AtomicBool>> {
-        self.up.rehome.as_ref().map(|r| r.pmix_in_flight.clone())
+    /// Where the relays of child links keep the PMIx fence data they send up, when this
+    /// proxy may be adopted (see [`Rehome::pmix_sent`]).
+    pub(super) fn pmix_data_kept(&self) -> Option<PmixSent> {
+        self.up.rehome.as_ref().filter(|_| self.adoptable()).map(|r| r.pmix_sent.clone())
+    }
+
+    /// Sends up again the PMIx fence data sent for the fence under way: rlaunch takes each
+    /// node's anew from its `PmixFenceAgain` (and drops what comes for a fence it completed
+    /// meanwhile: its data had arrived).
+    fn resend_pmix_data(&self) {
+        let Some(rehome) = &self.up.rehome else { return };
+        let sent = rehome.pmix_sent.lock().expect("not poisoned");
+        let mut announced = std::collections::BTreeSet::new();
+        for (epoch, node, data) in sent.iter() {
+            if announced.insert((*epoch, *node)) {
+                let _ = self.up.control.send(Up::PmixFenceAgain { epoch: *epoch, node: *node });
+            }
+            let (epoch, node, data) = (*epoch, *node, data.clone());
+            let _ = self.up.control.send(Up::PmixFencePart { epoch, node, data });
+        }
     }
 
     /// What a lost parent may have held of this subtree goes up again: this node's ranks'

@@ -167,9 +167,9 @@ pub async fn serve(
         }
     };
     let (pmi_tx, pmi_rx) = mpsc::unbounded_channel();
-    let pmix_in_flight = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let pmix_sent = Arc::default();
     let rehome =
-        Rehome { pump: rehome_tx.clone(), wanted, window, link, probed, reader, pmix_in_flight };
+        Rehome { pump: rehome_tx.clone(), wanted, window, link, probed, reader, pmix_sent };
     let up = super::Upstream {
         control: control_tx,
         data: data_tx,

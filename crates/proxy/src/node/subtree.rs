@@ -17,7 +17,7 @@ impl Node {
             data: self.up.data.clone(),
             control: self.up.control.clone(),
             events: self.events.clone(),
-            pmix_in_flight: self.pmix_data_flag(),
+            pmix_sent: self.pmix_data_kept(),
         }
     }
 
@@ -90,8 +90,8 @@ pub(super) struct Relay {
     data: mpsc::UnboundedSender<Queued>,
     control: mpsc::UnboundedSender<Up>,
     events: mpsc::UnboundedSender<Event>,
-    /// Raised when a child's PMIx fence data goes up (see `adoption::Rehome`).
-    pmix_in_flight: Option<std::sync::Arc<std::sync::atomic::AtomicBool>>,
+    /// Where a child's PMIx fence data is kept as it goes up (see `adoption::Rehome`).
+    pmix_sent: Option<super::adoption::PmixSent>,
 }
 
 /// Routes what a child proxy's link reports: its frames go up unchanged (see [`Relay`]),
@@ -121,8 +121,8 @@ pub(super) async fn relay_child(child: usize, event: LinkEvent, relay: Relay) ->
                     | Up::Survey { .. }
             ) =>
         {
-            if let (Up::PmixFencePart { .. }, Some(flag)) = (&up, &relay.pmix_in_flight) {
-                flag.store(true, std::sync::atomic::Ordering::Relaxed);
+            if let (Up::PmixFencePart { epoch, node, data }, Some(sent)) = (&up, &relay.pmix_sent) {
+                sent.lock().expect("not poisoned").push((*epoch, *node, data.clone()));
             }
             let _ = relay.control.send(up);
             true

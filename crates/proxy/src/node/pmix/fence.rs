@@ -116,7 +116,7 @@ impl Node {
         self.fences.enter(rlaunch_protocol::record::now_us());
         let (epoch, node) = (self.pmix.fence.fold.epoch(), self.plan.index);
         for data in in_parts([data], PMIX_FENCE_PART).into_iter().filter(|d| !d.is_empty()) {
-            self.pmix_data_up();
+            self.pmix_data_up(epoch, &data);
             let _ = self.up.control.send(Up::PmixFencePart { epoch, node, data });
         }
         self.pmix.fence.own_in = true;
