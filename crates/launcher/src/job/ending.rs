@@ -30,6 +30,7 @@ impl Root {
     /// Records why the job must end; the first cause starts the teardown.
     pub(super) fn fail(&mut self, cause: Cause) {
         tracing::debug!(?cause, "job failing");
+        self.proxy_lost |= matches!(cause, Cause::LostProxy { .. });
         self.decide(Event::Failed(cause));
     }
 

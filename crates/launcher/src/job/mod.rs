@@ -201,6 +201,9 @@ struct Root {
     /// The launchers (srun) that started the proxies that dial in, and how each ended: the
     /// first proxies', then one for each proxy started during the run.
     launchers: Vec<dial::Launcher>,
+    /// A proxy was lost (killed, silent, its link broken): a launcher's task that may live
+    /// on, stopped or hung, which only the end of its step ends.
+    proxy_lost: bool,
     /// Where the proxies that dial in reach rlaunch, while the job runs.
     listening: Option<dial::Listening>,
     /// Proxies that have not dialed in by then are lost.
@@ -280,6 +283,7 @@ impl Root {
             names: Names::default(),
             spawned_jobs,
             launchers: Vec::new(),
+            proxy_lost: false,
             listening: None,
             dial_deadline: None,
             dial_tree: dial::DialTree::default(),
@@ -360,10 +364,11 @@ async fn run_in(mut plan: Plan, world: World) -> i32 {
                 break;
             }
         }
-        // Every proxy is done and srun lingers: it gets the grace proxies get, then SIGKILL.
+        // Every proxy is done and srun lingers: it gets the grace proxies get, then is asked
+        // to end its step; at once if a proxy was lost (its task may never end by itself).
         let lingering = root.launchers.iter().any(|l| l.ended.is_none());
         if lingering && root.children.settled() {
-            root.teardown.launcher_lingers(Instant::now());
+            root.teardown.launcher_lingers(Instant::now(), root.proxy_lost);
         }
         let stdin_ready = root.stdin.open && root.stdin.pending.len() < STDIN_WINDOW;
         let next = root.next_deadline();

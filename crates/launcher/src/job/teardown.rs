@@ -30,6 +30,8 @@ pub(super) struct Teardown {
     proxy_deadline: Option<Instant>,
     /// Kill the scheduler's launchers asked to end their steps if they are still there then.
     launcher_deadline: Option<Instant>,
+    /// The proxy deadline came: the launchers were asked to end their steps, once.
+    proxies_due: bool,
     /// When the teardown's grace is over: output not written by then is dropped.
     output_deadline: Option<Instant>,
     /// At the output deadline, drop only if the writer is behind (a failed job's teardown),
@@ -80,10 +82,12 @@ impl Teardown {
     }
 
     /// Every proxy is done but the scheduler's launcher (srun) lingers: it gets the grace
-    /// proxies get, from `now`, unless a deadline for them is set already.
-    pub(super) fn launcher_lingers(&mut self, now: Instant) {
-        if self.proxy_deadline.is_none() {
-            self.proxy_deadline = Some(now + PROXY_GRACE);
+    /// proxies get, from `now`, unless a deadline for them is set already; none if a proxy
+    /// was `lost` (its task, stopped or hung, would keep srun for ever).
+    pub(super) fn launcher_lingers(&mut self, now: Instant, lost: bool) {
+        let grace = if lost { Duration::ZERO } else { PROXY_GRACE };
+        if !self.proxies_due && self.proxy_deadline.is_none_or(|d| d > now + grace) {
+            self.proxy_deadline = Some(now + grace);
         }
     }
 
@@ -115,6 +119,7 @@ impl Teardown {
     /// killed. No other proxy deadline comes.
     pub(super) fn proxy_due(&mut self, now: Instant) {
         self.proxy_deadline = None;
+        self.proxies_due = true;
         self.launcher_deadline = Some(now + LAUNCHER_GRACE);
     }
 
@@ -172,10 +177,19 @@ mod tests {
     #[test]
     fn a_lingering_launcher_gets_the_proxies_grace_once() {
         let (mut teardown, now) = (Teardown::default(), Instant::now());
-        teardown.launcher_lingers(now);
+        teardown.launcher_lingers(now, false);
         assert_eq!(teardown.proxy_deadline(), Some(now + PROXY_GRACE));
-        teardown.launcher_lingers(now + Duration::from_secs(1));
+        teardown.launcher_lingers(now + Duration::from_secs(1), false);
         assert_eq!(teardown.proxy_deadline(), Some(now + PROXY_GRACE));
         assert!(!teardown.started(), "a lingering srun is no teardown of the job");
+        // A proxy was lost: its task may never end; srun's step is ended now.
+        let later = now + Duration::from_secs(2);
+        teardown.launcher_lingers(later, true);
+        assert_eq!(teardown.proxy_deadline(), Some(later));
+        // Asked to end its step, it gets the launchers' grace, and no other proxy deadline.
+        teardown.proxy_due(later);
+        assert_eq!(teardown.launcher_deadline(), Some(later + LAUNCHER_GRACE));
+        teardown.launcher_lingers(later, true);
+        assert!(teardown.proxy_deadline().is_none());
     }
 }
