@@ -439,3 +439,41 @@ fn with_on_failure_continue_a_lost_node_under_a_lost_node_fails_alone() {
     // n7's loss is found only once it does not call: n3's comes first.
     lost_interior_nodes(&[2, 6], "2,6", &["n3"]);
 }
+
+/// `--stdin all` under continue: n2's proxy (an interior node, ranks 2-3) is killed while
+/// stdin flows. Its ranks write nothing more, and rlaunch's window of stdin chunks in flight
+/// no longer waits for them; n5 and n6 below it, adopted, are sent again what may have been
+/// lost with it (each drops what it had): every other rank reads all of stdin, intact.
+#[test]
+fn with_on_failure_continue_stdin_flows_on_past_a_lost_node_to_every_survivor() {
+    let hosts = "n1:2,n2:2,n3:2,n4:2,n5:2,n6:2,n7:2";
+    let liveness = ["--heartbeat", "0.25", "--silence-timeout", "2"];
+    let options = ["--on-failure", "continue", "--stdin", "all", "--launcher", "fork"];
+    let tree = ["--hosts", hosts, "--tree-width", "2", "-n", "14"];
+    let rankprog = rlaunch_tests::rankprog_str();
+    let ranks = [rankprog.as_str(), "ready", "stdin-sum"];
+    let args = [&liveness[..], &options, &tree, &ranks].concat();
+    let mut job = Run::new(&args).stdin_piped().timeout(WAIT).spawn();
+    let ready = job.wait_for_ready(14, WAIT);
+    // Some stdin is on its way before the loss, the most after it: far past the window of
+    // 8 chunks in flight.
+    let input: Vec<u8> = (0..4u32 << 20).map(|i| (i % 251) as u8).collect();
+    job.write_stdin(&input[..64 << 10]);
+    let (_, rank2) = ready[2];
+    let proxy = rlaunch_tests::procfs::parent_pid(rank2.as_raw());
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(proxy), Signal::SIGKILL).unwrap();
+    job.write_stdin(&input[64 << 10..]);
+    job.close_stdin();
+    let out = job.wait(WAIT);
+    out.assert_code(255);
+    let want = format!("stdin {} {:016x}", input.len(), rlaunch_tests::fnv1a64(&input));
+    let sums = out.stdout_str().lines().filter(|l| l.starts_with("stdin ")).count();
+    assert_eq!(sums, 12, "every rank but n2's two read stdin: {out}");
+    for line in out.stdout_str().lines().filter(|l| l.starts_with("stdin ")) {
+        assert_eq!(line, want, "{out}");
+    }
+    assert!(
+        out.stderr_str().starts_with("rlaunch: lost proxy on n2 (its proxy was killed by signal 9"),
+        "{out}"
+    );
+}

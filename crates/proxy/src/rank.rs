@@ -425,6 +425,7 @@ pub async fn feed_stdin(
     mut fd: Option<FdStream>,
     mut chunks: mpsc::UnboundedReceiver<StdinChunk>,
     acks: mpsc::UnboundedSender<Up>,
+    node: rlaunch_protocol::ids::NodeId,
 ) {
     while let Some(chunk) = chunks.recv().await {
         match chunk {
@@ -435,7 +436,7 @@ pub async fn feed_stdin(
                         fd = None;
                     }
                 }
-                let _ = acks.send(Up::StdinAck { seq });
+                let _ = acks.send(Up::StdinAck { seq, node });
             }
             StdinChunk::Eof => fd = None,
         }

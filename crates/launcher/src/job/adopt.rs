@@ -231,6 +231,11 @@ impl Root {
         if let Some(rendezvous) = rendezvous {
             self.children.send_to(child, Down::Rendezvous(rendezvous));
         }
+        // Stdin in flight may have gone with the lost parent: sent again (a node drops a
+        // chunk it had), before its end.
+        for (seq, data) in self.stdin.adopted(&subtree) {
+            self.children.send_to(child, Down::Stdin { seq, data });
+        }
         if !self.stdin.open {
             self.children.send_to(child, Down::StdinEof);
         }

@@ -91,7 +91,7 @@ impl Root {
         self.group_fences.clear();
         self.names = names::Names::default();
         self.spawns = spawn::Spawns::default();
-        self.stdin.pending.clear();
+        self.stdin.restart();
         self.dead = Default::default();
         self.survey = None;
         self.surveyed_for.clear();

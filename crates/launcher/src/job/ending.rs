@@ -30,7 +30,13 @@ impl Root {
     /// Records why the job must end; the first cause starts the teardown.
     pub(super) fn fail(&mut self, cause: Cause) {
         tracing::debug!(?cause, "job failing");
-        self.proxy_lost |= matches!(cause, Cause::LostProxy { .. });
+        if let Cause::LostProxy { host, .. } = &cause {
+            self.proxy_lost = true;
+            // Its ranks will write no stdin: the window does not wait for them.
+            if let Some(node) = super::adopt::plan_node(&self.plan.roots, host) {
+                self.stdin.node_lost(node.index);
+            }
+        }
         self.decide(Event::Failed(cause));
     }
 

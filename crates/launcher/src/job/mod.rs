@@ -34,6 +34,7 @@ mod signals;
 mod spawn;
 mod stacks;
 mod start;
+mod stdin_flow;
 mod teardown;
 #[cfg(test)]
 mod tests;
@@ -70,8 +71,6 @@ use start::route;
 use teardown::Teardown;
 use world::World;
 
-/// Stdin chunks in flight (sent, not yet written into every target rank).
-const STDIN_WINDOW: usize = 8;
 /// After the kill grace, how long proxies get to report before rlaunch kills them.
 const PROXY_GRACE: Duration = Duration::from_secs(5);
 /// After the kill grace of a job that failed, how long its output may take to be written
@@ -148,15 +147,6 @@ struct Tracker {
     task: tokio::task::JoinHandle<()>,
 }
 
-/// Stdin on its way to the ranks that read it, in a bounded window of chunks.
-struct StdinFlow {
-    /// Not yet at end of file.
-    open: bool,
-    seq: u64,
-    /// Per chunk in flight, the acknowledgements still missing.
-    pending: HashMap<u64, usize>,
-}
-
 struct Root {
     plan: Plan,
     /// The live progress line, on a terminal.
@@ -187,7 +177,7 @@ struct Root {
     /// Tells the link readers and the writer thread that the output is dropped.
     drop_output: watch::Sender<bool>,
     timeout_at: Option<Instant>,
-    stdin: StdinFlow,
+    stdin: stdin_flow::StdinFlow,
     /// The launched job's fence: one party per top proxy.
     fence: FenceFold,
     /// The launched job's PMIx fence: one party (a subtree's data) per top proxy.
@@ -272,11 +262,12 @@ impl Root {
             tracker: None,
             teardown: Teardown::default(),
             drop_output,
-            stdin: StdinFlow {
-                open: plan.job.stdin != StdinTarget::None,
-                seq: 0,
-                pending: HashMap::new(),
-            },
+            stdin: stdin_flow::StdinFlow::new(
+                plan.job.stdin != StdinTarget::None,
+                (plan.rank_node.iter().enumerate())
+                    .filter(|(rank, _)| plan.job.stdin.includes(*rank as u32))
+                    .map(|(_, &node)| NodeId(node)),
+            ),
             fence: FenceFold::default(),
             pmix_fence: pmix_fence::PmixFence::default(),
             group_fences: HashMap::new(),
@@ -370,7 +361,7 @@ async fn run_in(mut plan: Plan, world: World) -> i32 {
         if lingering && root.children.settled() {
             root.teardown.launcher_lingers(Instant::now(), root.proxy_lost);
         }
-        let stdin_ready = root.stdin.open && root.stdin.pending.len() < STDIN_WINDOW;
+        let stdin_ready = root.stdin.room();
         let next = root.next_deadline();
         tokio::select! {
             ev = events.recv() => match ev {
@@ -506,14 +497,7 @@ impl Root {
                 self.decide(policy::Event::RankEnded { outcome, failure });
             }
             Up::RankError { rank, report } => self.roll.set_error(rank, &report),
-            Up::StdinAck { seq } => {
-                if let Some(left) = self.stdin.pending.get_mut(&seq) {
-                    *left -= 1;
-                    if *left == 0 {
-                        self.stdin.pending.remove(&seq);
-                    }
-                }
-            }
+            Up::StdinAck { seq, node } => self.stdin.acked(seq, node),
             // The old link of a proxy rlaunch adopted since: it lives on.
             Up::ProxyLost { host, .. } if self.adopted_host(&host) => {
                 tracing::debug!(%host, "an adopted proxy's old link is gone")
@@ -693,12 +677,8 @@ impl Root {
     fn stdin_chunk(&mut self, chunk: Option<Vec<u8>>) {
         match chunk {
             Some(data) => {
-                self.stdin.seq += 1;
-                let seq = self.stdin.seq;
-                let expected = self.children.send_stdin(seq, &data);
-                if expected > 0 {
-                    self.stdin.pending.insert(seq, expected);
-                }
+                let seq = self.stdin.sent(&data);
+                self.children.send_stdin(seq, &data);
             }
             None => {
                 self.stdin.open = false;

@@ -20,7 +20,9 @@ pub enum Down {
     Launch(Box<Launch>),
     /// A chunk of the launcher's stdin for the ranks named by [`Job::stdin`]. Each receiving
     /// rank's proxy answers [`Up::StdinAck`] with the same `seq` once the chunk is written, so
-    /// that the launcher keeps only a bounded number of chunks in flight.
+    /// that the launcher keeps only a bounded number of chunks in flight. A chunk sent again
+    /// (to a proxy rlaunch adopted) with a `seq` not above the last one a node took is
+    /// dropped there.
     Stdin { seq: u64, data: Vec<u8> },
     /// The launcher's stdin reached end of file.
     StdinEof,
@@ -150,8 +152,9 @@ pub enum Up {
     /// fails the rank even if it exited with 0 (docs/pmi.md, *Who answers what*). `pid` is 0 for a rank that never
     /// started. `usage`: its times and resource use, for `--report`.
     RankExited { rank: Gid, pid: u32, outcome: ExitOutcome, unfinalized: bool, usage: RankUsage },
-    /// A stdin chunk has been written to one rank.
-    StdinAck { seq: u64 },
+    /// A stdin chunk has been written to one rank of node `node` (or dropped, the rank
+    /// having closed its stdin or ended).
+    StdinAck { seq: u64, node: NodeId },
     /// What a rank that failed wrote in its `TORCHELASTIC_ERROR_FILE` (torch's `@record`:
     /// JSON with the exception and its traceback), at most [`MAX_ERROR_REPORT`] bytes; sent
     /// ahead of its `RankExited`.

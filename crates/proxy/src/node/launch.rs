@@ -320,7 +320,8 @@ impl Node {
         if started.stdin.is_some() {
             let (tx, rx) = mpsc::unbounded_channel();
             self.ranks.get_mut(local).stdin = Some(tx);
-            tokio::spawn(rank::feed_stdin(started.stdin, rx, self.up.control.clone()));
+            let (acks, node) = (self.up.control.clone(), self.plan.index);
+            tokio::spawn(rank::feed_stdin(started.stdin, rx, acks, node));
         }
         unbound
     }

@@ -215,6 +215,8 @@ pub(crate) struct Node {
     upstream_link: u32,
     /// The ranks' ends sent up, kept (only in a proxy that may be adopted) to be sent again.
     ends_sent: Vec<Up>,
+    /// The last stdin chunk taken (`Down::Stdin`'s `seq`): one sent again is dropped.
+    stdin_seen: u64,
     /// The launched job's PMI fence entry sent up and not yet answered, kept likewise.
     fence_entry: Option<(u64, Vec<(String, String)>)>,
     /// The launched job's PMIx fence entry sent up and not yet answered (epoch, served).
@@ -456,7 +458,11 @@ impl Node {
     /// ranks that read it.
     fn stdin_came(&mut self, chunk: StdinChunk) {
         match &chunk {
+            // Sent again by rlaunch to a proxy it adopted: this node (and so its subtree) had
+            // it already.
+            StdinChunk::Data { seq, .. } if *seq <= self.stdin_seen => return,
             StdinChunk::Data { seq, data } => {
+                self.stdin_seen = *seq;
                 self.children.send_stdin(*seq, data);
             }
             StdinChunk::Eof => self.children.broadcast(&Down::StdinEof),
@@ -499,7 +505,8 @@ impl Node {
                         tx.send(StdinChunk::Data { seq, data: data.clone() }).is_ok()
                     });
                     if !queued {
-                        let _ = self.up.control.send(Up::StdinAck { seq });
+                        let node = self.plan.index;
+                        let _ = self.up.control.send(Up::StdinAck { seq, node });
                     }
                 }
             }

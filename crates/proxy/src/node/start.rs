@@ -269,6 +269,7 @@ impl Node {
             orphan: Orphan::No,
             upstream_link: 0,
             ends_sent: Vec::new(),
+            stdin_seen: 0,
             fence_entry: None,
             pmix_entry: None,
             asks_out: HashMap::new(),

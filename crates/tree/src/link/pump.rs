@@ -386,17 +386,17 @@ mod tests {
         control_tx.send(Up::StdoutClosed).unwrap();
         // What comes while no link is there waits for the next.
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-        control_tx.send(Up::StdinAck { seq: 7 }).unwrap();
+        control_tx.send(Up::StdinAck { seq: 7, node: rlaunch_protocol::ids::NodeId(0) }).unwrap();
         let (second, second_far) = tokio::io::duplex(1 << 16);
         rehome_tx.send(Box::new(second)).unwrap();
-        control_tx.send(Up::StdinAck { seq: 8 }).unwrap();
+        control_tx.send(Up::StdinAck { seq: 8, node: rlaunch_protocol::ids::NodeId(0) }).unwrap();
         drop((control_tx, link_tx, data_tx));
         let got = frames(second_far, false).await;
         pump.await.unwrap();
         // The frame being written when the first link failed is lost with it.
         let acks: Vec<u64> = (got.iter())
             .filter_map(|f| match f {
-                UpFrame::Job(Up::StdinAck { seq }) => Some(*seq),
+                UpFrame::Job(Up::StdinAck { seq, .. }) => Some(*seq),
                 _ => None,
             })
             .collect();

@@ -91,7 +91,7 @@ async fn signals_go_down_to_every_proxy_and_stdin_to_the_rank_that_reads_it() {
                 match proxy.next().await {
                     Down::Stdin { seq, data } => {
                         assert_eq!(data, b"abc");
-                        proxy.send(Up::StdinAck { seq });
+                        proxy.send(Up::StdinAck { seq, node: NodeId(1) });
                     }
                     other => panic!("expected stdin, got {other:?}"),
                 }
@@ -244,7 +244,7 @@ async fn a_late_launcher_that_ends_before_its_proxy_called_back_fails_the_spawn(
     assert_eq!(code, 0);
 }
 
-/// rlaunch reads at most [`STDIN_WINDOW`] chunks of its stdin ahead of the ranks: the next is
+/// rlaunch reads at most [`crate::job::stdin_flow::WINDOW`] chunks of its stdin ahead of the ranks: the next is
 /// read, and sent, only once an earlier one was written into every rank that reads it.
 #[tokio::test(flavor = "current_thread", start_paused = true)]
 async fn stdin_goes_down_in_a_window_that_acknowledgements_reopen() {
@@ -252,7 +252,7 @@ async fn stdin_goes_down_in_a_window_that_acknowledgements_reopen() {
     plan.job.stdin = StdinTarget::Rank(0);
     let (world, mut fakes, outside) = world(&["n0"]);
     let mut proxy = fakes.remove(0);
-    let window = STDIN_WINDOW as u64;
+    let window = crate::job::stdin_flow::WINDOW as u64;
     let feeder = async move {
         for i in 0..=window {
             outside.stdin.send(Some(vec![i as u8])).await.expect("stdin is read");
@@ -273,7 +273,7 @@ async fn stdin_goes_down_in_a_window_that_acknowledgements_reopen() {
         // is paused: a second passes only once everything is idle).
         let more = tokio::time::timeout(Duration::from_secs(1), proxy.next()).await;
         assert!(more.is_err(), "a chunk past the window: {more:?}");
-        proxy.send(Up::StdinAck { seq: 1 });
+        proxy.send(Up::StdinAck { seq: 1, node: NodeId(0) });
         match proxy.next().await {
             Down::Stdin { seq, data } => assert_eq!((seq, data), (window + 1, vec![window as u8])),
             other => panic!("expected the chunk the acknowledgement let through, got {other:?}"),
@@ -281,7 +281,7 @@ async fn stdin_goes_down_in_a_window_that_acknowledgements_reopen() {
         // Full again: even stdin's end waits for room.
         let more = tokio::time::timeout(Duration::from_secs(1), proxy.next()).await;
         assert!(more.is_err(), "stdin's end past the window: {more:?}");
-        proxy.send(Up::StdinAck { seq: 2 });
+        proxy.send(Up::StdinAck { seq: 2, node: NodeId(0) });
         assert!(matches!(proxy.next().await, Down::StdinEof));
         proxy.send(ended(0, ExitOutcome::Exited(0)));
         proxy.done(node);
