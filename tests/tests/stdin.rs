@@ -86,3 +86,19 @@ fn stdin_waits_with_ranks_that_wait_for_their_pmix_server() {
         assert_eq!(out.stdout_str().matches(&want).count(), 4, "--pmi {pmi}: {out}");
     }
 }
+
+/// `--stdin all` over two fake nodes, n2's rank ending at once without reading: its node is
+/// done, and rlaunch's window of chunks in flight (8) no longer waits for it. Rank 0 reads
+/// 4 MiB (64 chunks), all of it. (Before, the window stayed full and the job hung.)
+#[test]
+fn stdin_all_flows_on_once_a_nodes_ranks_have_ended() {
+    let input: Vec<u8> = (0..4u32 << 20).map(|i| (i % 253) as u8).collect();
+    let rankprog = rankprog_str();
+    // Rank 0 starts reading once rank 1 (and so its node) is done.
+    let script = format!("if [ \"$PMI_RANK\" = 0 ]; then sleep 1; exec {rankprog} stdin-sum; fi");
+    let args = ["--stdin", "all", "--launcher", "fork", "--hosts", "n1:1,n2:1", "-n", "2"];
+    let out =
+        Run::new(&[&args[..], &["sh", "-c", &script]].concat()).stdin_bytes(input.clone()).run();
+    out.assert_code(0);
+    assert_eq!(out.stdout_str(), stdin_sum_line(&input), "{out}");
+}

@@ -92,6 +92,7 @@ impl Root {
         self.names = names::Names::default();
         self.spawns = spawn::Spawns::default();
         self.stdin.restart();
+        self.proxy_lost = false;
         self.dead = Default::default();
         self.survey = None;
         self.surveyed_for.clear();

@@ -30,13 +30,7 @@ impl Root {
     /// Records why the job must end; the first cause starts the teardown.
     pub(super) fn fail(&mut self, cause: Cause) {
         tracing::debug!(?cause, "job failing");
-        if let Cause::LostProxy { host, .. } = &cause {
-            self.proxy_lost = true;
-            // Its ranks will write no stdin: the window does not wait for them.
-            if let Some(node) = super::adopt::plan_node(&self.plan.roots, host) {
-                self.stdin.node_lost(node.index);
-            }
-        }
+        self.proxy_lost |= matches!(cause, Cause::LostProxy { .. });
         self.decide(Event::Failed(cause));
     }
 
@@ -133,6 +127,13 @@ impl Root {
         nodes.extend(late);
         let gone = self.roll.gone_with(&nodes);
         tracing::debug!(%host, nodes = nodes.len(), ranks = gone.len(), "a lost node's ranks are gone");
+        // Their ranks write no stdin: the window does not wait for them; and what they sent
+        // of the PMIx fence under way (perhaps a part of it) is no survivor's business.
+        let epoch = self.pmix_fence.epoch();
+        for &node in &nodes {
+            self.stdin.node_gone(node);
+            self.pmix_fence.again(epoch, node);
+        }
         self.tell_dead(gone);
         self.pmi_fence_step();
         self.pmix_fence_step();

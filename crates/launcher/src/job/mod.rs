@@ -443,6 +443,24 @@ impl Root {
         if attempt != self.policy.attempt() {
             return tracing::debug!(attempt, child, "news from an earlier attempt's link");
         }
+        match &event {
+            // A node's PMIx fence data counts from the link that leads to it now: an adopted
+            // proxy sends it again on its own, and what the old path still brings would add
+            // a second copy (or a former parent's copy of it would cut it short).
+            LinkEvent::Up(Up::PmixFencePart { node, .. } | Up::PmixFenceAgain { node, .. })
+                if self.children.route(*node) != Some(child) =>
+            {
+                return tracing::debug!(%node, child, "PMIx fence data from an old path");
+            }
+            // A top proxy's subtree is done: its ranks read no more stdin.
+            LinkEvent::Up(Up::NodeDone { node, .. }) => {
+                let plan = self.plan.roots.iter().flat_map(|r| r.walk()).find(|n| n.index == *node);
+                for done in plan.map(|p| p.walk()).unwrap_or_default() {
+                    self.stdin.node_gone(done.index);
+                }
+            }
+            _ => {}
+        }
         match self.children.on_link(child, event) {
             Some(ChildNews::Up(Up::Survey { id, survey })) => {
                 self.survey_answered(child, id, *survey)

@@ -8,7 +8,8 @@
 //! ```text
 //!   read ──sent(data)──► seq, owed by every reader node not lost
 //!   Up::StdinAck(seq, node) ──acked──► one fewer; a chunk nobody owes leaves the window
-//!   a node lost ──node_lost──► it owes nothing    adopted(subtree) ──► chunks to send again
+//!   a node lost or done ──node_gone──► it owes nothing
+//!   adopted(subtree) ──► chunks to send again
 //! ```
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
@@ -26,7 +27,7 @@ pub(super) struct StdinFlow {
     pending: BTreeMap<u64, InFlight>,
     /// The nodes whose ranks read stdin, with how many ranks each.
     readers: BTreeMap<NodeId, usize>,
-    /// Reader nodes lost: they owe nothing.
+    /// Reader nodes lost, or done (their ranks all ended): they owe nothing.
     lost: BTreeSet<NodeId>,
 }
 
@@ -80,8 +81,9 @@ impl StdinFlow {
         }
     }
 
-    /// Node `node` was lost: its ranks will never write what is in flight, nor what comes.
-    pub(super) fn node_lost(&mut self, node: NodeId) {
+    /// Node `node` was lost, or is done: its ranks will never write what is in flight, nor
+    /// what comes.
+    pub(super) fn node_gone(&mut self, node: NodeId) {
         self.lost.insert(node);
         self.forgive(|n| n == node);
     }
@@ -137,7 +139,7 @@ mod tests {
         flow.acked(first, NodeId(0));
         flow.acked(second, NodeId(0));
         // Node 1 is lost; node 2 below it is adopted and gets both again.
-        flow.node_lost(NodeId(1));
+        flow.node_gone(NodeId(1));
         let again = flow.adopted(&HashSet::from([NodeId(2)]));
         assert_eq!(again, [(first, b"a".to_vec()), (second, b"b".to_vec())]);
         assert!(flow.pending.is_empty(), "nothing is owed any more");

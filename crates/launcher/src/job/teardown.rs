@@ -82,8 +82,9 @@ impl Teardown {
     }
 
     /// Every proxy is done but the scheduler's launcher (srun) lingers: it gets the grace
-    /// proxies get, from `now`, unless a deadline for them is set already; none if a proxy
-    /// was `lost` (its task, stopped or hung, would keep srun for ever).
+    /// proxies get from `now` (none if a proxy was `lost`: its task, stopped or hung, would
+    /// keep srun for ever), or less if a deadline for the proxies comes sooner already;
+    /// nothing once that deadline came (srun was asked to end its step).
     pub(super) fn launcher_lingers(&mut self, now: Instant, lost: bool) {
         let grace = if lost { Duration::ZERO } else { PROXY_GRACE };
         if !self.proxies_due && self.proxy_deadline.is_none_or(|d| d > now + grace) {

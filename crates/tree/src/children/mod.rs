@@ -446,6 +446,11 @@ impl Children {
         }
     }
 
+    /// The child whose link leads to `node` now (its own, or an ancestor's).
+    pub fn route(&self, node: NodeId) -> Option<usize> {
+        self.node_child.get(&node).copied()
+    }
+
     /// Sends `down` toward the subtree holding `node`; false as for
     /// [`Children::send_toward_rank`].
     pub fn send_toward_node(&self, node: NodeId, down: Down) -> bool {
