@@ -116,6 +116,16 @@ fn twenty_random_faults_on_pmix_ranks_leave_no_orphan_no_hang_and_the_right_culp
     assert_every_column_zero(&out.stdout_str());
 }
 
+/// PMIx ranks under the continue policy: survivors told through the dead ranks' file, PMIx
+/// fences completing without the failed (libpmix's PARTIAL SUCCESS), and the nodes below a
+/// lost one adopted with their PMIx fence data sent again. The seed's first 16 trials of a
+/// clean 200 (docs/reliability.md).
+#[test]
+fn random_faults_on_pmix_ranks_under_continue_tell_the_survivors() {
+    let options = ["--trials", "16", "--seed", "20261234", "--ranks", "pmix", "--policy"];
+    policy_run(&[&options[..], &["continue"]].concat(), TOLD);
+}
+
 /// Runs the chaos runner with `options` on this machine and the fake nodes; see
 /// [`judged_run`].
 fn policy_run(options: &[&str], label: &str) {
