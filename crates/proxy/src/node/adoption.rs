@@ -62,8 +62,8 @@ pub(crate) type Rehomed = (FrameReader<LinkRead>, LinkWrite);
 pub(super) enum Orphan {
     #[default]
     No,
-    /// Its parent is lost; it dials rlaunch.
-    Seeking,
+    /// Its parent is lost (how: its link closed, or it fell silent); it dials rlaunch.
+    Seeking(super::Loss),
     /// rlaunch took it on: it is a top proxy now.
     Adopted,
     /// rlaunch could not be reached: the node went down.
@@ -100,10 +100,10 @@ impl Node {
         self.job.goes_on && self.job.adoption.is_some() && !self.top && !self.late
     }
 
-    /// The parent is lost (`why`): dials rlaunch, while the ranks run on.
-    pub(super) fn seek_adoption(&mut self, why: &str) {
+    /// The parent is lost (`why`, `loss`): dials rlaunch, while the ranks run on.
+    pub(super) fn seek_adoption(&mut self, why: &str, loss: super::Loss) {
         tracing::debug!("lost upstream ({why}): asking rlaunch to adopt this proxy");
-        self.orphan = Orphan::Seeking;
+        self.orphan = Orphan::Seeking(loss);
         self.parent.detach();
         // Its channel is gone, and it goes on: the guard would kill it.
         rlaunch_tree::guard::dismiss();
@@ -122,9 +122,16 @@ impl Node {
         let (reader, writer) = match dialed {
             Ok(link) => *link,
             Err(why) => {
+                // Its children may still be adopted if its link closed (rlaunch refuses a node
+                // it has counted lost already: they are not); not if its parent fell silent
+                // (rlaunch itself may be stopped: they would all wait on it).
+                let loss = match self.orphan {
+                    Orphan::Seeking(loss) => loss,
+                    _ => super::Loss::Silent,
+                };
                 self.orphan = Orphan::Refused;
                 let why = format!("its parent is lost, and rlaunch did not adopt it: {why}");
-                return self.lose_upstream(&why, super::Loss::Silent);
+                return self.lose_upstream(&why, loss);
             }
         };
         tracing::debug!("adopted by rlaunch");

@@ -601,9 +601,9 @@ impl Node {
     fn lose_upstream(&mut self, why: &str, loss: Loss) {
         let unreachable = loss != Loss::Signalled;
         if unreachable && self.may_seek_adoption() {
-            return self.seek_adoption(why);
+            return self.seek_adoption(why, loss);
         }
-        if unreachable && self.orphan == Orphan::Seeking {
+        if unreachable && matches!(self.orphan, Orphan::Seeking(_)) {
             // The lost parent's link, closing after its silence: already acted on.
             return;
         }
