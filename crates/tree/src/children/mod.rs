@@ -531,15 +531,12 @@ impl Children {
         !child.state.lost && !child.state.done && child.down.send(down).is_ok()
     }
 
-    /// Sends a stdin chunk to the children whose subtrees read stdin; returns how many
-    /// acknowledgements (one per rank) will come back.
-    pub fn send_stdin(&self, seq: u64, data: &[u8]) -> usize {
-        let mut expected = 0;
+    /// Sends a stdin chunk to the children whose subtrees read stdin (what each rank owes
+    /// back is counted by node at the root: `job/stdin_flow.rs`).
+    pub fn send_stdin(&self, seq: u64, data: &[u8]) {
         for c in self.list.iter().filter(|c| !c.state.lost && c.stdin_ranks > 0) {
-            expected += c.stdin_ranks;
             let _ = c.down.send(Down::Stdin { seq, data: data.to_vec() });
         }
-        expected
     }
 
     /// How many child subtrees each of the launched job's fences waits for: every child
