@@ -18,6 +18,7 @@
 
 pub mod children;
 pub mod credit;
+pub mod deaths;
 pub mod dialin;
 pub mod fdio;
 pub mod fence;

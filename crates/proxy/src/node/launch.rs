@@ -295,6 +295,9 @@ impl Node {
         };
         let pmi_state = if started.pmi.is_some() { PmiState::Open } else { PmiState::Unclaimed };
         let local = self.ranks.add_running(gid, job_index, started.pid, pmi_state);
+        if self.sweeps {
+            self.deaths.watch(started.pid);
+        }
         self.ranks.get_mut(local).usage.started = record::now_us();
         self.ranks.get_mut(local).seen.vars = vars();
         let peer = PmiPeer { local, job: job_index, rank: at.rank, appnum: segment };

@@ -228,6 +228,11 @@ pub(crate) struct Node {
     /// wait for it (see `reap.rs`).
     deferred: Vec<(Local, rlaunch_protocol::ids::ExitOutcome)>,
     deferred_until: Option<Instant>,
+    /// The order in which this node's ranks died, for the failures reaped together.
+    deaths: rlaunch_tree::deaths::DeathOrder,
+    /// The pids of the reaping pass being judged: in order, none the cause of another's
+    /// end before it.
+    reaping: HashSet<i32>,
     /// Spawned jobs whose fence entry went up and is not answered yet.
     job_fences_up: HashSet<u32>,
 }
@@ -269,9 +274,7 @@ impl Node {
                     while let Ok((peer, call)) = pmi.try_recv() {
                         self.pmi_call(peer, call);
                     }
-                    for end in ends {
-                        self.process_ended(end);
-                    }
+                    self.processes_ended(ends);
                 }
                 Some(sig) = told_to_go.recv() => {
                     self.lose_upstream(&format!("the proxy received {sig}"), Loss::Signalled)
@@ -283,6 +286,10 @@ impl Node {
                         while let Ok(ev) = events.try_recv() {
                             self.handle(ev);
                         }
+                    }
+                    // The dying rank the failures waited for may have been reaped just now.
+                    if which == Deadline::Deferred {
+                        self.processes_ended(ended.now());
                     }
                     self.on_deadline(which);
                 }

@@ -13,11 +13,25 @@ use tokio::time::Instant;
 use super::Node;
 use crate::ranks::Local;
 
-/// How long a rank's failure waits for another rank here that is dying (see
-/// [`Node::rank_reaped`]): a dying process is reaped within milliseconds.
-const DEFERRED_WAIT: Duration = Duration::from_millis(200);
+/// How long a rank's failure waits at most for another rank here that is dying (see
+/// [`Node::rank_reaped`]). A dying process is reaped within milliseconds on an idle machine,
+/// but one freeing gigabytes, or starved on a loaded one, takes longer; only a process stuck
+/// in the kernel takes for ever, and the failure must not wait for that one.
+const DEFERRED_WAIT: Duration = Duration::from_secs(2);
 
 impl Node {
+    /// The processes one reaping pass found ended, in the order they died (see
+    /// [`rlaunch_tree::deaths`]): the first failure may be the cause of those after it, and
+    /// the first failure is the job's culprit.
+    pub(super) fn processes_ended(&mut self, mut ends: Vec<procs::Ended>) {
+        self.deaths.sort(&mut ends);
+        self.reaping = ends.iter().map(|e| e.pid).collect();
+        for end in ends {
+            self.process_ended(end);
+        }
+        self.reaping.clear();
+    }
+
     /// A process of this node ended: a rank, or a child proxy.
     pub(super) fn process_ended(&mut self, ended: procs::Ended) {
         let (pid, outcome) = (ended.pid, ended.outcome);
@@ -94,20 +108,29 @@ impl Node {
 
     /// A rank of this node was reaped: judged now, unless the PMIx server holds its verdict
     /// until it has said all it heard of the rank. A failure while another rank here is
-    /// dying (exiting, not reaped yet) waits for that one's end, up to [`DEFERRED_WAIT`]:
-    /// its death may be the cause (libpmix answers a fence PARTIAL SUCCESS the moment a
-    /// member's connection drops, before the member is a zombie), and the first failure is
-    /// the job's culprit (found by the chaos runner's PMIx ranks: a rank's SIGSEGV was
-    /// reported after the exit 1 it caused).
+    /// dying (exiting, not reaped yet, or reaped with its verdict held by the server) waits
+    /// for that one's verdict, up to [`DEFERRED_WAIT`]: its death may be the cause (libpmix
+    /// answers a fence PARTIAL SUCCESS the moment a member's connection drops, before the
+    /// member is a zombie), and the first failure is the job's culprit. A failure reaped
+    /// while others wait goes behind them. Found by the chaos runner's PMIx ranks: a rank's
+    /// SIGSEGV was reported after the exit 1 it caused; on a loaded machine, a rank's exit 3
+    /// after the exit 1 of a rank reaped later (it waited for the first, still exiting).
     pub(super) fn rank_reaped(&mut self, local: Local, outcome: ExitOutcome) {
         // Only where a PMIx server serves the ranks, and not in a teardown (every rank dies).
         let pmix = self.pmix.serving() && !self.kill.started();
-        if pmix && !outcome.is_success() && self.rank_dying(Some(local)) {
+        // Behind the failures waiting already, whatever this one's cause: they died first.
+        let failed = pmix && !outcome.is_success();
+        let gid = self.ranks.get(local).gid;
+        tracing::debug!(%gid, %outcome, "rank reaped");
+        if failed && (!self.deferred.is_empty() || self.rank_dying(Some(local))) {
+            tracing::debug!(%gid, "its failure waits for a rank that died before it");
             self.deferred.push((local, outcome));
             self.deferred_until.get_or_insert(Instant::now() + DEFERRED_WAIT);
             return;
         }
-        if !self.pmix_holds_verdict(local, outcome) {
+        if self.pmix_holds_verdict(local, outcome) {
+            tracing::debug!(%gid, "its verdict waits for the PMIx server to catch up");
+        } else {
             self.judge_reaped(local, outcome);
         }
     }
@@ -127,13 +150,28 @@ impl Node {
         self.sweep_if_all_reaped();
     }
 
-    /// Whether a rank here (other than `except`, and not waiting for its verdict) has begun
-    /// to exit and is not reaped yet.
-    fn rank_dying(&self, except: Option<Local>) -> bool {
+    /// Whether a rank here may have died before rank `of` (or, `None`, before the first
+    /// failure waiting) and is not judged yet: it has begun to exit and is not reaped (nor
+    /// known to have died after), or was reaped with its verdict held by the PMIx server.
+    /// The ranks of the reaping pass being judged are in order already.
+    fn rank_dying(&mut self, of: Option<Local>) -> bool {
+        if self.pmix.holds_a_verdict() {
+            return true;
+        }
+        let of = of.or(self.deferred.first().map(|d| d.0));
         let waiting =
-            |local: Local| except == Some(local) || self.deferred.iter().any(|d| d.0 == local);
-        let mut running = self.ranks.running().filter(|&(local, pid)| !waiting(local) && pid > 0);
-        running.any(|(_, pid)| procs::is_exiting(pid))
+            |local: Local| of == Some(local) || self.deferred.iter().any(|d| d.0 == local);
+        let others: Vec<i32> = self
+            .ranks
+            .running()
+            .filter(|&(local, pid)| !waiting(local) && pid > 0 && !self.reaping.contains(&pid))
+            .map(|(_, pid)| pid)
+            .collect();
+        let of_pid = of.map(|local| self.ranks.get(local).pid);
+        others.into_iter().any(|pid| {
+            let after = of_pid.is_some_and(|of_pid| self.deaths.died_after(pid, of_pid));
+            !after && procs::is_exiting(pid)
+        })
     }
 
     /// Rank `local`'s verdict, sent up once.

@@ -275,6 +275,8 @@ impl Node {
             asks_out: HashMap::new(),
             deferred: Vec::new(),
             deferred_until: None,
+            deaths: Default::default(),
+            reaping: HashSet::new(),
             job_fences_up: HashSet::new(),
         }
     }

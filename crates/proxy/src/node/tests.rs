@@ -366,6 +366,41 @@ async fn a_verdict_the_pmix_server_held_is_given_when_the_server_is_lost() {
     assert!(!node.pmix.serving() && node.swept, "the node swept once its last rank was judged");
 }
 
+#[tokio::test(flavor = "current_thread")]
+async fn a_failure_waits_for_the_verdict_the_pmix_server_holds_of_an_earlier_end() {
+    let (mut node, mut ends) = node_in(Box::new(NoRanks));
+    let (service, mut commands) = pmix::PmixService::detached("j", 2);
+    node.pmix = service;
+    // Pids no process has: both ranks' processes are gone (reaped).
+    let (left, failed) = (i32::MAX - 21, i32::MAX - 22);
+    node.ranks.add_running(Gid(0), 0, failed, PmiState::Unclaimed);
+    node.ranks.add_running(Gid(1), 0, left, PmiState::Unclaimed);
+    let proc = crate::pmix::wire::Proc { nspace: "j".into(), rank: 1 };
+    let connected = crate::pmix::Event::Connected { proc };
+    node.handle(Event::Pmix(crate::pmix::HostNews::Event(connected)));
+    let ended =
+        |pid, outcome| procs::Ended { pid, outcome, user_us: 0, system_us: 0, maxrss_kib: 0 };
+    // Rank 1 left PMIx without finalizing and exited 0: the server is asked to catch up.
+    node.process_ended(ended(left, ExitOutcome::Exited(0)));
+    let Ok(crate::pmix::Command::Sync { id }) = commands.try_recv() else {
+        panic!("the server is asked to catch up")
+    };
+    // Rank 0's fence failed for it (libpmix: PARTIAL SUCCESS), and it exited 1: its failure
+    // is not the first, so it waits.
+    node.process_ended(ended(failed, ExitOutcome::Exited(1)));
+    assert!(ends.up.try_recv().is_err(), "nothing is judged while the server holds a verdict");
+    let synced = crate::pmix::Event::Synced { id };
+    node.handle(Event::Pmix(crate::pmix::HostNews::Event(synced)));
+    let mut verdicts = Vec::new();
+    while let Ok(up) = ends.up.try_recv() {
+        if let Up::RankExited { rank, outcome, unfinalized, .. } = up {
+            verdicts.push((rank, outcome, unfinalized));
+        }
+    }
+    let first = (Gid(1), ExitOutcome::Exited(0), true);
+    assert_eq!(verdicts, [first, (Gid(0), ExitOutcome::Exited(1), false)]);
+}
+
 #[test]
 fn a_rank_that_does_not_catch_a_terminal_stop_is_sent_sigstop() {
     use nix::sys::signal::Signal;

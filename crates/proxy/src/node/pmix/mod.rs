@@ -196,10 +196,12 @@ impl Node {
         }
     }
 
+    /// The verdicts the server held, then the failures that waited for them.
     fn judge_all(&mut self, verdicts: Vec<(Local, ExitOutcome)>) {
         for (local, outcome) in verdicts {
             self.judge_reaped(local, outcome);
         }
+        self.judge_deferred(false);
     }
 
     /// A rank of this node was reaped with `outcome`: true if the PMIx server holds its
@@ -367,6 +369,8 @@ impl Node {
             }
             Act::Judge(local, outcome) => {
                 self.judge_reaped(local, outcome);
+                // Failures that waited for it go after it.
+                self.judge_deferred(false);
                 // It may have been the last rank: what was held back from the sweep goes now.
                 self.sweep_if_all_reaped();
             }
@@ -429,6 +433,11 @@ impl PmixService {
     /// This node's server runs.
     pub(super) fn serving(&self) -> bool {
         self.server.is_some()
+    }
+
+    /// Whether the server holds a reaped rank's verdict until it has caught up.
+    pub(super) fn holds_a_verdict(&self) -> bool {
+        self.server.as_ref().is_some_and(|s| !s.state.syncs.is_empty())
     }
 
     /// Where PMIx client `gid` is, for a survey: `None` if it never connected. A client is

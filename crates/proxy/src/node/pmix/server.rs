@@ -167,16 +167,19 @@ impl State {
     }
 
     /// Rank `gid` (local `local`) was reaped with `outcome`: the `Sync` to send if the server
-    /// holds its verdict. One that exited 0 after connecting and was not heard to finalize
-    /// waits for the server to catch up (its finalize may still be on the link): then
-    /// `Act::Judge`.
+    /// holds its verdict. One that exited 0 and was not heard to finalize waits for the
+    /// server to catch up (`Act::Judge`): its finalize may still be on the link, and so may
+    /// its connect. A client's `PMIx_Init` returns only once the server has sent the connect
+    /// up, but the node may reap the client before it reads it (chaos: a rank that left PMIx
+    /// 12 ms after its start was judged as one that never connected, so clean, and the
+    /// others waited for it until the timeout).
     pub(super) fn holds_verdict(
         &mut self,
         gid: Gid,
         local: Local,
         outcome: ExitOutcome,
     ) -> Option<Command> {
-        if !(outcome.is_success() && self.left_unfinalized(gid)) {
+        if !outcome.is_success() || self.finalized.contains(&gid) {
             return None;
         }
         Some(self.sync_for((local, outcome)))
@@ -376,11 +379,18 @@ pub(super) mod tests {
         ));
         let finalized = Event::Finalized { proc: proc(JOB, 2) };
         assert!(state.on_event(finalized, &here(true), now).is_empty());
-        // Never connected, finalized, or failed: judged at once.
-        assert_eq!(state.holds_verdict(Gid(0), 0, ok), None);
+        // Finalized, or failed: judged at once.
         assert_eq!(state.holds_verdict(Gid(2), 2, ok), None);
         assert_eq!(state.holds_verdict(Gid(1), 1, ExitOutcome::Exited(3)), None);
         assert!(state.left_unfinalized(Gid(1)) && !state.left_unfinalized(Gid(2)));
+        // Not heard to connect: its connect may still be on the link.
+        let Some(Command::Sync { id }) = state.holds_verdict(Gid(0), 0, ok) else {
+            panic!("held for a sync")
+        };
+        assert!(matches!(
+            one(state.on_event(Event::Synced { id }, &here(true), now)),
+            Act::Judge(0, _)
+        ));
         let Some(Command::Sync { id }) = state.holds_verdict(Gid(1), 1, ok) else {
             panic!("held for a sync")
         };
