@@ -76,6 +76,7 @@ enum {
     EV_SETUP_DONE = 114,
     EV_SPAWN = 115,
     EV_SYNCED = 116,
+    EV_LOST = 117,
 };
 
 /* How a published value travels: a string, or any other pmix_value_t packed by
@@ -903,6 +904,33 @@ static pmix_status_t on_connected(const pmix_proc_t *proc, void *obj, pmix_op_cb
     return PMIX_SUCCESS;
 }
 
+/* libpmix lost clients' connections without a finalize (PMIX_ERR_LOST_CONNECTION, reported
+ * once the event caching window is over: main sets it to 0). The proxy hears each, in the
+ * order libpmix lost them: the first is the rank whose end made the others' fence answer
+ * PARTIAL SUCCESS. libpmix names the first as the source; a later one lost in the same window
+ * is prepended to the info as a PMIX_PROCID, so those are read backwards. */
+static void on_lost(size_t id, pmix_status_t status, const pmix_proc_t *source, pmix_info_t info[],
+                    size_t ninfo, pmix_info_t results[], size_t nresults,
+                    pmix_event_notification_cbfunc_fn_t cbfunc, void *cbdata)
+{
+    (void)id, (void)status, (void)results, (void)nresults;
+    if (source) {
+        struct buf b = message(EV_LOST);
+        put_proc(&b, source);
+        send_message(&b);
+    }
+    for (size_t n = ninfo; n-- > 0;) {
+        if (strcmp(info[n].key, PMIX_PROCID) == 0 && info[n].value.type == PMIX_PROC &&
+            info[n].value.data.proc) {
+            struct buf b = message(EV_LOST);
+            put_proc(&b, info[n].value.data.proc);
+            send_message(&b);
+        }
+    }
+    if (cbfunc)
+        cbfunc(PMIX_EVENT_ACTION_COMPLETE, NULL, 0, NULL, NULL, cbdata);
+}
+
 static pmix_status_t on_finalized(const pmix_proc_t *proc, void *obj, pmix_op_cbfunc_t cbfunc,
                                   void *cbdata)
 {
@@ -1328,7 +1356,15 @@ int main(int argc, char **argv)
         PMIx_Info_load(&info[ninfo++], PMIX_SERVER_NSPACE, argv[4], PMIX_STRING);
         PMIx_Info_load(&info[ninfo++], PMIX_SERVER_RANK, &server_rank, PMIX_PROC_RANK);
     }
+    /* Lost connections are reported at once, not gathered for a second (on_lost). */
+    setenv("PMIX_MCA_pmix_event_caching_window", "0", 0);
     pmix_status_t rc = PMIx_server_init(&module, info, ninfo);
+    if (rc == PMIX_SUCCESS) {
+        pmix_status_t lost = PMIX_ERR_LOST_CONNECTION;
+        pmix_status_t registered = PMIx_Register_event_handler(&lost, 1, NULL, 0, on_lost, NULL, NULL);
+        if (registered < 0)
+            rc = registered;
+    }
     if (rc == PMIX_SUCCESS && adopt_fd >= 0) {
         /* libpmix bound no TCP listener: the ranks could never reach it. */
         rc = PMIX_ERR_INIT;

@@ -13,8 +13,8 @@ use tokio::time::Instant;
 use super::Node;
 use crate::ranks::Local;
 
-/// How long a rank's failure waits at most for another rank here that is dying (see
-/// [`Node::rank_reaped`]). A dying process is reaped within milliseconds on an idle machine,
+/// How long a rank's failure waits at most for the PMIx server, or another rank here that is
+/// dying (see [`Node::rank_reaped`]). A dying process is reaped within milliseconds on an idle machine,
 /// but one freeing gigabytes, or starved on a loaded one, takes longer; only a process stuck
 /// in the kernel takes for ever, and the failure must not wait for that one.
 const DEFERRED_WAIT: Duration = Duration::from_secs(2);
@@ -107,25 +107,28 @@ impl Node {
     }
 
     /// A rank of this node was reaped: judged now, unless the PMIx server holds its verdict
-    /// until it has said all it heard of the rank. A failure while another rank here is
-    /// dying (exiting, not reaped yet, or reaped with its verdict held by the server) waits
-    /// for that one's verdict, up to [`DEFERRED_WAIT`]: its death may be the cause (libpmix
-    /// answers a fence PARTIAL SUCCESS the moment a member's connection drops, before the
-    /// member is a zombie), and the first failure is the job's culprit. A failure reaped
-    /// while others wait goes behind them. Found by the chaos runner's PMIx ranks: a rank's
-    /// SIGSEGV was reported after the exit 1 it caused; on a loaded machine, a rank's exit 3
-    /// after the exit 1 of a rank reaped later (it waited for the first, still exiting).
+    /// until it has said all it heard of the rank. Where a PMIx server serves the ranks, the
+    /// first failure judged must be the cause of those after it: libpmix answers a fence
+    /// PARTIAL SUCCESS the moment a member's connection drops, and the others exit 1 (the
+    /// job's culprit is the first failure to reach rlaunch). So a failure waits, up to
+    /// [`DEFERRED_WAIT`], for the server to catch up (a `Sync`: every lost connection it
+    /// reported before is known then), and for any rank that may have died before it and is
+    /// not judged: one exiting, not reaped, or reaped with its verdict held by the server.
+    /// Then the failures go in the order the server lost their connections, and those it did
+    /// not lose (never connected, or finalized) in the order they died. Found by the chaos
+    /// runner's PMIx ranks: a rank's SIGSEGV reported after the exit 1 it caused; a rank's
+    /// exit 3 after the exit 1 of a rank reaped in the same pass; a rank that left PMIx, whose
+    /// last thread waited for a CPU between closing its socket and becoming a zombie, judged
+    /// after the survivor's exit 1 it caused.
     pub(super) fn rank_reaped(&mut self, local: Local, outcome: ExitOutcome) {
-        // Only where a PMIx server serves the ranks, and not in a teardown (every rank dies).
-        let pmix = self.pmix.serving() && !self.kill.started();
-        // Behind the failures waiting already, whatever this one's cause: they died first.
-        let failed = pmix && !outcome.is_success();
         let gid = self.ranks.get(local).gid;
         tracing::debug!(%gid, %outcome, "rank reaped");
-        if failed && (!self.deferred.is_empty() || self.rank_dying(Some(local))) {
-            tracing::debug!(%gid, "its failure waits for a rank that died before it");
+        // Only where a PMIx server serves the ranks, and not in a teardown (every rank dies).
+        if self.pmix.serving() && !self.kill.started() && !outcome.is_success() {
+            tracing::debug!(%gid, "its failure waits for the ranks that may have caused it");
             self.deferred.push((local, outcome));
             self.deferred_until.get_or_insert(Instant::now() + DEFERRED_WAIT);
+            self.pmix.sync_deferral();
             return;
         }
         if self.pmix_holds_verdict(local, outcome) {
@@ -135,17 +138,26 @@ impl Node {
         }
     }
 
-    /// The failures that waited for a dying rank are judged once none is dying (or, `due`,
-    /// their wait is over), in the order they were reaped.
+    /// The failures that waited are judged once the server caught up and no rank that may
+    /// have died before them is left (or, `due`, their wait is over): in the order the
+    /// server lost their connections, then in the order they died.
     pub(super) fn judge_deferred(&mut self, due: bool) {
-        if self.deferred.is_empty() || (!due && self.rank_dying(None)) {
+        if self.deferred.is_empty() {
+            return;
+        }
+        let lost: Vec<u64> = (self.deferred.iter())
+            .map(|&(local, _)| self.pmix.lost_order(self.ranks.get(local).gid))
+            .map(|order| order.unwrap_or(u64::MAX))
+            .collect();
+        let mut keyed: Vec<_> = lost.into_iter().zip(std::mem::take(&mut self.deferred)).collect();
+        keyed.sort_by_key(|&(order, _)| order);
+        self.deferred = keyed.into_iter().map(|(_, deferred)| deferred).collect();
+        if !due && self.rank_dying(None) {
             return;
         }
         self.deferred_until = None;
         for (local, outcome) in std::mem::take(&mut self.deferred) {
-            if !self.pmix_holds_verdict(local, outcome) {
-                self.judge_reaped(local, outcome);
-            }
+            self.judge_reaped(local, outcome);
         }
         self.sweep_if_all_reaped();
     }

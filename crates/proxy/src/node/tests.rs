@@ -388,9 +388,13 @@ async fn a_failure_waits_for_the_verdict_the_pmix_server_holds_of_an_earlier_end
     // Rank 0's fence failed for it (libpmix: PARTIAL SUCCESS), and it exited 1: its failure
     // is not the first, so it waits.
     node.process_ended(ended(failed, ExitOutcome::Exited(1)));
+    let Ok(crate::pmix::Command::Sync { id: deferral }) = commands.try_recv() else {
+        panic!("the failure waits for the server to catch up")
+    };
+    let synced = |id| Event::Pmix(crate::pmix::HostNews::Event(crate::pmix::Event::Synced { id }));
+    node.handle(synced(deferral));
     assert!(ends.up.try_recv().is_err(), "nothing is judged while the server holds a verdict");
-    let synced = crate::pmix::Event::Synced { id };
-    node.handle(Event::Pmix(crate::pmix::HostNews::Event(synced)));
+    node.handle(synced(id));
     let mut verdicts = Vec::new();
     while let Ok(up) = ends.up.try_recv() {
         if let Up::RankExited { rank, outcome, unfinalized, .. } = up {
@@ -399,6 +403,45 @@ async fn a_failure_waits_for_the_verdict_the_pmix_server_holds_of_an_earlier_end
     }
     let first = (Gid(1), ExitOutcome::Exited(0), true);
     assert_eq!(verdicts, [first, (Gid(0), ExitOutcome::Exited(1), false)]);
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn failures_are_judged_in_the_order_the_pmix_server_lost_their_connections() {
+    let (mut node, mut ends) = node_in(Box::new(NoRanks));
+    let (service, mut commands) = pmix::PmixService::detached("j", 2);
+    node.pmix = service;
+    let pids = [i32::MAX - 23, i32::MAX - 24];
+    for (rank, pid) in pids.into_iter().enumerate() {
+        node.ranks.add_running(Gid(rank as u32), 0, pid, PmiState::Unclaimed);
+    }
+    let news = |event| Event::Pmix(crate::pmix::HostNews::Event(event));
+    let proc = |rank| crate::pmix::wire::Proc { nspace: "j".into(), rank };
+    let ended = |pid| procs::Ended {
+        pid,
+        outcome: ExitOutcome::Exited(1),
+        user_us: 0,
+        system_us: 0,
+        maxrss_kib: 0,
+    };
+    // Reaped rank 0 first (fork order), though rank 1 went first: libpmix lost its
+    // connection first, and rank 0's fence failed for it.
+    node.process_ended(ended(pids[0]));
+    node.process_ended(ended(pids[1]));
+    let Ok(crate::pmix::Command::Sync { id }) = commands.try_recv() else {
+        panic!("the failures wait for the server to catch up")
+    };
+    assert!(commands.try_recv().is_err(), "one Sync for all the failures waiting");
+    node.handle(news(crate::pmix::Event::Lost { proc: proc(1) }));
+    node.handle(news(crate::pmix::Event::Lost { proc: proc(0) }));
+    assert!(ends.up.try_recv().is_err(), "nothing is judged before the server caught up");
+    node.handle(news(crate::pmix::Event::Synced { id }));
+    let mut verdicts = Vec::new();
+    while let Ok(up) = ends.up.try_recv() {
+        if let Up::RankExited { rank, .. } = up {
+            verdicts.push(rank);
+        }
+    }
+    assert_eq!(verdicts, [Gid(1), Gid(0)]);
 }
 
 #[test]

@@ -367,6 +367,7 @@ impl Node {
                     self.pmi_initialised(local);
                 }
             }
+            Act::JudgeDeferred => self.judge_deferred(false),
             Act::Judge(local, outcome) => {
                 self.judge_reaped(local, outcome);
                 // Failures that waited for it go after it.
@@ -435,9 +436,26 @@ impl PmixService {
         self.server.is_some()
     }
 
-    /// Whether the server holds a reaped rank's verdict until it has caught up.
+    /// Whether the server holds a reaped rank's verdict until it has caught up, or the
+    /// failures waiting for their order wait for it to catch up.
     pub(super) fn holds_a_verdict(&self) -> bool {
-        self.server.as_ref().is_some_and(|s| !s.state.syncs.is_empty())
+        self.server
+            .as_ref()
+            .is_some_and(|s| !s.state.syncs.is_empty() || s.state.deferral_sync.is_some())
+    }
+
+    /// Where client `gid` is in the order libpmix lost connections without a finalize.
+    pub(super) fn lost_order(&self, gid: Gid) -> Option<u64> {
+        self.server.as_ref().and_then(|s| s.state.lost.get(&gid).copied())
+    }
+
+    /// Asks the server to catch up with the failures waiting for their order.
+    pub(super) fn sync_deferral(&mut self) {
+        if let Some(server) = self.server.as_mut() {
+            if let Some(sync) = server.state.sync_deferral() {
+                server.host.send(sync);
+            }
+        }
     }
 
     /// Where PMIx client `gid` is, for a survey: `None` if it never connected. A client is

@@ -60,6 +60,11 @@ pub(super) struct State {
     /// the host answers the `Sync` of this id (a finalize comes ahead of it on the link).
     pub(super) syncs: HashMap<u32, (Local, ExitOutcome)>,
     pub(super) next_sync: u32,
+    /// The `Sync` the failures waiting for their order wait on (see `reap.rs`).
+    pub(super) deferral_sync: Option<u32>,
+    /// Clients whose connection libpmix lost without a finalize, numbered in the order it
+    /// lost them (`Event::Lost`).
+    pub(super) lost: HashMap<Gid, u64>,
     /// When the host last said anything. It answers a `Sync` every heartbeat: one silent
     /// for the job's silence timeout is wedged (stopped, or stuck before it is ready), and
     /// is given up as if it had died.
@@ -105,6 +110,8 @@ pub(super) enum Act {
     Connected(Gid),
     /// A rank's verdict, held until the server caught up (`State::holds_verdict`).
     Judge(Local, ExitOutcome),
+    /// The server caught up with the failures waiting for their order.
+    JudgeDeferred,
 }
 
 impl State {
@@ -122,6 +129,8 @@ impl State {
             finalized: HashSet::new(),
             syncs: HashMap::new(),
             next_sync: 0,
+            deferral_sync: None,
+            lost: HashMap::new(),
             heard: now,
             asks: Asks::default(),
             told_dead: Vec::new(),
@@ -183,6 +192,16 @@ impl State {
             return None;
         }
         Some(self.sync_for((local, outcome)))
+    }
+
+    /// A `Sync` for the failures waiting for their order, unless one is on its way: every
+    /// lost connection the server reported before its answer is known then.
+    pub(super) fn sync_deferral(&mut self) -> Option<Command> {
+        if self.deferral_sync.is_some() {
+            return None;
+        }
+        self.deferral_sync = Some(self.next_sync);
+        Some(self.sync())
     }
 
     /// The verdicts the server held: due now, for it goes.
@@ -258,10 +277,22 @@ impl State {
                 }
                 vec![]
             }
+            Event::Synced { id } if self.deferral_sync == Some(id) => {
+                self.deferral_sync = None;
+                vec![Act::JudgeDeferred]
+            }
             Event::Synced { id } => match self.syncs.remove(&id) {
                 Some((local, outcome)) => vec![Act::Judge(local, outcome)],
                 None => vec![],
             },
+            Event::Lost { proc } => {
+                tracing::debug!(nspace = proc.nspace, rank = proc.rank, "PMIx client lost");
+                if let Some(gid) = self.gid(&proc) {
+                    let next = self.lost.len() as u64;
+                    self.lost.entry(gid).or_insert(next);
+                }
+                vec![]
+            }
             Event::Notice { text } => {
                 tracing::warn!("PMIx server: {text}");
                 vec![]

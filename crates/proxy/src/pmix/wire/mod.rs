@@ -179,6 +179,11 @@ pub enum Event {
     Synced {
         id: u32,
     },
+    /// libpmix lost this client's connection without its finalize; in the order it lost
+    /// them.
+    Lost {
+        proc: Proc,
+    },
 }
 
 /// Why a message from the host cannot be read.
@@ -435,6 +440,7 @@ impl Event {
             112 => Event::DmodexData { id: i.u32()?, status: i.i32()?, data: i.bytes()? },
             113 => Event::Notice { text: i.str()? },
             116 => Event::Synced { id: i.u32()? },
+            117 => Event::Lost { proc: i.proc()? },
             114 => Event::SetupDone { nspace: i.str()?, status: i.i32()? },
             115 => {
                 let (id, proc) = (i.u32()?, i.proc()?);

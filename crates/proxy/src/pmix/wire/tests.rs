@@ -196,6 +196,8 @@ fn a_spawn_carries_each_application_whole() {
 fn direct_modex_requests_name_the_process_and_answers_carry_the_blob() {
     let ask = host_message(111, &[&u32le(3), &blob(b"job_1"), &u32le(2)]);
     assert_eq!(Event::decode(&ask), Ok(Event::Dmodex { id: 3, proc: proc("job_1", 2) }));
+    let lost = host_message(117, &[&blob(b"job_1"), &u32le(2)]);
+    assert_eq!(Event::decode(&lost), Ok(Event::Lost { proc: proc("job_1", 2) }));
     let data = host_message(112, &[&u32le(9), &(-46i32).to_le_bytes(), &blob(b"xy")]);
     assert_eq!(
         Event::decode(&data),
