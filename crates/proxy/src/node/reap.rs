@@ -145,13 +145,12 @@ impl Node {
         if self.deferred.is_empty() {
             return;
         }
-        let lost: Vec<u64> = (self.deferred.iter())
-            .map(|&(local, _)| self.pmix.lost_order(self.ranks.get(local).gid))
-            .map(|order| order.unwrap_or(u64::MAX))
-            .collect();
-        let mut keyed: Vec<_> = lost.into_iter().zip(std::mem::take(&mut self.deferred)).collect();
-        keyed.sort_by_key(|&(order, _)| order);
-        self.deferred = keyed.into_iter().map(|(_, deferred)| deferred).collect();
+        let mut deferred = std::mem::take(&mut self.deferred);
+        // Stable: those never lost keep the order they died in.
+        deferred.sort_by_key(|&(local, _)| {
+            self.pmix.lost_order(self.ranks.get(local).gid).unwrap_or(u64::MAX)
+        });
+        self.deferred = deferred;
         if !due && self.rank_dying(None) {
             return;
         }
@@ -167,7 +166,7 @@ impl Node {
     /// known to have died after), or was reaped with its verdict held by the PMIx server.
     /// The ranks of the reaping pass being judged are in order already.
     fn rank_dying(&mut self, of: Option<Local>) -> bool {
-        if self.pmix.holds_a_verdict() {
+        if self.pmix.catching_up() {
             return true;
         }
         let of = of.or(self.deferred.first().map(|d| d.0));

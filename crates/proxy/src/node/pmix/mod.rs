@@ -369,9 +369,7 @@ impl Node {
             }
             Act::JudgeDeferred => self.judge_deferred(false),
             Act::Judge(local, outcome) => {
-                self.judge_reaped(local, outcome);
-                // Failures that waited for it go after it.
-                self.judge_deferred(false);
+                self.judge_all(vec![(local, outcome)]);
                 // It may have been the last rank: what was held back from the sweep goes now.
                 self.sweep_if_all_reaped();
             }
@@ -436,9 +434,9 @@ impl PmixService {
         self.server.is_some()
     }
 
-    /// Whether the server holds a reaped rank's verdict until it has caught up, or the
-    /// failures waiting for their order wait for it to catch up.
-    pub(super) fn holds_a_verdict(&self) -> bool {
+    /// Whether the server is to catch up before a verdict: a reaped rank's that it holds,
+    /// or the failures' waiting for their order.
+    pub(super) fn catching_up(&self) -> bool {
         self.server
             .as_ref()
             .is_some_and(|s| !s.state.syncs.is_empty() || s.state.deferral_sync.is_some())
