@@ -253,6 +253,11 @@ fn wrong_value(key: Key) -> Option<(&'static str, &'static str, i32)> {
         Key::Pmi => usage("pmi3", "{o} pmi3: expected auto, all, simple or pmix"),
         Key::Pset => usage("io", "{o} io: expected NAME=RANKS, e.g. io=0-3,8"),
         Key::Tracker => usage("ps-lite", "{o} ps-lite: expected rabit"),
+        Key::Bcast => usage(
+            "a:../x",
+            "{o} a:../x: expected FILE or FILE:DEST, DEST a relative name without '..'",
+        ),
+        Key::BcastDir => usage("tmp", "{o} tmp: expected an absolute directory"),
         Key::Stdin => usage("x", "--stdin x: expected a rank number, 'all' or 'none'"),
         Key::Hosts => usage("a:x", "--hosts a:x: bad slot count 'x'"),
         Key::Hostfile => {

@@ -10,6 +10,7 @@
 
 mod allocation;
 mod bad_input;
+mod bcast;
 mod binding;
 mod cli;
 mod exit_status;

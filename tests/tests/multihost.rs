@@ -46,6 +46,7 @@ fn jobs_run_across_hosts_over_ssh_and_failures_leave_nothing() {
     hello_runs_on_four_nodes_with_two_ranks_each(&cluster, CProgram::OmpiHello);
     a_hung_job_names_the_missing_rank_and_its_host(&cluster);
     tree_spawn_with_width_two_covers_seven_nodes(&cluster);
+    files_are_broadcast_down_an_ssh_tree(&cluster);
     spawned_ranks_start_on_hosts_that_had_no_proxy(&cluster);
     torch_meets_at_rank_zeros_address_over_ssh(&cluster);
     an_unknown_host_fails_the_launch(&cluster);
@@ -197,6 +198,30 @@ fn tree_spawn_with_width_two_covers_seven_nodes(cluster: &Cluster) {
     let lines = sorted(out.lines());
     let want: Vec<String> = (0..7).map(|r| format!("[{r}] n{}", r + 1)).collect();
     assert_eq!(lines, want, "{out}");
+}
+
+/// `--bcast` over ssh links: 2 MiB and a bit to seven hosts in a width-2 tree (three levels),
+/// every host's copy compared with the original by its rank, and gone at the end.
+fn files_are_broadcast_down_an_ssh_tree(cluster: &Cluster) {
+    let dir = rlaunch_tests::tempdir();
+    let data: Vec<u8> =
+        (0..(2 << 20) + 777u32).map(|i| (i.wrapping_mul(2654435761) >> 13) as u8).collect();
+    let file = dir.join("data.bin");
+    std::fs::write(&file, &data).unwrap();
+    let nodes = dir.join("nodes");
+    std::fs::create_dir(&nodes).unwrap();
+    let check =
+        format!("cmp -s {} \"$RLAUNCH_BCAST_DIR/data.bin\" && echo $(hostname) ok", file.display());
+    let out = cluster
+        .run(&["--hosts", &node_list(7), "--tree-width", "2", "--bcast", file.to_str().unwrap()])
+        .args(["--bcast-dir", nodes.to_str().unwrap(), "-n", "7", "sh", "-c", &check])
+        .timeout(WAIT)
+        .run();
+    out.assert_code(0);
+    let want: Vec<String> = (1..=7).map(|n| format!("n{n} ok")).collect();
+    assert_eq!(sorted(out.lines()), want, "{out}");
+    let left: Vec<_> = std::fs::read_dir(&nodes).unwrap().collect();
+    assert!(left.is_empty(), "copies left: {left:?}");
 }
 
 fn an_unknown_host_fails_the_launch(cluster: &Cluster) {

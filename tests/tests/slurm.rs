@@ -32,13 +32,14 @@ fn slurm_runs_steps_allocations_batch_jobs_and_mpi_and_cancels_cleanly() {
     let cluster = SlurmCluster::up(NODES);
     eprintln!("slurm cluster up in {:?}", started.elapsed());
     assert_eq!(cluster.running_daemons().len(), 2 + NODES, "munged, slurmctld, a slurmd a node");
-    let steps: [Step; 20] = [
+    let steps: [Step; 21] = [
         ("srun", srun_runs_a_task_on_each_node),
         ("salloc", salloc_exports_the_allocation),
         ("sbatch", sbatch_wait_runs_a_batch_script_on_the_first_node),
         ("mpich", mpich_over_pmi2_spans_the_nodes),
         ("scancel", scancel_leaves_no_process_of_the_job),
         ("rlaunch", rlaunch_inside_salloc_starts_its_proxies_with_one_srun),
+        ("rlaunch-bcast", files_are_broadcast_to_the_proxies_srun_started),
         ("rlaunch-openmpi", open_mpi_inside_salloc_gets_a_pmix_server_on_every_node),
         ("rlaunch-hang", a_hung_job_in_an_allocation_names_the_missing_rank),
         ("rlaunch-spawn", open_mpi_spawns_onto_nodes_of_the_allocation_that_had_no_proxy),
@@ -222,6 +223,49 @@ fn rlaunch_inside_salloc_starts_its_proxies_with_one_srun(cluster: &SlurmCluster
     let want: Vec<String> =
         (1..=3).map(|i| format!("lineage n{i} rlaunch-proxy slurmstepd-wlm")).collect();
     assert_eq!(lines, want, "{out}");
+}
+
+/// `--bcast` inside an allocation: the proxies srun started dial back, and the files reach
+/// each over the encrypted links of the tree they form (width 1 here: two levels below the
+/// top), each node's copy compared with the original by its rank.
+fn files_are_broadcast_to_the_proxies_srun_started(cluster: &SlurmCluster) {
+    let data: Vec<u8> =
+        (0..(1 << 20) + 99u32).map(|i| (i.wrapping_mul(40503) >> 7) as u8).collect();
+    let file = cluster.dir().join("bcast-data.bin");
+    std::fs::write(&file, &data).unwrap();
+    let nodes = cluster.dir().join("bcast-nodes");
+    std::fs::create_dir_all(&nodes).unwrap();
+    let check = format!(
+        "cmp -s {} \"$RLAUNCH_BCAST_DIR/bcast-data.bin\" && echo $(hostname) ok",
+        file.display()
+    );
+    let rlaunch = rlaunch_tests::rlaunch().to_string_lossy().into_owned();
+    let args = [
+        "-N3",
+        "-n3",
+        &rlaunch,
+        "--rmk",
+        "slurm",
+        "--launcher",
+        "slurm",
+        "--tree-width",
+        "1",
+        "--bcast",
+        file.to_str().unwrap(),
+        "--bcast-dir",
+        nodes.to_str().unwrap(),
+        "sh",
+        "-c",
+        &check,
+    ];
+    let out = cluster.run("salloc", &args).timeout(WAIT).run();
+    out.assert_code(0);
+    let lines = sorted(out.lines().into_iter().filter(|l| l.ends_with(" ok")));
+    assert_eq!(lines, ["n1 ok", "n2 ok", "n3 ok"], "{out}");
+    let left: Vec<_> = std::fs::read_dir(&nodes).unwrap().collect();
+    assert!(left.is_empty(), "copies left: {left:?}");
+    std::fs::remove_dir(&nodes).unwrap();
+    std::fs::remove_file(&file).unwrap();
 }
 
 /// The hang report inside an allocation (docs/hangs.md): the proxies under slurmstepd, dialed

@@ -33,6 +33,8 @@ pub enum Key {
     Pmi,
     Pset,
     Tracker,
+    Bcast,
+    BcastDir,
     Stdin,
     Hosts,
     Hostfile,
@@ -194,6 +196,14 @@ pub const OPTIONS: &[Opt] = &[
     opt(&["--pmi"], Value("KIND"), Key::Pmi, Global, Job, false,
         "which PMI the ranks are served: auto (PMI-1, PMI-2, and PMIx unless the programs \
          cannot use it: the default), all, simple (PMI-1 and PMI-2 only) or pmix"),
+    opt(&["--bcast"], Value("FILE[:DEST]"), Key::Bcast, Global, Job, false,
+        "copy FILE to every node through the proxy tree before the ranks start, as DEST (a \
+         relative name; default FILE's name) in a directory of the node's own that the \
+         ranks find in RLAUNCH_BCAST_DIR, removed at the end; the ranks of a program sent so \
+         run its copy (repeatable)"),
+    opt(&["--bcast-dir"], Value("DIR"), Key::BcastDir, Global, Job, false,
+        "where each node makes its directory for --bcast (%h: the node's name; default the \
+         node's TMPDIR or /tmp)"),
     opt(&["--tracker"], Value("KIND"), Key::Tracker, Global, Job, false,
         "be the job's tracker: rabit (XGBoost 1.x to 3.x, dmlc-core; DMLC_TRACKER_URI ...)"),
     opt(&["--pset"], Value("NAME=RANKS"), Key::Pset, Global, Job, false,

@@ -83,6 +83,10 @@ pub enum UsageError {
     /// As written.
     #[error("--stdin {}: expected a rank number, 'all' or 'none'", cut(.0))]
     StdinTarget(String),
+    /// A file `--bcast` cannot send (`why`: not there, not a file, not readable), or two
+    /// sent to one name.
+    #[error("--bcast {}: {why}", cut(.file))]
+    Bcast { file: String, why: String },
 }
 
 /// rlaunch itself cannot run the job, whatever the command line.

@@ -11,6 +11,7 @@
 //!
 //! `place` and `tree` are pure; this file reads the hostfiles and finds the proxy.
 
+mod bcast;
 mod elf;
 mod layout;
 mod ldso;
@@ -127,6 +128,8 @@ pub fn build(o: &Options, env: &[(OsString, OsString)]) -> Result<job::Plan, Pla
 
     let segments = segments(o, env);
     let job_env = job_env(o, env);
+    let bcast = bcast::bcast(&o.bcast, o.bcast_dir.as_ref(), &segments, &job_env)?;
+    let (bcast, bcast_files) = bcast.unzip();
     // Built (and `--pset` checked) whether or not PMIx is served.
     let pmix = pmix_job(o, &node_hosts, &rank_node, lists.rank_segments().collect(), size)?;
     let built_in = rlaunch_proxy::pmix::version().is_some();
@@ -185,6 +188,7 @@ pub fn build(o: &Options, env: &[(OsString, OsString)]) -> Result<job::Plan, Pla
         max_restarts: o.max_restarts,
         goes_on: o.goes_on,
         adoption: None,
+        bcast,
     };
     let spares = spares(&o.spare_hosts, &lists.hosts, &node_hosts);
     Ok(job::Plan {
@@ -213,6 +217,7 @@ pub fn build(o: &Options, env: &[(OsString, OsString)]) -> Result<job::Plan, Pla
         restart_backoff: o.restart_backoff,
         spares,
         orphan_listener: None,
+        bcast_files: bcast_files.unwrap_or_default(),
     })
 }
 

@@ -167,6 +167,16 @@ fn corpus() -> Vec<Vec<u8>> {
                 address: "127.0.0.1:9".into(),
                 secret: [7; 32],
             }),
+            bcast: Some(rlaunch_protocol::control::Bcast {
+                files: vec![rlaunch_protocol::control::BcastFile {
+                    dest: "bin/app".into(),
+                    size: 3,
+                    mode: 0o755,
+                    crc: 0x352441c2,
+                    programs: vec![0],
+                }],
+                base: Some("/scratch/%h".into()),
+            }),
         },
         node: NodePlan {
             index: rlaunch_protocol::ids::NodeId(0),
@@ -184,6 +194,7 @@ fn corpus() -> Vec<Vec<u8>> {
         Down::Signal { signo: 15 },
         Down::Terminate { grace_ms: 100 },
         Down::Resend,
+        Down::BcastData { offset: 512 << 10, data: b"abc".to_vec().into() },
     ];
     for msg in down {
         let mut buf = Vec::new();

@@ -8,6 +8,7 @@
 //!      link:     one child's process and connection, its pumps, a forked proxy's channel
 //!      dialin:   the listener proxies started by a scheduler dial, over secure (Noise)
 //!      credit:   how much output a child may send before its parent has written it
+//!      bcast:    feeding the children the files broadcast before the ranks start
 //!      splice:   output moved between pipes and sockets without copies
 //!      fdio, mailbox, guard, procs, fence: descriptors, queues, the orphan guard,
 //!                reaping and sweeping processes, one fence epoch folded from its parties
@@ -16,6 +17,7 @@
 //! It knows nothing of ranks' programs or of PMI: the proxy (rlaunch-proxy) and the launcher
 //! (rlaunch) build on it. docs/architecture.md tells the whole story.
 
+pub mod bcast;
 pub mod children;
 pub mod credit;
 pub mod deaths;

@@ -37,6 +37,12 @@ pub(crate) enum Cause {
         host: String,
         why: String,
     },
+    /// Node `host` could not write the `--bcast` files (`None`: rlaunch could not read
+    /// them any more).
+    Bcast {
+        host: Option<String>,
+        why: String,
+    },
     StdoutClosed,
     Aborted {
         rank: Gid,
@@ -124,6 +130,7 @@ impl Cause {
             | Cause::Interrupted
             | Cause::Forwarded(_)
             | Cause::Unplaceable { .. }
+            | Cause::Bcast { .. }
             | Cause::StdoutClosed
             | Cause::OutputFile(_)
             | Cause::Singleton { .. }
@@ -161,6 +168,7 @@ impl Cause {
             Cause::Aborted { code, .. } => *code,
             Cause::LostProxy { .. }
             | Cause::Unplaceable { .. }
+            | Cause::Bcast { .. }
             | Cause::PmiFault { .. }
             | Cause::Singleton { .. }
             | Cause::OutputFile(_)
@@ -196,6 +204,10 @@ impl Cause {
             Cause::Unplaceable { host, why } => {
                 Some(format!("cannot place the ranks on {host}: {why}"))
             }
+            Cause::Bcast { host: Some(host), why } => {
+                Some(format!("--bcast: {host} cannot have the files: {why}"))
+            }
+            Cause::Bcast { host: None, why } => Some(format!("--bcast: {why}")),
             Cause::Aborted { rank, pid, code, msg } => {
                 let msg = if msg.is_empty() { String::new() } else { format!(": {msg}") };
                 Some(rank_said(*rank, *pid, &format!("aborted the job with exit code {code}{msg}")))

@@ -18,6 +18,7 @@
 
 mod adopt;
 mod attempt;
+mod bcast;
 mod bindings;
 mod cause;
 mod deadline;
@@ -129,6 +130,8 @@ pub struct Plan {
     /// The listener for orphaned proxies and the secret they prove, bound before the local
     /// proxies were forked (see [`adopt`]).
     pub(crate) orphan_listener: Option<(std::net::TcpListener, rlaunch_tree::secure::Secret)>,
+    /// `--bcast`'s files, opened, with their lengths: the root feeds the tree from them.
+    pub bcast_files: Vec<(std::fs::File, u64)>,
 }
 
 /// What a link to a top proxy reports (its output goes straight to the writer thread).
@@ -228,6 +231,8 @@ struct Root {
     hang: Option<hang::HangFacts>,
     /// `--stall-report`: the job's activity at the last look, and when to look again.
     stall: Option<hang::StallWatch>,
+    /// `--bcast`: the files, and how far each top proxy has them.
+    bcast: Option<bcast::Broadcast>,
 }
 
 impl Root {
@@ -291,6 +296,7 @@ impl Root {
             surveys: 0,
             hang: None,
             stall: plan.stall_report.map(hang::StallWatch::new),
+            bcast: None,
             plan,
         }
     }
@@ -361,6 +367,8 @@ async fn run_in(mut plan: Plan, world: World) -> i32 {
         if lingering && root.children.settled() {
             root.teardown.launcher_lingers(Instant::now(), root.proxy_lost);
         }
+        // The files go down as far as each subtree's window allows, whatever came last.
+        root.bcast_step();
         let stdin_ready = root.stdin.room();
         let next = root.next_deadline();
         tokio::select! {
@@ -465,6 +473,7 @@ impl Root {
             Some(ChildNews::Up(Up::Survey { id, survey })) => {
                 self.survey_answered(child, id, *survey)
             }
+            Some(ChildNews::Up(Up::BcastAck { bytes })) => self.bcast_acked(child, bytes),
             // An adopted orphan's entry of a fence that completed while it was on its way.
             Some(ChildNews::Up(Up::FenceIn { epoch, .. })) if epoch < self.fence.epoch() => {
                 self.answer_late_entry(child, false, epoch)
@@ -524,6 +533,7 @@ impl Root {
                 self.fail(Cause::LostProxy { host, reason, came_up })
             }
             Up::Unplaceable { host, why } => self.fail(Cause::Unplaceable { host, why }),
+            Up::BcastFailed { host, why } => self.fail(Cause::Bcast { host: Some(host), why }),
             Up::StdoutClosed => self.fail(Cause::StdoutClosed),
             Up::Singleton { rank, pid } => self.fail(Cause::Singleton { rank, pid }),
             Up::Notice { host, text } => eprintln!("rlaunch: note: on {host}: {text}"),
@@ -608,7 +618,7 @@ impl Root {
             // `Children`.
             Up::Output { .. } | Up::OutputEnd { .. } | Up::NodeDone { .. } => {}
             // Taken by `handle` with the child it came from.
-            Up::Survey { .. } => {}
+            Up::Survey { .. } | Up::BcastAck { .. } => {}
         }
     }
 

@@ -75,6 +75,7 @@ impl Root {
             },
         );
         self.children = children;
+        self.bcast_begin();
         for Lost { host, reason, came_up } in lost {
             self.fail(Cause::LostProxy { host, reason, came_up });
         }

@@ -129,6 +129,8 @@ impl<'a> Fold<'a> {
             gpu_share: false,
             report_bindings: false,
             rabit: false,
+            bcast: Vec::new(),
+            bcast_dir: None,
             output: OutputSpec::default(),
             print_all_exit_codes: false,
             report: None,
@@ -172,7 +174,9 @@ impl<'a> Fold<'a> {
             | Key::SpareHosts
             | Key::OnFailure
             | Key::KillGrace => self.tree(item),
-            Key::Pmi | Key::PmiPort | Key::Pset | Key::Tracker => self.services(item),
+            Key::Pmi | Key::PmiPort | Key::Pset | Key::Tracker | Key::Bcast | Key::BcastDir => {
+                self.services(item)
+            }
             Key::Genv
             | Key::Export
             | Key::Genvall
@@ -362,6 +366,16 @@ impl<'a> Fold<'a> {
                 let pset = values::pset(&value);
                 o.psets.push(pset.ok_or_else(|| expected(item, "NAME=RANKS, e.g. io=0-3,8"))?);
             }
+            Key::Bcast => {
+                let (file, dest) = values::bcast(&value).ok_or_else(|| {
+                    expected(item, "FILE or FILE:DEST, DEST a relative name without '..'")
+                })?;
+                o.bcast.push((self.cwd.join(file), dest));
+            }
+            Key::BcastDir if !value.starts_with('/') => {
+                return Err(expected(item, "an absolute directory"))
+            }
+            Key::BcastDir => o.bcast_dir = Some(value),
             other => unreachable!("{other:?} is no option of the services"),
         }
         Ok(())

@@ -194,6 +194,11 @@ pub struct Options {
     pub(crate) report_bindings: bool,
     /// `--tracker rabit`: rlaunch is the job's dmlc/rabit tracker.
     pub(crate) rabit: bool,
+    /// `--bcast FILE[:DEST]`, in order: each file (from the current directory) and its name
+    /// on the nodes.
+    pub(crate) bcast: Vec<(PathBuf, String)>,
+    /// `--bcast-dir`: where each node makes its directory for them.
+    pub(crate) bcast_dir: Option<String>,
     pub(crate) output: OutputSpec,
     pub(crate) print_all_exit_codes: bool,
     /// `--report FILE` and `--timeline FILE`, from the current directory.

@@ -265,6 +265,37 @@ pub(super) fn pset(value: &str) -> Option<(String, Vec<(u32, u32)>)> {
     Some((name.to_string(), ranges))
 }
 
+/// `--bcast FILE[:DEST]`: the file, and its name in each node's directory (by default the
+/// file's own name). DEST must stay inside the directory: relative, no `..`, no `.`. A FILE
+/// whose name holds a `:` needs its DEST.
+pub(super) fn bcast(value: &str) -> Option<(String, String)> {
+    use std::path::{Component, Path};
+    let (file, dest) = match value.rsplit_once(':') {
+        Some((file, dest)) => (file, dest.to_string()),
+        None => (value, Path::new(value).file_name()?.to_str()?.to_string()),
+    };
+    let inside = Path::new(&dest).components().all(|c| matches!(c, Component::Normal(_)));
+    let fits = dest.len() <= 4096 && !dest.contains(|c: char| c.is_control());
+    (!file.is_empty() && !dest.is_empty() && inside && fits && !dest.ends_with('/'))
+        .then(|| (file.to_string(), dest))
+}
+
+#[cfg(test)]
+mod bcast_tests {
+    use super::bcast;
+
+    #[test]
+    fn bcast_takes_a_file_and_a_relative_name_inside_the_directory() {
+        let pair = |a: &str, b: &str| Some((a.to_string(), b.to_string()));
+        assert_eq!(bcast("data/in.bin"), pair("data/in.bin", "in.bin"));
+        assert_eq!(bcast("/opt/app:bin/app"), pair("/opt/app", "bin/app"));
+        assert_eq!(bcast("env.tar:env.tar"), pair("env.tar", "env.tar"));
+        for bad in ["", ":x", "a:", "a:/etc/x", "a:../x", "a:x/../y", "a:./x", "..", "a:x/", "/"] {
+            assert_eq!(bcast(bad), None, "{bad}");
+        }
+    }
+}
+
 #[cfg(test)]
 mod pset_tests {
     use super::pset;

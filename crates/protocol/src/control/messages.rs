@@ -83,6 +83,14 @@ pub enum Down {
     /// the lost parent may be lost, so every node below sends its ranks' ends again (rlaunch
     /// keeps the first of each).
     Resend,
+    /// Bytes of the files broadcast to every node ([`super::Bcast`]), at `offset` in their
+    /// stream (the files one after another). Each node takes them in order (one sent again,
+    /// below what it wrote, is dropped), writes them, and feeds its children from what it
+    /// wrote; it answers [`Up::BcastAck`]. Travels in a bulk frame of its own (tag 4); the
+    /// data is shared, not copied, by the siblings it goes to. Last of the kinds: serde numbers the
+    /// kinds it decodes without the ones it skips.
+    #[serde(skip)]
+    BcastData { offset: u64, data: std::sync::Arc<[u8]> },
 }
 
 /// The link's own business, parent to child: consumed by the link's far end, never routed.
@@ -214,6 +222,13 @@ pub enum Up {
     /// The node's ranks do not fit on it as asked (`why`: more ranks than GPUs, than
     /// `ppr:N:socket` places): they do not start, and the job ends.
     Unplaceable { host: String, why: String },
+    /// This child's whole subtree has written this many bytes of the broadcast files
+    /// ([`Down::BcastData`]): its parent may send it more. Not relayed: each parent folds
+    /// its children's into its own.
+    BcastAck { bytes: u64 },
+    /// Node `host` could not write the broadcast files (`why`: which file, and the system's
+    /// error): its ranks do not start, and the job ends.
+    BcastFailed { host: String, why: String },
     /// Rank 0's proxy chose where rank 0 serves the frameworks' rendezvous (the launch had
     /// none: rank 0 runs on another machine than rlaunch).
     Rendezvous(Rendezvous),

@@ -9,6 +9,7 @@
 //!   tag 2: PMIx fence data: up, u64 BE epoch | u32 BE node | raw bytes (a part); down,
 //!          u8 end (0: a part, 1: the fence's Out) | u64 BE epoch | raw bytes
 //!   tag 3: the link's own business (LinkUp or LinkDown), bincode-encoded
+//!   tag 4: broadcast file data (Down): u64 BE offset in the files' stream | raw bytes
 //! ```
 //!
 //! Two layers: the link's own messages ([`LinkUp`], [`LinkDown`]: greeting, heartbeats,
@@ -33,8 +34,8 @@ mod services;
 
 pub use messages::{Down, DownFrame, LinkDown, LinkUp, Up, UpFrame};
 pub use plan::{
-    Adoption, Binding, Bootstrap, CpuUnit, GpuBind, Gpus, Job, Launch, Liveness, Mapping, NodePlan,
-    PmixJob, RankPlan, Rendezvous, Segment, StdinTarget, ADOPTION_DIAL,
+    Adoption, Bcast, BcastFile, Binding, Bootstrap, CpuUnit, GpuBind, Gpus, Job, Launch, Liveness,
+    Mapping, NodePlan, PmixJob, RankPlan, Rendezvous, Segment, StdinTarget, ADOPTION_DIAL,
 };
 pub use pmi_wire::services::{LookupWait, NameAnswer, NameOp, NameValue, SpawnCmd, SpawnRequest};
 pub use services::{DmodexAnswer, DmodexAsk, DmodexData, SpawnJob, SpawnOutcome};
@@ -42,7 +43,7 @@ pub use services::{DmodexAnswer, DmodexAsk, DmodexData, SpawnJob, SpawnOutcome};
 /// First bytes on every control channel, in both directions.
 pub const MAGIC: [u8; 8] = *b"\x7fRLAUNCH";
 /// Bumped whenever a frame changes meaning.
-pub const PROTOCOL_VERSION: u32 = 27;
+pub const PROTOCOL_VERSION: u32 = 28;
 /// Length of the raw hello: magic + u32 BE version.
 pub const HELLO_LEN: usize = MAGIC.len() + 4;
 /// Largest frame either side accepts; checked before any allocation.
@@ -63,6 +64,7 @@ const TAG_MSG: u8 = 0;
 const TAG_DATA: u8 = 1;
 const TAG_PMIX_FENCE: u8 = 2;
 const TAG_LINK: u8 = 3;
+const TAG_BCAST: u8 = 4;
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum FrameError {
@@ -273,6 +275,13 @@ impl Frame for Down {
             }
             Down::PmixFencePart { epoch, data } => encode_pmix_fence_down(false, *epoch, data, out),
             Down::PmixFenceOut { epoch, data } => encode_pmix_fence_down(true, *epoch, data, out),
+            Down::BcastData { offset, data } => {
+                let start = out.len();
+                out.extend_from_slice(&[0, 0, 0, 0, TAG_BCAST]);
+                out.extend_from_slice(&offset.to_be_bytes());
+                out.extend_from_slice(data);
+                patch_len(out, start);
+            }
             other => encode_msg(other, out),
         }
     }
@@ -288,6 +297,10 @@ impl Frame for Down {
                 (false, epoch, data) => Ok(Down::PmixFencePart { epoch, data }),
                 (true, epoch, data) => Ok(Down::PmixFenceOut { epoch, data }),
             },
+            (TAG_BCAST, rest) => {
+                let offset = u64::from_be_bytes(take::<8>(rest, "broadcast header")?);
+                Ok(Down::BcastData { offset, data: rest[8..].into() })
+            }
             (tag, _) => Err(FrameError::UnknownTag(tag)),
         }
     }
@@ -480,6 +493,10 @@ mod tests {
         roundtrip(Up::PmixFenceIn { epoch: 2, served: true });
         roundtrip(Down::PmixFencePart { epoch: 3, data: vec![0; 1000] });
         roundtrip(Down::PmixFenceOut { epoch: 4, data: b"x".to_vec() });
+        roundtrip(Down::BcastData { offset: 1 << 33, data: vec![9; 300].into() });
+        roundtrip(DownFrame::Job(Down::BcastData { offset: 0, data: Vec::new().into() }));
+        roundtrip(Up::BcastAck { bytes: 1 << 40 });
+        roundtrip(Up::BcastFailed { host: "n3".into(), why: "no space".into() });
     }
 
     #[test]

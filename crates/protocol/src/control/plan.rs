@@ -94,6 +94,8 @@ pub struct Job {
     /// Where a proxy below the top whose parent is lost dials rlaunch to be adopted, while
     /// the job goes on (`goes_on`, with interior proxies); `None`: its subtree goes with it.
     pub adoption: Option<Adoption>,
+    /// Files every node gets before its ranks start (`--bcast`), and where they go.
+    pub bcast: Option<Bcast>,
 }
 
 /// How long a proxy whose parent is lost tries to reach rlaunch to be adopted: one cut off
@@ -147,8 +149,42 @@ impl Job {
             max_restarts: 0,
             goes_on: false,
             adoption: None,
+            bcast: None,
         }
     }
+}
+
+/// Files broadcast through the tree (`--bcast`): each node writes them, in order, into a
+/// directory of its own, and its ranks start once every one is there and checked. Their
+/// bytes follow the launch as one stream ([`super::Down::BcastData`]), the files one after
+/// another.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Bcast {
+    pub files: Vec<BcastFile>,
+    /// Where each node makes its directory (`--bcast-dir`; `%h` stands for the node's
+    /// host name); `None`: the node's temporary directory (`TMPDIR`, or /tmp).
+    pub base: Option<String>,
+}
+
+impl Bcast {
+    /// The length of the stream: every file's bytes.
+    pub fn total(&self) -> u64 {
+        self.files.iter().map(|f| f.size).sum()
+    }
+}
+
+/// One file of [`Bcast`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BcastFile {
+    /// Its name in the node's directory: a relative path, checked by rlaunch (no `..`).
+    pub dest: String,
+    pub size: u64,
+    /// Its permission bits.
+    pub mode: u32,
+    /// The CRC-32 (IEEE, as zip and gzip use) of its bytes, checked by every node.
+    pub crc: u32,
+    /// The MPMD segments whose program this file is: their ranks run the node's copy.
+    pub programs: Vec<u32>,
 }
 
 /// An address of rank 0's node that every node reaches (an IP, not a name), and ports that

@@ -162,6 +162,9 @@ impl Node {
         for ask in self.asks_out.values() {
             let _ = self.up.control.send(Up::DmodexAsk(ask.clone()));
         }
+        // rlaunch feeds the broadcast files again from their start: it hears anew how far
+        // this subtree has them.
+        self.bcast_again();
     }
 
     /// This node's part of PMIx fence `epoch` goes up, kept to be sent again.

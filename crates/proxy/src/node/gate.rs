@@ -5,7 +5,8 @@
 //! ```text
 //!  find_rendezvous ─wait(Rendezvous)─┐            ┌─ came(Rendezvous): Down::Rendezvous
 //!  start_pmix ─wait(Environments)────┤  Gate  ◄───┼─ came(Environments): every env in,
-//!  Down::Stdin while closed ─hold────┘    │       │      or the server lost (ranks on PMI)
+//!  start_bcast ─wait(Files)──────────┤    │       │      or the server lost (ranks on PMI)
+//!  Down::Stdin while closed ─hold────┘    │       ├─ came(Files): every broadcast file in
 //!                                         │       └─ give_up: the node goes down
 //!                              opened ──► start_launched_ranks (in a teardown: never run),
 //!                                         then take_held: stdin to the ranks, in order
@@ -21,12 +22,15 @@ pub(super) enum Wait {
     Rendezvous,
     /// Their PMIx environments, from this node's server.
     Environments,
+    /// The files broadcast to every node (`--bcast`), whole and checked.
+    Files,
 }
 
 #[derive(Debug, Default)]
 pub(super) struct Gate {
     rendezvous: bool,
     environments: bool,
+    files: bool,
     /// The launcher's stdin that came while the ranks waited, in order.
     held_stdin: Vec<StdinChunk>,
 }
@@ -41,12 +45,13 @@ impl Gate {
         match wait {
             Wait::Rendezvous => self.rendezvous,
             Wait::Environments => self.environments,
+            Wait::Files => self.files,
         }
     }
 
     /// The ranks still wait for something.
     pub(super) fn closed(&self) -> bool {
-        self.rendezvous || self.environments
+        self.rendezvous || self.environments || self.files
     }
 
     /// `wait` is over: true if that opened the gate (the ranks start now), false if they
@@ -59,7 +64,7 @@ impl Gate {
     /// never start, and are to be reported so.
     pub(super) fn give_up(&mut self) -> bool {
         let closed = self.closed();
-        (self.rendezvous, self.environments) = (false, false);
+        (self.rendezvous, self.environments, self.files) = (false, false, false);
         closed
     }
 
@@ -81,6 +86,7 @@ impl Gate {
         match wait {
             Wait::Rendezvous => &mut self.rendezvous,
             Wait::Environments => &mut self.environments,
+            Wait::Files => &mut self.files,
         }
     }
 }

@@ -44,11 +44,13 @@ type Unbound = HashMap<u32, (PmiPeer, pmi::AnswerRx)>;
 
 impl Node {
     /// Starts the launched job's ranks on this node, once its PMIx server (if the job serves
-    /// PMIx) has their environments and the frameworks' rendezvous is known.
+    /// PMIx) has their environments, the frameworks' rendezvous is known and the broadcast
+    /// files (`--bcast`) are here.
     pub(super) async fn start_launched(&mut self) {
         if self.start_pmix() {
             self.gate.wait(Wait::Environments);
         }
+        self.start_bcast();
         if !self.gate.closed() {
             self.start_launched_ranks_yielding().await;
         }
@@ -244,11 +246,14 @@ impl Node {
             .map(|start| {
                 let front_env = self.pmix_env(start.job_index, start.at.rank, local);
                 let StartRank { job, job_index, segment, .. } = *start;
+                let with_bcast = (job_index == 0).then(|| self.with_bcast(segment)).flatten();
                 let program = self
                     .programs
                     .entry((job_index, segment))
                     .or_insert_with(|| {
-                        rank::program(job, &job.segments[segment as usize]).map(Arc::new)
+                        let segment =
+                            with_bcast.as_ref().unwrap_or(&job.segments[segment as usize]);
+                        rank::program(job, segment).map(Arc::new)
                     })
                     .clone()?;
                 let gets_stdin = job_index == 0 && job.stdin.includes(start.gid.0);

@@ -17,6 +17,7 @@
 //! rank's PMI connection asks of the node, in [`calls`].
 
 mod adoption;
+mod bcast;
 mod calls;
 mod deadline;
 mod gate;
@@ -235,6 +236,8 @@ pub(crate) struct Node {
     reaping: HashSet<i32>,
     /// Spawned jobs whose fence entry went up and is not answered yet.
     job_fences_up: HashSet<u32>,
+    /// This node's copies of the files broadcast before the ranks start (`--bcast`).
+    copies: Option<bcast::Copies>,
 }
 
 /// How long a finished node waits for its parent's clock probes before it reports.
@@ -297,6 +300,7 @@ impl Node {
         }
         // Nothing of this node outlives it, whatever was left waiting.
         self.kill_leftovers(&HashSet::new());
+        self.remove_bcast();
         if let Some(dir) = self.error_dir.as_deref().filter(|_| self.job.goes_on) {
             let _ =
                 std::fs::remove_file(crate::rank::dead_file(dir, &self.job.jobid, self.plan.index));
@@ -410,9 +414,15 @@ impl Node {
                     Some(ChildNews::Up(Up::Survey { id, survey })) => {
                         self.survey_answered(child, id, *survey)
                     }
+                    Some(ChildNews::Up(Up::BcastAck { bytes })) => self.bcast_acked(child, bytes),
                     // relay_child sends every other frame straight up.
                     Some(ChildNews::Up(_)) | None => {}
-                    Some(ChildNews::Lost(lost)) => self.report_lost(lost),
+                    Some(ChildNews::Lost(lost)) => {
+                        self.report_lost(lost);
+                        // Its subtree is fed no more: the others' acknowledgements may be
+                        // the least now.
+                        self.bcast_step();
+                    }
                 }
                 self.dmodex_unanswerable();
                 self.survey_step();
@@ -430,6 +440,7 @@ impl Node {
                 self.stdin_came(StdinChunk::Data { seq, data: data.into() })
             }
             Down::StdinEof => self.stdin_came(StdinChunk::Eof),
+            Down::BcastData { offset, data } => self.bcast_data(offset, data),
             Down::Signal { signo } => self.signal_came(signo),
             Down::Terminate { grace_ms } => self.terminate(Duration::from_millis(grace_ms)),
             Down::DropOutput => self.drop_output(),

@@ -278,6 +278,7 @@ impl Node {
             deaths: Default::default(),
             reaping: HashSet::new(),
             job_fences_up: HashSet::new(),
+            copies: None,
         }
     }
 }

@@ -95,7 +95,8 @@ pub(super) struct Relay {
 }
 
 /// Routes what a child proxy's link reports: its frames go up unchanged (see [`Relay`]),
-/// except NodeDone and the fence entries, which are ours to aggregate, and direct modex
+/// except NodeDone, the fence entries and the broadcast's acknowledgements, which are ours to
+/// aggregate, and direct modex
 /// answers, which settle the requests the dispatcher sent down; everything else about the
 /// link goes to the dispatcher.
 pub(super) async fn relay_child(child: usize, event: LinkEvent, relay: Relay) -> bool {
@@ -119,6 +120,7 @@ pub(super) async fn relay_child(child: usize, event: LinkEvent, relay: Relay) ->
                     | Up::PmixFenceIn { .. }
                     | Up::DmodexAnswer(_)
                     | Up::Survey { .. }
+                    | Up::BcastAck { .. }
             ) =>
         {
             if let (Up::PmixFencePart { epoch, node, data }, Some(sent)) = (&up, &relay.pmix_sent) {

@@ -565,6 +565,20 @@ impl Children {
             .collect()
     }
 
+    /// How many children there are, lost and finished ones included (their indexes).
+    pub fn len(&self) -> usize {
+        self.list.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.list.is_empty()
+    }
+
+    /// Child `child` was started during the run for a spawn's ranks (`Launch::late`).
+    pub fn is_late(&self, child: usize) -> bool {
+        self.list.get(child).is_some_and(|c| c.late)
+    }
+
     /// Child `child` is lost.
     pub fn lost(&self, child: usize) -> bool {
         self.list.get(child).is_some_and(|c| c.state.lost)

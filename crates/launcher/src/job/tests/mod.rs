@@ -71,6 +71,7 @@ fn plan_of(ranks: &[u32]) -> Plan {
         restart_backoff: Duration::ZERO,
         spares: Vec::new(),
         orphan_listener: None,
+        bcast_files: Vec::new(),
     }
 }
 

@@ -1,0 +1,53 @@
+//! `--bcast` at the root: the top proxies are fed the files' bytes from the files rlaunch
+//! opened when it planned the job (rlaunch-tree's `bcast`), each attempt from the start; a
+//! node that cannot write them, or rlaunch that cannot read them any more, ends the job.
+
+use rlaunch_tree::bcast::{Feeds, Source};
+
+use super::cause::Cause;
+use super::Root;
+
+/// The files and how far each top proxy's subtree has them.
+pub(super) struct Broadcast {
+    source: Source,
+    total: u64,
+    feeds: Feeds,
+    /// Reading the files failed: the job is ending.
+    failed: bool,
+}
+
+impl Root {
+    /// The attempt's top proxies are started: they are fed from the start (the files were
+    /// opened by the plan; a restart sends them again, to fresh directories).
+    pub(super) fn bcast_begin(&mut self) {
+        if let Some(b) = self.bcast.as_mut() {
+            b.feeds = Feeds::default();
+            return;
+        }
+        let files = std::mem::take(&mut self.plan.bcast_files);
+        if files.is_empty() {
+            return;
+        }
+        let source = Source::new(files);
+        let total = source.total();
+        self.bcast = Some(Broadcast { source, total, feeds: Feeds::default(), failed: false });
+    }
+
+    /// Top proxy `child`'s subtree has `bytes` of the files.
+    pub(super) fn bcast_acked(&mut self, child: usize, bytes: u64) {
+        if let Some(b) = self.bcast.as_mut() {
+            b.feeds.acked(child, bytes);
+        }
+    }
+
+    /// Feeds every top proxy what its window allows: after any event (an acknowledgement,
+    /// a proxy attached or adopted, one lost).
+    pub(super) fn bcast_step(&mut self) {
+        let Some(b) = self.bcast.as_mut().filter(|b| !b.failed) else { return };
+        if let Err(e) = b.feeds.feed(&self.children, &mut b.source, b.total) {
+            b.failed = true;
+            let why = format!("cannot read the files any more: {}", crate::quote::io_error(&e));
+            self.fail(Cause::Bcast { host: None, why });
+        }
+    }
+}
