@@ -79,6 +79,10 @@ impl Source {
 struct Cursor {
     sent: u64,
     acked: u64,
+    /// It has acknowledged at all: its subtree made its directories.
+    heard: bool,
+    /// It was told that every node has the files ([`Down::BcastDone`]).
+    told: bool,
 }
 
 /// The parent's feeding of its children, by child index (as in [`Children`]).
@@ -93,6 +97,25 @@ impl Feeds {
         self.grow(child + 1);
         let c = &mut self.cursors[child];
         c.acked = c.acked.max(bytes);
+        c.heard = true;
+    }
+
+    /// Whether every child still fed has all `total` bytes: then each is told so
+    /// ([`Down::BcastDone`]), once (a child adopted later is told when it has them).
+    /// Only rlaunch releases: it knows that no subtree lacks them.
+    pub fn release(&mut self, children: &Children, total: u64) -> bool {
+        self.grow(children.len());
+        let fed = |i: &usize| fed_child(children, *i);
+        let whole = |c: &Cursor| c.heard && c.acked >= total;
+        if !(0..self.cursors.len()).filter(fed).all(|i| whole(&self.cursors[i])) {
+            return false;
+        }
+        for i in (0..self.cursors.len()).filter(fed) {
+            if !self.cursors[i].told && children.send_to(i, Down::BcastDone) {
+                self.cursors[i].told = true;
+            }
+        }
+        true
     }
 
     /// Feeds every child that is still fed (neither late nor gone) up to `avail` bytes of the
@@ -121,10 +144,21 @@ impl Feeds {
         }
     }
 
-    /// The least that any child still fed has acknowledged; `None` if no child is.
-    pub fn low(&self, children: &Children) -> Option<u64> {
-        let fed = self.cursors.iter().enumerate().filter(|(i, _)| fed_child(children, *i));
-        fed.map(|(_, c)| c.acked).min()
+    /// The least that any child still fed has acknowledged (0 for one not heard from
+    /// yet, as for one that has nothing); `None` if no child is fed. `Some` with `false`:
+    /// a child has not been heard from.
+    pub fn low(&self, children: &Children) -> Option<(u64, bool)> {
+        self.grow_view(children.len())
+            .enumerate()
+            .filter(|(i, _)| fed_child(children, *i))
+            .map(|(_, c)| (c.acked, c.heard))
+            .reduce(|(a, ha), (b, hb)| (a.min(b), ha && hb))
+    }
+
+    /// The cursors of `len` children, those not fed yet as fresh ones.
+    fn grow_view(&self, len: usize) -> impl Iterator<Item = Cursor> + '_ {
+        let fresh = len.saturating_sub(self.cursors.len());
+        self.cursors.iter().copied().chain(std::iter::repeat_n(Cursor::default(), fresh))
     }
 
     /// Child `child` is fed from the start again: rlaunch adopted it, and what went to it

@@ -1,5 +1,6 @@
 //! `--bcast` at the root: the top proxies are fed the files' bytes from the files rlaunch
-//! opened when it planned the job (rlaunch-tree's `bcast`), each attempt from the start; a
+//! opened when it planned the job (rlaunch-tree's `bcast`), each attempt from the start, and
+//! told once every node has them (`Down::BcastDone`: only then do ranks start anywhere); a
 //! node that cannot write them, or rlaunch that cannot read them any more, ends the job.
 
 use rlaunch_tree::bcast::{Feeds, Source};
@@ -47,7 +48,9 @@ impl Root {
         if let Err(e) = b.feeds.feed(&self.children, &mut b.source, b.total) {
             b.failed = true;
             let why = format!("cannot read the files any more: {}", crate::quote::io_error(&e));
-            self.fail(Cause::Bcast { host: None, why });
+            return self.fail(Cause::Bcast { host: None, why });
         }
+        // Every node has them: the ranks may start everywhere.
+        b.feeds.release(&self.children, b.total);
     }
 }

@@ -83,6 +83,10 @@ pub enum Down {
     /// the lost parent may be lost, so every node below sends its ranks' ends again (rlaunch
     /// keeps the first of each).
     Resend,
+    /// Every node has the broadcast files, whole and checked: the ranks may start. Sent by
+    /// rlaunch once every top proxy's subtree acknowledged all of them; each proxy passes it
+    /// on. No rank starts before every node has its copies, as none would after `sbcast`.
+    BcastDone,
     /// Bytes of the files broadcast to every node ([`super::Bcast`]), at `offset` in their
     /// stream (the files one after another). Each node takes them in order (one sent again,
     /// below what it wrote, is dropped), writes them, and feeds its children from what it
@@ -223,8 +227,9 @@ pub enum Up {
     /// `ppr:N:socket` places): they do not start, and the job ends.
     Unplaceable { host: String, why: String },
     /// This child's whole subtree has written this many bytes of the broadcast files
-    /// ([`Down::BcastData`]): its parent may send it more. Not relayed: each parent folds
-    /// its children's into its own.
+    /// ([`Down::BcastData`]): its parent may send it more (all of them: the subtree is
+    /// ready, its directories made, every file checked). Not relayed: each parent folds its
+    /// children's into its own.
     BcastAck { bytes: u64 },
     /// Node `host` could not write the broadcast files (`why`: which file, and the system's
     /// error): its ranks do not start, and the job ends.

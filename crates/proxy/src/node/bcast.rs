@@ -31,8 +31,8 @@ pub(super) struct Copies {
     /// Bytes of the stream written so far (every file before the one being written, whole).
     written: u64,
     total: u64,
-    /// What the parent was last told this subtree has.
-    acked: u64,
+    /// What the parent was last told this subtree has (`None`: nothing yet).
+    acked: Option<u64>,
     /// The copies as a stream, to feed the children from.
     source: Source,
     feeds: Feeds,
@@ -71,7 +71,7 @@ impl Copies {
             files: Vec::new(),
             written: 0,
             total: bcast.total(),
-            acked: 0,
+            acked: None,
             source: Source::new(Vec::new()),
             feeds: Feeds::default(),
             failed: false,
@@ -181,15 +181,13 @@ impl Node {
         match created {
             Ok(mut copies) => {
                 let empty = copies.finish_empty();
-                let complete = copies.complete();
                 self.copies = Some(copies);
                 if let Err(why) = empty {
                     return self.bcast_failed(why);
                 }
-                if complete {
-                    // No bytes to wait for: the ranks start with the rest.
-                    self.gate.came(Wait::Files);
-                }
+                // The parent hears that this node is ready for the files (all of them, if
+                // they hold no bytes).
+                self.bcast_step();
             }
             Err(why) => {
                 // Nothing of it to feed the children from: they wait with the ranks until
@@ -219,26 +217,39 @@ impl Node {
     }
 
     /// After any news of the broadcast (bytes written, a child's acknowledgement, a child
-    /// lost): the children are fed what is here, the parent told what the whole subtree
-    /// has, and the ranks started once every file is whole.
+    /// lost): the children are fed what is here, and the parent told what the whole
+    /// subtree has.
     pub(super) fn bcast_step(&mut self) {
         let Some(copies) = self.copies.as_mut().filter(|c| !c.failed) else { return };
         let fed = copies.feeds.feed(&self.children, &mut copies.source, copies.written);
         if let Err(e) = fed {
-            let why = format!("cannot read {}: {e}", copies.dir.display());
+            let why = format!("cannot read {}: {}", copies.dir.display(), sentence(&e));
             return self.bcast_failed(why);
         }
-        let subtree =
-            copies.feeds.low(&self.children).map_or(copies.written, |low| low.min(copies.written));
-        if subtree > copies.acked && (subtree - copies.acked >= CHUNK || subtree == copies.total) {
-            copies.acked = subtree;
+        let (subtree, heard) = match copies.feeds.low(&self.children) {
+            Some((low, heard)) => (low.min(copies.written), heard),
+            None => (copies.written, true),
+        };
+        let news = match copies.acked {
+            None => heard,
+            Some(acked) => subtree > acked && (subtree - acked >= CHUNK || subtree == copies.total),
+        };
+        if news {
+            copies.acked = Some(subtree);
             let _ = self.up.control.send(Up::BcastAck { bytes: subtree });
         }
-        if copies.complete() && self.gate.waits_for(Wait::Files) {
-            tracing::debug!(dir = %copies.dir.display(), "the broadcast files are here");
-            if self.gate.came(Wait::Files) {
-                self.start_launched_ranks();
-            }
+    }
+
+    /// Every node has the files: the children hear it, and the ranks start (with the rest
+    /// they wait for).
+    pub(super) fn bcast_done(&mut self) {
+        self.children.broadcast(&rlaunch_protocol::control::Down::BcastDone);
+        let Some(copies) = self.copies.as_ref().filter(|c| !c.failed && c.complete()) else {
+            return tracing::warn!("told that every node has the files, which this one lacks");
+        };
+        tracing::debug!(dir = %copies.dir.display(), "the broadcast files are on every node");
+        if self.gate.came(Wait::Files) {
+            self.start_launched_ranks();
         }
     }
 
@@ -246,7 +257,7 @@ impl Node {
     /// the files.
     pub(super) fn bcast_again(&mut self) {
         if let Some(copies) = self.copies.as_mut() {
-            copies.acked = 0;
+            copies.acked = None;
         }
         self.bcast_step();
     }

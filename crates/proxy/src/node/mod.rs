@@ -441,6 +441,7 @@ impl Node {
             }
             Down::StdinEof => self.stdin_came(StdinChunk::Eof),
             Down::BcastData { offset, data } => self.bcast_data(offset, data),
+            Down::BcastDone => self.bcast_done(),
             Down::Signal { signo } => self.signal_came(signo),
             Down::Terminate { grace_ms } => self.terminate(Duration::from_millis(grace_ms)),
             Down::DropOutput => self.drop_output(),
