@@ -107,17 +107,17 @@ fn tree_width_two_over_seven_nodes_is_three_proxies_deep() {
 /// rlaunch forks its own machine's proxy instead of exec'ing one (one exec fewer per job):
 /// that proxy must still look and behave like one. It is named rlaunch-proxy, leaves the
 /// user's stdin and stdout alone (a pipe into `wc` must see its end of file when rlaunch
-/// exits), and the proxies it starts are the real rlaunch-proxy.
+/// exits), and the proxies it starts on this machine are forked the same way (no exec).
 #[test]
 fn the_local_proxy_is_forked_named_and_detached_from_stdio() {
     let (mut job, pids) = waiting_fake_node_job("n1,n2", 2, &["--tree-width", "1"]);
     let forked = procfs::parent_pid(pids[&0]);
-    let execd = procfs::parent_pid(pids[&1]);
-    assert_eq!(procfs::parent_pid(execd), forked, "n2's proxy hangs below n1's");
+    let below = procfs::parent_pid(pids[&1]);
+    assert_eq!(procfs::parent_pid(below), forked, "n2's proxy hangs below n1's");
     let exe = |pid: i32| std::fs::read_link(format!("/proc/{pid}/exe")).unwrap();
     assert_eq!(exe(forked), rlaunch_tests::rlaunch().canonicalize().unwrap());
-    assert_eq!(exe(execd), rlaunch_tests::proxy().canonicalize().unwrap());
-    for pid in [forked, execd] {
+    assert_eq!(exe(below), rlaunch_tests::rlaunch().canonicalize().unwrap(), "forked by n1's");
+    for pid in [forked, below] {
         assert_eq!(procfs::stat(pid).unwrap().comm, "rlaunch-proxy", "pid {pid}");
         for fd in [0, 1] {
             let target = std::fs::read_link(format!("/proc/{pid}/fd/{fd}")).unwrap();

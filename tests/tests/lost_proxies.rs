@@ -89,12 +89,16 @@ fn a_proxy_of_another_protocol_version_is_named_clearly() {
     let version: String = theirs.to_be_bytes().iter().map(|b| format!("\\{b:03o}")).collect();
     std::fs::write(&fake, format!("#!/bin/sh\nprintf '\\177RLAUNCH{version}'\nsleep 1\n")).unwrap();
     std::fs::set_permissions(&fake, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
-    // rlaunch forks the proxies of its own machine; proxies exec theirs: n2's is the fake.
-    let args = ["--launcher", "fork", "--hosts", "n1,n2", "--tree-width", "1", "-n", "2", "true"];
+    // rlaunch forks the proxies of its own machine (and they theirs); a remote shell execs
+    // the proxy path it is given: n1's is the fake.
+    let ssh = rlaunch_tests::fakessh();
+    let fake_path = fake.to_str().unwrap();
+    let args = ["--launcher", "ssh", "--launcher-exec", &ssh, "--proxy-path", fake_path];
+    let args = [&args[..], &["--hosts", "n1", "-n", "1", "true"]].concat();
     let out = Run::program(&rlaunch, &args).run();
     out.assert_code(255);
     let err = out.stderr_str();
-    assert!(err.contains("lost proxy on n2"), "{err}");
+    assert!(err.contains("lost proxy on n1"), "{err}");
     let ours = rlaunch_protocol::control::PROTOCOL_VERSION;
     assert!(
         err.contains(&format!("protocol version {theirs}, this rlaunch speaks version {ours}")),

@@ -40,7 +40,7 @@ use std::ffi::OsString;
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
 
-use rlaunch_protocol::control::{Job, Launch, NodePlan};
+use rlaunch_protocol::control::{Bootstrap, Job, Launch, NodePlan};
 use rlaunch_tree::fdio::FdStream;
 use rlaunch_tree::secure::PARENT_VAR;
 use rlaunch_tree::{link, null_stdin_stdout, secure};
@@ -87,11 +87,14 @@ pub fn run(
 /// Starts a proxy for this machine in a child of the calling process, which runs the proxy's
 /// code directly: no exec, no second program to load. A local job's proxy is one exec fewer,
 /// about a fifth of `rlaunch -n 1`'s time. The child (see [`link::fork_child`]) has
-/// /dev/null on stdin/stdout like an exec'd proxy; its own child proxies are exec'd from
-/// `proxy_exe`. It already holds its launch (`job` and `node`, copied in the child), so it
-/// starts its ranks at once instead of waiting for rlaunch's runtime to send them. `close`
-/// are descriptors the child must not keep. `stdout`: the child keeps a copy of rlaunch's
-/// stdout, to move a lone rank's output into (see `outputs::direct`).
+/// /dev/null on stdin/stdout like an exec'd proxy. It already holds its launch (`job` and
+/// `node`, copied in the child), so it starts its ranks at once instead of waiting for
+/// rlaunch's runtime to send them; and, still single-threaded, it forks its own child
+/// proxies on this machine the same way (fake nodes, `--launcher fork`: a tree of 1024
+/// proxies with no exec, where each exec of the static proxy costs its start-up, glibc's
+/// probing of the CPU's caches included). `close` are descriptors the child must not keep.
+/// `stdout`: the child keeps a copy of rlaunch's stdout, to move a lone rank's output into
+/// (see `outputs::direct`). `top`: its parent is rlaunch.
 ///
 /// # Safety
 /// The calling process must have one thread: the child of a multithreaded fork may only
@@ -102,6 +105,7 @@ pub unsafe fn fork_proxy(
     job: &Job,
     node: &NodePlan,
     stdout: bool,
+    top: bool,
 ) -> io::Result<link::ForkedProxy> {
     let body = |theirs: OwnedFd| {
         let stdout = stdout.then(|| std::io::stdout().as_fd().try_clone_to_owned()).transpose();
@@ -111,9 +115,17 @@ pub unsafe fn fork_proxy(
         });
         match set_up {
             Ok((input, stdout)) => {
-                let launch =
-                    Launch { job: job.clone(), node: node.clone(), late: false, top: true };
-                let forked = node::Forked { launch, stdout };
+                // What the parent freed into malloc's fast bins is consolidated once here,
+                // not by each child in pages it must first copy (malloc_consolidate was a
+                // seventh of the proxies' CPU time at 1024 fake nodes).
+                // SAFETY: malloc_trim only rearranges this process's own heap.
+                unsafe { nix::libc::malloc_trim(0) };
+                let mut shut = vec![theirs.as_raw_fd(), input.as_raw_fd()];
+                shut.extend(stdout.as_ref().map(|s| s.as_raw_fd()));
+                // SAFETY: this child has one thread, as fork_child's children do.
+                let children = unsafe { fork_children(proxy_exe, shut, job, node) };
+                let launch = Launch { job: job.clone(), node: node.clone(), late: false, top };
+                let forked = node::Forked { launch, stdout, children };
                 run(input, theirs, proxy_exe.to_owned(), Some(forked))
             }
             Err(e) => {
@@ -124,6 +136,38 @@ pub unsafe fn fork_proxy(
     };
     // SAFETY: single-threaded, as our caller promises.
     unsafe { link::fork_child(close, body) }
+}
+
+/// Forks the child proxies of `node` that run on this machine (see [`fork_proxy`]), by the
+/// index of each in `node.children`; `None` for one started otherwise (a remote shell, or
+/// dialing in). `shut`: this process's descriptors that none of them may keep.
+///
+/// # Safety
+/// As [`fork_proxy`]'s.
+unsafe fn fork_children(
+    proxy_exe: &std::ffi::OsStr,
+    mut shut: Vec<std::os::fd::RawFd>,
+    job: &Job,
+    node: &NodePlan,
+) -> Vec<Option<io::Result<link::ForkedProxy>>> {
+    let here = |child: &NodePlan| match job.bootstrap {
+        Bootstrap::Dial => false,
+        Bootstrap::Fork => true,
+        Bootstrap::Remote { .. } => child.fork,
+    };
+    node.children
+        .iter()
+        .map(|child| {
+            here(child).then(|| {
+                // SAFETY: single-threaded, as our caller promises.
+                let forked = unsafe { fork_proxy(proxy_exe, &shut, job, child, false, false) };
+                if let Ok(proxy) = &forked {
+                    shut.push(proxy.channel.as_raw_fd());
+                }
+                forked
+            })
+        })
+        .collect()
 }
 
 /// Where a proxy started by a scheduler's launcher (srun) finds its parent: the address to

@@ -25,6 +25,10 @@ pub fn fork_local_proxies(plan: &mut Plan) {
     let mut channels: Vec<i32> =
         plan.orphan_listener.iter().map(|(listener, _)| listener.as_raw_fd()).collect();
     let lone = crate::output::lone_rank_stdout(&plan.output, plan.rank_node.len());
+    // The plan's garbage is consolidated once here, not by each forked proxy in pages it
+    // must first copy.
+    // SAFETY: malloc_trim only rearranges this process's own heap.
+    unsafe { nix::libc::malloc_trim(0) };
     plan.forked = plan
         .roots
         .iter()
@@ -33,7 +37,14 @@ pub fn fork_local_proxies(plan: &mut Plan) {
                 let stdout = lone && node.ranks.len() == 1;
                 // SAFETY: rlaunch has a single thread until `run`, as main guarantees.
                 let forked = unsafe {
-                    rlaunch_proxy::fork_proxy(&plan.proxy_exe, &channels, &plan.job, node, stdout)
+                    rlaunch_proxy::fork_proxy(
+                        &plan.proxy_exe,
+                        &channels,
+                        &plan.job,
+                        node,
+                        stdout,
+                        true,
+                    )
                 };
                 if let Ok(proxy) = &forked {
                     channels.push(proxy.channel.as_raw_fd());

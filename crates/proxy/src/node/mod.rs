@@ -238,6 +238,9 @@ pub(crate) struct Node {
     job_fences_up: HashSet<u32>,
     /// This node's copies of the files broadcast before the ranks start (`--bcast`).
     copies: Option<bcast::Copies>,
+    /// Its child proxies on this machine, forked with it (see `crate::fork_proxy`), by their
+    /// index in the plan; taken when the children start.
+    forked_children: Vec<Option<std::io::Result<rlaunch_tree::link::ForkedProxy>>>,
 }
 
 /// How long a finished node waits for its parent's clock probes before it reports.

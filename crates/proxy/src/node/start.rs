@@ -62,12 +62,16 @@ pub struct PlainChannel {
     pub guarded: bool,
 }
 
-/// What a proxy forked from rlaunch is given, in the child (see `link::fork_proxy`).
+/// What a proxy forked from rlaunch (or from a forked proxy) is given, in the child (see
+/// `crate::fork_proxy`).
 pub struct Forked {
     pub launch: Launch,
     /// rlaunch's stdout, for a lone rank's output to be moved into by the proxy itself (see
     /// `outputs::direct`).
     pub stdout: Option<OwnedFd>,
+    /// Its own child proxies on this machine, forked already, by their index in its plan's
+    /// children (`None`: started otherwise).
+    pub children: Vec<Option<std::io::Result<rlaunch_tree::link::ForkedProxy>>>,
 }
 
 /// Runs a proxy on its control channel until its subtree is finished; child proxies are
@@ -111,9 +115,9 @@ pub async fn serve(
 
     // Down the tree come control messages and stdin, not output: small reads will do.
     let mut reader = FrameReader::with_chunk(up_in, 16 << 10);
-    let (launch, direct_stdout) = match forked {
-        Some(Forked { launch, stdout }) => (Some(launch), stdout),
-        None => (None, None),
+    let (launch, direct_stdout, forked_children) = match forked {
+        Some(Forked { launch, stdout, children }) => (Some(launch), stdout, children),
+        None => (None, None, Vec::new()),
     };
     let (probed, probes) = tokio::sync::watch::channel(0);
     let probed = Arc::new(probed);
@@ -181,6 +185,7 @@ pub async fn serve(
     let parts =
         Parts { up, outputs, events: events_tx, pmi_calls: pmi_tx, probes, spawner, sweeps: true };
     let mut node = Node::new(launch, launched_at, proxy_exe, dial, parts);
+    node.forked_children = forked_children;
     if let Some(rehome) = node.up.rehome.as_ref() {
         rehome.wanted.send_replace(node.adoptable());
     }
@@ -279,6 +284,7 @@ impl Node {
             reaping: HashSet::new(),
             job_fences_up: HashSet::new(),
             copies: None,
+            forked_children: Vec::new(),
         }
     }
 }

@@ -36,14 +36,18 @@ impl Node {
         }
         let relay = self.relay();
         let (job, exe) = (&self.job, &self.proxy_exe);
+        let mut forked = std::mem::take(&mut self.forked_children);
         let (children, lost) = Children::start(
             job,
             &plans,
             false,
             credit::CHILDREN_BUDGET,
-            |_, plan| match dialing {
-                true => Ok(None),
-                false => link::spawn_proxy(&job.bootstrap, &plan.host, plan.fork, exe).map(Some),
+            |i, plan| match (dialing, forked.get_mut(i).and_then(Option::take)) {
+                (true, _) => Ok(None),
+                (false, Some(proxy)) => link::ProxyProcess::forked(proxy?).map(Some),
+                (false, None) => {
+                    link::spawn_proxy(&job.bootstrap, &plan.host, plan.fork, exe).map(Some)
+                }
             },
             |child| {
                 let relay = relay.clone();
