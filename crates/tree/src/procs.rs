@@ -167,9 +167,50 @@ pub fn descendants(spare: &HashSet<i32>) -> Vec<i32> {
     descendants_but(spare, |_| false)
 }
 
-/// [`descendants`], sparing also the subtree of each descendant `spared` picks: one read of
-/// /proc, and `spared` asked only of the descendants met.
+/// [`descendants`], sparing also the subtree of each descendant `spared` picks, and asking
+/// `spared` only of the descendants met. Walks down from this process by the kernel's lists
+/// of each task's children (`/proc/PID/task/TID/children`), which reach this process's own
+/// subtree and nothing else; where the kernel keeps no such lists, one read of all of /proc
+/// (which, for each of a thousand interior proxies on one machine, cost a tenth of the
+/// launch's CPU time at 1024 fake nodes).
 fn descendants_but(spare: &HashSet<i32>, spared: impl Fn(i32) -> bool) -> Vec<i32> {
+    let me = std::process::id() as i32;
+    if children_of(me).is_none() {
+        return descendants_scanning(spare, spared);
+    }
+    let mut out = Vec::new();
+    let mut stack = vec![me];
+    while let Some(pid) = stack.pop() {
+        for child in children_of(pid).unwrap_or_default() {
+            let live = Stat::read(child).and_then(|s| Some(!matches!(s.field(3)?, "Z" | "X")));
+            if live == Some(true) && !spare.contains(&child) && !spared(child) {
+                out.push(child);
+                stack.push(child);
+            }
+        }
+    }
+    out
+}
+
+/// Process `pid`'s children, every thread's (a child belongs to the thread that forked it,
+/// and an orphan to the thread of its subreaper the kernel chose); `None` where the kernel
+/// keeps no lists of children (CONFIG_PROC_CHILDREN), or `pid` is gone.
+fn children_of(pid: i32) -> Option<Vec<i32>> {
+    let mut children = Vec::new();
+    for task in std::fs::read_dir(format!("/proc/{pid}/task")).ok()?.flatten() {
+        let Ok(list) = std::fs::read_to_string(task.path().join("children")) else {
+            if task.path().exists() {
+                return None;
+            }
+            continue;
+        };
+        children.extend(list.split_whitespace().filter_map(|c| c.parse::<i32>().ok()));
+    }
+    Some(children)
+}
+
+/// [`descendants_but`] by one read of all of /proc.
+fn descendants_scanning(spare: &HashSet<i32>, spared: impl Fn(i32) -> bool) -> Vec<i32> {
     let mut children: HashMap<i32, Vec<i32>> = HashMap::new();
     let Ok(dir) = std::fs::read_dir("/proc") else {
         return Vec::new();
@@ -322,5 +363,40 @@ pub fn cloexec_inherited_fds() {
     for fd in fds.into_iter().filter(|&fd| fd > 2) {
         // SAFETY: setting FD_CLOEXEC on a descriptor we may not own changes no memory.
         unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A child from a thread of its own, and its own child: both walks find both, and
+    /// sparing the child spares its subtree.
+    #[test]
+    fn the_walk_by_children_lists_finds_what_a_scan_of_proc_finds() {
+        let spawned = std::thread::spawn(|| {
+            std::process::Command::new("sh")
+                .args(["-c", "sleep 60 & echo $!; exec sleep 60"])
+                .stdout(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
+        });
+        let mut child = spawned.join().unwrap();
+        let mut line = String::new();
+        use std::io::BufRead;
+        std::io::BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+        let grandchild: i32 = line.trim().parse().unwrap();
+        let pid = child.id() as i32;
+        let walked = descendants(&HashSet::new());
+        let scanned = descendants_scanning(&HashSet::new(), |_| false);
+        for p in [pid, grandchild] {
+            assert!(walked.contains(&p), "{p} not in {walked:?}");
+            assert!(scanned.contains(&p), "{p} not in {scanned:?}");
+        }
+        let spared = descendants(&HashSet::from([pid]));
+        assert!(!spared.contains(&pid) && !spared.contains(&grandchild), "{spared:?}");
+        signal_pid(grandchild, Signal::SIGKILL);
+        let _ = child.kill();
+        let _ = child.wait();
     }
 }
