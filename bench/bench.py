@@ -105,6 +105,9 @@ class Case:
     commands: list
     targets: dict = field(default_factory=dict)
     fastest: dict = field(default_factory=dict)
+    # Also compare the CPU time of everything each command started (`cpu` rows): targets for
+    # rlaunch's CPU / the other's, by label (empty: shown, no target).
+    cpu_targets: dict = None
 
 
 @dataclass
@@ -117,11 +120,13 @@ class Measured:
     failures: dict
     leftovers: int = 0
     notes: list = field(default_factory=list)
+    cpu: dict = field(default_factory=dict)
 
 
 def measure(case, pairs, scratch):
     log(f"{case.section}: {case.name}")
     times = {c.label: [] for c in case.commands}
+    cpu = {c.label: [] for c in case.commands}
     failures = {c.label: [] for c in case.commands}
     leftovers = 0
     active = []
@@ -142,6 +147,7 @@ def measure(case, pairs, scratch):
             if r.failure:
                 failures[cmd.label].append(r.failure)
             times[cmd.label].append(r.seconds)
+            cpu[cmd.label].append(r.cpu)
             round_times.append(f"{cmd.label} {fmt_ms(r.seconds)}")
         log(f"  round {i + 1}/{pairs}: " + ", ".join(round_times))
     notes = watch.notes()
@@ -151,7 +157,7 @@ def measure(case, pairs, scratch):
         rounds = zip(*(times[way] for way in ways if times[way]))
         times[label] = [min((t for t in r if t is not None), default=None) for r in rounds]
         failures[label] = []
-    return Measured(case, times, failures, leftovers, notes)
+    return Measured(case, times, failures, leftovers, notes, cpu)
 
 
 def fmt_ms(seconds):
@@ -194,6 +200,18 @@ def time_rows(m):
             f"{spread(m.times[main.label], fmt_ms) if i == 0 else '':<22} "
             f"{other:<14} {spread(m.times[other], fmt_ms):<22} {ratio:<20} {verdict}".rstrip()
         )
+    if m.case.cpu_targets is not None:
+        for other in [c.label for c in m.case.commands[1:]]:
+            mine, theirs = m.cpu[main.label], m.cpu[other]
+            pairs = [a / b for a, b in zip(mine, theirs) if a and b]
+            target = m.case.cpu_targets.get(other)
+            verdict = ""
+            if target is not None:
+                verdict = f"<={target:.2f} " + ("ok" if pairs and statistics.median(pairs) <= target else "MISS")
+            rows.append(
+                f"{'  CPU time (all processes)':<34} {spread(mine, fmt_ms):<22} {other:<14} "
+                f"{spread(theirs, fmt_ms):<22} {spread(pairs, fmt_ratio):<20} {verdict}".rstrip()
+            )
     for cmd in m.case.commands:
         fails = m.failures[cmd.label]
         if fails:
@@ -443,6 +461,9 @@ SLURM_HEAD = "10.214.0.1"
 class SlurmCluster:
     """Brings the cluster up for the section and down again, whatever happens."""
 
+    def __init__(self, nodes=3):
+        self.nodes = nodes
+
     def __enter__(self):
         for tool in ("salloc", "srun"):
             if shutil.which(tool) is None:
@@ -455,7 +476,7 @@ class SlurmCluster:
         libc.prctl(PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0)
         try:
             up = subprocess.run(
-                ["bash", SLURM_CLUSTER, "up", self.dir, "3"], capture_output=True, text=True
+                ["bash", SLURM_CLUSTER, "up", self.dir, str(self.nodes)], capture_output=True, text=True
             )
         finally:
             libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
@@ -602,7 +623,13 @@ def fakehost_cases(quick):
                 )
             )
         cases.append(
-            Case("fakehosts", f"{p} nodes /bin/true", commands, {"hydra": 1.0} if p == 256 else {})
+            Case(
+                "fakehosts",
+                f"{p} nodes /bin/true",
+                commands,
+                {"hydra": 1.0} if p == 256 else {"hydra -f": 0.5} if p == 1024 else {},
+                cpu_targets={"hydra -f": 1.0} if p == 1024 else {},
+            )
         )
     for p in (16, 64):
         cases.append(
@@ -747,7 +774,9 @@ class Source:
         )
 
 
-def header(args, started, source):
+def machine_header(started, source):
+    """The header's first lines, shared with the other harnesses: when, which commit, which
+    machine."""
     uname = subprocess.run(["uname", "-a"], capture_output=True, text=True).stdout.strip()
     return [
         f"date:    {started:%Y-%m-%d %H:%M:%S %z}",
@@ -755,6 +784,11 @@ def header(args, started, source):
         f"uname:   {uname or ' '.join(platform.uname())}",
         f"nproc:   {len(os.sched_getaffinity(0))}",
         f"cpu:     {cpu_model()}",
+    ]
+
+
+def header(args, started, source):
+    return machine_header(started, source) + [
         f"hydra:   {first_hydra_version()}",
         f"mode:    {'quick' if args.quick else 'full'}, {args.pairs} pairs after 1 warm-up, "
         f"sections {' '.join(args.only)}",

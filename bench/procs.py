@@ -7,6 +7,7 @@ been reparented to it and is found, reported and killed before the next run star
 
 import fcntl
 import os
+import resource
 import select
 import signal
 import subprocess
@@ -155,6 +156,10 @@ class Command:
     expect: str = None
     timeout: float = 120.0
     pipe_size: int = 0  # with a reader: F_SETPIPE_SZ for the pipe into it (0: the default 64 KiB)
+    # Called as after(succeeded) once every run is over and swept, outside the timed part: to
+    # check what the run left (files it copied) and remove it. A string it returns fails a run
+    # that had succeeded.
+    after: object = None
 
 
 @dataclass
@@ -165,6 +170,9 @@ class RunResult:
     failure: str = None
     output: str = ""
     leftovers: int = 0
+    # CPU time (user + system) of everything the run started: every descendant is reaped by
+    # its parent or, reparented, by this subreaper, so RUSAGE_CHILDREN grows by all of it.
+    cpu: float = None
 
 
 def describe_status(code):
@@ -214,10 +222,25 @@ def wait_for_exits(procs, deadline):
 
 
 def run(cmd, scratch):
-    """Runs cmd once, timing it from the first spawn to the last exit."""
+    """Runs cmd once, timing it from the first spawn to the last exit; then its `after`."""
+    r = run_timed(cmd, scratch)
+    if cmd.after is not None:
+        why = cmd.after(r.failure is None)
+        if why and r.failure is None:
+            return RunResult(failure=why, output=r.output, leftovers=r.leftovers)
+    return r
+
+
+def children_cpu():
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def run_timed(cmd, scratch):
     err_path = os.path.join(scratch, "stderr")
     procs = []
     timed_out = False
+    cpu_before = children_cpu()
     with open(err_path, "wb") as err:
         start = time.perf_counter()
         try:
@@ -261,7 +284,8 @@ def run(cmd, scratch):
             )
     if cmd.expect is not None and output != cmd.expect:
         return RunResult(failure=f"output {output!r}, expected {cmd.expect!r}", leftovers=leftovers)
-    return RunResult(seconds=seconds, output=output, leftovers=leftovers)
+    cpu = children_cpu() - cpu_before
+    return RunResult(seconds=seconds, output=output, leftovers=leftovers, cpu=cpu)
 
 
 # ---------------------------------------------------------------------------------------------
