@@ -142,6 +142,19 @@ fn files_that_cannot_be_sent_are_refused_before_anything_starts() {
             format!("--bcast {a}: a file is sent as x already"),
         ),
         (
+            vec![
+                "--bcast".to_string(),
+                format!("{a}:b/app"),
+                "--bcast".into(),
+                format!("{a}:b//app"),
+            ],
+            format!("--bcast {a}: a file is sent as b//app already"),
+        ),
+        (
+            vec!["--bcast".to_string(), format!("{a}:x"), "--bcast".into(), format!("{a}:x/y")],
+            format!("--bcast {a}: x/y and x cannot both be on a node"),
+        ),
+        (
             vec!["--bcast".into(), dir.join("none").display().to_string()],
             format!("--bcast {}: No such file or directory", dir.join("none").display()),
         ),

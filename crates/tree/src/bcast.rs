@@ -11,13 +11,14 @@
 //! ```
 //!
 //! A node forwards from its own file, not from the frames it was sent, so a child that
-//! dials in late, or one that rlaunch adopts, is fed from where it stands with nothing
-//! held for it in memory. The window bounds what is queued for each child (8 MiB);
+//! dials in late is fed from the start, and one that rlaunch adopts from what its subtree
+//! acknowledges having, with nothing held for it in memory. The window bounds what is queued for each child (8 MiB);
 //! siblings fed the same chunk share one read.
 
 use std::fs::File;
 use std::io;
 use std::os::unix::fs::FileExt;
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use rlaunch_protocol::control::Down;
@@ -29,45 +30,58 @@ pub const CHUNK: u64 = 512 << 10;
 /// How far a child may be fed ahead of its subtree's acknowledgements.
 pub const WINDOW: u64 = 8 << 20;
 
+/// One file of a [`Source`]: open for reading, its length, and its name for errors.
+pub struct SourceFile {
+    pub file: File,
+    pub len: u64,
+    pub path: PathBuf,
+}
+
 /// The stream's bytes: the files, one after another.
 pub struct Source {
-    files: Vec<(File, u64)>,
+    files: Vec<SourceFile>,
     /// The last chunk read, by offset: siblings fed in step share it.
     last: Option<(u64, Arc<[u8]>)>,
 }
 
 impl Source {
-    /// The stream of `files`, each with its length.
-    pub fn new(files: Vec<(File, u64)>) -> Source {
+    /// The stream of `files`.
+    pub fn new(files: Vec<SourceFile>) -> Source {
         Source { files, last: None }
     }
 
     pub fn total(&self) -> u64 {
-        self.files.iter().map(|(_, len)| len).sum()
+        self.files.iter().map(|f| f.len).sum()
     }
 
     /// The chunk at `offset`: up to [`CHUNK`] bytes, ending at its file's end or at `upto`,
-    /// whichever comes first. A file shorter than it was said to be is an error.
-    pub fn chunk(&mut self, offset: u64, upto: u64) -> io::Result<Arc<[u8]>> {
+    /// whichever comes first. Err: why it cannot be read, a sentence naming the file (one
+    /// shorter than it was is one that changed since).
+    pub fn chunk(&mut self, offset: u64, upto: u64) -> Result<Arc<[u8]>, String> {
         if let Some((at, data)) = &self.last {
             if *at == offset && offset + data.len() as u64 <= upto {
                 return Ok(data.clone());
             }
         }
         let (mut start, mut found) = (0, None);
-        for (file, len) in &self.files {
-            if offset < start + len {
-                found = Some((file, offset - start, start + len));
+        for f in &self.files {
+            if offset < start + f.len {
+                found = Some((f, offset - start, start + f.len));
                 break;
             }
-            start += len;
+            start += f.len;
         }
-        let Some((file, at, file_end)) = found else {
-            return Err(io::Error::other(format!("offset {offset} is past the files' end")));
+        let Some((f, at, file_end)) = found else {
+            return Err(format!("no file holds byte {offset} of the broadcast"));
         };
         let end = (offset + CHUNK).min(file_end).min(upto);
         let mut data = vec![0; (end - offset) as usize];
-        file.read_exact_at(&mut data, at)?;
+        f.file.read_exact_at(&mut data, at).map_err(|e| match e.kind() {
+            io::ErrorKind::UnexpectedEof => {
+                format!("{} is shorter than when the broadcast began", f.path.display())
+            }
+            _ => format!("cannot read {}: {}", f.path.display(), sentence(&e)),
+        })?;
         let data: Arc<[u8]> = data.into();
         self.last = Some((offset, data.clone()));
         Ok(data)
@@ -97,6 +111,9 @@ impl Feeds {
         self.grow(child + 1);
         let c = &mut self.cursors[child];
         c.acked = c.acked.max(bytes);
+        // An adopted proxy's subtree says what it has already: nothing below that is sent
+        // again.
+        c.sent = c.sent.max(bytes);
         c.heard = true;
     }
 
@@ -120,8 +137,13 @@ impl Feeds {
 
     /// Feeds every child that is still fed (neither late nor gone) up to `avail` bytes of the
     /// stream (what this parent has: all of it at rlaunch), each within its window. A read
-    /// that fails is returned: the parent cannot feed its children.
-    pub fn feed(&mut self, children: &Children, source: &mut Source, avail: u64) -> io::Result<()> {
+    /// that fails is returned, as a sentence: the parent cannot feed its children.
+    pub fn feed(
+        &mut self,
+        children: &Children,
+        source: &mut Source,
+        avail: u64,
+    ) -> Result<(), String> {
         self.grow(children.len());
         // Round by round, so that siblings in step share each chunk read.
         loop {
@@ -161,18 +183,17 @@ impl Feeds {
         self.cursors.iter().copied().chain(std::iter::repeat_n(Cursor::default(), fresh))
     }
 
-    /// Child `child` is fed from the start again: rlaunch adopted it, and what went to it
-    /// before may be lost on the way (it drops what it has already).
-    pub fn restart(&mut self, child: usize) {
-        self.grow(child + 1);
-        self.cursors[child] = Cursor::default();
-    }
-
     fn grow(&mut self, len: usize) {
         if self.cursors.len() < len {
             self.cursors.resize(len, Cursor::default());
         }
     }
+}
+
+/// An I/O error as the end of a sentence, without Rust's `(os error N)`.
+pub fn sentence(e: &io::Error) -> String {
+    let text = e.to_string();
+    text.rfind(" (os error").map_or(text.clone(), |i| text[..i].to_string())
 }
 
 /// Whether child `child` takes the broadcast: not a late one (started for spawned ranks,
@@ -186,10 +207,10 @@ mod tests {
     use super::*;
     use std::io::Write;
 
-    fn file(bytes: &[u8]) -> (File, u64) {
+    fn file(bytes: &[u8]) -> SourceFile {
         let mut f = tempfile().expect("a temporary file");
         f.write_all(bytes).unwrap();
-        (f, bytes.len() as u64)
+        SourceFile { file: f, len: bytes.len() as u64, path: "in.bin".into() }
     }
 
     fn tempfile() -> io::Result<File> {
@@ -219,9 +240,10 @@ mod tests {
     }
 
     #[test]
-    fn a_file_shorter_than_said_is_an_error() {
-        let (f, _) = file(b"abc");
-        let mut source = Source::new(vec![(f, 10)]);
-        assert_eq!(source.chunk(0, 10).unwrap_err().kind(), io::ErrorKind::UnexpectedEof);
+    fn a_file_shorter_than_said_is_an_error_naming_it() {
+        let short = SourceFile { len: 10, ..file(b"abc") };
+        let mut source = Source::new(vec![short]);
+        let why = source.chunk(0, 10).unwrap_err();
+        assert_eq!(why, "in.bin is shorter than when the broadcast began");
     }
 }

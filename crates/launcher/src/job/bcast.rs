@@ -15,6 +15,8 @@ pub(super) struct Broadcast {
     feeds: Feeds,
     /// Reading the files failed: the job is ending.
     failed: bool,
+    /// Every top proxy was told that every node has the files, when there were this many.
+    released: Option<usize>,
 }
 
 impl Root {
@@ -22,7 +24,7 @@ impl Root {
     /// opened by the plan; a restart sends them again, to fresh directories).
     pub(super) fn bcast_begin(&mut self) {
         if let Some(b) = self.bcast.as_mut() {
-            b.feeds = Feeds::default();
+            (b.feeds, b.released) = (Feeds::default(), None);
             return;
         }
         let files = std::mem::take(&mut self.plan.bcast_files);
@@ -31,7 +33,8 @@ impl Root {
         }
         let source = Source::new(files);
         let total = source.total();
-        self.bcast = Some(Broadcast { source, total, feeds: Feeds::default(), failed: false });
+        let feeds = Feeds::default();
+        self.bcast = Some(Broadcast { source, total, feeds, failed: false, released: None });
     }
 
     /// Top proxy `child`'s subtree has `bytes` of the files.
@@ -45,12 +48,17 @@ impl Root {
     /// a proxy attached or adopted, one lost).
     pub(super) fn bcast_step(&mut self) {
         let Some(b) = self.bcast.as_mut().filter(|b| !b.failed) else { return };
-        if let Err(e) = b.feeds.feed(&self.children, &mut b.source, b.total) {
+        // Nothing to do once every node was told, unless a proxy joined since (adopted).
+        if b.released == Some(self.children.len()) {
+            return;
+        }
+        if let Err(why) = b.feeds.feed(&self.children, &mut b.source, b.total) {
             b.failed = true;
-            let why = format!("cannot read the files any more: {}", crate::quote::io_error(&e));
             return self.fail(Cause::Bcast { host: None, why });
         }
         // Every node has them: the ranks may start everywhere.
-        b.feeds.release(&self.children, b.total);
+        if b.feeds.release(&self.children, b.total) {
+            b.released = Some(self.children.len());
+        }
     }
 }

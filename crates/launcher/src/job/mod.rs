@@ -131,7 +131,7 @@ pub struct Plan {
     /// proxies were forked (see [`adopt`]).
     pub(crate) orphan_listener: Option<(std::net::TcpListener, rlaunch_tree::secure::Secret)>,
     /// `--bcast`'s files, opened, with their lengths: the root feeds the tree from them.
-    pub bcast_files: Vec<(std::fs::File, u64)>,
+    pub bcast_files: Vec<rlaunch_tree::bcast::SourceFile>,
 }
 
 /// What a link to a top proxy reports (its output goes straight to the writer thread).

@@ -24,6 +24,8 @@ pub fn fork_local_proxies(plan: &mut Plan) {
     // The forked proxies keep none of rlaunch's sockets.
     let mut channels: Vec<i32> =
         plan.orphan_listener.iter().map(|(listener, _)| listener.as_raw_fd()).collect();
+    // Nor the files rlaunch broadcasts: only rlaunch reads them.
+    channels.extend(plan.bcast_files.iter().map(|f| f.file.as_raw_fd()));
     let lone = crate::output::lone_rank_stdout(&plan.output, plan.rank_node.len());
     // The plan's garbage is consolidated once here, not by each forked proxy in pages it
     // must first copy.

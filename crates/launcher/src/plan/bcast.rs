@@ -6,15 +6,16 @@
 use std::fs::File;
 use std::io::Read;
 use std::os::unix::fs::MetadataExt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use rlaunch_protocol::control::{Bcast, BcastFile, Segment};
+use rlaunch_tree::bcast::SourceFile;
 
 use super::{find_program, segment_var};
 use crate::error::UsageError;
 
-/// Files opened, with their lengths: what the root feeds the tree from.
-pub(crate) type Opened = Vec<(File, u64)>;
+/// Files opened, with their lengths and names: what the root feeds the tree from.
+pub(crate) type Opened = Vec<SourceFile>;
 
 /// The job's broadcast and its files, opened, with their lengths; `None` without `--bcast`.
 pub(super) fn bcast(
@@ -38,8 +39,18 @@ pub(super) fn bcast(
     let mut opened = Vec::new();
     for (path, dest) in files {
         let failed = |why: String| UsageError::Bcast { file: path.display().to_string(), why };
-        if sent.iter().any(|f: &BcastFile| f.dest == *dest) {
-            return Err(failed(format!("a file is sent as {dest} already")));
+        // Two names for one path (`a/./b`, `a//b`), or a file where another's directory is
+        // to be: no node could hold both.
+        let clash = |f: &&BcastFile| {
+            let (a, b) = (Path::new(&f.dest), Path::new(dest));
+            a == b || a.starts_with(b) || b.starts_with(a)
+        };
+        if let Some(other) = sent.iter().find(clash) {
+            let why = match Path::new(&other.dest) == Path::new(dest) {
+                true => format!("a file is sent as {dest} already"),
+                false => format!("{dest} and {} cannot both be on a node", other.dest),
+            };
+            return Err(failed(why));
         }
         let mut file = File::open(path).map_err(|e| failed(crate::quote::io_error(&e)))?;
         let meta = file.metadata().map_err(|e| failed(crate::quote::io_error(&e)))?;
@@ -59,7 +70,7 @@ pub(super) fn bcast(
             crc,
             programs: runs.map(|(i, _)| i as u32).collect(),
         });
-        opened.push((file, size));
+        opened.push(SourceFile { file, len: size, path: path.clone() });
     }
     Ok(Some((Bcast { files: sent, base: base.cloned() }, opened)))
 }

@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use rlaunch_protocol::control::{Bcast, Segment, Up};
-use rlaunch_tree::bcast::{Feeds, Source, CHUNK};
+use rlaunch_tree::bcast::{sentence, Feeds, Source, SourceFile, CHUNK};
 
 use super::{Node, Wait};
 
@@ -27,7 +27,7 @@ pub const DIR_VAR: &str = "RLAUNCH_BCAST_DIR";
 /// This node's copies of the broadcast files.
 pub(super) struct Copies {
     dir: PathBuf,
-    files: Vec<Copy>,
+    files: Vec<Copied>,
     /// Bytes of the stream written so far (every file before the one being written, whole).
     written: u64,
     total: u64,
@@ -40,7 +40,7 @@ pub(super) struct Copies {
     failed: bool,
 }
 
-struct Copy {
+struct Copied {
     path: PathBuf,
     /// Open for writing until it is whole: a program still open for writing cannot be
     /// run (ETXTBSY).
@@ -90,9 +90,10 @@ impl Copies {
                 .and_then(|file| Ok((file, File::open(&path)?)));
             let (file, reader) =
                 file.map_err(|e| format!("cannot create {}: {}", path.display(), sentence(&e)))?;
-            sources.push((reader, f.size));
+            sources.push(SourceFile { file: reader, len: f.size, path: path.clone() });
             let (file, hasher) = (Some(file), crc32fast::Hasher::new());
-            copies.files.push(Copy { path, file, size: f.size, mode: f.mode, crc: f.crc, hasher });
+            let (size, mode, crc) = (f.size, f.mode, f.crc);
+            copies.files.push(Copied { path, file, size, mode, crc, hasher });
         }
         copies.source = Source::new(sources);
         Ok(copies)
@@ -112,7 +113,8 @@ impl Copies {
             return Ok(());
         }
         if offset > self.written {
-            return Err(format!("bytes at {offset} came before those at {}", self.written));
+            let gap = offset - self.written;
+            return Err(format!("{gap} bytes of the stream at {} never came", self.written));
         }
         let mut data = &data[(self.written - offset) as usize..];
         let mut start = 0;
@@ -137,7 +139,7 @@ impl Copies {
             start = file_end;
         }
         if !data.is_empty() {
-            return Err(format!("{} bytes more than the files hold", data.len()));
+            return Err(format!("{} bytes came past the end of the last file", data.len()));
         }
         Ok(())
     }
@@ -151,7 +153,7 @@ impl Copies {
     }
 }
 
-impl Copy {
+impl Copied {
     /// The file is written: its bytes are checked, and it gets its mode.
     fn finish(&mut self) -> Result<(), String> {
         let crc = std::mem::take(&mut self.hasher).finalize();
@@ -222,8 +224,7 @@ impl Node {
     pub(super) fn bcast_step(&mut self) {
         let Some(copies) = self.copies.as_mut().filter(|c| !c.failed) else { return };
         let fed = copies.feeds.feed(&self.children, &mut copies.source, copies.written);
-        if let Err(e) = fed {
-            let why = format!("cannot read {}: {}", copies.dir.display(), sentence(&e));
+        if let Err(why) = fed {
             return self.bcast_failed(why);
         }
         let (subtree, heard) = match copies.feeds.low(&self.children) {
@@ -245,7 +246,8 @@ impl Node {
     pub(super) fn bcast_done(&mut self) {
         self.children.broadcast(&rlaunch_protocol::control::Down::BcastDone);
         let Some(copies) = self.copies.as_ref().filter(|c| !c.failed && c.complete()) else {
-            return tracing::warn!("told that every node has the files, which this one lacks");
+            let why = "told that every node has the files, before this one had them".to_string();
+            return self.bcast_failed(why);
         };
         tracing::debug!(dir = %copies.dir.display(), "the broadcast files are on every node");
         if self.gate.came(Wait::Files) {
@@ -286,18 +288,18 @@ impl Node {
         Some(s)
     }
 
-    /// The node ends: its copies go.
+    /// The node ends: its copies go (see `Drop for Copies`).
     pub(super) fn remove_bcast(&mut self) {
-        if let Some(copies) = self.copies.take() {
-            remove_dir(&copies.dir);
-        }
+        self.copies = None;
     }
 }
 
-/// An I/O error as the end of a sentence, without Rust's `(os error N)`.
-fn sentence(e: &io::Error) -> String {
-    let text = e.to_string();
-    text.rfind(" (os error").map_or(text.clone(), |i| text[..i].to_string())
+/// The directory goes with the copies: when the node ends, and when it could not be filled
+/// (a file that could not be created, `Copies::create` failing half-way).
+impl Drop for Copies {
+    fn drop(&mut self) {
+        remove_dir(&self.dir);
+    }
 }
 
 fn remove_dir(dir: &Path) {
@@ -325,16 +327,16 @@ mod tests {
         Bcast { files, base: Some(base.to_str().unwrap().to_string()) }
     }
 
-    fn scratch() -> PathBuf {
-        let dir = std::env::temp_dir().join(format!("rlaunch-bcast-unit.{}", std::process::id()));
+    fn scratch(name: &str) -> PathBuf {
+        let pid = std::process::id();
+        let dir = std::env::temp_dir().join(format!("rlaunch-bcast-unit.{pid}.{name}"));
         std::fs::create_dir_all(&dir).unwrap();
         dir
     }
 
     #[test]
     fn pieces_in_order_make_the_files_and_pieces_sent_again_are_dropped() {
-        let base = scratch().join("a");
-        std::fs::create_dir_all(&base).unwrap();
+        let base = scratch("a");
         let b = bcast(&[("x", b"hello"), ("sub/y", b""), ("z", b"world!")], &base);
         let mut copies = Copies::create(&b, ("job", 0), 3, "n1").unwrap();
         copies.finish_empty().unwrap();
@@ -350,20 +352,26 @@ mod tests {
         assert_eq!(std::fs::read(dir.join("sub/y")).unwrap(), b"");
         let mode = std::fs::metadata(dir.join("z")).unwrap().permissions().mode();
         assert_eq!(mode & 0o777, 0o755);
-        remove_dir(&dir);
-        assert!(!dir.exists());
+        drop(copies);
+        assert!(!dir.exists(), "the directory goes with the copies");
+        remove_dir(&base);
     }
 
     #[test]
     fn bytes_that_do_not_match_their_crc_fail_and_a_used_directory_too() {
-        let base = scratch().join("b");
-        std::fs::create_dir_all(&base).unwrap();
+        let base = scratch("b");
         let b = bcast(&[("x", b"hello")], &base);
         let mut copies = Copies::create(&b, ("job", 1), 0, "n1").unwrap();
         let why = copies.write(0, b"hellO").unwrap_err();
         assert!(why.contains("came out with CRC"), "{why}");
         let again = Copies::create(&b, ("job", 1), 0, "n1").err().expect("the directory exists");
         assert!(again.starts_with("cannot make ") && again.contains("File exists"), "{again}");
+        drop(copies);
+        // A file that cannot be created: the directory made for it goes too.
+        let clash = bcast(&[("x", b"a"), ("x/y", b"b")], &base);
+        let why = Copies::create(&clash, ("job", 2), 0, "n1").err().expect("x is a file");
+        assert!(why.starts_with("cannot create ") && why.contains("/x/y: "), "{why}");
+        assert_eq!(std::fs::read_dir(&base).unwrap().count(), 0, "nothing left");
         remove_dir(&base);
     }
 }

@@ -420,12 +420,7 @@ impl Node {
                     Some(ChildNews::Up(Up::BcastAck { bytes })) => self.bcast_acked(child, bytes),
                     // relay_child sends every other frame straight up.
                     Some(ChildNews::Up(_)) | None => {}
-                    Some(ChildNews::Lost(lost)) => {
-                        self.report_lost(lost);
-                        // Its subtree is fed no more: the others' acknowledgements may be
-                        // the least now.
-                        self.bcast_step();
-                    }
+                    Some(ChildNews::Lost(lost)) => self.report_lost(lost),
                 }
                 self.dmodex_unanswerable();
                 self.survey_step();
@@ -647,6 +642,9 @@ impl Node {
 
     fn report_lost(&mut self, Lost { host, reason, came_up }: Lost) {
         let _ = self.up.control.send(Up::ProxyLost { host, reason, came_up });
+        // Its subtree is fed no more: the others' acknowledgements of the broadcast files
+        // may be the least now.
+        self.bcast_step();
         if self.job.goes_on {
             // Its subtree's ranks have failed, and the job goes on: the fences under way no
             // longer wait for it, and may be complete now.
