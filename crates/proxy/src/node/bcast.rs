@@ -233,7 +233,15 @@ impl Node {
         };
         let news = match copies.acked {
             None => heard,
-            Some(acked) => subtree > acked && (subtree - acked >= CHUNK || subtree == copies.total),
+            // At whole chunks, at the end, and whenever the subtree catches up with this
+            // node: a level whose least moves in pieces smaller than a chunk holds no byte
+            // back from its parent's window.
+            Some(acked) => {
+                subtree > acked
+                    && (subtree - acked >= CHUNK
+                        || subtree == copies.total
+                        || subtree == copies.written)
+            }
         };
         if news {
             copies.acked = Some(subtree);
