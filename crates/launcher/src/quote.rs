@@ -35,11 +35,7 @@ pub(crate) fn cut(text: &str) -> String {
 
 /// An I/O error as the end of a sentence: its description without Rust's `(os error N)`.
 pub fn io_error(e: &io::Error) -> String {
-    let text = e.to_string();
-    match text.rfind(" (os error") {
-        Some(i) => text[..i].to_string(),
-        None => text,
-    }
+    rlaunch_tree::io_sentence(e)
 }
 
 #[cfg(test)]

@@ -80,7 +80,7 @@ impl Source {
             io::ErrorKind::UnexpectedEof => {
                 format!("{} is shorter than when the broadcast began", f.path.display())
             }
-            _ => format!("cannot read {}: {}", f.path.display(), sentence(&e)),
+            _ => format!("cannot read {}: {}", f.path.display(), crate::io_sentence(&e)),
         })?;
         let data: Arc<[u8]> = data.into();
         self.last = Some((offset, data.clone()));
@@ -188,12 +188,6 @@ impl Feeds {
             self.cursors.resize(len, Cursor::default());
         }
     }
-}
-
-/// An I/O error as the end of a sentence, without Rust's `(os error N)`.
-pub fn sentence(e: &io::Error) -> String {
-    let text = e.to_string();
-    text.rfind(" (os error").map_or(text.clone(), |i| text[..i].to_string())
 }
 
 /// Whether child `child` takes the broadcast: not a late one (started for spawned ranks,

@@ -84,6 +84,16 @@ pub fn tune_malloc() {
     }
 }
 
+/// An I/O error as the end of a sentence: its description without Rust's `(os error N)`.
+/// The launcher's and the proxies' errors alike (`rlaunch::quote::io_error`).
+pub fn io_sentence(e: &io::Error) -> String {
+    let text = e.to_string();
+    match text.rfind(" (os error") {
+        Some(i) => text[..i].to_string(),
+        None => text,
+    }
+}
+
 /// Sets up logging to stderr: `RLAUNCH_LOG` = error|warn|info|debug|trace (default warn).
 pub fn init_logging() {
     let level = std::env::var("RLAUNCH_LOG")

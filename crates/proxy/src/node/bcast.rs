@@ -17,7 +17,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use rlaunch_protocol::control::{Bcast, Segment, Up};
-use rlaunch_tree::bcast::{sentence, Feeds, Source, SourceFile, CHUNK};
+use rlaunch_tree::bcast::{Feeds, Source, SourceFile, CHUNK};
+use rlaunch_tree::io_sentence;
 
 use super::{Node, Wait};
 
@@ -65,7 +66,7 @@ impl Copies {
         std::fs::DirBuilder::new()
             .mode(0o700)
             .create(&dir)
-            .map_err(|e| format!("cannot make {}: {}", dir.display(), sentence(&e)))?;
+            .map_err(|e| format!("cannot make {}: {}", dir.display(), io_sentence(&e)))?;
         let mut copies = Copies {
             dir,
             files: Vec::new(),
@@ -89,7 +90,7 @@ impl Copies {
                 })
                 .and_then(|file| Ok((file, File::open(&path)?)));
             let (file, reader) =
-                file.map_err(|e| format!("cannot create {}: {}", path.display(), sentence(&e)))?;
+                file.map_err(|e| format!("cannot create {}: {}", path.display(), io_sentence(&e)))?;
             sources.push(SourceFile { file: reader, len: f.size, path: path.clone() });
             let (file, hasher) = (Some(file), crc32fast::Hasher::new());
             let (size, mode, crc) = (f.size, f.mode, f.crc);
@@ -128,7 +129,7 @@ impl Copies {
                     None => Err(io::Error::other("it was closed")),
                 };
                 written.map_err(|e| {
-                    format!("cannot write {}: {}", copy.path.display(), sentence(&e))
+                    format!("cannot write {}: {}", copy.path.display(), io_sentence(&e))
                 })?;
                 copy.hasher.update(&data[..n]);
                 (self.written, data) = (self.written + n as u64, &data[n..]);
@@ -167,7 +168,7 @@ impl Copied {
         let perms = std::fs::Permissions::from_mode(self.mode & 0o7777);
         let file = self.file.take().ok_or_else(|| io::Error::other("it was closed"));
         file.and_then(|file| file.set_permissions(perms)).map_err(|e| {
-            format!("cannot set the mode of {}: {}", self.path.display(), sentence(&e))
+            format!("cannot set the mode of {}: {}", self.path.display(), io_sentence(&e))
         })
     }
 }
