@@ -183,35 +183,34 @@ TIME_HEADER = (
 )
 
 
+def ratio_row(name, mine, other, theirs, target, show_mine=True):
+    """One row: what rlaunch took (`mine`; shown unless the row follows its case's first),
+    what `other` took, the median of the per-round ratios and its verdict against `target`
+    (None: no target)."""
+    pairs = [a / b for a, b in zip(mine, theirs) if a and b]
+    verdict = ""
+    if target is not None:
+        verdict = f"<={target:.2f} " + ("ok" if pairs and statistics.median(pairs) <= target else "MISS")
+    return (
+        f"{name:<34} {spread(mine, fmt_ms) if show_mine else '':<22} "
+        f"{other:<14} {spread(theirs, fmt_ms):<22} {spread(pairs, fmt_ratio):<20} {verdict}".rstrip()
+    )
+
+
 def time_rows(m):
-    """Table rows for a measured case: one per command rlaunch is compared with."""
+    """Table rows for a measured case: one per command rlaunch is compared with, and their
+    CPU times where the case asks."""
     main = m.case.commands[0]
     others = [c.label for c in m.case.commands[1:]] + list(m.case.fastest)
     rows = []
     for i, other in enumerate(others):
-        pairs = [a / b for a, b in zip(m.times[main.label], m.times[other]) if a is not None and b is not None]
-        ratio = spread(pairs, fmt_ratio)
+        name = m.case.name if i == 0 else ""
         target = m.case.targets.get(other)
-        verdict = ""
-        if target is not None:
-            verdict = f"<={target:.2f} " + ("ok" if pairs and statistics.median(pairs) <= target else "MISS")
-        rows.append(
-            f"{m.case.name if i == 0 else '':<34} "
-            f"{spread(m.times[main.label], fmt_ms) if i == 0 else '':<22} "
-            f"{other:<14} {spread(m.times[other], fmt_ms):<22} {ratio:<20} {verdict}".rstrip()
-        )
+        rows.append(ratio_row(name, m.times[main.label], other, m.times[other], target, i == 0))
     if m.case.cpu_targets is not None:
         for other in [c.label for c in m.case.commands[1:]]:
-            mine, theirs = m.cpu[main.label], m.cpu[other]
-            pairs = [a / b for a, b in zip(mine, theirs) if a and b]
             target = m.case.cpu_targets.get(other)
-            verdict = ""
-            if target is not None:
-                verdict = f"<={target:.2f} " + ("ok" if pairs and statistics.median(pairs) <= target else "MISS")
-            rows.append(
-                f"{'  CPU time (all processes)':<34} {spread(mine, fmt_ms):<22} {other:<14} "
-                f"{spread(theirs, fmt_ms):<22} {spread(pairs, fmt_ratio):<20} {verdict}".rstrip()
-            )
+            rows.append(ratio_row("  CPU time (all processes)", m.cpu[main.label], other, m.cpu[other], target))
     for cmd in m.case.commands:
         fails = m.failures[cmd.label]
         if fails:
