@@ -265,3 +265,37 @@ fn every_proxy_of_a_deep_tree_has_its_own_clock_measured() {
     // A path's round trips summed: each proxy's differs from its parent's by its own link's.
     assert!(round_trips.len() >= 5, "{round_trips:?}: {report}");
 }
+
+/// rlaunch's and each proxy's own usage: CPU, peak memory, and the descriptors held while
+/// the ranks run, which grow by a fixed number per child proxy (rlaunch) and per running
+/// rank (a proxy): costs the launch model prices (docs/scale.md), checked as differences between two jobs
+/// so that whatever the harness left open cancels out.
+#[test]
+fn the_report_says_what_rlaunch_and_each_proxy_used() {
+    let dir = rlaunch_tests::tempdir();
+    let usage = |hosts: &str, n: &str| {
+        let path = dir.join(format!("report-{n}.json"));
+        let path_str = path.to_str().unwrap().to_string();
+        // The ranks outlive the moment every node says they started: their pipes are open.
+        let argv = ["--launcher", "fork", "--hosts", hosts, "-n", n, "--report", &path_str];
+        Run::new(&[&argv[..], &["sleep", "0.3"]].concat()).run().assert_code(0);
+        let report = read_report(&path);
+        let nodes = report["nodes"].as_array().unwrap().clone();
+        (report["job"]["rlaunch_usage"].clone(), nodes)
+    };
+    let (root_one, nodes_one) = usage("n1", "1");
+    let (root_four, nodes_four) = usage("n1:3,n2:3,n3:3,n4:3", "12");
+    for (what, used) in std::iter::once(("rlaunch", &root_four))
+        .chain(nodes_four.iter().map(|n| ("a proxy", &n["proxy_usage"])))
+    {
+        assert!(f(&used["user_s"]) + f(&used["system_s"]) > 0.0, "{what}: {used}");
+        assert!(u(&used["maxrss_kib"]) > 1024, "{what}: {used}");
+    }
+    // Three more top proxies: 3 descriptors each at rlaunch (docs/report.md).
+    let fds = |used: &Value| u(&used["fds_running"]);
+    assert_eq!(fds(&root_four), fds(&root_one) + 3 * 3, "{root_one} {root_four}");
+    // Two more running ranks on node 0: their stdout and stderr pipes at its proxy (`sleep`
+    // gets no PMI socket).
+    let (one, four) = (&nodes_one[0]["proxy_usage"], &nodes_four[0]["proxy_usage"]);
+    assert_eq!(fds(four), fds(one) + 2 * 2, "{one} {four}");
+}

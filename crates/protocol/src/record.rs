@@ -128,6 +128,20 @@ impl FenceTimes {
     }
 }
 
+/// What a process of the tree itself used, rlaunch's or a proxy's (its ranks and child
+/// proxies not counted): the costs the launch model prices (bench/model.py).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OwnUsage {
+    /// CPU time of all its threads, from `getrusage(RUSAGE_SELF)` when it took the record.
+    pub user_us: u64,
+    pub system_us: u64,
+    /// Its peak resident set so far, KiB.
+    pub maxrss_kib: u64,
+    /// Its open descriptors when all the ranks below it had started (rlaunch: every node
+    /// had said so; a proxy: its own ranks); 0 when that moment never came.
+    pub fds_running: u32,
+}
+
 /// What one node's proxy saw, on its own clock.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct NodeRecord {
@@ -142,6 +156,8 @@ pub struct NodeRecord {
     pub phases: Vec<(Phase, Micros)>,
     pub ranks: Vec<RankRecord>,
     pub fences: Vec<FenceSpan>,
+    /// What the proxy itself used, up to its record.
+    pub usage: OwnUsage,
     /// The records of the child proxies that finished.
     pub children: Vec<NodeRecord>,
 }

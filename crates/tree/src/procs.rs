@@ -346,6 +346,26 @@ fn kill_descendants_but(spare: &HashSet<i32>, proxy_exe: Option<&std::ffi::OsStr
     }
 }
 
+/// What this process has used so far (all its threads; not its children), with
+/// `fds_running` left for the caller, which knows when its ranks had started.
+pub fn own_usage() -> rlaunch_protocol::record::OwnUsage {
+    use nix::sys::resource::{getrusage, UsageWho};
+    let Ok(usage) = getrusage(UsageWho::RUSAGE_SELF) else { return Default::default() };
+    let micros = |t: nix::sys::time::TimeVal| t.tv_sec() as u64 * 1_000_000 + t.tv_usec() as u64;
+    rlaunch_protocol::record::OwnUsage {
+        user_us: micros(usage.user_time()),
+        system_us: micros(usage.system_time()),
+        maxrss_kib: usage.max_rss() as u64,
+        fds_running: 0,
+    }
+}
+
+/// How many descriptors this process has open (0 if /proc cannot say).
+pub fn open_fds() -> u32 {
+    // The directory's own descriptor is among those listed.
+    std::fs::read_dir("/proc/self/fd").map_or(0, |dir| dir.count().saturating_sub(1) as u32)
+}
+
 /// Marks every descriptor from 3 up close-on-exec, so that whatever this process inherited
 /// (a shell's, a batch system's, a test harness's) is not passed on to proxies and ranks.
 pub fn cloexec_inherited_fds() {

@@ -109,6 +109,7 @@ impl Root {
         // Launchers that ended are the last attempt's: a pid of theirs may come again.
         self.launchers.retain(|l| l.ended.is_none());
         self.attempt_began = record::now_us();
+        (self.nodes_started, self.fds_running) = (0, 0);
         if let Some(tracker) = self.tracker.take() {
             tracker.task.abort();
             self.tracker_span = None;

@@ -6,7 +6,7 @@ use std::collections::HashSet;
 use std::io;
 use std::time::Duration;
 
-use rlaunch_protocol::record;
+use rlaunch_protocol::record::{self, OwnUsage};
 use tokio::time::Instant;
 
 use rlaunch_protocol::control::{Down, NodePlan};
@@ -202,6 +202,7 @@ impl Root {
             tracker: self.tracker_span,
             hang: self.hang.as_ref(),
             attempts: &self.attempts,
+            usage: OwnUsage { fds_running: self.fds_running, ..rlaunch_tree::procs::own_usage() },
         };
         let records = self.children.take_records();
         let roll = &self.roll;

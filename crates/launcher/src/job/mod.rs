@@ -233,6 +233,10 @@ struct Root {
     stall: Option<hang::StallWatch>,
     /// `--bcast`: the files, and how far each top proxy has them.
     bcast: Option<bcast::Broadcast>,
+    /// Nodes that said they had started their ranks, this attempt, and rlaunch's open
+    /// descriptors once every node had (for `--report`).
+    nodes_started: usize,
+    fds_running: u32,
 }
 
 impl Root {
@@ -297,6 +301,8 @@ impl Root {
             hang: None,
             stall: plan.stall_report.map(hang::StallWatch::new),
             bcast: None,
+            nodes_started: 0,
+            fds_running: 0,
             plan,
         }
     }
@@ -539,6 +545,10 @@ impl Root {
             Up::Notice { host, text } => eprintln!("rlaunch: note: on {host}: {text}"),
             Up::Started { node } => {
                 tracing::debug!(%node, "node started its ranks");
+                self.nodes_started += 1;
+                if self.nodes_started == self.plan.node_hosts.len() {
+                    self.fds_running = rlaunch_tree::procs::open_fds();
+                }
                 if let Some(progress) = self.progress.as_mut() {
                     progress.node_started(node);
                 }

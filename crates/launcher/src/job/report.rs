@@ -12,7 +12,7 @@ use std::io::{self, Write};
 use std::path::PathBuf;
 
 use rlaunch_protocol::ids::ExitOutcome;
-use rlaunch_protocol::record::{GpuUse, Micros, NodeRecord, RankRecord};
+use rlaunch_protocol::record::{GpuUse, Micros, NodeRecord, OwnUsage, RankRecord};
 use rlaunch_protocol::survey::ProcessNow;
 use serde::Serialize;
 
@@ -93,6 +93,8 @@ pub(crate) struct JobFacts<'a> {
     pub hang: Option<&'a super::hang::HangFacts>,
     /// The attempts before the last (`--max-restarts`), in order.
     pub attempts: &'a [AttemptFacts],
+    /// What rlaunch itself used.
+    pub usage: OwnUsage,
 }
 
 /// An attempt of the job that ended in a restart.
@@ -133,6 +135,29 @@ struct Job<'a> {
     /// `--max-restarts`: every attempt before the last, which the rest of the report is of.
     #[serde(skip_serializing_if = "<[_]>::is_empty")]
     restarts: &'a [AttemptFacts],
+    rlaunch_usage: Usage,
+}
+
+/// What a process of the tree itself used: rlaunch (`job.rlaunch_usage`) or a node's proxy
+/// (`nodes[].proxy_usage`).
+#[derive(Serialize)]
+struct Usage {
+    user_s: f64,
+    system_s: f64,
+    maxrss_kib: u64,
+    /// Open descriptors once every rank below it had started; `null` if they never all did.
+    fds_running: Option<u32>,
+}
+
+impl From<OwnUsage> for Usage {
+    fn from(u: OwnUsage) -> Usage {
+        Usage {
+            user_s: u.user_us as f64 / 1e6,
+            system_s: u.system_us as f64 / 1e6,
+            maxrss_kib: u.maxrss_kib,
+            fds_running: (u.fds_running != 0).then_some(u.fds_running),
+        }
+    }
 }
 
 #[derive(Serialize)]
@@ -219,6 +244,7 @@ struct Node<'a> {
     round_trip_us: u64,
     /// Phase name to the time it was reached.
     phases: BTreeMap<&'static str, Micros>,
+    proxy_usage: Usage,
 }
 
 /// Writes the report of a job that is over.
@@ -270,6 +296,7 @@ fn build<'a>(facts: &'a JobFacts, roll: &'a Roll, placed: &[Placed<'a>]) -> Repo
             clock_offset_us: p.offset,
             round_trip_us: p.round_trip,
             phases: p.record.phases.iter().map(|&(ph, at)| (ph.name(), p.ours(at))).collect(),
+            proxy_usage: p.record.usage.into(),
         })
         .collect();
     let ranks = roll
@@ -343,6 +370,7 @@ fn build<'a>(facts: &'a JobFacts, roll: &'a Roll, placed: &[Placed<'a>]) -> Repo
                 unanswered: &h.survey.unanswered,
             }),
             restarts: facts.attempts,
+            rlaunch_usage: facts.usage.into(),
         },
         ranks,
         nodes,

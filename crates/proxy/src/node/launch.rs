@@ -11,6 +11,7 @@ use std::time::Duration;
 use rlaunch_protocol::control::{Down, Job, SpawnJob, Up};
 use rlaunch_protocol::ids::ExitOutcome;
 use rlaunch_protocol::record::{self, Phase};
+use rlaunch_tree::procs;
 use tokio::sync::mpsc;
 
 use super::{spawned, JobRank, JobRanks, Node, Wait};
@@ -155,6 +156,7 @@ impl Node {
     fn launched(&mut self, listener: Option<std::net::TcpListener>, unbound: Unbound, n: usize) {
         let _ = self.up.control.send(Up::Started { node: self.plan.index });
         self.phases.push((Phase::RanksStarted, record::now_us()));
+        self.fds_running = procs::open_fds();
         tracing::debug!(node = %self.plan.index, ranks = n, "ranks started");
         if let Some(listener) = listener {
             let (pmi_job, calls) = (self.jobs[&0].pmi.clone(), self.pmi_calls.clone());

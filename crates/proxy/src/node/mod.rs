@@ -51,7 +51,7 @@ use std::time::Duration;
 use nix::sys::signal::Signal;
 use rlaunch_protocol::control::{Down, Job, NodePlan, Up};
 use rlaunch_protocol::ids::{Gid, Stream};
-use rlaunch_protocol::record::{self, FenceTimes, Micros, NodeRecord, Phase};
+use rlaunch_protocol::record::{self, FenceTimes, Micros, NodeRecord, OwnUsage, Phase};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
@@ -153,6 +153,8 @@ pub(crate) struct Node {
     job: Arc<Job>,
     /// When this node reached each phase of its launch, for its record.
     phases: Vec<(Phase, Micros)>,
+    /// Its open descriptors once its ranks had started, for its record.
+    fds_running: u32,
     /// The launched job's fences here, for its record.
     fences: FenceTimes,
     /// This node: its index, host and ranks (its children are in `children`).
@@ -355,6 +357,7 @@ impl Node {
             phases,
             ranks: self.ranks.iter().map(|r| r.seen.clone()).collect(),
             fences: std::mem::take(&mut self.fences.done),
+            usage: OwnUsage { fds_running: self.fds_running, ..procs::own_usage() },
             children: self.children.take_records(),
             ..Default::default()
         }

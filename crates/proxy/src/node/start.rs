@@ -240,6 +240,7 @@ impl Node {
         };
         Node {
             phases: vec![(Phase::Launched, launched_at)],
+            fds_running: 0,
             fences: FenceTimes::default(),
             jobs: HashMap::from([(0, launched)]),
             pmi_calls,
