@@ -640,7 +640,8 @@ impl Root {
         }
         let parties = self.children.fence_parties(Fence::Pmi, self.fence.epoch());
         if let Some((epoch, pairs)) = self.fence.complete(parties) {
-            tracing::debug!(epoch, pairs = pairs.len(), "fence complete");
+            let bytes: usize = pairs.iter().map(|(k, v)| k.len() + v.len()).sum();
+            tracing::debug!(epoch, pairs = pairs.len(), bytes, "fence complete");
             if let Some(adopting) = self.adopting.as_mut() {
                 adopting.last_pmi = Some((epoch, pairs.clone()));
             }
