@@ -245,13 +245,16 @@ impl Writer {
     }
 
     /// Output is coming for `rank`'s `stream`: the progress line goes, and the lane is
-    /// opened if the output came before the rank's start.
+    /// opened if the output came before the rank's start (always, for plain output, whose
+    /// writer is not told of starts: `Feed::wants_starts`).
     fn output_for(&mut self, rank: Gid, stream: Stream) {
         if let Some(bar) = self.progress.take() {
             bar.finish_and_clear();
         }
         if !self.lanes.contains_key(&(rank, stream)) {
-            tracing::debug!(%rank, "output before the rank's start");
+            if !self.spec.unchanged() {
+                tracing::debug!(%rank, "output before the rank's start");
+            }
             self.open_lanes(rank, None);
         }
     }

@@ -141,7 +141,7 @@ pub(super) async fn route(
                 let up = Up::RankStarted { rank, pid, cpus, gpus };
                 let _ = events.send(Event { child, attempt, event: LinkEvent::Up(up) });
             }
-            output.send(Chunk::Started { rank, pid })
+            !output.wants_starts() || output.send(Chunk::Started { rank, pid })
         }
         LinkEvent::Up(Up::OutputEnd { rank, stream }) => output.send(Chunk::End { rank, stream }),
         event => events.send(Event { child, attempt, event }).is_ok(),

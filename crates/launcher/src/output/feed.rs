@@ -69,6 +69,9 @@ pub(crate) struct Feed {
     /// Where the link readers splice output, when they do.
     splicer: Option<Splicer>,
     backlog: Arc<Backlog>,
+    /// The writer wants each rank's start (its pid in a prefix, its files opened even if it
+    /// writes nothing); plain output opens a rank's lanes at its first output instead.
+    starts: bool,
 }
 
 /// The writer thread's end of the [`Feed`].
@@ -111,8 +114,15 @@ pub(crate) fn feed(dropped: Dropped, spec: &OutputSpec) -> (Feed, Queue) {
         dropped: dropped.clone(),
     });
     let splicer = splicer(spec, &backlog);
-    let feed =
-        Feed { chunks: tx, queued: queued.clone(), dropped, splicer, backlog: backlog.clone() };
+    let starts = !spec.unchanged();
+    let feed = Feed {
+        chunks: tx,
+        queued: queued.clone(),
+        dropped,
+        splicer,
+        backlog: backlog.clone(),
+        starts,
+    };
     (feed, Queue { chunks: rx, queued, backlog, taken: 0 })
 }
 
@@ -194,6 +204,12 @@ impl Feed {
     /// (under_load's Ctrl-C waited for the proxies' deadline in 1 run of 3).
     pub(crate) fn writer_behind(&self) -> bool {
         self.queued.load(Ordering::Relaxed) >= BEHIND || pipe_backed_up(1)
+    }
+
+    /// Whether the writer is told of each rank's start (see `starts`). Each chunk may wake
+    /// the writer thread, and those wakes were most of rlaunch's CPU per rank (docs/scale.md).
+    pub(crate) fn wants_starts(&self) -> bool {
+        self.starts
     }
 
     /// Queues `chunk` for the writer; once the output is dropped, throws it away instead

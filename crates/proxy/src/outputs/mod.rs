@@ -515,13 +515,18 @@ impl<F: FnMut(StreamEnd)> Hub<F> {
         }
     }
 
-    /// Ends a stream: out of the set, closed, its end sent upstream and reported.
+    /// Ends a stream: out of the set, closed, its end sent upstream (if it wrote anything:
+    /// the end of a stream is for rlaunch's writer to finish its last line, and one frame
+    /// less a rank is one wake less of rlaunch's writer thread, see docs/scale.md) and
+    /// reported.
     async fn end(&mut self, pipe: Pipe) {
         let _ = epoll_ctl(self.set_fd, libc::EPOLL_CTL_DEL, &pipe.fd, 0, 0);
         let end = pipe.end();
         let Pipe { fd, rank, stream, .. } = pipe;
         drop(fd);
-        self.send(Up::OutputEnd { rank, stream }, None).await;
+        if end.bytes > 0 {
+            self.send(Up::OutputEnd { rank, stream }, None).await;
+        }
         (self.closed)(end);
     }
 
