@@ -640,8 +640,9 @@ impl Root {
         }
         let parties = self.children.fence_parties(Fence::Pmi, self.fence.epoch());
         if let Some((epoch, pairs)) = self.fence.complete(parties) {
-            let bytes: usize = pairs.iter().map(|(k, v)| k.len() + v.len()).sum();
-            tracing::debug!(epoch, pairs = pairs.len(), bytes, "fence complete");
+            // Inside the macro: summed only when the event is logged.
+            let bytes = || pairs.iter().map(|(k, v)| k.len() + v.len()).sum::<usize>();
+            tracing::debug!(epoch, pairs = pairs.len(), bytes = bytes(), "fence complete");
             if let Some(adopting) = self.adopting.as_mut() {
                 adopting.last_pmi = Some((epoch, pairs.clone()));
             }
